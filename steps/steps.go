@@ -1,0 +1,147 @@
+// Package steps defines what a step is: the function type, the context it
+// runs with, and per-step options such as a timeout and a retry policy.
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/godurable/godurable/transitions"
+)
+
+// Func is a step of a workflow over state type S. It returns the transition
+// to take; a returned error (or a panic) goes to the workflow's error handler.
+type Func[S any] func(ctx Context, s S) (transitions.Transition, error)
+
+// Context is what a running step can see. It is a context.Context that is
+// cancelled when the step's timeout passes, its lease is lost, the instance
+// is cancelled, or the engine's stop deadline passes.
+type Context interface {
+	context.Context
+	// InstanceID is the id of the running instance.
+	InstanceID() string
+	// Workflow is the workflow name.
+	Workflow() string
+	// Step is the name of the running step.
+	Step() string
+	// Attempt is 0 on the first run of a step and grows by one per retry.
+	Attempt() int
+	// Key is the concurrency key the step was admitted under ("" for none).
+	Key() string
+	// Signal returns the signal that woke this step after an Await.
+	Signal() (Signal, bool)
+	// TimedOut reports whether this step runs because an Await timed out.
+	TimedOut() bool
+	// Children returns the children of the Spawn that this step follows.
+	Children() ([]Child, error)
+	// Now is the engine's clock (a fake clock under durabletest).
+	Now() time.Time
+	// Logger is a logger carrying the instance id, workflow and step.
+	Logger() *slog.Logger
+}
+
+// Signal is a delivered signal.
+type Signal struct {
+	// Name of the signal.
+	Name string
+	// Payload is the JSON payload (may be nil).
+	Payload json.RawMessage
+	// SentAt is when the signal was stored.
+	SentAt time.Time
+}
+
+// Decode unmarshals the payload into v.
+func (s Signal) Decode(v any) error { return json.Unmarshal(s.Payload, v) }
+
+// Child is a spawned child's terminal outcome.
+type Child struct {
+	// ID of the child instance.
+	ID string
+	// Workflow of the child.
+	Workflow string
+	// Status is "done", "failed" or "canceled".
+	Status string
+	// Result is the JSON result of a child that is done.
+	Result json.RawMessage
+	// Error is the failure of a child that failed.
+	Error string
+}
+
+// Decode unmarshals the child's result into v.
+func (c Child) Decode(v any) error { return json.Unmarshal(c.Result, v) }
+
+// Options are per-step settings.
+type Options struct {
+	// Timeout cancels the step's context after this long (0: no timeout).
+	// A step that overruns its timeout is handled like an error.
+	Timeout time.Duration
+	// Retry overrides the workflow's retry policy for this step.
+	Retry *RetryPolicy
+}
+
+// RetryPolicy is exponential backoff (cenkalti/backoff) up to MaxAttempts.
+type RetryPolicy struct {
+	// MaxAttempts is how many times the step runs in all before the instance
+	// stops as failed. Default 10.
+	MaxAttempts int
+	// InitialInterval is the first delay. Default 1s.
+	InitialInterval time.Duration
+	// MaxInterval caps the delay. Default 5m.
+	MaxInterval time.Duration
+	// Multiplier grows the delay per attempt. Default 2.
+	Multiplier float64
+	// RandomizationFactor jitters each delay by ±factor. Default 0.2; set a
+	// negative value for no jitter (deterministic tests).
+	RandomizationFactor float64
+}
+
+// DefaultRetryPolicy is the policy a workflow gets when it sets none.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{MaxAttempts: 10, InitialInterval: time.Second, MaxInterval: 5 * time.Minute, Multiplier: 2, RandomizationFactor: 0.2}
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	d := DefaultRetryPolicy()
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.InitialInterval <= 0 {
+		p.InitialInterval = d.InitialInterval
+	}
+	if p.MaxInterval <= 0 {
+		p.MaxInterval = d.MaxInterval
+	}
+	if p.Multiplier <= 0 {
+		p.Multiplier = d.Multiplier
+	}
+	if p.RandomizationFactor == 0 {
+		p.RandomizationFactor = d.RandomizationFactor
+	} else if p.RandomizationFactor < 0 {
+		p.RandomizationFactor = 0
+	}
+	return p
+}
+
+// Delay returns the delay before the retry that follows a failed attempt
+// (attempt 0 is the first run), and false once MaxAttempts runs are used up.
+func (p RetryPolicy) Delay(attempt int) (time.Duration, bool) {
+	p = p.withDefaults()
+	if attempt+1 >= p.MaxAttempts {
+		return 0, false
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = p.InitialInterval
+	b.MaxInterval = p.MaxInterval
+	b.Multiplier = p.Multiplier
+	b.RandomizationFactor = p.RandomizationFactor
+	b.MaxElapsedTime = 0
+	b.Reset()
+	d := b.NextBackOff()
+	for i := 0; i < attempt; i++ {
+		d = b.NextBackOff()
+	}
+	return d, true
+}

@@ -1,0 +1,422 @@
+// Package store defines the storage contract every godurable backend
+// implements. The engine (package durable) holds no durable state of its own:
+// everything it knows about an instance, a key's slots or a signal comes from
+// a Store, and every rule of admission is enforced by the Store inside the
+// claim, so that two engines sharing one store can never over-admit.
+//
+// The conformance suite in store/storetest states the rules as tests; a
+// backend is correct when it passes the suite.
+//
+// # Admission
+//
+// A claim moves ready rows of one queue to executing, in priority order
+// (lower first) and FIFO (run_at, then insertion) within a priority, and
+// admits each keyed row in the same atomic step:
+//
+//   - A row with no key is always admitted.
+//   - A key whose name has no limit (see SyncLimits) has K = 1: at most one
+//     executing row per key.
+//   - A key whose name has a limit L with S shards has K = L: each key has S
+//     slot counters whose capacities sum to L; an admitted row debits one slot
+//     of a shard with room and remembers the shard; every outcome that takes
+//     the row out of executing credits that shard back.
+//   - A row that is not admitted because its key is full leaves the pick path
+//     (status blocked) so that a saturated key's backlog never sits in front
+//     of other work; when a slot of its key frees, the next blocked row of the
+//     key (priority, then FIFO) is made ready again.
+//
+// Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
+// rows (awaiting a signal, a timer or children) hold none.
+//
+// # Fences
+//
+// Each claim gives the row a new fence token. Every outcome, heartbeat and
+// release names the worker and the fence; one that does not match the row's
+// current claim (the lease was reaped, the instance was cancelled) commits
+// nothing and is reported stale.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound: no instance with that id.
+	ErrNotFound = errors.New("instance not found")
+	// ErrTerminal: the instance is done, failed or canceled.
+	ErrTerminal = errors.New("instance is terminal")
+	// ErrDuplicate: a unique key or caller-chosen id is already taken.
+	ErrDuplicate = errors.New("duplicate instance")
+	// ErrClosed: the store (or engine) is closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Status is the lifecycle state of an instance.
+type Status string
+
+// Statuses. Ready rows with a future RunAt are "scheduled" (retries, sleeps).
+const (
+	StatusReady     Status = "ready"
+	StatusBlocked   Status = "blocked"
+	StatusExecuting Status = "executing"
+	StatusAwaiting  Status = "awaiting"
+	StatusChildren  Status = "awaiting_children"
+	StatusDone      Status = "done"
+	StatusFailed    Status = "failed"
+	StatusCanceled  Status = "canceled"
+)
+
+// Terminal reports whether s is done, failed or canceled.
+func (s Status) Terminal() bool {
+	return s == StatusDone || s == StatusFailed || s == StatusCanceled
+}
+
+// DefaultUniqueStatuses are the statuses in which a unique key is occupied
+// when NewInstance.UniqueStatuses is empty: every non-terminal status.
+var DefaultUniqueStatuses = []Status{StatusReady, StatusBlocked, StatusExecuting, StatusAwaiting, StatusChildren}
+
+// NewInstance is an instance to insert.
+type NewInstance struct {
+	// ID is the instance id, a UUID chosen by the caller (the engine fills it).
+	ID string
+	// Workflow and Version name the definition the instance runs.
+	Workflow string
+	Version  int
+	// Queue is the queue the instance runs on.
+	Queue string
+	// Priority orders claims: lower first.
+	Priority int
+	// Step is the first step to run.
+	Step string
+	// State is the JSON-encoded state (an object or value, never a string of JSON).
+	State json.RawMessage
+	// Key is the concurrency key ("" for none) and KeyIntent its declared intent.
+	Key       string
+	KeyIntent gate.Intent
+	// RunAt is when the instance becomes eligible (zero: now).
+	RunAt time.Time
+	// UniqueKey, if set, makes the insert a no-op returning the existing
+	// instance while another instance with the same UniqueKey is in one of
+	// UniqueStatuses (default DefaultUniqueStatuses).
+	UniqueKey      string
+	UniqueStatuses []Status
+	// ParentID is set for spawned children.
+	ParentID string
+}
+
+// InsertResult is the outcome of one NewInstance.
+type InsertResult struct {
+	// ID is the instance id: the new one, or the existing one on a duplicate.
+	ID string
+	// Duplicate is true when the unique key was taken and nothing was inserted.
+	Duplicate bool
+}
+
+// Instance is the stored view of an instance.
+type Instance struct {
+	ID        string
+	Workflow  string
+	Version   int
+	Queue     string
+	Priority  int
+	Status    Status
+	Step      string
+	State     json.RawMessage
+	Attempt   int
+	Key       string
+	KeyIntent gate.Intent
+	// KeyShard is the shard the executing row debited (-1 when none).
+	KeyShard int
+	RunAt    time.Time
+	// AwaitSignal is the signal an awaiting row waits for.
+	AwaitSignal string
+	// TimeoutAt is when an await times out (zero: never).
+	TimeoutAt time.Time
+	// Worker, Fence and LeaseExpiresAt describe the current claim.
+	Worker         string
+	Fence          int64
+	LeaseExpiresAt time.Time
+	Result         json.RawMessage
+	LastError      string
+	ParentID       string
+	// PendingChildren counts children not yet terminal.
+	PendingChildren int
+	UniqueKey       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	// StartedAt is when the current claim began (executing rows).
+	StartedAt time.Time
+}
+
+// ClaimRequest asks for up to Limit rows of Queue.
+type ClaimRequest struct {
+	Queue  string
+	Worker string
+	Limit  int
+	// Lease is how long the claim holds before the reaper may take it back.
+	Lease time.Duration
+	// Now is the current time; zero means the store's own clock.
+	Now time.Time
+	// Workflows, when non-empty, restricts the claim to workflows this
+	// worker knows (deployment skew: others are left for other workers).
+	Workflows []string
+}
+
+// Claimed is a row the claim moved to executing.
+type Claimed struct {
+	Instance
+	// Signal is the signal that woke the row from an await (nil otherwise).
+	Signal *Signal
+	// TimedOut is true when the row runs because its await timed out.
+	TimedOut bool
+}
+
+// ClaimResult is what Claim returns.
+type ClaimResult struct {
+	Claimed []Claimed
+	// NextDue is the earliest future time at which a row of the queue
+	// becomes eligible or an await of the queue times out (zero: none
+	// known). Only set when fewer than Limit rows were claimed.
+	NextDue time.Time
+}
+
+// Signal is a stored signal.
+type Signal struct {
+	ID         int64
+	InstanceID string
+	Name       string
+	Payload    json.RawMessage
+	DedupKey   string
+	CreatedAt  time.Time
+}
+
+// SignalRequest sends a signal. A signal is stored even when the instance is
+// not awaiting it yet, and delivered (at least once) to the first await of
+// that name.
+type SignalRequest struct {
+	InstanceID string
+	Name       string
+	Payload    json.RawMessage
+	// DedupKey, if set, makes a second signal with the same key to the same
+	// instance a no-op.
+	DedupKey string
+	Now      time.Time
+}
+
+// SignalResult reports what Signal did.
+type SignalResult struct {
+	// Duplicate is true when the dedup key was seen before and nothing was stored.
+	Duplicate bool
+	// Woke is true when the signal moved an awaiting instance to ready.
+	Woke bool
+}
+
+// OutcomeKind is what an outcome does to its row.
+type OutcomeKind int
+
+const (
+	// OutcomeReady: the row becomes ready at RunAt (Next, Retry, Sleep).
+	OutcomeReady OutcomeKind = iota + 1
+	// OutcomeAwait: the row parks until AwaitSignal (or TimeoutAt).
+	OutcomeAwait
+	// OutcomeSpawn: Children are inserted and the row parks until all are terminal.
+	OutcomeSpawn
+	// OutcomeDone: terminal success with Result.
+	OutcomeDone
+	// OutcomeFailed: terminal failure with Error.
+	OutcomeFailed
+)
+
+// Outcome is the committed result of running one claimed step.
+type Outcome struct {
+	// ID and Fence identify the claim; the worker is the Complete argument.
+	ID    string
+	Fence int64
+	Kind  OutcomeKind
+	// Step is the step to run next (ready, await, spawn).
+	Step string
+	// State is the new state.
+	State json.RawMessage
+	// Attempt is the attempt of the next run.
+	Attempt int
+	// RunAt is when a ready row becomes eligible (zero: now).
+	RunAt time.Time
+	// SetKey replaces the key with Key/KeyIntent ("" releases it).
+	SetKey    bool
+	Key       string
+	KeyIntent gate.Intent
+	// AwaitSignal and TimeoutAt describe an await (zero TimeoutAt: no timeout).
+	AwaitSignal string
+	TimeoutAt   time.Time
+	// ConsumeSignal is the id of the signal the step consumed (0: none); it
+	// is marked consumed only if the outcome commits.
+	ConsumeSignal int64
+	// Children are inserted by a spawn (ParentID is filled by the store).
+	Children []NewInstance
+	// Result (done) and Error (failed, or the error of a retried attempt).
+	Result json.RawMessage
+	Error  string
+	// History, if non-nil, is recorded in the instance's step history.
+	History *HistoryEntry
+}
+
+// OutcomeResult reports one outcome of a Complete batch.
+type OutcomeResult struct {
+	ID string
+	// Stale is true when the claim was no longer the row's current claim:
+	// nothing of the outcome was committed.
+	Stale bool
+}
+
+// ClaimRef names one claim: the row and its fence.
+type ClaimRef struct {
+	ID    string
+	Fence int64
+}
+
+// HistoryEntry is one run of a step.
+type HistoryEntry struct {
+	InstanceID string
+	Step       string
+	Attempt    int
+	Key        string
+	Worker     string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Outcome is the transition kind ("next", "retry", ..., "error", "panic").
+	Outcome string
+	Error   string
+}
+
+// KeyInfo is who holds a key's slots and who waits for them.
+type KeyInfo struct {
+	Key string
+	// K is the key's concurrency (its name's limit, or 1).
+	K int
+	// Shards is the number of counter rows (0 for K = 1 keys).
+	Shards int
+	// Holders are the executing rows of the key.
+	Holders []Instance
+	// Waiting counts ready and blocked rows of the key; NextInLine is the
+	// first of them in admission order (nil when none).
+	Waiting    int
+	Blocked    int
+	NextInLine *Instance
+	// Available is the sum of free slots over the key's counters (gates only).
+	Available int
+}
+
+// ReconcileReport is what one reconciler sweep did.
+type ReconcileReport struct {
+	// CountersRepaired is the number of counter rows whose free slots did not
+	// match capacity − executing rows; Drift is the total correction.
+	CountersRepaired int
+	Drift            int
+	// Promoted is the number of blocked rows made ready because their key had room.
+	Promoted int
+	// CountersDeleted are idle counters removed; InstancesDeleted are
+	// terminal rows older than the retention removed.
+	CountersDeleted  int
+	InstancesDeleted int
+}
+
+// LimitsResult is what SyncLimits found.
+type LimitsResult struct {
+	// Changes are the names whose K changed compared with the stored limits.
+	Changes []gate.Change
+	// Live counts, per changed name, non-terminal instances holding such keys.
+	Live map[string]int64
+}
+
+// ListFilter selects instances for List.
+type ListFilter struct {
+	Workflow string
+	Status   Status
+	Key      string
+	Queue    string
+	// AfterID pages: only ids greater than AfterID (results are ordered by id).
+	AfterID string
+	Limit   int
+}
+
+// Store is the storage contract. Every method is safe for concurrent use by
+// many engines. Methods taking a time use it as "now"; a zero time means the
+// store's own clock.
+type Store interface {
+	// SyncLimits stores the named key limits every claim uses from now on and
+	// reports how they differ from the ones stored before.
+	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
+	// Limits returns the stored limits.
+	Limits(ctx context.Context) ([]gate.Limit, error)
+
+	// Insert inserts instances atomically: all or none (duplicates by unique
+	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
+	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
+
+	// Claim admits and claims up to req.Limit rows (see Admission).
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Complete commits a batch of outcomes of worker's claims. Each outcome
+	// commits only if its claim is current; every committed outcome credits
+	// the row's slot, and a terminal child updates its parent's join.
+	Complete(ctx context.Context, worker string, outcomes []Outcome, now time.Time) ([]OutcomeResult, error)
+	// Heartbeat extends the leases of worker's claims to now + lease and
+	// returns the ids of claims it no longer holds.
+	Heartbeat(ctx context.Context, worker string, claims []ClaimRef, lease time.Duration, now time.Time) (lost []string, err error)
+	// Release returns claims that never ran to ready (attempt unchanged),
+	// crediting their slots. Used at graceful shutdown for buffered claims.
+	Release(ctx context.Context, worker string, claims []ClaimRef, now time.Time) error
+
+	// Signal stores a signal and wakes the instance if it awaits that name.
+	// A signal to a terminal instance is ErrTerminal, to a missing one ErrNotFound.
+	Signal(ctx context.Context, req SignalRequest) (SignalResult, error)
+	// Cancel makes a non-terminal instance canceled, crediting its slot if it
+	// was executing (the worker's later outcome is stale).
+	Cancel(ctx context.Context, id string, now time.Time) error
+	// Retry makes a failed or canceled instance ready again at its current step, attempt 0.
+	Retry(ctx context.Context, id string, now time.Time) error
+
+	// Get returns one instance.
+	Get(ctx context.Context, id string) (Instance, error)
+	// List returns instances matching f, ordered by id.
+	List(ctx context.Context, f ListFilter) ([]Instance, error)
+	// Children returns the children of a parent, ordered by creation.
+	Children(ctx context.Context, parentID string) ([]Instance, error)
+	// History returns the recorded step runs of an instance, oldest first.
+	History(ctx context.Context, id string) ([]HistoryEntry, error)
+	// KeyInfo explains a key: holders, waiters, slots.
+	KeyInfo(ctx context.Context, key string) (KeyInfo, error)
+
+	// FireTimers makes awaiting rows whose timeout has passed ready (their
+	// next claim has TimedOut set) and returns how many.
+	FireTimers(ctx context.Context, now time.Time) (int, error)
+	// Reap takes back claims whose lease expired: the row becomes ready with
+	// attempt + 1 and its K = 1 key is free at once. Gate slots are not
+	// credited (the reconciler repairs them). Returns how many.
+	Reap(ctx context.Context, now time.Time) (int, error)
+	// ReclaimWorker takes back every claim held by worker (a dead
+	// predecessor with the same worker id), like Reap.
+	ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error)
+	// Reconcile repairs gate counters from the executing rows, promotes
+	// blocked rows whose key has room, deletes idle counters and terminal
+	// rows older than retention (0: keep forever).
+	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Notifier is implemented by stores that can wake idle engines when work may
+// have become ready (an insert, a signal, a freed slot), in this process or
+// in another. Engines poll as a fallback, so a notification may be lost
+// without losing work.
+type Notifier interface {
+	// Listen calls fn with the queue name whenever work may be ready there,
+	// until ctx is done. fn must not block.
+	Listen(ctx context.Context, fn func(queue string)) error
+}
