@@ -184,8 +184,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 // admissionPlan is what admit decided for the window.
 type admissionPlan struct {
 	admitted  []admitted
-	blocked   []string       // ids of window rows whose key is saturated
-	saturated []string       // saturated keys, sorted: their backlog is blocked too
+	blocked   []string // ids of window rows whose key is saturated
+	saturated []string // saturated keys, sorted: their backlog is blocked too
 	debits    map[shardKey]int
 }
 

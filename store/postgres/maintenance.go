@@ -202,7 +202,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
 	type counter struct{ capacity, available int }
 	counters := map[string]map[int]counter{} // key -> shard -> counter
-	inUse := map[string]map[int]int{}         // key -> shard (-1: admitted at K = 1) -> executing rows
+	inUse := map[string]map[int]int{}        // key -> shard (-1: admitted at K = 1) -> executing rows
 	limits := map[string]gate.Limit{}
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlSlotsLockAll)).Query(func(rows pgx.Rows) error {
