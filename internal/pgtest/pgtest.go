@@ -52,44 +52,136 @@ var (
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	url := server(t)
-	ctx := context.Background()
-	schema := "t_" + randomHex(8)
-
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		fail(t, fmt.Errorf("connect: %w", err))
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		_ = admin.Close(ctx)
-		t.Fatalf("pgtest: create schema: %v", err)
-	}
-	_ = admin.Close(ctx)
-
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	cfg.MaxConns = MaxConns
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, schema, err := newSchemaPool(context.Background(), url)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		admin, err := pgx.Connect(cctx, url)
-		if err != nil {
-			t.Errorf("pgtest: cleanup connect: %v", err)
-			return
-		}
-		defer func() { _ = admin.Close(cctx) }()
-		if _, err := admin.Exec(cctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		if err := dropSchema(ctx, url, schema); err != nil {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
 	return pool
+}
+
+func newSchemaPool(ctx context.Context, url string) (*pgxpool.Pool, string, error) {
+	schema := "t_" + randomHex(8)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, "", fmt.Errorf("connect: %w", err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return nil, "", fmt.Errorf("create schema: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.MaxConns = MaxConns
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return pool, schema, nil
+}
+
+func dropSchema(ctx context.Context, url, schema string) error {
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	_, err = admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	return err
+}
+
+// Schemas hands out pools on schemas that are prepared once (for example
+// migrated) and reset between tests instead of being created and dropped
+// for each: a test gets a schema no other running test uses, in the state
+// setup left it. Main drops them at exit.
+type Schemas struct {
+	setup, reset func(ctx context.Context, pool *pgxpool.Pool, schema string) error
+	mu           sync.Mutex
+	free         []*pooled
+	made         []*pooled
+	url          string
+}
+
+type pooled struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+var reusable struct {
+	sync.Mutex
+	all []*Schemas
+}
+
+// NewSchemas returns a Schemas whose schemas are prepared by setup when made
+// and by reset when a test that used one ends. A schema whose reset fails is
+// dropped.
+func NewSchemas(setup, reset func(ctx context.Context, pool *pgxpool.Pool, schema string) error) *Schemas {
+	s := &Schemas{setup: setup, reset: reset}
+	reusable.Lock()
+	reusable.all = append(reusable.all, s)
+	reusable.Unlock()
+	return s
+}
+
+// Pool returns a pool on a prepared schema (see SchemaOf) for the duration of t.
+func (s *Schemas) Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := server(t)
+	ctx := context.Background()
+	s.mu.Lock()
+	s.url = url
+	var p *pooled
+	if n := len(s.free); n > 0 {
+		p, s.free = s.free[n-1], s.free[:n-1]
+	}
+	s.mu.Unlock()
+	if p == nil {
+		pool, schema, err := newSchemaPool(ctx, url)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		p = &pooled{pool: pool, schema: schema}
+		s.mu.Lock()
+		s.made = append(s.made, p)
+		s.mu.Unlock()
+		if err := s.setup(ctx, pool, schema); err != nil {
+			t.Fatalf("pgtest: set up schema %s: %v", schema, err)
+		}
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.reset(cctx, p.pool, p.schema); err != nil {
+			t.Errorf("pgtest: reset schema %s: %v", p.schema, err)
+			return
+		}
+		s.mu.Lock()
+		s.free = append(s.free, p)
+		s.mu.Unlock()
+	})
+	return p.pool
+}
+
+func (s *Schemas) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.made {
+		p.pool.Close()
+		_ = dropSchema(ctx, s.url, p.schema)
+	}
+	s.made, s.free = nil, nil
 }
 
 // SchemaOf returns the schema of a pool made by Pool.
@@ -104,10 +196,16 @@ func URL(t testing.TB) string {
 	return server(t)
 }
 
-// Main runs the tests and then stops a throwaway cluster if one was started.
-// Use it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+// Main runs the tests, then drops the schemas of every Schemas and stops a
+// throwaway cluster if one was started. Use it from TestMain:
+// func TestMain(m *testing.M) { pgtest.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
+	reusable.Lock()
+	for _, s := range reusable.all {
+		s.close()
+	}
+	reusable.Unlock()
 	if cluster != nil {
 		cluster.stop()
 	}

@@ -25,18 +25,29 @@ type env struct {
 	s      *postgres.Store
 }
 
+// migrated hands out migrated schemas, emptied between tests (migrating a
+// fresh schema per test would dominate the package's run time).
+var migrated = pgtest.NewSchemas(
+	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+		_, err := postgres.Migrate(ctx, pool, schema)
+		return err
+	},
+	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history RESTART IDENTITY")
+		return err
+	})
+
 func newEnv(t testing.TB, opts ...func(*postgres.Options)) *env {
 	t.Helper()
-	pool := pgtest.Pool(t)
+	pool := migrated.Pool(t)
 	schema := pgtest.SchemaOf(pool)
 	ctx := context.Background()
-	_, err := postgres.Migrate(ctx, pool, schema)
-	require.NoError(t, err)
 	o := postgres.Options{Schema: schema, History: true}
 	for _, f := range opts {
 		f(&o)
 	}
 	s, err := postgres.New(ctx, pool, o)
+	t.Cleanup(func() { _ = s.Close() })
 	require.NoError(t, err)
 	return &env{t: t, ctx: ctx, pool: pool, schema: schema, s: s}
 }

@@ -30,18 +30,15 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return in, nil
 }
 
-// DefaultListLimit is the page size of List when the filter has none.
-const DefaultListLimit = 100
-
-// List returns instances matching f, ordered by id. A zero f.Limit means
-// DefaultListLimit; status ready includes delayed (scheduled) rows.
+// List returns instances matching f, ordered by id; a zero f.Limit means no
+// limit. Status ready includes rows whose run_at is in the future.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
+	var limit *int
+	if f.Limit > 0 {
+		limit = &f.Limit
 	}
 	statuses := []string{}
 	if f.Status != "" {

@@ -593,7 +593,7 @@ FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'scheduled', 'blo
 
 	sqlKeyNext = `
 SELECT ` + instanceColumns + ` FROM {schema}.instances
-WHERE key = $1 AND status IN ('ready', 'blocked')
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
 	sqlKeySlots = `
