@@ -172,7 +172,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		if err := s.inTx(ctx, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
-			b.Queue(s.q(sqlPromoteFreeKeys), oneKeys, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
+			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
 				n, err := sumQueueCounts(rows)
 				rep.Promoted += n
 				return err

@@ -363,8 +363,9 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 }
 
 // Cancel cancels a non-terminal instance (see store.Store): an executing
-// row's slot is credited and its worker's later outcome is stale; a child
-// counts as ended for its parent's join.
+// row's slot is credited and its worker's later outcome is stale; a ready
+// keyed row passes its turn to the key's first blocked row; a child counts
+// as ended for its parent's join.
 func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if err := s.check(); err != nil {
 		return err
@@ -383,8 +384,16 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 			return fmt.Errorf("cancel %s: %w", id, err)
 		}
 		b := &pgx.Batch{}
-		if oldStatus == "executing" && oldKey != "" {
+		switch {
+		case oldKey == "":
+		case oldStatus == "executing":
 			s.queueFree(b, []freedSlot{{key: oldKey, shard: oldShard}}, true, now)
+		case oldStatus == "ready" || oldStatus == statusScheduled:
+			// The row may be the one a freed slot promoted: pass the
+			// promotion on so that the key's blocked rows do not wait
+			// for the reconciler.
+			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
+			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel)
 		}
 		if parentID != "" {
 			b.Queue(s.q(sqlLockParents), []string{parentID})

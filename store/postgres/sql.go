@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 
 // instanceColumns is the column list every Instance is scanned from (see scanInstance).
 const instanceColumns = `id::text, workflow, version, queue, priority, status, step, state, attempt,
-	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at, coalesce(await_signal, ''),
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
 	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
 	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
 	coalesce(unique_key, ''), created_at, updated_at, started_at`
@@ -515,21 +516,28 @@ SELECT k.key, l."limit", l.shards
 FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
 WHERE k.key IS NOT NULL`
 
-	// sqlPromoteFreeKeys promotes the first blocked row of each K = 1 key
-	// ($1, locked by the caller) that has no executing row.
-	sqlPromoteFreeKeys = `
+	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
+	// has room now: a K = 1 key with no executing row (the caller holds its
+	// advisory lock), or a gate key with free slots (or no counters yet).
+	sqlPromoteIfRoom = `
 WITH p AS (
-    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($2::timestamptz, now())
+    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
     FROM (SELECT b.id FROM unnest($1::text[]) AS k
+          LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN l.name IS NULL THEN
+                          CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                            WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+                     ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+                     END AS room) r
           CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                               WHERE key = k AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED) b
-          WHERE NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing')) d
+                              ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b) d
     WHERE i.id = d.id
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
 	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
 	sqlDeleteTerminal = `
