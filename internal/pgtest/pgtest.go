@@ -83,6 +83,8 @@ func newSchemaPool(ctx context.Context, url string) (*pgxpool.Pool, string, erro
 	}
 	cfg.MaxConns = MaxConns
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// Tests need visibility and locking, not durability: skip the commit fsync.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, "", err
