@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
@@ -102,6 +104,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the time source (default the wall clock).
 	Clock Clock
+	// TracerProvider receives a span per step (default: no tracing).
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the engine's metrics (default: none).
+	MeterProvider metric.MeterProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -172,6 +178,7 @@ type Engine struct {
 	warned  map[string]bool
 	sched   *scheduler
 	flushed chan struct{} // closed and replaced after every committed flush
+	tel     *telemetry
 }
 
 // New validates cfg and returns an engine that is not yet started.
@@ -184,7 +191,11 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
 	_, fake := cfg.Clock.(realClock)
-	return &Engine{
+	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("durable: telemetry: %w", err)
+	}
+	return &Engine{tel: tel,
 		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, fakeTime: !fake,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]bool{}, flushed: make(chan struct{}),

@@ -30,7 +30,10 @@ const skewDelay = 30 * time.Second
 // commit. It never panics and never blocks beyond the step itself.
 func (e *Engine) execute(ctx context.Context, c store.Claimed) store.Outcome {
 	started := e.cfg.Clock.Now()
+	ctx, span := e.tel.startStep(ctx, c)
+	t0 := time.Now()
 	out, label, errText := e.run(ctx, c)
+	e.tel.endStep(ctx, span, c, label, errText, time.Since(t0))
 	out.ID, out.Fence = c.ID, c.Fence
 	out.History = &store.HistoryEntry{
 		InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Key: c.Key, Worker: e.cfg.WorkerID,

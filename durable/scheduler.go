@@ -326,6 +326,7 @@ func (s *scheduler) commit(batch []store.Outcome, out *outage) {
 			for i, r := range res {
 				if r.Stale {
 					s.staleOutcomes.Add(1)
+					e.tel.stale.Add(context.Background(), 1)
 					e.log.Warn("stale outcome discarded: the claim was reaped or cancelled", "instance", r.ID)
 				}
 				s.untrack(batch[i].ID, batch[i].Fence)
@@ -427,6 +428,7 @@ func (s *scheduler) sweep() {
 		return
 	}
 	if reaped > 0 {
+		e.tel.reaped.Add(context.Background(), int64(reaped))
 		e.log.Warn("reaped expired leases", "n", reaped)
 	}
 	if fired+reaped > 0 {
