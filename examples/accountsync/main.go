@@ -89,14 +89,21 @@ func openStore(ctx context.Context) (store.Store, func(), error) {
 
 // Options configures one run of the service.
 type Options struct {
-	Store           store.Store
-	Syncs           int
-	Accounts        int
-	Executors       int
-	Work            time.Duration
-	ConfirmTimeout  time.Duration
+	// Store is where the engine keeps everything (see openStore).
+	Store store.Store
+	// Syncs are spread round-robin over Accounts accounts.
+	Syncs    int
+	Accounts int
+	// Executors is how many steps the engine runs at once.
+	Executors int
+	// Work is the simulated work of fetch, apply and wrap_up.
+	Work time.Duration
+	// ConfirmTimeout bounds each sync's wait for its webhook.
+	ConfirmTimeout time.Duration
+	// MaxWebhookDelay bounds the simulated ledger's random webhook delay.
 	MaxWebhookDelay time.Duration
-	DropRate        float64
+	// DropRate is the fraction of webhooks the ledger never sends.
+	DropRate float64
 	// Logger receives the engine's logs (default: warnings and errors to stderr).
 	Logger *slog.Logger
 }

@@ -87,10 +87,15 @@ func openStore(ctx context.Context) (store.Store, func(), error) {
 
 // Options configures one run.
 type Options struct {
-	Store      store.Store
-	Orders     int
-	Executors  int
-	FailRate   float64
+	// Store is where the engine keeps everything (see openStore).
+	Store store.Store
+	// Orders is how many charges to run, one order each.
+	Orders int
+	// Executors is how many steps the engine runs at once.
+	Executors int
+	// FailRate is the fraction of Stripe calls answered with a 429.
+	FailRate float64
+	// MinLatency and MaxLatency bound a simulated Stripe call.
 	MinLatency time.Duration
 	MaxLatency time.Duration
 	// Logger receives the engine's logs (default: warnings and errors to stderr).
@@ -100,7 +105,8 @@ type Options struct {
 // Report is what a run measured.
 type Report struct {
 	Orders, Executors int
-	StoreName         string
+	// StoreName says which store the run used.
+	StoreName string
 	// OrderKeys is how many order keys ran; OrderMax the most step bodies
 	// any one of them ran at once.
 	OrderKeys, OrderMax int
