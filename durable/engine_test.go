@@ -180,7 +180,7 @@ func TestStrictModeRefusesPrefixCapture(t *testing.T) {
 	assert.NoError(t, err)
 
 	var logs bytes.Buffer
-	lax := newEngine(t, durable.Config{Limits: []gate.Limit{{Name: "order", Limit: 5}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, counterWorkflow())
+	lax := newEngine(t, durable.Config{WorkerID: "lax-worker", Limits: []gate.Limit{{Name: "order", Limit: 5}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, counterWorkflow())
 	for i := 0; i < 3; i++ {
 		_, err = lax.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})
 		require.NoError(t, err)
