@@ -1,0 +1,42 @@
+# godurable developer targets. Go lives in /usr/local/go/bin on the CI box.
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO          ?= go
+TEST_TIMEOUT ?= 10m
+FUZZTIME    ?= 10s
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all demo test lint bench fuzz
+
+all: lint test
+
+## demo: run both example services on the in-memory store
+demo:
+	$(GO) run ./examples/accountsync
+	@echo
+	$(GO) run ./examples/stripecharge
+
+## test: every package, with the race detector, no cache
+test:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## lint: gofmt (fails on any unformatted file), go vet, staticcheck
+lint:
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+## bench: the throughput benchmark (cmd/durable-bench, wired by the lead)
+bench:
+	$(GO) run ./cmd/durable-bench
+
+## fuzz: run every Fuzz target for FUZZTIME each (placeholder until the corpus grows)
+fuzz:
+	@set -e; for file in $$(grep -rl --include="*_test.go" "^func Fuzz" .); do \
+		dir=$$(dirname $$file); \
+		for target in $$(sed -n "s/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p" $$file); do \
+			echo "$(GO) test -run=^\$$ -fuzz=^$$target\$$ -fuzztime=$(FUZZTIME) $$dir"; \
+			$(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$dir; \
+		done; \
+	done

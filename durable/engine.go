@@ -1,0 +1,589 @@
+// Package durable is the public face of godurable: workflow definitions, the
+// Engine that runs them, and the calls that start, signal, cancel and inspect
+// instances.
+//
+// An Engine claims steps from a store.Store (PostgreSQL in production, an
+// in-memory store for tests and demos), runs them on a pool of executors per
+// queue, and commits each step's transition with its new state before the
+// instance proceeds. Concurrency keys, gates and every other admission rule
+// are enforced by the store inside the claim, so any number of engines may
+// share one database.
+package durable
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
+)
+
+// DefaultQueue is the queue used when neither the workflow nor Insert names one.
+const DefaultQueue = "default"
+
+// Errors callers branch on. Store errors (store.ErrNotFound,
+// store.ErrTerminal, store.ErrDuplicate) pass through wrapped.
+var (
+	// ErrUnknownWorkflow: no registered workflow by that name.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
+	// ErrStopped: the engine was stopped.
+	ErrStopped = errors.New("engine stopped")
+	// ErrEncode: a state, result or payload could not be JSON-encoded.
+	ErrEncode = errors.New("encode")
+	// ErrPayloadTooLarge: an encoded state, result or payload exceeds Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("payload too large")
+)
+
+// Clock tells the engine the time. Tests use a fake (see durabletest).
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Config configures an Engine. Zero fields take the documented defaults.
+type Config struct {
+	// Store holds all durable state. Default: a new in-memory store (nothing
+	// survives the process; use store/postgres in production).
+	Store store.Store
+	// Queues maps each queue this engine works to its number of executors
+	// (steps running at once in this process). Default {"default": 10}.
+	Queues map[string]int
+	// Limits are the named key limits (gates). A key whose name has no limit
+	// runs at K = 1. They are stored with SyncLimits at Start, so every engine
+	// sharing the store enforces the last synced numbers.
+	Limits []gate.Limit
+	// Strict turns prefix-capture warnings into errors: at Insert (an
+	// identity key captured by a limit, a gate key without a limit) and at
+	// Start (a limit change that alters live keys).
+	Strict bool
+	// WorkerID names this engine in claims. Set it to a name that is stable
+	// across restarts (a pod name) to get startup reclaim of a dead
+	// predecessor's claims; it must be unique among live engines. Default: a
+	// random id with the host name.
+	WorkerID string
+	// Lease is how long a claim holds without a heartbeat (default 30s).
+	Lease time.Duration
+	// HeartbeatInterval is how often leases are extended (default Lease/3).
+	HeartbeatInterval time.Duration
+	// PollInterval bounds how long an idle queue waits before claiming again
+	// when no notification arrives (default 1s; notifications usually wake it
+	// within milliseconds).
+	PollInterval time.Duration
+	// MaxFlushBatch caps the outcomes committed in one transaction (default 256).
+	// Outcomes are group-committed: those that arrive while a flush is in
+	// flight go together in the next one.
+	MaxFlushBatch int
+	// ReaperInterval is how often expired leases and due timers are swept (default 5s).
+	ReaperInterval time.Duration
+	// ReconcileInterval is how often gate counters are repaired and old rows
+	// collected (default 30s).
+	ReconcileInterval time.Duration
+	// Retention is how long terminal instances are kept (default 7 days;
+	// negative keeps them forever).
+	Retention time.Duration
+	// MaxPayloadBytes caps an encoded state, result or signal payload
+	// (default 1 MiB).
+	MaxPayloadBytes int
+	// Logger receives structured logs (default slog.Default()). Key values
+	// are logged at debug level only.
+	Logger *slog.Logger
+	// Clock is the time source (default the wall clock).
+	Clock Clock
+	// TracerProvider receives a span per step (default: no tracing).
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the engine's metrics (default: none).
+	MeterProvider metric.MeterProvider
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		c.Store = memory.New(memory.Options{})
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]int{DefaultQueue: 10}
+	}
+	for q, n := range c.Queues {
+		if q == "" || n < 1 {
+			return fmt.Errorf("durable: queue %q: need a name and at least 1 executor, got %d", q, n)
+		}
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaxFlushBatch <= 0 {
+		c.MaxFlushBatch = 256
+	}
+	if c.ReaperInterval <= 0 {
+		c.ReaperInterval = 5 * time.Second
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.MaxPayloadBytes <= 0 {
+		c.MaxPayloadBytes = 1 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return nil
+}
+
+// Engine runs registered workflows against a store. Create it with New,
+// Register definitions, then Start; Insert, Signal, Cancel and Get work
+// whether or not the engine is started (until Stop).
+type Engine struct {
+	cfg      Config
+	st       store.Store
+	log      *slog.Logger
+	limits   gate.Limits
+	fakeTime bool
+
+	mu      sync.RWMutex
+	defs    map[string]map[int]*definition // name → version → definition
+	latest  map[string]*definition
+	state   int // 0 new, 1 started, 2 stopped
+	warned  map[string]bool
+	sched   *scheduler
+	flushed chan struct{} // closed and replaced after every committed flush
+	tel     *telemetry
+}
+
+// New validates cfg and returns an engine that is not yet started.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	limits, err := gate.NewLimits(cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
+	_, fake := cfg.Clock.(realClock)
+	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("durable: telemetry: %w", err)
+	}
+	return &Engine{tel: tel,
+		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, fakeTime: !fake,
+		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
+		warned: map[string]bool{}, flushed: make(chan struct{}),
+	}, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.st }
+
+// WorkerID returns the id this engine claims under.
+func (e *Engine) WorkerID() string { return e.cfg.WorkerID }
+
+// Register adds workflow definitions. Several versions of one name may be
+// registered; new instances start on the highest.
+func (e *Engine) Register(defs ...Definition) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range defs {
+		def := d.definition()
+		if err := def.validate(); err != nil {
+			return fmt.Errorf("durable: register: %w", err)
+		}
+		if e.defs[def.name] == nil {
+			e.defs[def.name] = map[int]*definition{}
+		}
+		e.defs[def.name][def.version] = def
+		if l := e.latest[def.name]; l == nil || def.version > l.version {
+			e.latest[def.name] = def
+		}
+	}
+	return nil
+}
+
+func (e *Engine) lookup(name string, version int) *definition {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.defs[name][version]
+}
+
+func (e *Engine) workflowNames() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]string, 0, len(e.defs))
+	for n := range e.defs {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// storeNow is the "now" passed to the store: zero (the store's own clock,
+// PostgreSQL's now() for example) unless a fake clock is configured.
+func (e *Engine) storeNow() time.Time {
+	if e.fakeTime {
+		return e.cfg.Clock.Now()
+	}
+	return time.Time{}
+}
+
+func (e *Engine) checkOpen() error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.state == 2 {
+		return ErrStopped
+	}
+	return nil
+}
+
+// InsertOptions are the options of one insert.
+type InsertOptions struct {
+	// Key is the concurrency key (zero: none).
+	Key gate.ConcurrencyKey
+	// Queue overrides the workflow's queue.
+	Queue string
+	// Priority orders admission: lower runs first (default 0).
+	Priority int
+	// RunAt delays the first step until a time; Delay until now + Delay.
+	RunAt time.Time
+	Delay time.Duration
+	// UniqueKey makes the insert a no-op (returning the existing id) while
+	// another instance with the same UniqueKey is in one of UniqueStatuses
+	// (default: any non-terminal status).
+	UniqueKey      string
+	UniqueStatuses []store.Status
+	// ID is a caller-chosen instance id (a UUID); default a new one.
+	ID string
+}
+
+// InsertRequest is one instance of an InsertMany.
+type InsertRequest struct {
+	Workflow string
+	State    any
+	Options  InsertOptions
+}
+
+// Insert starts an instance of workflow with state and returns its id. With
+// a UniqueKey that is taken, it returns the existing instance's id.
+func (e *Engine) Insert(ctx context.Context, workflow string, state any, opts InsertOptions) (string, error) {
+	ids, err := e.InsertMany(ctx, []InsertRequest{{Workflow: workflow, State: state, Options: opts}})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// InsertMany starts many instances atomically (all or none), in any number.
+func (e *Engine) InsertMany(ctx context.Context, reqs []InsertRequest) ([]string, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := e.prepareInserts(reqs, "")
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.st.Insert(ctx, rows)
+	if err != nil {
+		return nil, fmt.Errorf("durable: insert: %w", err)
+	}
+	e.wakeQueues(rows)
+	return insertIDs(res), nil
+}
+
+func insertIDs(res []store.InsertResult) []string {
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// prepareInserts validates and encodes insert requests into store rows.
+func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.NewInstance, error) {
+	now := e.cfg.Clock.Now()
+	rows := make([]store.NewInstance, 0, len(reqs))
+	for i, r := range reqs {
+		e.mu.RLock()
+		def := e.latest[r.Workflow]
+		e.mu.RUnlock()
+		if def == nil {
+			return nil, fmt.Errorf("durable: insert #%d: %w %q", i, ErrUnknownWorkflow, r.Workflow)
+		}
+		state, err := e.encode("state", r.State)
+		if err != nil {
+			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+		}
+		if err := e.checkKey(r.Options.Key); err != nil {
+			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+		}
+		o := r.Options
+		id := o.ID
+		if id == "" {
+			id = uuid.NewString()
+		} else if _, err := uuid.Parse(id); err != nil {
+			return nil, fmt.Errorf("durable: insert #%d: id %q is not a UUID", i, id)
+		}
+		queue := o.Queue
+		if queue == "" {
+			queue = def.queue
+		}
+		runAt := o.RunAt
+		if runAt.IsZero() && o.Delay > 0 {
+			runAt = now.Add(o.Delay)
+		}
+		if runAt.IsZero() && e.fakeTime {
+			runAt = now
+		}
+		rows = append(rows, store.NewInstance{
+			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
+			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt,
+			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, ParentID: parentID,
+		})
+	}
+	return rows, nil
+}
+
+// encode JSON-encodes v, enforcing MaxPayloadBytes.
+func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %v", ErrEncode, what, err)
+	}
+	if len(b) > e.cfg.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrPayloadTooLarge, what, len(b), e.cfg.MaxPayloadBytes)
+	}
+	return b, nil
+}
+
+// checkKey applies the prefix-capture analysis to a key about to be used:
+// a warning is logged once per key name, or returned as an error in Strict mode.
+func (e *Engine) checkKey(k gate.ConcurrencyKey) error {
+	w, found := e.limits.Check(k)
+	if !found {
+		return nil
+	}
+	if e.cfg.Strict {
+		return w.Error()
+	}
+	e.mu.Lock()
+	seen := e.warned[string(w.Kind)+"/"+w.Name]
+	e.warned[string(w.Kind)+"/"+w.Name] = true
+	e.mu.Unlock()
+	if !seen {
+		e.log.Warn("concurrency key prefix capture", "kind", w.Kind, "name", w.Name, "detail", w.Message)
+	}
+	return nil
+}
+
+// Warnings returns the prefix-capture warnings seen so far (key names only).
+func (e *Engine) Warnings() []gate.Warning {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []gate.Warning
+	for k := range e.warned {
+		kind, name, _ := cut(k)
+		var w gate.Warning
+		switch gate.WarningKind(kind) {
+		case gate.IdentityCaptured:
+			w, _ = e.limits.Check(gate.Identity(name, "x"))
+		case gate.GateWithoutLimit:
+			w, _ = e.limits.Check(gate.Gate(name, "x"))
+		default:
+			w = gate.Warning{Kind: gate.WarningKind(kind), Name: name, Message: "live keys changed by a limit change for " + name}
+		}
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func cut(s string) (string, string, bool) {
+	for i := range s {
+		if s[i] == '/' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// SignalOptions are the options of Signal.
+type SignalOptions struct {
+	// DedupKey makes a repeated signal with the same key a no-op.
+	DedupKey string
+}
+
+// Signal sends a durable signal named name, with a JSON-encoded payload, to
+// an instance. It is delivered (at least once) to the instance's first Await
+// of that name, whether the instance awaits already or later. A duplicate
+// dedup key is not an error. A missing instance is store.ErrNotFound, a
+// terminal one store.ErrTerminal.
+func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts SignalOptions) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if name == "" {
+		return errors.New("durable: signal: empty name")
+	}
+	var raw json.RawMessage
+	if payload != nil {
+		b, err := e.encode("signal payload", payload)
+		if err != nil {
+			return fmt.Errorf("durable: signal %s: %w", name, err)
+		}
+		raw = b
+	}
+	res, err := e.st.Signal(ctx, store.SignalRequest{InstanceID: id, Name: name, Payload: raw, DedupKey: opts.DedupKey, Now: e.storeNow()})
+	if err != nil {
+		return fmt.Errorf("durable: signal %s to %s: %w", name, id, err)
+	}
+	if res.Woke {
+		e.wakeAll()
+	}
+	return nil
+}
+
+// Cancel makes a non-terminal instance canceled. A running step's context is
+// cancelled at its next heartbeat and its outcome is discarded.
+func (e *Engine) Cancel(ctx context.Context, id string) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
+		return fmt.Errorf("durable: cancel %s: %w", id, err)
+	}
+	e.wakeAll()
+	return nil
+}
+
+// Retry makes a failed or canceled instance ready again at the step it
+// ended on, attempt 0.
+func (e *Engine) Retry(ctx context.Context, id string) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := e.st.Retry(ctx, id, e.storeNow()); err != nil {
+		return fmt.Errorf("durable: retry %s: %w", id, err)
+	}
+	e.wakeAll()
+	return nil
+}
+
+// Get returns an instance's stored view: status, step, state, attempt, last
+// error, key.
+func (e *Engine) Get(ctx context.Context, id string) (store.Instance, error) {
+	inst, err := e.st.Get(ctx, id)
+	if err != nil {
+		return store.Instance{}, fmt.Errorf("durable: get %s: %w", id, err)
+	}
+	return inst, nil
+}
+
+// Wait blocks until the instance is terminal (or ctx is done) and returns it.
+func (e *Engine) Wait(ctx context.Context, id string) (store.Instance, error) {
+	delay := 5 * time.Millisecond
+	for {
+		e.mu.RLock()
+		flushed := e.flushed
+		e.mu.RUnlock()
+		inst, err := e.Get(ctx, id)
+		if err != nil {
+			return inst, err
+		}
+		if inst.Status.Terminal() {
+			return inst, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return inst, ctx.Err()
+		case <-flushed:
+		case <-t.C:
+		}
+		t.Stop()
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
+
+// ErrFailed is wrapped by Result when the instance failed or was canceled.
+var ErrFailed = errors.New("instance did not succeed")
+
+// Result waits for the instance and decodes its Done result into T. A failed
+// or canceled instance returns an error wrapping ErrFailed with its last error.
+func Result[T any](ctx context.Context, e *Engine, id string) (T, error) {
+	var out T
+	inst, err := e.Wait(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if inst.Status != store.StatusDone {
+		return out, fmt.Errorf("durable: %s is %s: %w: %s", id, inst.Status, ErrFailed, inst.LastError)
+	}
+	if len(inst.Result) > 0 {
+		if err := json.Unmarshal(inst.Result, &out); err != nil {
+			return out, fmt.Errorf("durable: decode result of %s: %w", id, err)
+		}
+	}
+	return out, nil
+}
+
+func (e *Engine) notifyFlushed() {
+	e.mu.Lock()
+	close(e.flushed)
+	e.flushed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+func (e *Engine) wakeQueues(rows []store.NewInstance) {
+	e.mu.RLock()
+	s := e.sched
+	e.mu.RUnlock()
+	if s == nil {
+		return
+	}
+	for _, r := range rows {
+		s.wake(r.Queue)
+	}
+}
+
+func (e *Engine) wakeAll() {
+	e.mu.RLock()
+	s := e.sched
+	e.mu.RUnlock()
+	if s != nil {
+		s.wakeAll()
+	}
+}

@@ -1,0 +1,332 @@
+package durable_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/enginetest"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/transitions"
+)
+
+type counter struct {
+	N int `json:"n"`
+}
+
+func fastRetry(n int) steps.RetryPolicy {
+	return steps.RetryPolicy{MaxAttempts: n, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, RandomizationFactor: -1}
+}
+
+func newEngine(t *testing.T, cfg durable.Config, defs ...durable.Definition) *durable.Engine {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	e, err := durable.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, e.Register(defs...))
+	return e
+}
+
+func start(t *testing.T, e *durable.Engine) {
+	t.Helper()
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func counterWorkflow() *durable.Workflow[counter] {
+	wf := durable.NewWorkflow[counter]("count", "inc", durable.WorkflowOptions{Retry: fastRetry(3)})
+	wf.Step("inc", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		s.N++
+		if s.N < 3 {
+			return transitions.Next("inc", s), nil
+		}
+		return transitions.Done(s.N), nil
+	})
+	return wf
+}
+
+func TestEngineRunsToDone(t *testing.T) {
+	e := newEngine(t, durable.Config{}, counterWorkflow())
+	start(t, e)
+	ctx := waitCtx(t)
+	id, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("account", "1")})
+	require.NoError(t, err)
+	n, err := durable.Result[int](ctx, e, id)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	in, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, "account:1", in.Key, "the key persists across steps")
+	h, err := e.Store().History(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	assert.Equal(t, "done", h[2].Outcome)
+}
+
+func TestStressMemoryThreeEngines(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.Stress(t, func() store.Store { return st }, enginetest.StressOptions{
+		Engines: 3, Instances: 600, AcctKeys: 20, APIKeys: 4, Executors: 8, Timeout: 60 * time.Second,
+	})
+}
+
+func TestPanicIsCaughtRetriedAndFails(t *testing.T) {
+	var logs bytes.Buffer
+	var runs atomic.Int32
+	wf := durable.NewWorkflow[counter]("boom", "explode", durable.WorkflowOptions{Retry: fastRetry(3)})
+	wf.Step("explode", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		runs.Add(1)
+		panic("kaboom")
+	})
+	e := newEngine(t, durable.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, wf, counterWorkflow())
+	start(t, e)
+	ctx := waitCtx(t)
+	id, err := e.Insert(ctx, "boom", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	other, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	_, err = durable.Result[int](ctx, e, id)
+	require.ErrorIs(t, err, durable.ErrFailed)
+	assert.Contains(t, err.Error(), "panic: kaboom")
+	assert.Equal(t, int32(3), runs.Load(), "MaxAttempts 3: three runs, then stop")
+	n, err := durable.Result[int](ctx, e, other)
+	require.NoError(t, err, "a panicking workflow does not disturb others")
+	assert.Equal(t, 3, n)
+	assert.Contains(t, logs.String(), "engine_test.go", "the panic is logged with its stack")
+	h, err := e.Store().History(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	assert.Equal(t, "panic", h[0].Outcome)
+	assert.Equal(t, []int{0, 1, 2}, []int{h[0].Attempt, h[1].Attempt, h[2].Attempt})
+}
+
+func TestStateThatDoesNotDecodeFailsOnlyThatInstance(t *testing.T) {
+	e := newEngine(t, durable.Config{}, counterWorkflow())
+	start(t, e)
+	ctx := waitCtx(t)
+	bad, err := e.Insert(ctx, "count", map[string]string{"n": "not a number"}, durable.InsertOptions{})
+	require.NoError(t, err)
+	good, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	in, err := e.Wait(ctx, bad)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusFailed, in.Status)
+	assert.Contains(t, in.LastError, "decode state")
+	assert.Equal(t, 0, in.Attempt, "a decode error is not retried")
+	_, err = durable.Result[int](ctx, e, good)
+	require.NoError(t, err)
+}
+
+func TestInsertRejectsBadInputAndInsertsNothing(t *testing.T) {
+	st := memory.New(memory.Options{})
+	e := newEngine(t, durable.Config{Store: st, MaxPayloadBytes: 64}, counterWorkflow())
+	ctx := waitCtx(t)
+
+	_, err := e.Insert(ctx, "nope", counter{}, durable.InsertOptions{})
+	assert.ErrorIs(t, err, durable.ErrUnknownWorkflow)
+
+	_, err = e.InsertMany(ctx, []durable.InsertRequest{
+		{Workflow: "count", State: counter{}},
+		{Workflow: "count", State: map[string]any{"ch": make(chan int)}},
+	})
+	assert.ErrorIs(t, err, durable.ErrEncode)
+
+	_, err = e.Insert(ctx, "count", map[string]string{"big": string(make([]byte, 100))}, durable.InsertOptions{})
+	assert.ErrorIs(t, err, durable.ErrPayloadTooLarge)
+
+	_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{ID: "not-a-uuid"})
+	assert.Error(t, err)
+
+	all, err := st.List(ctx, store.ListFilter{Limit: 100})
+	require.NoError(t, err)
+	assert.Empty(t, all, "a failed insert inserts nothing, not even the valid rows of its batch")
+}
+
+func TestStrictModeRefusesPrefixCapture(t *testing.T) {
+	ctx := waitCtx(t)
+	strict := newEngine(t, durable.Config{Strict: true, Limits: []gate.Limit{{Name: "order", Limit: 5}}}, counterWorkflow())
+	_, err := strict.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})
+	assert.ErrorIs(t, err, gate.ErrPrefixCapture)
+	_, err = strict.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("stripe", "t")})
+	assert.ErrorIs(t, err, gate.ErrPrefixCapture, "a gate key with no limit runs at K = 1")
+	_, err = strict.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("account", "1")})
+	assert.NoError(t, err)
+
+	var logs bytes.Buffer
+	lax := newEngine(t, durable.Config{WorkerID: "lax-worker", Limits: []gate.Limit{{Name: "order", Limit: 5}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, counterWorkflow())
+	for i := 0; i < 3; i++ {
+		_, err = lax.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("prefix capture")), "warned once per name")
+	assert.NotContains(t, logs.String(), "42", "no key ids in logs above debug")
+	require.Len(t, lax.Warnings(), 1)
+	assert.Equal(t, gate.IdentityCaptured, lax.Warnings()[0].Kind)
+}
+
+func TestStrictStartRefusesLimitChangeOnLiveKeys(t *testing.T) {
+	ctx := waitCtx(t)
+	st := memory.New(memory.Options{})
+	first := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 2}}}, counterWorkflow())
+	require.NoError(t, first.Start(ctx))
+	require.NoError(t, first.Stop(ctx))
+	_, err := first.Store().Insert(ctx, []store.NewInstance{{ID: "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11", Workflow: "count", Version: 1, Queue: "other", Step: "inc", State: json.RawMessage(`{}`), Key: "api:1"}})
+	require.NoError(t, err)
+	second := newEngine(t, durable.Config{Store: st, Strict: true, Limits: []gate.Limit{{Name: "api", Limit: 9}}}, counterWorkflow())
+	err = second.Start(ctx)
+	require.ErrorIs(t, err, gate.ErrPrefixCapture)
+	assert.Contains(t, err.Error(), "1 live")
+	ls, err := st.Limits(ctx)
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+	assert.Equal(t, 2, ls[0].Limit, "a refused change is not stored")
+
+	var logs bytes.Buffer
+	lax := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 9}}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Queues: map[string]int{"unused": 1}}, counterWorkflow())
+	require.NoError(t, lax.Start(ctx))
+	require.NoError(t, lax.Stop(ctx))
+	assert.Contains(t, logs.String(), "live_instances=1")
+	assert.Contains(t, logs.String(), "name=api")
+}
+
+func TestSignalErrors(t *testing.T) {
+	e := newEngine(t, durable.Config{}, counterWorkflow())
+	start(t, e)
+	ctx := waitCtx(t)
+	err := e.Signal(ctx, "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11", "x", nil, durable.SignalOptions{})
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	id, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	_, err = e.Wait(ctx, id)
+	require.NoError(t, err)
+	err = e.Signal(ctx, id, "x", nil, durable.SignalOptions{})
+	assert.ErrorIs(t, err, store.ErrTerminal)
+	assert.ErrorIs(t, e.Cancel(ctx, id), store.ErrTerminal)
+}
+
+func TestAwaitSignalAndTimeout(t *testing.T) {
+	wf := durable.NewWorkflow[counter]("wait", "park", durable.WorkflowOptions{})
+	wf.Step("park", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Await("go", "woke", s, transitions.Timeout(300*time.Millisecond)), nil
+	})
+	wf.Step("woke", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		if sig, ok := ctx.Signal(); ok {
+			var p counter
+			if err := sig.Decode(&p); err != nil {
+				return transitions.Transition{}, err
+			}
+			return transitions.Done(p.N), nil
+		}
+		if ctx.TimedOut() {
+			return transitions.Done(-1), nil
+		}
+		return transitions.Stop("woke with neither signal nor timeout"), nil
+	})
+	e := newEngine(t, durable.Config{}, wf)
+	start(t, e)
+	ctx := waitCtx(t)
+	early, err := e.Insert(ctx, "wait", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	require.NoError(t, e.Signal(ctx, early, "go", counter{N: 7}, durable.SignalOptions{}), "a signal sent before the await is kept")
+	n, err := durable.Result[int](ctx, e, early)
+	require.NoError(t, err)
+	assert.Equal(t, 7, n)
+
+	late, err := e.Insert(ctx, "wait", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	began := time.Now()
+	n, err = durable.Result[int](ctx, e, late)
+	require.NoError(t, err)
+	assert.Equal(t, -1, n, "the await timed out")
+	assert.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond)
+}
+
+func TestStopTwiceAndCallsAfterStop(t *testing.T) {
+	e := newEngine(t, durable.Config{}, counterWorkflow())
+	ctx := waitCtx(t)
+	require.NoError(t, e.Start(ctx))
+	require.Error(t, e.Start(ctx), "start twice")
+	require.NoError(t, e.Stop(ctx))
+	require.NoError(t, e.Stop(ctx), "stop twice is harmless")
+	_, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	assert.ErrorIs(t, err, durable.ErrStopped)
+	assert.ErrorIs(t, e.Signal(ctx, "x", "y", nil, durable.SignalOptions{}), durable.ErrStopped)
+	assert.ErrorIs(t, e.Start(ctx), durable.ErrStopped)
+}
+
+func TestStopDeadlineReleasesRunningClaims(t *testing.T) {
+	started := make(chan struct{}, 1)
+	wf := durable.NewWorkflow[counter]("slow", "block", durable.WorkflowOptions{})
+	wf.Step("block", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return transitions.Transition{}, ctx.Err()
+	})
+	e := newEngine(t, durable.Config{Queues: map[string]int{"default": 1}}, wf)
+	ctx := waitCtx(t)
+	require.NoError(t, e.Start(ctx))
+	id, err := e.Insert(ctx, "slow", counter{}, durable.InsertOptions{Key: gate.Identity("account", "1")})
+	require.NoError(t, err)
+	<-started
+	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = e.Stop(stopCtx)
+	require.Error(t, err, "the deadline passed with a step running")
+	in, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusReady, in.Status, "the cut-short claim went back")
+	assert.Equal(t, 0, in.Attempt, "shutdown is not the step's fault")
+	info, err := e.Store().KeyInfo(ctx, "account:1")
+	require.NoError(t, err)
+	assert.Empty(t, info.Holders, "its key is free")
+}
+
+func TestErrorHandlerOverride(t *testing.T) {
+	var calls atomic.Int32
+	wf := durable.NewWorkflow[counter]("custom", "fail", durable.WorkflowOptions{
+		OnError: func(ctx steps.Context, err error) (time.Duration, bool) {
+			calls.Add(1)
+			return time.Millisecond, ctx.Attempt() < 1
+		},
+	})
+	wf.Step("fail", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Transition{}, errors.New("nope")
+	})
+	e := newEngine(t, durable.Config{}, wf)
+	start(t, e)
+	ctx := waitCtx(t)
+	id, err := e.Insert(ctx, "custom", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	in, err := e.Wait(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusFailed, in.Status)
+	assert.Equal(t, "nope", in.LastError)
+	assert.Equal(t, int32(2), calls.Load())
+}

@@ -1,0 +1,106 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/transitions"
+)
+
+// A workflow is a state machine over a Go state type: named steps, each
+// returning a transition with the new state. The state is committed after
+// every step, so a crash re-runs at most the step that was running.
+func Example_defineWorkflow() {
+	type Order struct {
+		ID     string `json:"id"`
+		Items  int    `json:"items"`
+		Packed bool   `json:"packed"`
+	}
+	wf := durable.NewWorkflow[Order]("fulfil", "pack", durable.WorkflowOptions{}).
+		Step("pack", func(ctx steps.Context, o Order) (transitions.Transition, error) {
+			o.Packed = true
+			return transitions.Next("ship", o), nil
+		}).
+		Step("ship", func(ctx steps.Context, o Order) (transitions.Transition, error) {
+			if !o.Packed {
+				return transitions.Stop("not packed"), nil
+			}
+			return transitions.Done(fmt.Sprintf("order %s: %d items shipped", o.ID, o.Items)), nil
+		})
+
+	// No Store configured: an in-memory store (use store/postgres in production).
+	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := eng.Register(wf); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	id, err := eng.Insert(ctx, "fulfil", Order{ID: "A-1", Items: 3}, durable.InsertOptions{})
+	if err != nil {
+		panic(err)
+	}
+	msg, err := durable.Result[string](ctx, eng, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg)
+	// Output: order A-1: 3 items shipped
+}
+
+// Insert with a concurrency key: the two syncs of account 7 never run a step
+// at the same time (no limit is configured for "account", so K = 1), while
+// account 9 runs in parallel with them.
+func ExampleEngine_Insert() {
+	wf := durable.NewWorkflow[string]("account.sync", "sync", durable.WorkflowOptions{}).
+		Step("sync", func(ctx steps.Context, account string) (transitions.Transition, error) {
+			return transitions.Done("synced under " + ctx.Key()), nil
+		})
+	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := eng.Register(wf); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	var ids []string
+	for _, account := range []string{"7", "7", "9"} {
+		id, err := eng.Insert(ctx, "account.sync", account, durable.InsertOptions{
+			Key: gate.Identity("account", account),
+		})
+		if err != nil {
+			panic(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		msg, err := durable.Result[string](ctx, eng, id)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(msg)
+	}
+	// Output:
+	// synced under account:7
+	// synced under account:7
+	// synced under account:9
+}

@@ -1,0 +1,266 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
+)
+
+// PanicError is the error a step's panic becomes; it carries the stack.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
+
+// skewDelay is how long a row this worker cannot run (unknown version or
+// step) waits before it is offered again, to a worker that may know it.
+const skewDelay = 30 * time.Second
+
+// execute runs one claimed step to completion and returns the outcome to
+// commit. It never panics and never blocks beyond the step itself.
+func (e *Engine) execute(ctx context.Context, c store.Claimed) store.Outcome {
+	started := e.cfg.Clock.Now()
+	ctx, span := e.tel.startStep(ctx, c)
+	t0 := time.Now()
+	out, label, errText := e.run(ctx, c)
+	e.tel.endStep(ctx, span, c, label, errText, time.Since(t0))
+	out.ID, out.Fence = c.ID, c.Fence
+	out.History = &store.HistoryEntry{
+		InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Key: c.Key, Worker: e.cfg.WorkerID,
+		StartedAt: started, FinishedAt: e.cfg.Clock.Now(), Outcome: label, Error: errText,
+	}
+	return out
+}
+
+func (e *Engine) run(ctx context.Context, c store.Claimed) (out store.Outcome, label, errText string) {
+	def := e.lookup(c.Workflow, c.Version)
+	if def == nil {
+		// Deployment skew: leave it for a worker that knows this version.
+		msg := fmt.Sprintf("%v %q version %d is not registered on worker %s", ErrUnknownWorkflow, c.Workflow, c.Version, e.cfg.WorkerID)
+		return e.unchanged(c, msg), "skipped", msg
+	}
+	sd := def.steps[c.Step]
+	if sd == nil {
+		msg := fmt.Sprintf("step %q of %s v%d is not registered on worker %s", c.Step, c.Workflow, c.Version, e.cfg.WorkerID)
+		return e.unchanged(c, msg), "skipped", msg
+	}
+	sctx := e.newStepContext(ctx, c, def)
+	var cancel context.CancelFunc = func() {}
+	if sd.opts.Timeout > 0 {
+		sctx.Context, cancel = context.WithTimeout(sctx.Context, sd.opts.Timeout)
+	}
+	t, err := callStep(sd, sctx, c.State)
+	cancel()
+	if err == nil {
+		out, err = e.transitionOutcome(c, def, t)
+		if err == nil {
+			return out, t.Kind.String(), ""
+		}
+	}
+	return e.errorOutcome(sctx, c, def, sd, err)
+}
+
+// callStep runs the step, turning a panic into a *PanicError.
+func callStep(sd *stepDef, ctx steps.Context, state json.RawMessage) (t transitions.Transition, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	return sd.run(ctx, state)
+}
+
+// unchanged re-offers the row later with everything as it was.
+func (e *Engine) unchanged(c store.Claimed, msg string) store.Outcome {
+	return store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt,
+		RunAt: e.cfg.Clock.Now().Add(skewDelay), Error: msg}
+}
+
+// errorOutcome applies the error handler: retry (state unchanged) or fail.
+func (e *Engine) errorOutcome(sctx *stepContext, c store.Claimed, def *definition, sd *stepDef, err error) (store.Outcome, string, string) {
+	label := "error"
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		label = "panic"
+		sctx.Logger().Error("step panicked", "panic", fmt.Sprint(pe.Value), "stack", pe.Stack)
+	}
+	msg := err.Error()
+	var de *decodeError
+	if errors.As(err, &de) {
+		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg
+	}
+	var delay time.Duration
+	var retry bool
+	if def.onError != nil {
+		delay, retry = safeHandler(def.onError, sctx, err)
+	} else {
+		policy := def.retry
+		if sd.opts.Retry != nil {
+			policy = *sd.opts.Retry
+		}
+		delay, retry = policy.Delay(c.Attempt)
+	}
+	if !retry {
+		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg
+	}
+	return store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt + 1,
+		RunAt: e.cfg.Clock.Now().Add(delay), Error: msg}, label, msg
+}
+
+func safeHandler(h ErrorHandler, ctx steps.Context, err error) (d time.Duration, retry bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			d, retry = 0, false
+		}
+	}()
+	return h(ctx, err)
+}
+
+// transitionOutcome turns a step's transition into the outcome to commit. An
+// invalid transition (unknown next step, state that does not encode) is an
+// error for the handler.
+func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitions.Transition) (store.Outcome, error) {
+	now := e.cfg.Clock.Now()
+	out := store.Outcome{}
+	if c.Signal != nil {
+		out.ConsumeSignal = c.Signal.ID
+	}
+	needStep := func() error {
+		if _, ok := def.steps[t.Step]; !ok {
+			return fmt.Errorf("transition %s to unknown step %q", t.Kind, t.Step)
+		}
+		out.Step = t.Step
+		return nil
+	}
+	encodeState := func() error {
+		s, err := e.encode("state", t.State)
+		out.State = s
+		return err
+	}
+	switch t.Kind {
+	case transitions.KindNext:
+		out.Kind, out.RunAt = store.OutcomeReady, now
+		if err := needStep(); err != nil {
+			return out, err
+		}
+	case transitions.KindRetry:
+		out.Kind, out.Step, out.Attempt, out.RunAt = store.OutcomeReady, c.Step, c.Attempt+1, now.Add(t.Delay)
+	case transitions.KindSleep:
+		out.Kind = store.OutcomeReady
+		if err := needStep(); err != nil {
+			return out, err
+		}
+		out.RunAt = now.Add(t.Delay)
+		if !t.Until.IsZero() {
+			out.RunAt = t.Until
+		}
+	case transitions.KindAwait:
+		if t.Signal == "" {
+			return out, errors.New("await with an empty signal name")
+		}
+		out.Kind, out.AwaitSignal = store.OutcomeAwait, t.Signal
+		if err := needStep(); err != nil {
+			return out, err
+		}
+		if t.Timeout > 0 {
+			out.TimeoutAt = now.Add(t.Timeout)
+		}
+	case transitions.KindSpawn:
+		out.Kind = store.OutcomeSpawn
+		if err := needStep(); err != nil {
+			return out, err
+		}
+		reqs := make([]InsertRequest, len(t.Children))
+		for i, ch := range t.Children {
+			q := ch.Queue
+			if q == "" {
+				q = c.Queue
+			}
+			reqs[i] = InsertRequest{Workflow: ch.Workflow, State: ch.State, Options: InsertOptions{Key: ch.Key, Queue: q, Priority: ch.Priority}}
+		}
+		children, err := e.prepareInserts(reqs, c.ID)
+		if err != nil {
+			return out, fmt.Errorf("spawn: %w", err)
+		}
+		out.Children = children
+	case transitions.KindDone:
+		out.Kind, out.Step, out.State = store.OutcomeDone, c.Step, c.State
+		res, err := e.encode("result", t.Result)
+		if err != nil {
+			return out, err
+		}
+		out.Result = res
+		return out, nil
+	case transitions.KindStop:
+		out.Kind, out.Step, out.State, out.Attempt, out.Error = store.OutcomeFailed, c.Step, c.State, c.Attempt, t.Reason
+		if out.Error == "" {
+			out.Error = "stopped"
+		}
+		return out, nil
+	default:
+		return out, fmt.Errorf("invalid transition (kind %d): build it with the transitions package", t.Kind)
+	}
+	if err := encodeState(); err != nil {
+		return out, err
+	}
+	if t.KeyChange != nil {
+		if err := e.checkKey(t.KeyChange.Key); err != nil {
+			return out, err
+		}
+		out.SetKey, out.Key, out.KeyIntent = true, t.KeyChange.Key.String(), t.KeyChange.Key.Intent()
+	}
+	return out, nil
+}
+
+// stepContext implements steps.Context.
+type stepContext struct {
+	context.Context
+	e   *Engine
+	c   store.Claimed
+	log *slog.Logger
+}
+
+func (e *Engine) newStepContext(ctx context.Context, c store.Claimed, def *definition) *stepContext {
+	l := e.log.With("instance", c.ID, "workflow", c.Workflow, "step", c.Step, "attempt", c.Attempt)
+	return &stepContext{Context: ctx, e: e, c: c, log: l}
+}
+
+func (s *stepContext) InstanceID() string   { return s.c.ID }
+func (s *stepContext) Workflow() string     { return s.c.Workflow }
+func (s *stepContext) Step() string         { return s.c.Step }
+func (s *stepContext) Attempt() int         { return s.c.Attempt }
+func (s *stepContext) Key() string          { return s.c.Key }
+func (s *stepContext) TimedOut() bool       { return s.c.TimedOut }
+func (s *stepContext) Now() time.Time       { return s.e.cfg.Clock.Now() }
+func (s *stepContext) Logger() *slog.Logger { return s.log }
+
+func (s *stepContext) Signal() (steps.Signal, bool) {
+	if s.c.Signal == nil {
+		return steps.Signal{}, false
+	}
+	return steps.Signal{Name: s.c.Signal.Name, Payload: s.c.Signal.Payload, SentAt: s.c.Signal.CreatedAt}, true
+}
+
+func (s *stepContext) Children() ([]steps.Child, error) {
+	kids, err := s.e.st.Children(s, s.c.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]steps.Child, len(kids))
+	for i, k := range kids {
+		out[i] = steps.Child{ID: k.ID, Workflow: k.Workflow, Status: string(k.Status), Result: k.Result, Error: k.LastError}
+	}
+	return out, nil
+}
+
+var _ steps.Context = (*stepContext)(nil)

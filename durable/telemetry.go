@@ -1,0 +1,93 @@
+package durable
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/godurable/godurable/store"
+)
+
+// instrumentationName names the tracer and meter of the engine.
+const instrumentationName = "github.com/godurable/godurable/durable"
+
+// Attribute keys. Metric attributes carry workflow, step, queue, outcome and
+// gate name only — never an instance id or a key's value. The instance id
+// and attempt go on spans.
+const (
+	AttrWorkflow   = attribute.Key("durable.workflow")
+	AttrStep       = attribute.Key("durable.step")
+	AttrQueue      = attribute.Key("durable.queue")
+	AttrOutcome    = attribute.Key("durable.outcome")
+	AttrAttempt    = attribute.Key("durable.attempt")
+	AttrInstanceID = attribute.Key("durable.instance_id")
+	AttrGate       = attribute.Key("durable.gate")
+)
+
+// telemetry holds the engine's instruments.
+type telemetry struct {
+	tracer       trace.Tracer
+	steps        metric.Int64Counter
+	stale        metric.Int64Counter
+	reaped       metric.Int64Counter
+	stepDuration metric.Float64Histogram
+	queueLatency metric.Float64Histogram
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	var err error
+	if t.steps, err = m.Int64Counter("durable.steps", metric.WithDescription("Steps run, by workflow, step, queue and outcome."), metric.WithUnit("{step}")); err != nil {
+		return nil, err
+	}
+	if t.stale, err = m.Int64Counter("durable.outcomes.stale", metric.WithDescription("Outcomes discarded because their claim was no longer current."), metric.WithUnit("{outcome}")); err != nil {
+		return nil, err
+	}
+	if t.reaped, err = m.Int64Counter("durable.leases.reaped", metric.WithDescription("Claims taken back after their lease expired."), metric.WithUnit("{claim}")); err != nil {
+		return nil, err
+	}
+	if t.stepDuration, err = m.Float64Histogram("durable.step.duration", metric.WithDescription("Time a step ran."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.queueLatency, err = m.Float64Histogram("durable.queue.latency", metric.WithDescription("Time from a row becoming ready to its step starting."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// startStep opens the span of a step.
+func (t *telemetry) startStep(ctx context.Context, c store.Claimed) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "durable.step "+c.Workflow+"/"+c.Step, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue),
+			AttrAttempt.Int(c.Attempt), AttrInstanceID.String(c.ID)))
+}
+
+// endStep closes the span and records the step's metrics.
+func (t *telemetry) endStep(ctx context.Context, span trace.Span, c store.Claimed, outcome, errText string, took time.Duration) {
+	span.SetAttributes(AttrOutcome.String(outcome))
+	if errText != "" {
+		span.SetStatus(codes.Error, errText)
+	}
+	span.End()
+	attrs := metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue), AttrOutcome.String(outcome))
+	t.steps.Add(ctx, 1, attrs)
+	t.stepDuration.Record(ctx, took.Seconds(), metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue)))
+	if !c.StartedAt.IsZero() && !c.RunAt.IsZero() {
+		if lat := c.StartedAt.Sub(c.RunAt); lat >= 0 {
+			t.queueLatency.Record(ctx, lat.Seconds(), metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrQueue.String(c.Queue)))
+		}
+	}
+}

@@ -1,0 +1,220 @@
+// Package enginetest holds engine-level tests that every backend runs: many
+// engines sharing one store, random step outcomes, and a recorder outside the
+// store that proves no key ever exceeded its K.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
+)
+
+// Recorder counts, per key, the steps running at once, from outside the
+// store: a step body calls Enter with the key it was admitted under and Exit
+// when it returns. It records the highest count seen and every violation.
+type Recorder struct {
+	mu         sync.Mutex
+	limits     gate.Limits
+	cur        map[string]int
+	max        map[string]int
+	violations []string
+	steps      int
+}
+
+// NewRecorder returns a recorder checking against limits.
+func NewRecorder(limits gate.Limits) *Recorder {
+	return &Recorder{limits: limits, cur: map[string]int{}, max: map[string]int{}}
+}
+
+// Enter records a step starting under key ("" is ignored).
+func (r *Recorder) Enter(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.steps++
+	if key == "" {
+		return
+	}
+	r.cur[key]++
+	if r.cur[key] > r.max[key] {
+		r.max[key] = r.cur[key]
+	}
+	if k := r.limits.K(key); r.cur[key] > k {
+		r.violations = append(r.violations, fmt.Sprintf("%s ran %d at once, K = %d", key, r.cur[key], k))
+	}
+}
+
+// Exit records a step under key ending.
+func (r *Recorder) Exit(key string) {
+	if key == "" {
+		return
+	}
+	r.mu.Lock()
+	r.cur[key]--
+	r.mu.Unlock()
+}
+
+// Violations returns every time a key exceeded its K.
+func (r *Recorder) Violations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.violations...)
+}
+
+// Max returns the highest concurrency seen per key.
+func (r *Recorder) Max() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.max))
+	for k, v := range r.max {
+		out[k] = v
+	}
+	return out
+}
+
+// StressState is the state of a stress instance.
+type StressState struct {
+	Seed  uint64 `json:"seed"`
+	Steps int    `json:"steps"`
+	Max   int    `json:"max"`
+}
+
+// StressOptions sizes a stress run.
+type StressOptions struct {
+	Engines   int
+	Instances int
+	// AcctKeys is the number of K=1 keys ("acct:i"); ApiKeys the number of
+	// gate keys ("api:i", limit 3, 2 shards).
+	AcctKeys, APIKeys int
+	Executors         int
+	Timeout           time.Duration
+}
+
+// StressLimits are the limits a stress run uses.
+var StressLimits = []gate.Limit{{Name: "api", Limit: 3, Shards: 2}}
+
+// Stress runs o.Engines engines on stores from newStore (all sharing one
+// database) over random workflows and asserts the recorder saw no key over
+// its K, every instance is terminal, and every key is free with full
+// counters at the end.
+func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
+	limits, err := gate.NewLimits(StressLimits)
+	require.NoError(t, err)
+	rec := NewRecorder(limits)
+	key := func(r *rand.Rand) gate.ConcurrencyKey {
+		switch r.IntN(3) {
+		case 0:
+			return gate.Identity("acct", fmt.Sprint(r.IntN(o.AcctKeys)))
+		case 1:
+			return gate.Gate("api", fmt.Sprint(r.IntN(o.APIKeys)))
+		default:
+			return gate.ConcurrencyKey{}
+		}
+	}
+	wf := durable.NewWorkflow[StressState]("stress", "work", durable.WorkflowOptions{
+		Retry: steps.RetryPolicy{MaxAttempts: 1000, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond, RandomizationFactor: -1},
+	})
+	wf.Step("work", func(ctx steps.Context, s StressState) (transitions.Transition, error) {
+		rec.Enter(ctx.Key())
+		defer rec.Exit(ctx.Key())
+		r := rand.New(rand.NewPCG(s.Seed, uint64(s.Steps)*7919+uint64(ctx.Attempt())))
+		time.Sleep(time.Duration(r.IntN(1500)) * time.Microsecond)
+		s.Steps++
+		if s.Steps >= s.Max {
+			return transitions.Done(s.Steps), nil
+		}
+		switch p := r.IntN(100); {
+		case p < 30:
+			return transitions.Next("work", s), nil
+		case p < 40:
+			return transitions.Next("work", s, transitions.ReleaseKey()), nil
+		case p < 55:
+			return transitions.Next("work", s, transitions.SwitchKey(key(r))), nil
+		case p < 70:
+			return transitions.Await("go", "work", s, transitions.Timeout(time.Duration(20+r.IntN(30))*time.Millisecond)), nil
+		case p < 78:
+			return transitions.Sleep(time.Duration(r.IntN(5))*time.Millisecond, "work", s), nil
+		case p < 86:
+			return transitions.Retry(s, time.Millisecond), nil
+		case p < 94:
+			return transitions.Transition{}, errors.New("random failure")
+		default:
+			panic("random panic")
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	var engines []*durable.Engine
+	for i := 0; i < o.Engines; i++ {
+		e, err := durable.New(durable.Config{Store: newStore(), Limits: StressLimits, Queues: map[string]int{"default": o.Executors},
+			Logger: log, PollInterval: 20 * time.Millisecond, ReaperInterval: 50 * time.Millisecond, ReconcileInterval: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, e.Register(wf))
+		engines = append(engines, e)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	reqs := make([]durable.InsertRequest, o.Instances)
+	for i := range reqs {
+		reqs[i] = durable.InsertRequest{Workflow: "stress", State: StressState{Seed: r.Uint64(), Max: 1 + r.IntN(6)},
+			Options: durable.InsertOptions{Key: key(r), Priority: r.IntN(3)}}
+	}
+	ids, err := engines[0].InsertMany(ctx, reqs)
+	require.NoError(t, err)
+	for _, e := range engines {
+		require.NoError(t, e.Start(ctx))
+	}
+	// A signaller: wakes awaiting instances at random, racing their parks.
+	sigDone := make(chan struct{})
+	go func() {
+		defer close(sigDone)
+		for ctx.Err() == nil {
+			id := ids[r.IntN(len(ids))]
+			_ = engines[r.IntN(len(engines))].Signal(ctx, id, "go", map[string]int{"n": 1}, durable.SignalOptions{})
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	for _, id := range ids {
+		in, err := engines[0].Wait(ctx, id)
+		require.NoError(t, err, "instance %s did not finish: %+v", id, in)
+		require.Equal(t, store.StatusDone, in.Status, "instance %s: %s", id, in.LastError)
+	}
+	cancel()
+	<-sigDone
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stopCancel()
+	for _, e := range engines {
+		require.NoError(t, e.Stop(stopCtx))
+	}
+	require.Empty(t, rec.Violations())
+	st := engines[0].Store()
+	for i := 0; i < o.AcctKeys; i++ {
+		info, err := st.KeyInfo(stopCtx, fmt.Sprintf("acct:%d", i))
+		require.NoError(t, err)
+		require.Empty(t, info.Holders)
+		require.Zero(t, info.Waiting)
+	}
+	for i := 0; i < o.APIKeys; i++ {
+		info, err := st.KeyInfo(stopCtx, fmt.Sprintf("api:%d", i))
+		require.NoError(t, err)
+		require.Empty(t, info.Holders)
+		if info.Shards > 0 {
+			require.Equal(t, 3, info.Available, "api:%d counters must be back to full", i)
+		}
+	}
+	max := rec.Max()
+	t.Logf("steps %d, max per key: api:0=%d acct:0=%d", rec.steps, max["api:0"], max["acct:0"])
+}

@@ -1,0 +1,247 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// SyncLimits stores limits for every later claim and reports how they
+// differ from the stored ones. Counters of keys whose limit changed are
+// resized at once from the executing rows (so a lowered limit never
+// over-admits), and blocked rows of keys that gained room are promoted.
+func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.LimitsResult, error) {
+	next, err := gate.NewLimits(limits)
+	if err != nil {
+		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return store.LimitsResult{}, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	res := store.LimitsResult{Changes: gate.Diff(s.limits, next), Live: map[string]int64{}}
+	s.limits = next
+	changed := map[string]bool{}
+	for _, c := range res.Changes {
+		changed[c.Name] = true
+		res.Live[c.Name] = 0
+	}
+	for _, k := range s.sortedKeys() {
+		name := gate.NameOf(k)
+		if !changed[name] {
+			continue
+		}
+		ks := s.keys[k]
+		res.Live[name] += int64(len(ks.rows))
+		if ks.counters != nil {
+			if lim, ok := s.limits.Lookup(name); ok {
+				s.repairCounters(ks, lim)
+			} else {
+				ks.counters = nil
+			}
+		}
+		s.promoteFree(k, s.clock(), n)
+	}
+	return res, nil
+}
+
+// Limits returns the stored limits, sorted by name.
+func (s *Store) Limits(ctx context.Context) ([]gate.Limit, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	return s.limits.All(), nil
+}
+
+// FireTimers makes awaits whose timeout is at or before now ready; their
+// next claim has TimedOut set.
+func (s *Store) FireTimers(ctx context.Context, now time.Time) (int, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	fired := 0
+	for _, name := range s.sortedQueues() {
+		q := s.queues[name]
+		for q.timers.Len() > 0 && !q.timers.min().inst.TimeoutAt.After(now) {
+			r := q.timers.popMin()
+			at := r.inst.TimeoutAt
+			r.timedOut = true
+			r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
+			r.inst.UpdatedAt = now
+			s.setReady(r, at, n)
+			fired++
+		}
+	}
+	return fired, nil
+}
+
+// Reap takes back claims whose lease expired at or before now.
+func (s *Store) Reap(ctx context.Context, now time.Time) (int, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	return s.takeBack(func(r *row) bool { return !r.inst.LeaseExpiresAt.After(now) }, now, n), nil
+}
+
+// ReclaimWorker takes back every claim held by worker.
+func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	return s.takeBack(func(r *row) bool { return r.inst.Worker == worker }, now, n), nil
+}
+
+// takeBack returns the executing rows matching pick to ready with attempt
+// + 1. It is a crash path: a K = 1 key is free at once, but gate slots are
+// not credited (the reconciler repairs them). A waking signal or timeout
+// stays with the row, so the next run sees it again.
+func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
+	var rows []*row
+	for _, r := range s.executing {
+		if pick(r) {
+			rows = append(rows, r)
+		}
+	}
+	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
+	for _, r := range rows {
+		s.leaveExecuting(r, false, n)
+		r.inst.Attempt++
+		r.inst.UpdatedAt = now
+		s.setReady(r, r.inst.RunAt, n)
+	}
+	return len(rows)
+}
+
+// Reconcile repairs gate counters from the executing rows, promotes blocked
+// rows whose key has room, deletes idle counters, and deletes terminal rows
+// (with their signals and history) last updated before now − retention.
+func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time.Time) (store.ReconcileReport, error) {
+	if err := s.lock(); err != nil {
+		return store.ReconcileReport{}, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	var rep store.ReconcileReport
+	for _, k := range s.sortedKeys() {
+		ks := s.keys[k]
+		lim, gated := s.limits.Lookup(gate.NameOf(k))
+		if ks.counters != nil && gated {
+			fixed, drift := s.repairCounters(ks, lim)
+			rep.CountersRepaired += fixed
+			rep.Drift += drift
+		}
+		rep.Promoted += s.promoteFree(k, now, n)
+		if ks.counters != nil && (!gated || ks.executing == 0) {
+			rep.CountersDeleted += len(ks.counters)
+			ks.counters = nil
+			s.dropKeyIfIdle(k)
+		}
+	}
+	if retention > 0 {
+		rep.InstancesDeleted = s.deleteOld(now.Add(-retention))
+	}
+	return rep, nil
+}
+
+// repairCounters sets every shard of a gate key to capacity − executing rows
+// debited to it, resizing the set when the limit changed. It returns the
+// number of shards corrected and the total absolute correction.
+func (s *Store) repairCounters(ks *keyState, lim gate.Limit) (fixed, drift int) {
+	caps := lim.ShardCapacities()
+	used := s.executingByShard(ks, len(caps))
+	if len(ks.counters) != len(caps) {
+		before, after := 0, 0
+		for _, c := range ks.counters {
+			before += c.available
+		}
+		ks.counters = make([]counter, len(caps))
+		for i, c := range caps {
+			ks.counters[i] = counter{capacity: c, available: max(0, c-used[i])}
+			after += ks.counters[i].available
+		}
+		return len(caps), abs(after - before)
+	}
+	for i, c := range caps {
+		want := max(0, c-used[i])
+		if ks.counters[i].available != want || ks.counters[i].capacity != c {
+			fixed++
+			drift += abs(want - ks.counters[i].available)
+			ks.counters[i] = counter{capacity: c, available: want}
+		}
+	}
+	return fixed, drift
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// deleteOld removes terminal rows updated before cutoff.
+func (s *Store) deleteOld(cutoff time.Time) int {
+	var old []*row
+	for _, r := range s.rows {
+		if r.inst.Status.Terminal() && r.inst.UpdatedAt.Before(cutoff) {
+			old = append(old, r)
+		}
+	}
+	for _, r := range old {
+		delete(s.rows, r.inst.ID)
+		for _, sg := range r.inbox {
+			delete(s.signals, sg.sig.ID)
+		}
+		if m := s.unique[r.inst.UniqueKey]; m != nil {
+			delete(m, r.inst.ID)
+			if len(m) == 0 {
+				delete(s.unique, r.inst.UniqueKey)
+			}
+		}
+		if kids := s.children[r.inst.ParentID]; kids != nil {
+			kids = slices.DeleteFunc(kids, func(c *row) bool { return c == r })
+			if len(kids) == 0 {
+				delete(s.children, r.inst.ParentID)
+			} else {
+				s.children[r.inst.ParentID] = kids
+			}
+		}
+	}
+	return len(old)
+}
+
+func (s *Store) sortedKeys() []string {
+	ks := make([]string, 0, len(s.keys))
+	for k := range s.keys {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (s *Store) sortedQueues() []string {
+	qs := make([]string, 0, len(s.queues))
+	for q := range s.queues {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, strings.Compare)
+	return qs
+}

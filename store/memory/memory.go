@@ -1,0 +1,310 @@
+// Package memory is an in-memory store.Store with the same semantics as the
+// PostgreSQL backend (the conformance suite in store/storetest proves it). It
+// backs durabletest and lets the examples run with no database.
+//
+// Everything sits behind one mutex, so every method is atomic. Iteration
+// never depends on Go map order: results, promotions and notifications are
+// ordered by admission order, insertion order or id, so the same sequence of
+// calls always gives the same result.
+//
+// The admission rules live in admission.go; outcomes and signals in
+// outcome.go; timers, reaping and reconciling in maintenance.go.
+package memory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Clock is the store's clock, used whenever a method is given a zero
+	// time (and for insert and signal timestamps). Default: time.Now.
+	Clock func() time.Time
+}
+
+// Store is an in-memory store.Store and store.Notifier. The zero value is
+// not usable; call New.
+type Store struct {
+	mu     sync.Mutex
+	clock  func() time.Time
+	closed bool
+
+	seq        int64 // insertion order of rows
+	nextSignal int64
+	limits     gate.Limits
+
+	rows      map[string]*row
+	queues    map[string]*queueState
+	keys      map[string]*keyState
+	executing map[string]*row
+	unique    map[string]map[string]*row // unique key -> rows carrying it
+	children  map[string][]*row          // parent id -> children, creation order
+	signals   map[int64]*signal
+
+	listeners    map[int64]func(string)
+	nextListener int64
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New(opts Options) *Store {
+	clock := opts.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	limits, _ := gate.NewLimits(nil)
+	return &Store{
+		clock:     clock,
+		limits:    limits,
+		rows:      map[string]*row{},
+		queues:    map[string]*queueState{},
+		keys:      map[string]*keyState{},
+		executing: map[string]*row{},
+		unique:    map[string]map[string]*row{},
+		children:  map[string][]*row{},
+		signals:   map[int64]*signal{},
+		listeners: map[int64]func(string){},
+	}
+}
+
+// row is one instance and its place in the indexes.
+type row struct {
+	inst           store.Instance
+	seq            int64
+	uniqueStatuses []store.Status
+	inbox          []*signal // in id order
+	dedup          map[string]bool
+	// wake is the signal that woke the row from its await; it is handed to
+	// every claim until an outcome commits, so a stale run redelivers it.
+	wake     *signal
+	timedOut bool
+	history  []store.HistoryEntry
+
+	pickHeap  *rowHeap // a queue's ready heap or a key's blocked heap
+	pickIdx   int
+	timerHeap *rowHeap // the queue's await-timeout heap
+	timerIdx  int
+}
+
+type signal struct {
+	sig      store.Signal
+	consumed bool
+}
+
+// queueState indexes the ready rows of a queue by priority (each heap in
+// run_at, insertion order) and its awaits by timeout.
+type queueState struct {
+	ready  map[int]*rowHeap
+	prios  []int // sorted keys of ready
+	timers *rowHeap
+}
+
+// keyState is what the store knows about one concurrency key.
+type keyState struct {
+	rows      map[string]*row // non-terminal rows carrying the key
+	executing int             // executing rows carrying the key
+	blocked   *rowHeap        // blocked rows, admission order
+	counters  []counter       // gate slot counters (nil: none stored)
+}
+
+// counter is one shard of a gate key's slots.
+type counter struct {
+	capacity  int
+	available int
+}
+
+func (s *Store) now(t time.Time) time.Time {
+	if t.IsZero() {
+		return s.clock()
+	}
+	return t
+}
+
+// lock takes the mutex and fails if the store is closed.
+func (s *Store) lock() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) queue(name string) *queueState {
+	q := s.queues[name]
+	if q == nil {
+		q = &queueState{ready: map[int]*rowHeap{}, timers: newTimerHeap()}
+		s.queues[name] = q
+	}
+	return q
+}
+
+func (s *Store) key(k string) *keyState {
+	ks := s.keys[k]
+	if ks == nil {
+		ks = &keyState{rows: map[string]*row{}, blocked: newPickHeap()}
+		s.keys[k] = ks
+	}
+	return ks
+}
+
+// dropKeyIfIdle forgets a key that has nothing left to remember.
+func (s *Store) dropKeyIfIdle(k string) {
+	ks := s.keys[k]
+	if ks != nil && len(ks.rows) == 0 && ks.executing == 0 && ks.blocked.Len() == 0 && ks.counters == nil {
+		delete(s.keys, k)
+	}
+}
+
+// attachKey records r as a holder-or-waiter of its key (non-terminal rows).
+func (s *Store) attachKey(r *row) {
+	if r.inst.Key != "" {
+		s.key(r.inst.Key).rows[r.inst.ID] = r
+	}
+}
+
+func (s *Store) detachKey(r *row) {
+	if r.inst.Key == "" {
+		return
+	}
+	if ks := s.keys[r.inst.Key]; ks != nil {
+		delete(ks.rows, r.inst.ID)
+		s.dropKeyIfIdle(r.inst.Key)
+	}
+}
+
+// setReady puts r on its queue's pick path at runAt.
+func (s *Store) setReady(r *row, runAt time.Time, n *notes) {
+	r.inst.Status = store.StatusReady
+	r.inst.RunAt = runAt
+	q := s.queue(r.inst.Queue)
+	h := q.ready[r.inst.Priority]
+	if h == nil {
+		h = newPickHeap()
+		q.ready[r.inst.Priority] = h
+		i, _ := slices.BinarySearch(q.prios, r.inst.Priority)
+		q.prios = slices.Insert(q.prios, i, r.inst.Priority)
+	}
+	h.add(r)
+	n.add(r.inst.Queue)
+}
+
+// unpick takes r off whatever pick heap (ready or blocked) and timer heap it is on.
+func (s *Store) unpick(r *row) {
+	if r.pickHeap != nil {
+		r.pickHeap.remove(r)
+	}
+	if r.timerHeap != nil {
+		r.timerHeap.remove(r)
+	}
+}
+
+// notes collects the queues to notify once the mutex is released.
+type notes struct{ queues []string }
+
+func (n *notes) add(q string) {
+	if !slices.Contains(n.queues, q) {
+		n.queues = append(n.queues, q)
+	}
+}
+
+// unlock releases the mutex, then tells listeners about n.
+func (s *Store) unlock(n *notes) {
+	var fns []func(string)
+	if n != nil && len(n.queues) > 0 && len(s.listeners) > 0 {
+		ids := make([]int64, 0, len(s.listeners))
+		for id := range s.listeners {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			fns = append(fns, s.listeners[id])
+		}
+	}
+	s.mu.Unlock()
+	if len(fns) == 0 {
+		return
+	}
+	qs := slices.Clone(n.queues)
+	slices.Sort(qs)
+	for _, fn := range fns {
+		for _, q := range qs {
+			fn(q)
+		}
+	}
+}
+
+// Listen registers fn and returns at once; fn is called with a queue name
+// after every insert, signal wake-up, freed slot that made a row ready, ready
+// outcome or fired timer in that queue, until ctx is done. fn runs on the
+// goroutine of the store call that caused it, after the store's lock is
+// released; it must not block.
+func (s *Store) Listen(ctx context.Context, fn func(queue string)) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	s.nextListener++
+	id := s.nextListener
+	s.listeners[id] = fn
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.listeners, id)
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// Close marks the store closed: every later call returns store.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.listeners = map[int64]func(string){}
+	return nil
+}
+
+// snapshot copies the instance so callers never alias store memory.
+func (r *row) snapshot() store.Instance {
+	in := r.inst
+	in.State = cloneJSON(in.State)
+	in.Result = cloneJSON(in.Result)
+	return in
+}
+
+func cloneJSON(m json.RawMessage) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m)
+}
+
+func (sg *signal) snapshot() *store.Signal {
+	c := sg.sig
+	c.Payload = cloneJSON(c.Payload)
+	return &c
+}
+
+// validJSON rejects payloads that are not valid JSON: a jsonb column would
+// refuse them too.
+func validJSON(what string, m json.RawMessage) error {
+	if m == nil {
+		return nil
+	}
+	if !json.Valid(m) {
+		return fmt.Errorf("%s is not valid JSON", what)
+	}
+	return nil
+}

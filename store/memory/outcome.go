@@ -1,0 +1,474 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
+)
+
+// Insert inserts instances atomically: every instance is validated and its
+// id and unique key checked before any is stored.
+func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now := s.clock()
+	if err := s.checkNew(instances, nil); err != nil {
+		return nil, fmt.Errorf("insert: %w", err)
+	}
+	return s.insert(instances, nil, now, n), nil
+}
+
+// checkNew validates instances to insert: keys parse, JSON is valid, and
+// no caller-chosen id is taken or repeated. taken holds ids already planned
+// by the same batch (Complete inserts children of several outcomes).
+func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) error {
+	if taken == nil {
+		taken = map[string]bool{}
+	}
+	for i, ni := range instances {
+		if ni.Workflow == "" {
+			return fmt.Errorf("instance %d: empty workflow", i)
+		}
+		if _, err := gate.ParseWithIntent(ni.Key, ni.KeyIntent); err != nil {
+			return fmt.Errorf("instance %d: %w", i, err)
+		}
+		if err := validJSON("state", ni.State); err != nil {
+			return fmt.Errorf("instance %d: %w", i, err)
+		}
+		if ni.ID == "" {
+			continue
+		}
+		if _, ok := s.rows[ni.ID]; ok || taken[ni.ID] {
+			return fmt.Errorf("instance %d: id %s: %w", i, ni.ID, store.ErrDuplicate)
+		}
+		taken[ni.ID] = true
+	}
+	return nil
+}
+
+// insert stores validated instances (children of parent when parent is
+// not nil: they default to its queue).
+func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time, n *notes) []store.InsertResult {
+	out := make([]store.InsertResult, len(instances))
+	for i, ni := range instances {
+		if ni.UniqueKey != "" {
+			if id, ok := s.uniqueTaken(ni.UniqueKey, ni.UniqueStatuses, ""); ok {
+				out[i] = store.InsertResult{ID: id, Duplicate: true}
+				continue
+			}
+		}
+		if ni.ID == "" {
+			ni.ID = uuid.NewString()
+		}
+		if parent != nil {
+			ni.ParentID = parent.inst.ID
+			if ni.Queue == "" {
+				ni.Queue = parent.inst.Queue
+			}
+		}
+		runAt := ni.RunAt
+		if runAt.IsZero() {
+			runAt = now
+		}
+		s.seq++
+		r := &row{
+			seq:            s.seq,
+			uniqueStatuses: slices.Clone(ni.UniqueStatuses),
+			pickIdx:        -1,
+			timerIdx:       -1,
+			inst: store.Instance{
+				ID:        ni.ID,
+				Workflow:  ni.Workflow,
+				Version:   ni.Version,
+				Queue:     ni.Queue,
+				Priority:  ni.Priority,
+				Step:      ni.Step,
+				State:     cloneJSON(ni.State),
+				Key:       ni.Key,
+				KeyIntent: ni.KeyIntent,
+				KeyShard:  -1,
+				ParentID:  ni.ParentID,
+				UniqueKey: ni.UniqueKey,
+				CreatedAt: now,
+				UpdatedAt: now,
+			},
+		}
+		if len(r.uniqueStatuses) == 0 {
+			r.uniqueStatuses = store.DefaultUniqueStatuses
+		}
+		s.rows[r.inst.ID] = r
+		if ni.UniqueKey != "" {
+			if s.unique[ni.UniqueKey] == nil {
+				s.unique[ni.UniqueKey] = map[string]*row{}
+			}
+			s.unique[ni.UniqueKey][r.inst.ID] = r
+		}
+		if ni.ParentID != "" {
+			s.children[ni.ParentID] = append(s.children[ni.ParentID], r)
+		}
+		s.attachKey(r)
+		s.setReady(r, runAt, n)
+		out[i] = store.InsertResult{ID: r.inst.ID}
+	}
+	return out
+}
+
+// uniqueTaken returns the oldest instance other than self holding
+// uniqueKey in one of statuses (default: every non-terminal status).
+func (s *Store) uniqueTaken(uniqueKey string, statuses []store.Status, self string) (string, bool) {
+	if len(statuses) == 0 {
+		statuses = store.DefaultUniqueStatuses
+	}
+	var found *row
+	for _, r := range s.unique[uniqueKey] {
+		if r.inst.ID != self && slices.Contains(statuses, r.inst.Status) && (found == nil || r.seq < found.seq) {
+			found = r
+		}
+	}
+	if found == nil {
+		return "", false
+	}
+	return found.inst.ID, true
+}
+
+// current returns the row if (worker, fence) is its current claim.
+func (s *Store) current(id, worker string, fence int64) *row {
+	r := s.rows[id]
+	if r == nil || r.inst.Status != store.StatusExecuting || r.inst.Worker != worker || r.inst.Fence != fence {
+		return nil
+	}
+	return r
+}
+
+// Complete commits each outcome whose claim is still current and reports
+// the others stale. A malformed batch (unknown kind, invalid key or JSON,
+// taken child id) is an error and commits nothing.
+func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	taken := map[string]bool{}
+	for i, o := range outcomes {
+		if err := s.checkOutcome(o, taken); err != nil {
+			return nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
+		}
+	}
+	res := make([]store.OutcomeResult, len(outcomes))
+	for i, o := range outcomes {
+		res[i].ID = o.ID
+		r := s.current(o.ID, worker, o.Fence)
+		if r == nil {
+			res[i].Stale = true
+			continue
+		}
+		s.apply(r, worker, o, now, n)
+	}
+	return res, nil
+}
+
+func (s *Store) checkOutcome(o store.Outcome, taken map[string]bool) error {
+	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
+		return fmt.Errorf("unknown outcome kind %d", o.Kind)
+	}
+	if o.SetKey {
+		if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
+			return err
+		}
+	}
+	if o.Kind == store.OutcomeAwait && o.AwaitSignal == "" {
+		return fmt.Errorf("await with no signal name")
+	}
+	for _, m := range []struct {
+		what string
+		v    []byte
+	}{{"state", o.State}, {"result", o.Result}} {
+		if err := validJSON(m.what, m.v); err != nil {
+			return err
+		}
+	}
+	if o.Kind == store.OutcomeSpawn {
+		return s.checkNew(o.Children, taken)
+	}
+	return nil
+}
+
+// apply commits outcome o of the current claim of r.
+func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *notes) {
+	if o.ConsumeSignal != 0 {
+		if sg := s.signals[o.ConsumeSignal]; sg != nil && sg.sig.InstanceID == r.inst.ID {
+			sg.consumed = true
+		}
+	}
+	if o.History != nil {
+		h := *o.History
+		h.InstanceID = r.inst.ID
+		if h.Worker == "" {
+			h.Worker = worker
+		}
+		if h.StartedAt.IsZero() {
+			h.StartedAt = r.inst.StartedAt
+		}
+		if h.FinishedAt.IsZero() {
+			h.FinishedAt = now
+		}
+		r.history = append(r.history, h)
+	}
+	s.leaveExecuting(r, true, n)
+	r.wake, r.timedOut = nil, false
+	r.inst.UpdatedAt = now
+	if o.State != nil {
+		r.inst.State = cloneJSON(o.State)
+	}
+	if o.Error != "" {
+		r.inst.LastError = o.Error
+	}
+	if o.SetKey && o.Key != r.inst.Key {
+		s.detachKey(r)
+		r.inst.Key, r.inst.KeyIntent = o.Key, o.KeyIntent
+		s.attachKey(r)
+	} else if o.SetKey {
+		r.inst.KeyIntent = o.KeyIntent
+	}
+	if o.Kind == store.OutcomeReady || o.Kind == store.OutcomeAwait || o.Kind == store.OutcomeSpawn {
+		if o.Step != "" {
+			r.inst.Step = o.Step
+		}
+		r.inst.Attempt = o.Attempt
+	}
+	switch o.Kind {
+	case store.OutcomeReady:
+		runAt := o.RunAt
+		if runAt.IsZero() {
+			runAt = now
+		}
+		s.setReady(r, runAt, n)
+	case store.OutcomeAwait:
+		s.park(r, o.AwaitSignal, o.TimeoutAt, now, n)
+	case store.OutcomeSpawn:
+		kids := s.insert(o.Children, r, now, n)
+		pending := 0
+		for _, k := range kids {
+			if !k.Duplicate {
+				pending++
+			}
+		}
+		r.inst.PendingChildren = pending
+		if pending == 0 {
+			s.setReady(r, now, n)
+		} else {
+			r.inst.Status = store.StatusChildren
+		}
+	case store.OutcomeDone:
+		r.inst.Result = cloneJSON(o.Result)
+		s.finish(r, store.StatusDone, now, n)
+	case store.OutcomeFailed:
+		s.finish(r, store.StatusFailed, now, n)
+	}
+}
+
+// park makes r await signal name, unless an unconsumed signal of that name
+// is already in its inbox: then it is ready at once and its next claim
+// carries that signal (a signal sent before the await is never lost).
+func (s *Store) park(r *row, name string, timeoutAt, now time.Time, n *notes) {
+	r.inst.AwaitSignal = name
+	r.inst.TimeoutAt = timeoutAt
+	for _, sg := range r.inbox {
+		if !sg.consumed && sg.sig.Name == name {
+			s.wakeWith(r, sg, now, n)
+			return
+		}
+	}
+	r.inst.Status = store.StatusAwaiting
+	if !timeoutAt.IsZero() {
+		s.queue(r.inst.Queue).timers.add(r)
+	}
+}
+
+// wakeWith makes an awaiting row ready now, handing it sg.
+func (s *Store) wakeWith(r *row, sg *signal, now time.Time, n *notes) {
+	if r.timerHeap != nil {
+		r.timerHeap.remove(r)
+	}
+	r.wake = sg
+	r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
+	r.inst.UpdatedAt = now
+	s.setReady(r, now, n)
+}
+
+// finish makes r terminal and, for a child, counts it off its parent's
+// join: the parent is ready when its last child is terminal.
+func (s *Store) finish(r *row, status store.Status, now time.Time, n *notes) {
+	s.unpick(r)
+	r.inst.Status = status
+	r.inst.UpdatedAt = now
+	r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
+	r.wake, r.timedOut = nil, false
+	s.detachKey(r)
+	if p := s.rows[r.inst.ParentID]; p != nil && p.inst.Status == store.StatusChildren {
+		p.inst.PendingChildren--
+		p.inst.UpdatedAt = now
+		if p.inst.PendingChildren <= 0 {
+			p.inst.PendingChildren = 0
+			s.setReady(p, now, n)
+		}
+	}
+}
+
+// Heartbeat extends the leases of worker's current claims and returns the
+// ids of the claims it no longer holds.
+func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) ([]string, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	now = s.now(now)
+	var lost []string
+	for _, c := range claims {
+		r := s.current(c.ID, worker, c.Fence)
+		if r == nil {
+			lost = append(lost, c.ID)
+			continue
+		}
+		r.inst.LeaseExpiresAt = now.Add(lease)
+	}
+	return lost, nil
+}
+
+// Release returns worker's current claims to ready, attempt, run_at and
+// any waking signal unchanged, crediting their slots. Claims no longer
+// held are ignored.
+func (s *Store) Release(ctx context.Context, worker string, claims []store.ClaimRef, now time.Time) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	for _, c := range claims {
+		r := s.current(c.ID, worker, c.Fence)
+		if r == nil {
+			continue
+		}
+		s.leaveExecuting(r, true, n)
+		r.inst.UpdatedAt = now
+		s.setReady(r, r.inst.RunAt, n)
+	}
+	return nil
+}
+
+// Signal stores a signal in the instance's inbox and wakes the instance if
+// it awaits that name.
+func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.SignalResult, error) {
+	if req.Name == "" {
+		return store.SignalResult{}, fmt.Errorf("signal %s: empty name", req.InstanceID)
+	}
+	if err := validJSON("payload", req.Payload); err != nil {
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, err)
+	}
+	if err := s.lock(); err != nil {
+		return store.SignalResult{}, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now := s.now(req.Now)
+	r := s.rows[req.InstanceID]
+	if r == nil {
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, store.ErrNotFound)
+	}
+	if r.inst.Status.Terminal() {
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, store.ErrTerminal)
+	}
+	if req.DedupKey != "" {
+		if r.dedup[req.DedupKey] {
+			return store.SignalResult{Duplicate: true}, nil
+		}
+		if r.dedup == nil {
+			r.dedup = map[string]bool{}
+		}
+		r.dedup[req.DedupKey] = true
+	}
+	s.nextSignal++
+	sg := &signal{sig: store.Signal{
+		ID: s.nextSignal, InstanceID: r.inst.ID, Name: req.Name,
+		Payload: cloneJSON(req.Payload), DedupKey: req.DedupKey, CreatedAt: now,
+	}}
+	s.signals[sg.sig.ID] = sg
+	r.inbox = append(r.inbox, sg)
+	if r.inst.Status == store.StatusAwaiting && r.inst.AwaitSignal == req.Name {
+		s.wakeWith(r, sg, now, n)
+		return store.SignalResult{Woke: true}, nil
+	}
+	return store.SignalResult{}, nil
+}
+
+// Cancel makes a non-terminal instance canceled. An executing row's slot
+// is credited (its worker's later outcome is stale); a ready row's key gets
+// the chance to promote a blocked row it might have been promoted ahead of.
+func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	r := s.rows[id]
+	if r == nil {
+		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
+	}
+	if r.inst.Status.Terminal() {
+		return fmt.Errorf("cancel %s: %w", id, store.ErrTerminal)
+	}
+	wasReady := r.inst.Status == store.StatusReady
+	if r.inst.Status == store.StatusExecuting {
+		s.leaveExecuting(r, true, n)
+	}
+	key := r.inst.Key
+	s.finish(r, store.StatusCanceled, now, n)
+	if wasReady && key != "" {
+		s.promote(key, 1, n)
+	}
+	return nil
+}
+
+// Retry makes a failed or canceled instance ready again at its current
+// step, attempt 0. A child retried while its parent still waits for its
+// children is counted back into the parent's join.
+func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
+	if err := s.lock(); err != nil {
+		return err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	now = s.now(now)
+	r := s.rows[id]
+	if r == nil {
+		return fmt.Errorf("retry %s: %w", id, store.ErrNotFound)
+	}
+	if r.inst.Status != store.StatusFailed && r.inst.Status != store.StatusCanceled {
+		return fmt.Errorf("retry %s: status is %s, not failed or canceled", id, r.inst.Status)
+	}
+	if r.inst.UniqueKey != "" && slices.Contains(r.uniqueStatuses, store.StatusReady) {
+		if other, ok := s.uniqueTaken(r.inst.UniqueKey, r.uniqueStatuses, r.inst.ID); ok {
+			return fmt.Errorf("retry %s: unique key held by %s: %w", id, other, store.ErrDuplicate)
+		}
+	}
+	r.inst.Attempt = 0
+	r.inst.UpdatedAt = now
+	s.attachKey(r)
+	s.setReady(r, now, n)
+	if p := s.rows[r.inst.ParentID]; p != nil && p.inst.Status == store.StatusChildren {
+		p.inst.PendingChildren++
+	}
+	return nil
+}

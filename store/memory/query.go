@@ -1,0 +1,145 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// Get returns a copy of one instance.
+func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
+	if err := s.lock(); err != nil {
+		return store.Instance{}, err
+	}
+	defer s.unlock(nil)
+	r := s.rows[id]
+	if r == nil {
+		return store.Instance{}, fmt.Errorf("get %s: %w", id, store.ErrNotFound)
+	}
+	return r.snapshot(), nil
+}
+
+// List returns the instances matching f, ordered by id, at most f.Limit of
+// them (0: no limit).
+func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	var match []*row
+	for _, r := range s.rows {
+		in := &r.inst
+		if (f.Workflow != "" && in.Workflow != f.Workflow) ||
+			(f.Status != "" && in.Status != f.Status) ||
+			(f.Key != "" && in.Key != f.Key) ||
+			(f.Queue != "" && in.Queue != f.Queue) ||
+			(f.AfterID != "" && in.ID <= f.AfterID) {
+			continue
+		}
+		match = append(match, r)
+	}
+	slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
+	if f.Limit > 0 && len(match) > f.Limit {
+		match = match[:f.Limit]
+	}
+	out := make([]store.Instance, len(match))
+	for i, r := range match {
+		out[i] = r.snapshot()
+	}
+	return out, nil
+}
+
+// Children returns the children of parentID in creation order.
+func (s *Store) Children(ctx context.Context, parentID string) ([]store.Instance, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	kids := s.children[parentID]
+	out := make([]store.Instance, len(kids))
+	for i, r := range kids {
+		out[i] = r.snapshot()
+	}
+	return out, nil
+}
+
+// History returns the recorded step runs of an instance, oldest first.
+func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	r := s.rows[id]
+	if r == nil {
+		return nil, fmt.Errorf("history %s: %w", id, store.ErrNotFound)
+	}
+	return slices.Clone(r.history), nil
+}
+
+// KeyInfo explains a key: its K, its executing holders (oldest claim
+// first), its ready and blocked waiters and the next in admission order, and
+// its free slots (for a K = 1 key, 1 minus its holders).
+func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
+	if _, err := gate.Parse(key); err != nil {
+		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
+	}
+	if err := s.lock(); err != nil {
+		return store.KeyInfo{}, err
+	}
+	defer s.unlock(nil)
+	info := store.KeyInfo{Key: key, K: 1}
+	lim, gated := s.limits.Lookup(gate.NameOf(key))
+	if gated {
+		info.K, info.Shards = lim.Limit, lim.Shards
+	}
+	ks := s.keys[key]
+	var holders, waiting []*row
+	if ks != nil {
+		for _, r := range ks.rows {
+			switch r.inst.Status {
+			case store.StatusExecuting:
+				holders = append(holders, r)
+			case store.StatusBlocked:
+				info.Blocked++
+				waiting = append(waiting, r)
+			case store.StatusReady:
+				waiting = append(waiting, r)
+			}
+		}
+	}
+	slices.SortFunc(holders, func(a, b *row) int {
+		if c := a.inst.StartedAt.Compare(b.inst.StartedAt); c != 0 {
+			return c
+		}
+		return int(a.seq - b.seq)
+	})
+	for _, r := range holders {
+		info.Holders = append(info.Holders, r.snapshot())
+	}
+	info.Waiting = len(waiting)
+	if len(waiting) > 0 {
+		first := slices.MinFunc(waiting, func(a, b *row) int {
+			if pickLess(a, b) {
+				return -1
+			}
+			return 1
+		})
+		in := first.snapshot()
+		info.NextInLine = &in
+	}
+	switch {
+	case !gated:
+		info.Available = max(0, 1-len(holders))
+	case ks == nil || ks.counters == nil:
+		info.Available = max(0, lim.Limit-len(holders))
+	default:
+		for _, c := range ks.counters {
+			info.Available += c.available
+		}
+	}
+	return info, nil
+}

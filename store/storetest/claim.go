@@ -1,0 +1,95 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/godurable/godurable/store"
+	"github.com/stretchr/testify/require"
+)
+
+var claimTests = []test{
+	{"claim/priority first then FIFO", func(h *harness) {
+		mk := func(prio int, runAt time.Time) string {
+			ni := inst("")
+			ni.Priority, ni.RunAt = prio, runAt
+			return h.insert(ni)[0]
+		}
+		a := mk(5, at(0))
+		b := mk(1, at(0))
+		c := mk(1, at(0))
+		d := mk(5, at(0))
+		e := mk(0, at(time.Second))
+		x := mk(1, at(-time.Minute)) // inserted last but due earliest in priority 1
+		want := []string{e, x, b, c, a, d}
+		var got []string
+		for range want {
+			got = append(got, h.claimOne("w", at(time.Minute)).ID)
+		}
+		require.Equal(h.t, want, got)
+		require.Empty(h.t, h.claim("w", 10, at(time.Minute)))
+	}},
+	{"claim/limit is respected", func(h *harness) {
+		for range 5 {
+			h.insert(inst(""))
+		}
+		var sizes []int
+		for range 4 {
+			sizes = append(sizes, len(h.claim("w", 2, at(time.Second))))
+		}
+		require.Equal(h.t, []int{2, 2, 1, 0}, sizes)
+	}},
+	{"claim/queues are isolated", func(h *harness) {
+		one, two := inst(""), inst("")
+		one.Queue, two.Queue = "one", "two"
+		h.insert(one, two)
+		cs := h.claimReq(store.ClaimRequest{Queue: "one", Worker: "w", Limit: 10, Now: at(time.Second)}).Claimed
+		require.Equal(h.t, []string{one.ID}, claimedIDs(cs))
+		h.requireStatus(store.StatusReady, two.ID)
+		cs = h.claimReq(store.ClaimRequest{Queue: "two", Worker: "w", Limit: 10, Now: at(time.Second)}).Claimed
+		require.Equal(h.t, []string{two.ID}, claimedIDs(cs))
+	}},
+	{"claim/workflows filter leaves unknown workflows ready", func(h *harness) {
+		a, b, a2 := inst(""), inst(""), inst("")
+		a.Workflow, b.Workflow, a2.Workflow = "alpha", "beta", "alpha"
+		h.insertSeq(a, b, a2)
+		cs := h.claimReq(store.ClaimRequest{Worker: "old", Limit: 10, Now: at(time.Second), Workflows: []string{"alpha"}}).Claimed
+		require.ElementsMatch(h.t, []string{a.ID, a2.ID}, claimedIDs(cs))
+		h.requireStatus(store.StatusReady, b.ID)
+		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(time.Second), Workflows: []string{"beta", "gamma"}}).Claimed
+		require.Equal(h.t, []string{b.ID}, claimedIDs(cs))
+	}},
+	{"claim/claimed row carries the claim", func(h *harness) {
+		id := h.insert(inst(""))[0]
+		now := at(time.Second)
+		c := h.claimReq(store.ClaimRequest{Worker: "w1", Limit: 1, Lease: 2 * time.Minute, Now: now}).Claimed[0]
+		require.Equal(h.t, id, c.ID)
+		require.Positive(h.t, c.Fence)
+		near(h.t, now.Add(2*time.Minute), c.LeaseExpiresAt, "lease")
+		near(h.t, now, c.StartedAt, "started_at")
+		require.Nil(h.t, c.Signal)
+		require.False(h.t, c.TimedOut)
+		got := h.get(id)
+		require.Equal(h.t, store.StatusExecuting, got.Status)
+		require.Equal(h.t, "w1", got.Worker)
+		require.Equal(h.t, c.Fence, got.Fence)
+		near(h.t, c.LeaseExpiresAt, got.LeaseExpiresAt, "stored lease")
+	}},
+}
+
+// insertSeq inserts instances one call each, so their insertion order is the
+// argument order.
+func (h *harness) insertSeq(nis ...store.NewInstance) {
+	h.t.Helper()
+	for _, ni := range nis {
+		h.insert(ni)
+	}
+}
+
+// countBy counts strings.
+func countBy[T any](xs []T, key func(T) string) map[string]int {
+	m := map[string]int{}
+	for _, x := range xs {
+		m[key(x)]++
+	}
+	return m
+}

@@ -1,0 +1,129 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/stretchr/testify/require"
+)
+
+var maintenanceTests = []test{
+	{"reconcile/counters equal capacity minus executing rows", func(h *harness) {
+		lim := gate.Limit{Name: "stripe", Limit: 5, Shards: 2}
+		h.syncLimits(lim)
+		h.insertKeyed("stripe:a", 4)
+		cs := h.claim("w", 4, at(0))
+		require.Len(h.t, cs, 4)
+		// Keep two claims alive; the other two are reaped without credit.
+		lost, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[0]), ref(cs[1])}, time.Hour, at(time.Second))
+		require.NoError(h.t, err)
+		require.Empty(h.t, lost)
+		require.Equal(h.t, 2, h.reap(at(2*lease)))
+		require.Equal(h.t, 1, h.available("stripe:a"))
+
+		rep := h.reconcile(0, at(3*lease))
+		require.Positive(h.t, rep.CountersRepaired)
+		require.Equal(h.t, 2, rep.Drift)
+		require.Equal(h.t, 3, h.available("stripe:a"), "capacity 5 − 2 executing")
+		requireShards(h, "stripe:a", lim.ShardCapacities())
+
+		rep = h.reconcile(0, at(4*lease))
+		require.Zero(h.t, rep.CountersRepaired, "a second sweep finds nothing to repair")
+		require.Zero(h.t, rep.Drift)
+	}},
+	{"reconcile/promotes blocked rows whose key has room", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		ids := h.insertKeyed("stripe:a", 2)
+		cs := h.claim("w", 10, at(0))
+		require.Equal(h.t, ids[:1], claimedIDs(cs))
+		h.requireStatus(store.StatusBlocked, ids[1])
+		require.Equal(h.t, 1, h.reap(at(2*lease)))
+		require.NoError(h.t, h.s.Cancel(h.ctx, ids[0], at(2*lease)))
+		h.requireStatus(store.StatusBlocked, ids[1])
+
+		rep := h.reconcile(0, at(3*lease))
+		require.Equal(h.t, 1, rep.CountersRepaired)
+		require.Equal(h.t, 1, rep.Promoted)
+		h.requireStatus(store.StatusReady, ids[1])
+		require.Equal(h.t, ids[1:], claimedIDs(h.claim("w", 10, at(3*lease))))
+	}},
+	{"reconcile/retention deletes old terminal rows", func(h *harness) {
+		old := h.insert(inst(""))[0]
+		h.commit("w", at(time.Second), done(h.claimOne("w", at(0))))
+		recent := h.insert(inst(""))[0]
+		c := h.claimOne("w", at(2*time.Hour))
+		h.commit("w", at(2*time.Hour), store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeFailed, Error: "x"})
+		live := h.insert(inst(""))[0]
+
+		require.Zero(h.t, h.reconcile(0, at(100*time.Hour)).InstancesDeleted, "retention 0 keeps everything")
+		rep := h.reconcile(time.Hour, at(2*time.Hour+30*time.Minute))
+		require.Equal(h.t, 1, rep.InstancesDeleted)
+		_, err := h.s.Get(h.ctx, old)
+		require.ErrorIs(h.t, err, store.ErrNotFound)
+		h.requireStatus(store.StatusFailed, recent)
+		h.requireStatus(store.StatusReady, live)
+	}},
+	{"reconcile/deletes idle counters", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2, Shards: 2})
+		h.insertKeyed("stripe:a", 1)
+		h.insertKeyed("stripe:b", 1)
+		cs := h.claim("w", 2, at(0))
+		require.Len(h.t, cs, 2)
+		for _, c := range cs {
+			if c.Key == "stripe:a" {
+				h.commit("w", at(time.Second), done(c))
+			}
+		}
+		rep := h.reconcile(0, at(time.Minute))
+		require.Equal(h.t, 2, rep.CountersDeleted, "stripe:a's two shards are idle; stripe:b is in use")
+		require.Zero(h.t, h.reconcile(0, at(2*time.Minute)).CountersDeleted)
+		require.Equal(h.t, 2, h.available("stripe:a"))
+		require.Equal(h.t, 1, h.available("stripe:b"))
+	}},
+	{"limits/sync reports changes and live instances; limits round-trip", func(h *harness) {
+		res := h.syncLimits(gate.Limit{Name: "stripe", Limit: 3})
+		require.Equal(h.t, []gate.Change{{Name: "stripe", OldK: 1, NewK: 3, NewSet: true}}, res.Changes)
+		require.Zero(h.t, res.Live["stripe"])
+
+		finished := h.insertKeyed("account:2", 1)[0]
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, finished, c.ID)
+		h.commit("w", at(time.Second), done(c))
+		h.insertKeyed("stripe:a", 2)
+		h.insertKeyed("account:1", 1)
+		h.insertKeyed("other:1", 1)
+
+		res = h.syncLimits(gate.Limit{Name: "stripe", Limit: 5, Shards: 2}, gate.Limit{Name: "account", Limit: 2})
+		require.Equal(h.t, []gate.Change{
+			{Name: "account", OldK: 1, NewK: 2, NewSet: true},
+			{Name: "stripe", OldK: 3, NewK: 5, OldSet: true, NewSet: true},
+		}, res.Changes)
+		require.Equal(h.t, map[string]int64{"account": 1, "stripe": 2}, res.Live,
+			"live counts non-terminal instances of changed names only")
+
+		got, err := h.s.Limits(h.ctx)
+		require.NoError(h.t, err)
+		require.Equal(h.t, []gate.Limit{{Name: "account", Limit: 2, Shards: 1}, {Name: "stripe", Limit: 5, Shards: 2}}, got)
+
+		res = h.syncLimits(gate.Limit{Name: "account", Limit: 2}, gate.Limit{Name: "stripe", Limit: 5, Shards: 2})
+		require.Empty(h.t, res.Changes, "the same limits again change nothing")
+
+		_, err = h.s.SyncLimits(h.ctx, []gate.Limit{{Name: "bad", Limit: 0}})
+		require.Error(h.t, err)
+		got, err = h.s.Limits(h.ctx)
+		require.NoError(h.t, err)
+		require.Len(h.t, got, 2, "an invalid sync stores nothing")
+	}},
+	{"limits/a lowered limit applies to the next claim", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 4})
+		ids := h.insertKeyed("stripe:a", 6)
+		require.Len(h.t, h.claim("w", 2, at(0)), 2)
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)), "two already execute under the new limit 2")
+		require.Equal(h.t, 2, h.keyInfo("stripe:a").K)
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 3})
+		h.reconcile(0, at(2*time.Second))
+		require.Equal(h.t, []string{ids[2]}, claimedIDs(h.claim("w", 10, at(3*time.Second))))
+	}},
+}
