@@ -22,6 +22,9 @@ import (
 //  2. The window: the first ready rows of the queue in admission order
 //     (priority, run_at, insertion), locked FOR UPDATE SKIP LOCKED, so that
 //     concurrent claimers take disjoint rows and never wait on each other.
+//     Keyless rows (Limit of them) and keyed rows (the window) come from
+//     separate indexes, merged in admission order: keyed rows waiting for
+//     their keys never crowd keyless work out of the window.
 //  3. Admission, walking the window in order:
 //     - a row without a key is admitted;
 //     - a K = 1 key is admitted only by the claimer holding its advisory
@@ -116,7 +119,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
 		var c candidate
 		_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.limit, &c.shards}, func() error {
 			cands = append(cands, c)

@@ -105,14 +105,25 @@ SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
-	// queue in admission order, with their key's limit (NULL: K = 1).
+	// queue in admission order, with their key's limit (NULL: K = 1). Keyless
+	// rows ($5 of them: each is admitted) and keyed rows ($4) are read from
+	// their own indexes and merged, so that keyed rows waiting for their keys
+	// never push keyless rows out of the window.
 	sqlClaimCandidates = `
+WITH free AS (
+    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, run_at, seq
+    LIMIT $5 FOR UPDATE SKIP LOCKED),
+keyed AS (
+    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, run_at, seq
+    LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards
-FROM (SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
-      WHERE status = 'ready' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-        AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-      ORDER BY priority, run_at, seq
-      LIMIT $4 FOR UPDATE SKIP LOCKED) c
+FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 ORDER BY c.priority, c.run_at, c.seq`
 
