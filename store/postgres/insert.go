@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultQueue is the queue of an instance inserted with an empty Queue.
+const DefaultQueue = "default"
+
+// Insert inserts instances atomically (see store.Store). A batch without
+// unique keys is one statement; any batch size fits in it.
+func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	p, err := prepareInsert(instances)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.rows) == 0 {
+		return nil, nil
+	}
+	if !p.unique {
+		if _, err := s.runInsert(ctx, s.pool, p); err != nil {
+			return nil, err
+		}
+		return p.results, nil
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error { return s.insertUnique(ctx, tx, p) })
+	if err != nil {
+		return nil, err
+	}
+	return p.results, nil
+}
+
+// InsertTx inserts instances inside the caller's transaction tx, so that
+// they commit or roll back with the caller's own writes. Workers are
+// notified when tx commits. Results are as for Insert; unique-key checks
+// hold an advisory lock per unique key until tx ends.
+func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewInstance) ([]store.InsertResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, errors.New("postgres: InsertTx: nil transaction")
+	}
+	p, err := prepareInsert(instances)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.rows) == 0 {
+		return nil, nil
+	}
+	if !p.unique {
+		_, err = s.runInsert(ctx, tx, p)
+	} else {
+		err = s.insertUnique(ctx, tx, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.results, nil
+}
+
+// insertPlan is a validated batch: results in input order, and the rows to
+// insert (duplicates by unique key are dropped by insertUnique).
+type insertPlan struct {
+	rows    []insertRow
+	results []store.InsertResult
+	unique  bool
+}
+
+type insertRow struct {
+	idx   int // index in results
+	in    store.NewInstance
+	scope []string
+}
+
+func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
+	p := &insertPlan{results: make([]store.InsertResult, len(instances))}
+	for i, in := range instances {
+		if in.ID == "" {
+			in.ID = uuid.NewString()
+		} else if _, err := uuid.Parse(in.ID); err != nil {
+			return nil, fmt.Errorf("insert: instance %d: id %q is not a UUID", i, in.ID)
+		}
+		if in.Workflow == "" || in.Step == "" {
+			return nil, fmt.Errorf("insert: instance %d: workflow and step are required", i)
+		}
+		if in.Queue == "" {
+			in.Queue = DefaultQueue
+		}
+		if in.Key != "" {
+			if _, err := gate.ParseWithIntent(in.Key, in.KeyIntent); err != nil {
+				return nil, fmt.Errorf("insert: instance %d: %w", i, err)
+			}
+		}
+		if len(in.State) > 0 && !json.Valid(in.State) {
+			return nil, fmt.Errorf("insert: instance %d: state is not valid JSON", i)
+		}
+		if in.ParentID != "" {
+			if _, err := uuid.Parse(in.ParentID); err != nil {
+				return nil, fmt.Errorf("insert: instance %d: parent id %q is not a UUID", i, in.ParentID)
+			}
+		}
+		r := insertRow{idx: i, in: in}
+		if in.UniqueKey != "" {
+			r.scope = uniqueScope(in.UniqueStatuses)
+			p.unique = true
+		}
+		p.results[i] = store.InsertResult{ID: in.ID}
+		p.rows = append(p.rows, r)
+	}
+	return p, nil
+}
+
+// insertUnique drops the rows whose unique key is occupied (in their own
+// scope) and inserts the rest. Inserts of the same unique key serialize on
+// an advisory lock, so the check and the insert are atomic with respect to
+// each other.
+func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) error {
+	var keys []string
+	for _, r := range p.rows {
+		if r.in.UniqueKey != "" {
+			keys = append(keys, r.in.UniqueKey)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+
+	holders := map[string]map[string]string{} // unique key -> status -> instance id
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlUniqueLock), keys, s.uniqueSalt)
+	b.Queue(s.q(sqlUniqueExisting), keys).Query(func(rows pgx.Rows) error {
+		var k, st, id string
+		_, err := pgx.ForEachRow(rows, []any{&k, &st, &id}, func() error {
+			if holders[k] == nil {
+				holders[k] = map[string]string{}
+			}
+			holders[k][st] = id
+			return nil
+		})
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("insert: unique keys: %w", err)
+	}
+
+	kept := p.rows[:0:0]
+	for _, r := range p.rows {
+		if k := r.in.UniqueKey; k != "" {
+			if id, ok := holderIn(holders[k], r.scope); ok {
+				p.results[r.idx] = store.InsertResult{ID: id, Duplicate: true}
+				continue
+			}
+			if holders[k] == nil {
+				holders[k] = map[string]string{}
+			}
+			// A row inserted earlier in this batch holds the key as ready.
+			holders[k]["ready"] = r.in.ID
+			holders[k][statusScheduled] = r.in.ID
+		}
+		kept = append(kept, r)
+	}
+	p.rows = kept
+	if len(kept) == 0 {
+		return nil
+	}
+	_, err := s.runInsert(ctx, q, p)
+	return err
+}
+
+func holderIn(byStatus map[string]string, scope []string) (string, bool) {
+	for _, st := range scope {
+		if id, ok := byStatus[st]; ok {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// runInsert inserts p.rows in one statement.
+func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) (int64, error) {
+	_, err := q.Exec(ctx, s.q(sqlInsert), s.insertArgs(p.rows)...)
+	if err != nil {
+		return 0, insertError(err)
+	}
+	return int64(len(p.rows)), nil
+}
+
+// queueInsert queues the insert of rows on b.
+func (s *Store) queueInsert(b *pgx.Batch, rows []insertRow) {
+	b.Queue(s.q(sqlInsert), s.insertArgs(rows)...)
+}
+
+func (s *Store) insertArgs(rows []insertRow) []any {
+	n := len(rows)
+	var (
+		ids       = make([]string, n)
+		workflows = make([]string, n)
+		versions  = make([]int32, n)
+		queues    = make([]string, n)
+		prios     = make([]int32, n)
+		steps     = make([]string, n)
+		states    = make([]*string, n)
+		keys      = make([]string, n)
+		intents   = make([]string, n)
+		runAts    = make([]*time.Time, n)
+		uniques   = make([]string, n)
+		scopes    = make([]string, n)
+		parents   = make([]*string, n)
+	)
+	for i, r := range rows {
+		in := r.in
+		ids[i], workflows[i], versions[i], queues[i] = in.ID, in.Workflow, int32(in.Version), in.Queue
+		prios[i], steps[i], states[i] = int32(in.Priority), in.Step, jsonArg(in.State)
+		keys[i], intents[i], runAts[i] = in.Key, string(in.KeyIntent), tsPtr(in.RunAt)
+		uniques[i], scopes[i] = in.UniqueKey, joinScope(r.scope)
+		if in.ParentID != "" {
+			parents[i] = &in.ParentID
+		}
+	}
+	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
+		uniques, scopes, parents, s.channel}
+}
+
+func insertError(err error) error {
+	if code, constraint := pgCode(err); code == codeUniqueViolation {
+		return fmt.Errorf("insert: %w (%s)", store.ErrDuplicate, constraint)
+	}
+	return fmt.Errorf("insert: %w", err)
+}

@@ -1,0 +1,383 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// sweepChunk bounds the rows one statement of a sweep (timers, reaper,
+// retention) touches; sweeps loop until a chunk comes back short.
+const sweepChunk = 1000
+
+// FireTimers makes awaiting rows whose timeout passed ready and returns how
+// many (see store.Store).
+func (s *Store) FireTimers(ctx context.Context, now time.Time) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		rows, err := s.pool.Query(ctx, s.q(sqlFireTimers), tsArg(now), sweepChunk, s.channel)
+		if err != nil {
+			return total, fmt.Errorf("fire timers: %w", err)
+		}
+		n, err := sumQueueCounts(rows)
+		if err != nil {
+			return total, fmt.Errorf("fire timers: %w", err)
+		}
+		total += n
+		if n < sweepChunk {
+			return total, nil
+		}
+	}
+}
+
+// sumQueueCounts adds up the (queue, n) rows of a notifying statement.
+func sumQueueCounts(rows pgx.Rows) (int, error) {
+	total := 0
+	var q string
+	var n int64
+	_, err := pgx.ForEachRow(rows, []any{&q, &n}, func() error { total += int(n); return nil })
+	return total, err
+}
+
+// Reap takes back claims whose lease expired (see store.Store): each row
+// becomes ready with attempt + 1, its K = 1 key is free at once (the first
+// blocked row of the key is promoted) and its gate slot is not credited.
+func (s *Store) Reap(ctx context.Context, now time.Time) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		n, err := s.takeBack(ctx, now, s.q(sqlReap), tsArg(now), sweepChunk)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("reap: %w", err)
+		}
+		if n < sweepChunk {
+			return total, nil
+		}
+	}
+}
+
+// ReclaimWorker takes back every claim held by worker, like Reap.
+func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n, err := s.takeBack(ctx, now, s.q(sqlReclaimWorker), worker, tsArg(now))
+	if err != nil {
+		return n, fmt.Errorf("reclaim worker %s: %w", worker, err)
+	}
+	return n, nil
+}
+
+// takeBack runs a reaping statement and frees the K = 1 keys it released,
+// in one transaction.
+func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args ...any) (int, error) {
+	var freed []freedSlot
+	queues := map[string]bool{}
+	n := 0
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
+		var f freedSlot
+		var q string
+		_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q}, func() error {
+			n++
+			freed = append(freed, f)
+			queues[q] = true
+			return nil
+		})
+		return err
+	})
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := br.Close(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	b = &pgx.Batch{}
+	s.queueFree(b, freed, false, now)
+	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Reconcile repairs gate counters from the executing rows, promotes blocked
+// rows whose key has room, deletes idle counters and, when retention > 0,
+// terminal rows last changed more than retention ago (see store.Store).
+//
+// Counters are recomputed as capacity − executing rows per (key, shard),
+// with capacities from the stored limits; rows a shard can no longer hold
+// (its capacity shrank, or it is beyond the limit's shard count, or the row
+// was admitted at K = 1 before its name got a limit) are charged to the
+// key's other shards, so that the key never admits more than its limit.
+func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time.Time) (store.ReconcileReport, error) {
+	if err := s.check(); err != nil {
+		return store.ReconcileReport{}, err
+	}
+	var rep store.ReconcileReport
+
+	type blockedKey struct {
+		key           string
+		limit, shards *int32
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlBlockedKeys))
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: blocked keys: %w", err)
+	}
+	blocked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (blockedKey, error) {
+		var k blockedKey
+		return k, r.Scan(&k.key, &k.limit, &k.shards)
+	})
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: blocked keys: %w", err)
+	}
+	var oneKeys []string
+	gateBlocked := map[string]bool{}
+	for _, k := range blocked {
+		if k.limit == nil {
+			oneKeys = append(oneKeys, k.key)
+		} else {
+			gateBlocked[k.key] = true
+		}
+	}
+
+	if err := s.inTx(ctx, func(tx pgx.Tx) error {
+		return s.reconcileGates(ctx, tx, gateBlocked, now, &rep)
+	}); err != nil {
+		return rep, fmt.Errorf("reconcile: gates: %w", err)
+	}
+
+	if len(oneKeys) > 0 {
+		slices.Sort(oneKeys)
+		if err := s.inTx(ctx, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
+			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
+				n, err := sumQueueCounts(rows)
+				rep.Promoted += n
+				return err
+			})
+			return tx.SendBatch(ctx, b).Close()
+		}); err != nil {
+			return rep, fmt.Errorf("reconcile: keys: %w", err)
+		}
+	}
+
+	if retention > 0 {
+		cutoff := cmp.Or(now, time.Now()).Add(-retention)
+		for {
+			tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk)
+			if err != nil {
+				return rep, fmt.Errorf("reconcile: retention: %w", err)
+			}
+			rep.InstancesDeleted += int(tag.RowsAffected())
+			if tag.RowsAffected() < sweepChunk {
+				break
+			}
+		}
+	}
+	return rep, nil
+}
+
+func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
+	type counter struct{ capacity, available int }
+	counters := map[string]map[int]counter{} // key -> shard -> counter
+	inUse := map[string]map[int]int{}        // key -> shard (-1: admitted at K = 1) -> executing rows
+	limits := map[string]gate.Limit{}
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlSlotsLockAll)).Query(func(rows pgx.Rows) error {
+		var k string
+		var sh int
+		var c counter
+		_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
+			if counters[k] == nil {
+				counters[k] = map[int]counter{}
+			}
+			counters[k][sh] = c
+			return nil
+		})
+		return err
+	})
+	b.Queue(s.q(sqlGateHolders)).Query(func(rows pgx.Rows) error {
+		var k string
+		var sh int
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&k, &sh, &n}, func() error {
+			if inUse[k] == nil {
+				inUse[k] = map[int]int{}
+			}
+			inUse[k][sh] += int(n)
+			return nil
+		})
+		return err
+	})
+	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
+		var l gate.Limit
+		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
+			limits[l.Name] = l
+			return nil
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+
+	keys := map[string]bool{}
+	for k := range counters {
+		keys[k] = true
+	}
+	for k := range inUse {
+		if _, ok := limits[gate.NameOf(k)]; ok {
+			keys[k] = true
+		}
+	}
+	var (
+		setKeys                   []string
+		setShards, setCaps, setAv []int32
+		idle, orphan              []string
+		promoteKeys               []string
+		promoteNs                 []int32
+	)
+	for _, k := range mapKeys(keys) {
+		l, limited := limits[gate.NameOf(k)]
+		if !limited {
+			if len(inUse[k]) == 0 {
+				orphan = append(orphan, k)
+			}
+			continue
+		}
+		target := shareSlots(l.ShardCapacities(), inUse[k])
+		for sh := range counters[k] {
+			if _, ok := target[sh]; !ok {
+				target[sh] = slotTarget{} // a shard the limit no longer has
+			}
+		}
+		free := 0
+		busy := len(inUse[k]) > 0
+		for sh, t := range target {
+			free += t.available
+			old, ok := counters[k][sh]
+			if ok && old == (counter{t.capacity, t.available}) {
+				continue
+			}
+			rep.CountersRepaired++
+			if ok {
+				rep.Drift += absInt(t.available - old.available)
+			}
+			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
+			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
+		}
+		if !busy {
+			idle = append(idle, k)
+		}
+		if free > 0 && (gateBlocked[k] || counters[k] != nil) {
+			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(free))
+		}
+		delete(gateBlocked, k)
+	}
+	// Blocked rows of gated keys with no counter and nothing executing: the
+	// whole limit is free.
+	for _, k := range mapKeys(gateBlocked) {
+		if l, ok := limits[gate.NameOf(k)]; ok {
+			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(l.Limit))
+		}
+	}
+
+	b = &pgx.Batch{}
+	if len(setKeys) > 0 {
+		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
+	}
+	if len(promoteKeys) > 0 {
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
+			n, err := sumQueueCounts(rows)
+			rep.Promoted += n
+			return err
+		})
+	}
+	if len(idle) > 0 {
+		b.Queue(s.q(sqlSlotsDeleteIdle), idle).Exec(func(ct pgconn.CommandTag) error {
+			rep.CountersDeleted += int(ct.RowsAffected())
+			return nil
+		})
+	}
+	if len(orphan) > 0 {
+		b.Queue(s.q(sqlSlotsDelete), orphan).Exec(func(ct pgconn.CommandTag) error {
+			rep.CountersDeleted += int(ct.RowsAffected())
+			return nil
+		})
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// slotTarget is what a counter should hold.
+type slotTarget struct{ capacity, available int }
+
+// shareSlots computes a key's counters from its shard capacities and the
+// executing rows per shard (shard -1: rows holding the key without a
+// shard). Rows a shard cannot hold are charged to the shards with the most
+// room, so the total free never exceeds limit − executing. Shards beyond
+// the capacities get capacity 0 (they are kept while rows hold them).
+func shareSlots(caps []int, inUse map[int]int) map[int]slotTarget {
+	out := make(map[int]slotTarget, len(caps))
+	excess := 0
+	for sh, c := range caps {
+		u := inUse[sh]
+		out[sh] = slotTarget{capacity: c, available: max(0, c-u)}
+		excess += max(0, u-c)
+	}
+	for sh, u := range inUse {
+		if sh < 0 || sh >= len(caps) {
+			excess += u
+			if sh >= len(caps) {
+				out[sh] = slotTarget{}
+			}
+		}
+	}
+	for excess > 0 {
+		best := -1
+		for sh := range caps {
+			if out[sh].available > 0 && (best < 0 || out[sh].available > out[best].available) {
+				best = sh
+			}
+		}
+		if best < 0 {
+			break
+		}
+		t := out[best]
+		t.available--
+		out[best] = t
+		excess--
+	}
+	return out
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,73 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+)
+
+// Listen calls fn with a queue name whenever work may have become ready
+// there: an insert of due rows, a signal that woke an instance, a promoted
+// blocked row, a fired timer, a woken parent, released or reaped claims. It
+// blocks until ctx is done and then returns nil.
+//
+// Listen holds its own connection (made from the pool's configuration, not
+// taken from the pool). When the connection fails it reconnects with
+// exponential backoff; notifications sent while it is down are lost, which
+// engines tolerate because they also poll.
+func (s *Store) Listen(ctx context.Context, fn func(queue string)) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 50 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0
+	for {
+		err := s.listenOnce(ctx, fn, bo.Reset)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errStoreClosed) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(bo.NextBackOff()):
+		}
+	}
+}
+
+var errStoreClosed = errors.New("store closed")
+
+// listenOnce listens on one connection until it fails or ctx is done.
+// connected is called once LISTEN succeeded.
+func (s *Store) listenOnce(ctx context.Context, fn func(queue string), connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	connected()
+	for {
+		if s.closed.Load() {
+			return errStoreClosed
+		}
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		fn(n.Payload)
+	}
+}

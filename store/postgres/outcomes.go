@@ -1,0 +1,471 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// applied is one outcome the guarded update committed.
+type applied struct {
+	ord      int // 1-based index into the outcomes
+	oldKey   string
+	oldShard int
+	status   string
+	parentID string
+	queue    string
+}
+
+// Complete commits a batch of outcomes in one transaction (see
+// store.Store). The first statement applies every outcome whose claim is
+// current and returns what it held; a stale outcome matches nothing, so
+// nothing of it (signal consumption, children, parent join, credit) is
+// applied. A second batch of statements, one per kind of follow-up and not
+// one per outcome, then frees slots, consumes signals, inserts children,
+// counts terminal children against their parents, wakes rows that parked on
+// a signal already in their inbox, and records history.
+func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(outcomes) == 0 {
+		return nil, nil
+	}
+	if err := validateOutcomes(outcomes); err != nil {
+		return nil, err
+	}
+	results := make([]store.OutcomeResult, len(outcomes))
+	for i, o := range outcomes {
+		results[i] = store.OutcomeResult{ID: o.ID, Stale: true}
+	}
+
+	var done []applied
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now)...).Query(func(rows pgx.Rows) error {
+		var a applied
+		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.queue}, func() error {
+			done = append(done, a)
+			return nil
+		})
+		return err
+	})
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("complete: %w", err)
+	}
+	if len(done) == 0 {
+		return results, nil
+	}
+	slices.SortFunc(done, func(a, b applied) int { return a.ord - b.ord })
+
+	b = &pgx.Batch{}
+	var (
+		freed                []freedSlot
+		sigIDs               []int64
+		sigOwners, parked    []string
+		children             []store.NewInstance
+		spawned              = map[string]int{} // parent id -> children planned
+		parentQueue          = map[string]string{}
+		terminalChildren     = map[string]int{} // parent id -> children that just ended
+		histIDs, histSteps   []string
+		histKeys, histWorker []string
+		histOutcomes, histEr []string
+		histAttempts         []int32
+		histStart, histEnd   []*time.Time
+	)
+	for _, a := range done {
+		o := outcomes[a.ord-1]
+		results[a.ord-1].Stale = false
+		if a.oldKey != "" {
+			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
+		}
+		if o.ConsumeSignal != 0 {
+			sigIDs, sigOwners = append(sigIDs, o.ConsumeSignal), append(sigOwners, o.ID)
+		}
+		switch o.Kind {
+		case store.OutcomeAwait:
+			parked = append(parked, o.ID)
+		case store.OutcomeSpawn:
+			spawned[o.ID] = len(o.Children)
+			parentQueue[o.ID] = a.queue
+			for _, c := range o.Children {
+				c.ParentID = o.ID
+				if c.Queue == "" {
+					c.Queue = a.queue
+				}
+				children = append(children, c)
+			}
+		case store.OutcomeDone, store.OutcomeFailed:
+			if a.parentID != "" {
+				terminalChildren[a.parentID]++
+			}
+		}
+		if h := o.History; h != nil && s.history {
+			histIDs, histSteps, histAttempts = append(histIDs, o.ID), append(histSteps, h.Step), append(histAttempts, int32(h.Attempt))
+			histKeys, histWorker = append(histKeys, h.Key), append(histWorker, cmpOr(h.Worker, worker))
+			histStart, histEnd = append(histStart, tsPtr(h.StartedAt)), append(histEnd, tsPtr(h.FinishedAt))
+			histOutcomes, histEr = append(histOutcomes, h.Outcome), append(histEr, h.Error)
+		}
+	}
+
+	s.queueFree(b, freed, true, now)
+	if len(sigIDs) > 0 {
+		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
+	}
+	if len(spawned) > 0 {
+		inserted, err := s.queueChildren(ctx, tx, b, children)
+		if err != nil {
+			return nil, fmt.Errorf("complete: %w", err)
+		}
+		var ids []string
+		var ns []int32
+		for id, planned := range spawned {
+			if n := inserted[id]; n != planned || planned == 0 {
+				ids, ns = append(ids, id), append(ns, int32(n))
+			}
+		}
+		if len(ids) > 0 {
+			b.Queue(s.q(sqlSetPending), ids, ns, tsArg(now), s.channel)
+		}
+	}
+	if len(terminalChildren) > 0 {
+		ids := make([]string, 0, len(terminalChildren))
+		for id := range terminalChildren {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		ns := make([]int32, len(ids))
+		for i, id := range ids {
+			ns[i] = int32(terminalChildren[id])
+		}
+		b.Queue(s.q(sqlLockParents), ids)
+		b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), s.channel)
+	}
+	if len(parked) > 0 {
+		b.Queue(s.q(sqlRecheckInbox), parked, tsArg(now), s.channel)
+	}
+	if len(histIDs) > 0 {
+		b.Queue(s.q(sqlHistoryInsert), histIDs, histSteps, histAttempts, histKeys, histWorker,
+			histStart, histEnd, histOutcomes, histEr)
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("complete: commit: %w", err)
+	}
+	return results, nil
+}
+
+// queueChildren inserts spawned children: queued on b when none has a
+// unique key, else at once (the unique check needs its own round trip). It
+// returns, per parent, how many children were inserted.
+func (s *Store) queueChildren(ctx context.Context, tx pgx.Tx, b *pgx.Batch, children []store.NewInstance) (map[string]int, error) {
+	inserted := map[string]int{}
+	if len(children) == 0 {
+		return inserted, nil
+	}
+	p, err := prepareInsert(children)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	if p.unique {
+		if err := s.insertUnique(ctx, tx, p); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+	} else {
+		s.queueInsert(b, p.rows)
+	}
+	for _, r := range p.rows {
+		inserted[r.in.ParentID]++
+	}
+	return inserted, nil
+}
+
+func insertErrorIfDuplicate(err error) error {
+	if code, constraint := pgCode(err); code == codeUniqueViolation {
+		return fmt.Errorf("%w (%s)", store.ErrDuplicate, constraint)
+	}
+	return err
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func validateOutcomes(outcomes []store.Outcome) error {
+	for i, o := range outcomes {
+		if _, err := uuid.Parse(o.ID); err != nil {
+			return fmt.Errorf("complete: outcome %d: id %q is not a UUID", i, o.ID)
+		}
+		switch o.Kind {
+		case store.OutcomeReady, store.OutcomeDone, store.OutcomeFailed, store.OutcomeSpawn:
+		case store.OutcomeAwait:
+			if o.AwaitSignal == "" {
+				return fmt.Errorf("complete: outcome %d: await without a signal name", i)
+			}
+		default:
+			return fmt.Errorf("complete: outcome %d: unknown kind %d", i, o.Kind)
+		}
+		if len(o.State) > 0 && !json.Valid(o.State) {
+			return fmt.Errorf("complete: outcome %d: state is not valid JSON", i)
+		}
+		if len(o.Result) > 0 && !json.Valid(o.Result) {
+			return fmt.Errorf("complete: outcome %d: result is not valid JSON", i)
+		}
+		if o.SetKey && o.Key != "" {
+			if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
+				return fmt.Errorf("complete: outcome %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
+	n := len(outcomes)
+	var (
+		ids      = make([]string, n)
+		fences   = make([]int64, n)
+		kinds    = make([]int32, n)
+		steps    = make([]string, n)
+		states   = make([]*string, n)
+		attempts = make([]int32, n)
+		runAts   = make([]*time.Time, n)
+		setKeys  = make([]bool, n)
+		keys     = make([]string, n)
+		intents  = make([]string, n)
+		awaits   = make([]string, n)
+		timeouts = make([]*time.Time, n)
+		results  = make([]*string, n)
+		errs     = make([]string, n)
+		children = make([]int32, n)
+	)
+	for i, o := range outcomes {
+		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, int32(o.Kind), o.Step
+		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
+		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
+		if o.SetKey && o.Key == "" {
+			intents[i] = ""
+		}
+		awaits[i], timeouts[i], results[i] = o.AwaitSignal, tsPtr(o.TimeoutAt), jsonArg(o.Result)
+		errs[i], children[i] = o.Error, int32(len(o.Children))
+	}
+	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
+		intents, awaits, timeouts, results, errs, children}
+}
+
+// Heartbeat extends the leases of worker's current claims and returns the
+// ids of the claims it no longer holds (see store.Store).
+func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) ([]string, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	ids, fences, err := claimArrays(claims)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlHeartbeat), worker, ids, fences, tsArg(now), micros(lease))
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	var lost []string
+	for _, c := range claims {
+		if !slices.Contains(held, c.ID) {
+			lost = append(lost, c.ID)
+		}
+	}
+	return lost, nil
+}
+
+func claimArrays(claims []store.ClaimRef) ([]string, []int64, error) {
+	ids := make([]string, len(claims))
+	fences := make([]int64, len(claims))
+	for i, c := range claims {
+		if _, err := uuid.Parse(c.ID); err != nil {
+			return nil, nil, fmt.Errorf("claim id %q is not a UUID", c.ID)
+		}
+		ids[i], fences[i] = c.ID, c.Fence
+	}
+	return ids, fences, nil
+}
+
+// Release returns worker's unstarted claims to ready with their attempt and
+// place in line unchanged, crediting their slots and promoting blocked rows
+// of their keys (see store.Store). Stale claims are ignored.
+func (s *Store) Release(ctx context.Context, worker string, claims []store.ClaimRef, now time.Time) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	ids, fences, err := claimArrays(claims)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	var freed []freedSlot
+	queues := map[string]bool{}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(s.q(sqlRelease), worker, ids, fences, tsArg(now)).Query(func(rows pgx.Rows) error {
+		var f freedSlot
+		var q string
+		_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q}, func() error {
+			freed = append(freed, f)
+			queues[q] = true
+			return nil
+		})
+		return err
+	})
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if len(queues) == 0 {
+		return nil
+	}
+	b = &pgx.Batch{}
+	s.queueFree(b, freed, true, now)
+	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// Cancel cancels a non-terminal instance (see store.Store): an executing
+// row's slot is credited and its worker's later outcome is stale; a ready
+// keyed row passes its turn to the key's first blocked row; a child counts
+// as ended for its parent's join.
+func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var oldStatus, oldKey, parentID string
+		var oldShard int
+		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.whyNot(ctx, tx, "cancel", id)
+		}
+		if err != nil {
+			return fmt.Errorf("cancel %s: %w", id, err)
+		}
+		b := &pgx.Batch{}
+		switch {
+		case oldKey == "":
+		case oldStatus == "executing":
+			s.queueFree(b, []freedSlot{{key: oldKey, shard: oldShard}}, true, now)
+		case oldStatus == "ready" || oldStatus == statusScheduled:
+			// The row may be the one a freed slot promoted: pass the
+			// promotion on so that the key's blocked rows do not wait
+			// for the reconciler.
+			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
+			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel)
+		}
+		if parentID != "" {
+			b.Queue(s.q(sqlLockParents), []string{parentID})
+			b.Queue(s.q(sqlJoinParents), []string{parentID}, []int32{1}, tsArg(now), s.channel)
+		}
+		if b.Len() > 0 {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return fmt.Errorf("cancel %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ErrNotRetryable is returned by Retry for an instance that is neither
+// failed nor canceled.
+var ErrNotRetryable = errors.New("instance is not failed or canceled")
+
+// Retry makes a failed or canceled instance ready again at its current step
+// with attempt 0 (see store.Store). It is store.ErrDuplicate when the
+// instance's unique key is now held by another instance.
+func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return fmt.Errorf("retry %s: %w", id, store.ErrNotFound)
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlRetry), id, tsArg(now), s.channel)
+	if err != nil {
+		return fmt.Errorf("retry %s: %w", id, insertErrorIfDuplicate(err))
+	}
+	n, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
+		var q string
+		var n int64
+		return n, row.Scan(&q, &n)
+	})
+	if err != nil {
+		return fmt.Errorf("retry %s: %w", id, insertErrorIfDuplicate(err))
+	}
+	if len(n) == 0 {
+		var status string
+		err := s.pool.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("retry %s: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("retry %s: %w", id, err)
+		}
+		return fmt.Errorf("retry %s: %w (status %s)", id, ErrNotRetryable, publicStatus(status))
+	}
+	return nil
+}
+
+// whyNot explains why a change to a non-terminal instance matched nothing.
+func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
+	var status string
+	err := q.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s %s: %w", op, id, store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
+}
+
+func mapKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

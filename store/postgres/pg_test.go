@@ -1,0 +1,340 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/pgtest"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/postgres"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMigrateEmbedded(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(pool)
+
+	_, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.ErrorContains(t, err, "run Migrate", "New refuses an unmigrated schema")
+
+	ms, err := postgres.Migrations()
+	require.NoError(t, err)
+	done, err := postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Len(t, done, len(ms))
+	done, err = postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Empty(t, done, "a second Migrate applies nothing")
+	v, err := postgres.AppliedVersions(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Len(t, v, len(ms))
+	var at time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT applied_at FROM schema_migrations WHERE version = 1").Scan(&at))
+	require.WithinDuration(t, time.Now(), at, time.Minute)
+
+	_, err = postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.NoError(t, err)
+
+	done, err = postgres.MigrateDown(ctx, pool, schema, 0)
+	require.NoError(t, err)
+	require.Len(t, done, len(ms))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx,
+		"SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations'", schema).Scan(&n))
+	require.Zero(t, n, "down to 0 removes every table")
+	_, err = postgres.MigrateDown(ctx, pool, schema, len(ms)+1)
+	require.Error(t, err)
+
+	// Up again after down, and concurrent migrators serialize on the lock.
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { _, err := postgres.Migrate(ctx, pool, schema); errs <- err }()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	v, err = postgres.AppliedVersions(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Len(t, v, len(ms))
+}
+
+func TestSchemaValidation(t *testing.T) {
+	for _, ok := range []string{"durable", "_x", "a1_b2", "a23456789012345678901234567890123456789012345678901234567890123"} {
+		require.NoError(t, postgres.ValidateSchema(ok), ok)
+	}
+	for _, bad := range []string{"", "Durable", "1abc", "a-b", "a b", `a"b`, "pg_catalog", "durable;drop",
+		"a234567890123456789012345678901234567890123456789012345678901234"} {
+		err := postgres.ValidateSchema(bad)
+		require.ErrorIs(t, err, postgres.ErrInvalidSchema, bad)
+	}
+	e := newEnv(t)
+	_, err := postgres.New(e.ctx, e.pool, postgres.Options{Schema: "Bad"})
+	require.ErrorIs(t, err, postgres.ErrInvalidSchema)
+	_, err = postgres.Migrate(e.ctx, e.pool, "x;y")
+	require.ErrorIs(t, err, postgres.ErrInvalidSchema)
+	require.Len(t, postgres.Channel("a234567890123456789012345678901234567890123456789012345678901234"), 26)
+}
+
+func requireViolation(t *testing.T, err error, code string) {
+	t.Helper()
+	var pe *pgconn.PgError
+	require.True(t, errors.As(err, &pe), "want a PostgreSQL error, got %v", err)
+	require.Equal(t, code, pe.Code, pe.Message)
+}
+
+func TestSecondExecutingRowOfK1KeyIsUncommittable(t *testing.T) {
+	e := newEnv(t)
+	ids := e.insert(newInstance("account:1"), newInstance("account:1"))
+	c := e.claim("w", 10)
+	require.Len(t, c, 1)
+	// Bypass admission: make the other row executing by hand.
+	_, err := e.pool.Exec(e.ctx, `UPDATE instances SET status = 'executing', worker = 'rogue',
+		lease_expires_at = now() + interval '1 minute' WHERE id = $1`, ids[1])
+	requireViolation(t, err, "23505")
+	// Its gate form (with a shard) is allowed only because a counter debited it.
+	_, err = e.pool.Exec(e.ctx, `UPDATE instances SET key_shard = 0 WHERE id = $1`, ids[1])
+	requireViolation(t, err, "23514") // a shard on a non-executing row
+}
+
+func TestCounterCheckConstraint(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "stripe", Limit: 2}})
+	require.NoError(t, err)
+	e.insert(newInstance("stripe:a"), newInstance("stripe:a"), newInstance("stripe:a"))
+	require.Len(t, e.claim("w", 10), 2)
+	require.EqualValues(t, 0, e.scalar(`SELECT available FROM key_slots WHERE key = 'stripe:a'`))
+	_, err = e.pool.Exec(e.ctx, `UPDATE key_slots SET available = available - 1 WHERE key = 'stripe:a'`)
+	requireViolation(t, err, "23514")
+	_, err = e.pool.Exec(e.ctx, `UPDATE key_slots SET available = capacity + 1 WHERE key = 'stripe:a'`)
+	requireViolation(t, err, "23514")
+}
+
+func TestInsertTxCommitAndRollback(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.pool.Exec(e.ctx, `CREATE TABLE orders (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), `DROP TABLE orders`) })
+
+	kept := newInstance("")
+	kept.UniqueKey = "order-1"
+	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(e.ctx, `INSERT INTO orders VALUES (1)`); err != nil {
+			return err
+		}
+		res, err := e.s.InsertTx(e.ctx, tx, []store.NewInstance{kept})
+		require.Equal(t, []store.InsertResult{{ID: kept.ID}}, res)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, store.StatusReady, e.get(kept.ID).Status)
+
+	lost := newInstance("")
+	boom := errors.New("caller fails after the insert")
+	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(e.ctx, `INSERT INTO orders VALUES (2)`); err != nil {
+			return err
+		}
+		if _, err := e.s.InsertTx(e.ctx, tx, []store.NewInstance{lost}); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	_, err = e.s.Get(e.ctx, lost.ID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the instance rolls back with the caller's write")
+	require.EqualValues(t, 1, e.scalar(`SELECT count(*) FROM orders`))
+
+	// A unique key taken inside the caller's transaction is a duplicate.
+	dup := newInstance("")
+	dup.UniqueKey = "order-1"
+	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+		res, err := e.s.InsertTx(e.ctx, tx, []store.NewInstance{dup})
+		require.Equal(t, []store.InsertResult{{ID: kept.ID, Duplicate: true}}, res)
+		return err
+	})
+	require.NoError(t, err)
+}
+
+func TestStateIsStoredAsJSONObject(t *testing.T) {
+	e := newEnv(t)
+	in := newInstance("")
+	in.State = json.RawMessage(`{"a":{"b":[1,2]}}`)
+	e.insert(in)
+	var typ string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT jsonb_typeof(state) FROM instances WHERE id = $1`, in.ID).Scan(&typ))
+	require.Equal(t, "object", typ)
+	in2 := newInstance("")
+	in2.State = json.RawMessage(`{bad`)
+	_, err := e.s.Insert(e.ctx, []store.NewInstance{in2})
+	require.Error(t, err)
+}
+
+func TestClosedStore(t *testing.T) {
+	e := newEnv(t)
+	require.NoError(t, e.s.Close())
+	_, err := e.s.Insert(e.ctx, []store.NewInstance{newInstance("")})
+	require.ErrorIs(t, err, store.ErrClosed)
+	_, err = e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1})
+	require.ErrorIs(t, err, store.ErrClosed)
+}
+
+func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(e.ctx)
+	got := make(chan string, 100)
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.s.Listen(ctx, func(q string) { got <- q }) }()
+
+	// Wait until the listener is connected: poke the channel until it hears.
+	deadline := time.After(10 * time.Second)
+	for ready := false; !ready; {
+		_, err := e.pool.Exec(e.ctx, `SELECT pg_notify($1, 'ping')`, postgres.Channel(e.schema))
+		require.NoError(t, err)
+		select {
+		case q := <-got:
+			ready = q == "ping"
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("listener never connected")
+		}
+	}
+
+	in := newInstance("")
+	in.Queue = "mail"
+	start := time.Now()
+	e.insert(in)
+	select {
+	case q := <-got:
+		require.Equal(t, "mail", q)
+		lat := time.Since(start)
+		t.Logf("insert to notification: %v", lat)
+		require.Less(t, lat, 250*time.Millisecond)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for an insert")
+	}
+
+	// A delayed row does not notify; a signal wake does.
+	later := newInstance("")
+	later.RunAt = time.Now().Add(time.Hour)
+	e.insert(later)
+	select {
+	case q := <-got:
+		t.Fatalf("unexpected notification %q for a delayed row", q)
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	cancel()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Listen did not return after cancel")
+	}
+}
+
+func TestListenReconnects(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	got := make(chan string, 100)
+	go func() { _ = e.s.Listen(ctx, func(q string) { got <- q }) }()
+	waitFor := func(payload string) {
+		t.Helper()
+		deadline := time.After(15 * time.Second)
+		for {
+			_, err := e.pool.Exec(e.ctx, `SELECT pg_notify($1, $2)`, postgres.Channel(e.schema), payload)
+			require.NoError(t, err)
+			select {
+			case q := <-got:
+				if q == payload {
+					return
+				}
+			case <-time.After(50 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("no notification %q", payload)
+			}
+		}
+	}
+	waitFor("before")
+	// Kill the listening backend; Listen must reconnect on its own.
+	var killed int
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&killed))
+	require.Equal(t, 1, killed)
+	waitFor("after")
+}
+
+func TestUniqueKeyIndexGuardsRetry(t *testing.T) {
+	e := newEnv(t)
+	a := newInstance("")
+	a.UniqueKey = "job"
+	e.insert(a)
+	c := e.claim("w", 1)[0]
+	res := e.complete("w", store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeFailed, Error: "x"})
+	require.False(t, res[0].Stale)
+	b := newInstance("")
+	b.UniqueKey = "job"
+	r, err := e.s.Insert(e.ctx, []store.NewInstance{b})
+	require.NoError(t, err)
+	require.False(t, r[0].Duplicate, "a failed instance no longer holds the default scope")
+	// Retrying a would make two live holders of the key.
+	err = e.s.Retry(e.ctx, a.ID, time.Time{})
+	require.ErrorIs(t, err, store.ErrDuplicate)
+	err = e.s.Retry(e.ctx, b.ID, time.Time{})
+	require.ErrorIs(t, err, postgres.ErrNotRetryable)
+	err = e.s.Retry(e.ctx, uuid.NewString(), time.Time{})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestHistoryOffRecordsNothing(t *testing.T) {
+	e := newEnv(t, func(o *postgres.Options) { o.History = false })
+	id := e.insert(newInstance(""))[0]
+	c := e.claim("w", 1)[0]
+	o := done(c)
+	o.History = &store.HistoryEntry{Step: "start", Outcome: "done"}
+	e.complete("w", o)
+	h, err := e.s.History(e.ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, h)
+}
+
+func TestKeyBacklogLeavesThePickPath(t *testing.T) {
+	e := newEnv(t)
+	// 3000 rows of one K=1 key ahead of 100 keyless rows.
+	var hot []store.NewInstance
+	for i := range 3000 {
+		in := newInstance("tenant:hot")
+		in.RunAt = time.Now().Add(-time.Hour + time.Duration(i)*time.Millisecond)
+		hot = append(hot, in)
+	}
+	e.insert(hot...)
+	var cold []store.NewInstance
+	for range 100 {
+		cold = append(cold, newInstance(""))
+	}
+	coldIDs := e.insert(cold...)
+	got := map[string]bool{}
+	claims := 0
+	for len(got) < 101 && claims < 20 {
+		for _, c := range e.claim("w", 10) {
+			got[c.ID] = true
+		}
+		claims++
+	}
+	for _, id := range coldIDs {
+		require.True(t, got[id], "keyless row never claimed behind a saturated key")
+	}
+	t.Logf("%d claims to reach the keyless rows behind 3000 rows of one key", claims)
+	require.LessOrEqual(t, claims, 15)
+	require.EqualValues(t, 0, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'ready'`),
+		"the hot key's backlog is off the pick path")
+	require.EqualValues(t, 2999, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'blocked'`))
+}

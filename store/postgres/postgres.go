@@ -1,0 +1,247 @@
+// Package postgres is the PostgreSQL backend of godurable, on pgx/v5.
+//
+// Every rule of store.Store is enforced inside PostgreSQL transactions, so
+// that any number of engines sharing one database can never over-admit a
+// key: a second executing row of a K = 1 key is rejected by a unique partial
+// index, and a gate's slot counters carry a CHECK (0 <= available <=
+// capacity), debited in the claim's transaction.
+//
+// The tables live in one schema (Options.Schema, default "durable"), created
+// and upgraded by Migrate. All SQL is in sql.go; the admission rules are in
+// admission.go.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/godurable/godurable/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultSchema is the schema used when Options.Schema is empty.
+const DefaultSchema = "durable"
+
+// Options configure a Store.
+type Options struct {
+	// Schema is the schema holding the tables (default DefaultSchema). It
+	// must pass ValidateSchema and have been migrated with Migrate.
+	Schema string
+	// History records every committed step run (Outcome.History) so that
+	// Store.History can return it. Off by default: it costs one insert per
+	// outcome batch.
+	History bool
+}
+
+// Store implements store.Store and store.Notifier on a pgx pool. It does not
+// own the pool: Close does not close it.
+type Store struct {
+	pool    *pgxpool.Pool
+	schema  string
+	history bool
+	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
+	channel string
+	// keySalt and uniqueSalt seed the advisory-lock hashes of concurrency keys
+	// and unique keys, so that schemas sharing a database do not contend.
+	keySalt    int64
+	uniqueSalt int64
+	closed     atomic.Bool
+	stmts      sync.Map // statement constant -> rendered text
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
+)
+
+// New returns a Store on pool. It fails if the schema is invalid or not
+// migrated to the version this build expects (run Migrate first).
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: nil pool")
+	}
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if err := ValidateSchema(opts.Schema); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	applied, err := AppliedVersions(ctx, pool, opts.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if len(applied) != len(ms) {
+		return nil, fmt.Errorf("postgres: schema %s is at version %d, this build needs %d: run Migrate",
+			opts.Schema, len(applied), len(ms))
+	}
+	return &Store{
+		pool:       pool,
+		schema:     opts.Schema,
+		history:    opts.History,
+		channel:    Channel(opts.Schema),
+		keySalt:    lockSalt(opts.Schema, saltKeys),
+		uniqueSalt: lockSalt(opts.Schema, saltUnique),
+	}, nil
+}
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// Close marks the store closed: later calls return store.ErrClosed. The pool
+// stays open (it belongs to the caller).
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// q returns stmt with the store's schema in it.
+func (s *Store) q(stmt string) string {
+	if v, ok := s.stmts.Load(stmt); ok {
+		return v.(string)
+	}
+	r := render(stmt, s.schema)
+	s.stmts.Store(stmt, r)
+	return r
+}
+
+// Channel returns the LISTEN/NOTIFY channel of a schema.
+func Channel(schema string) string {
+	c := "godurable_" + schema
+	if len(c) > 63 {
+		c = fmt.Sprintf("godurable_%016x", uint64(lockSalt(schema, saltChannel)))
+	}
+	return c
+}
+
+// Advisory lock purposes; each salts the lock hashes differently.
+const (
+	saltKeys    = "keys"
+	saltUnique  = "unique"
+	saltMigrate = "migrate"
+	saltLimits  = "limits"
+	saltChannel = "channel"
+)
+
+// lockSalt derives a stable 64-bit value from a schema and a purpose.
+func lockSalt(schema, purpose string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("godurable\x00" + schema + "\x00" + purpose))
+	return int64(h.Sum64())
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// inTx runs fn in a READ COMMITTED transaction.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+}
+
+// tsArg is a timestamp parameter: NULL for the zero time (the database clock).
+func tsArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func tsPtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func fromPtr(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// jsonArg is a JSON parameter passed as text (NULL when empty).
+func jsonArg(b []byte) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// micros is a duration as whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// pgCode returns the SQLSTATE of err ("" if it is not a PostgreSQL error).
+func pgCode(err error) (code, constraint string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ConstraintName
+	}
+	return "", ""
+}
+
+const (
+	codeUniqueViolation = "23505"
+)
+
+// instanceRow is a scanned instance with the columns the contract's
+// Instance does not carry.
+type instanceRow struct {
+	store.Instance
+	timedOut bool
+}
+
+// scanInstance scans the columns of instanceColumns.
+func scanInstance(row pgx.Row) (store.Instance, error) {
+	r, err := scanInstanceRow(row)
+	return r.Instance, err
+}
+
+// scanInstanceRow scans the columns of instanceColumns, then extra.
+func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
+	var (
+		r                             instanceRow
+		status, intent                string
+		state, result                 []byte
+		timeoutAt, leaseAt, startedAt *time.Time
+	)
+	in := &r.Instance
+	dest := []any{&in.ID, &in.Workflow, &in.Version, &in.Queue, &in.Priority, &status, &in.Step, &state,
+		&in.Attempt, &in.Key, &intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &timeoutAt, &r.timedOut,
+		&in.Worker, &in.Fence, &leaseAt, &result, &in.LastError, &in.ParentID, &in.PendingChildren,
+		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return instanceRow{}, err
+	}
+	in.Status = publicStatus(status)
+	in.KeyIntent = gateIntent(intent)
+	in.State = rawJSON(state)
+	in.Result = rawJSON(result)
+	in.TimeoutAt = fromPtr(timeoutAt)
+	in.LeaseExpiresAt = fromPtr(leaseAt)
+	in.StartedAt = fromPtr(startedAt)
+	return r, nil
+}

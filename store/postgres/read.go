@@ -1,0 +1,158 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Get returns one instance, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
+	if err := s.check(); err != nil {
+		return store.Instance{}, err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return store.Instance{}, fmt.Errorf("get %s: %w", id, store.ErrNotFound)
+	}
+	in, err := scanInstance(s.pool.QueryRow(ctx, s.q(sqlGet), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Instance{}, fmt.Errorf("get %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Instance{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// List returns instances matching f, ordered by id; a zero f.Limit means no
+// limit. Status ready includes rows whose run_at is in the future.
+func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var limit *int
+	if f.Limit > 0 {
+		limit = &f.Limit
+	}
+	statuses := []string{}
+	if f.Status != "" {
+		statuses = storedStatuses([]store.Status{f.Status})
+	}
+	var after *string
+	if f.AfterID != "" {
+		if _, err := uuid.Parse(f.AfterID); err != nil {
+			return nil, fmt.Errorf("list: after id %q is not a UUID", f.AfterID)
+		}
+		after = &f.AfterID
+	}
+	return s.queryInstances(ctx, "list", s.q(sqlList), f.Workflow, statuses, f.Key, f.Queue, after, limit)
+}
+
+// Children returns the children of a parent in creation order.
+func (s *Store) Children(ctx context.Context, parentID string) ([]store.Instance, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if _, err := uuid.Parse(parentID); err != nil {
+		return nil, nil
+	}
+	return s.queryInstances(ctx, "children", s.q(sqlChildren), parentID)
+}
+
+func (s *Store) queryInstances(ctx context.Context, op, stmt string, args ...any) ([]store.Instance, error) {
+	rows, err := s.pool.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// History returns the recorded step runs of an instance, oldest first
+// (none unless Options.History is set).
+func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlHistory), id)
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.HistoryEntry, error) {
+		var h store.HistoryEntry
+		var started, finished *time.Time
+		err := r.Scan(&h.InstanceID, &h.Step, &h.Attempt, &h.Key, &h.Worker, &started, &finished, &h.Outcome, &h.Error)
+		h.StartedAt, h.FinishedAt = fromPtr(started), fromPtr(finished)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// maxHolders bounds the holders KeyInfo lists.
+const maxHolders = 1000
+
+// KeyInfo explains a key: its K, its holders (at most 1000), its waiting
+// rows (ready, delayed and blocked), the next in line and, for a gate, its
+// free slots (the whole limit when no counter exists yet).
+func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
+	if err := s.check(); err != nil {
+		return store.KeyInfo{}, err
+	}
+	if _, err := gate.Parse(key); err != nil || key == "" {
+		return store.KeyInfo{}, fmt.Errorf("key info: %w", gate.ErrInvalidKey)
+	}
+	info := store.KeyInfo{Key: key, K: 1}
+	var (
+		limit, shards *int32
+		counters      int
+		available     int64
+		next          []store.Instance
+	)
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlLimitOf), gate.NameOf(key)).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&limit, &shards}, func() error { return nil })
+		return err
+	})
+	b.Queue(s.q(sqlKeyHolders), key, maxHolders).Query(func(rows pgx.Rows) error {
+		var err error
+		info.Holders, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+		return err
+	})
+	b.Queue(s.q(sqlKeyWaiting), key).QueryRow(func(row pgx.Row) error { return row.Scan(&info.Waiting, &info.Blocked) })
+	b.Queue(s.q(sqlKeyNext), key).Query(func(rows pgx.Rows) error {
+		var err error
+		next, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+		return err
+	})
+	b.Queue(s.q(sqlKeySlots), key).QueryRow(func(row pgx.Row) error { return row.Scan(&counters, &available) })
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
+	}
+	if len(next) > 0 {
+		info.NextInLine = &next[0]
+	}
+	if limit != nil {
+		info.K, info.Shards = int(*limit), int(*shards)
+		if counters > 0 {
+			info.Available = int(available)
+		} else {
+			info.Available = max(0, info.K-len(info.Holders))
+		}
+	}
+	return info, nil
+}

@@ -1,0 +1,611 @@
+package postgres
+
+// Every statement the backend runs. {schema} is replaced by the quoted schema
+// name once per Store, so each statement's text is fixed and pgx caches its
+// prepared form. Batches travel as arrays (unnest), never as one parameter per
+// value, so no batch size meets the 65,535-parameter ceiling. The clock
+// reaches SQL as a nullable parameter: coalesce($now, now()).
+//
+// Lock order, followed by every transaction so that none can deadlock with
+// another: (1) the instance rows being transitioned, by id; (2) K = 1 key
+// advisory locks, by key (claims only try them and never wait); (3) gate
+// counter rows, by (key, shard); (4) other instance rows: blocked rows being
+// promoted (SKIP LOCKED) and parents, by id.
+
+// Migrator bookkeeping.
+const (
+	sqlMigrationLock = `SELECT pg_advisory_xact_lock($1::bigint)`
+
+	sqlMigrationsTableExists = `SELECT to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL`
+
+	sqlMigrationsInit = `
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+    version    int         PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+
+	sqlMigrationsApplied = `SELECT version FROM {schema}.schema_migrations ORDER BY version`
+
+	sqlMigrationRecord = `INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)`
+
+	sqlMigrationForget = `DELETE FROM {schema}.schema_migrations WHERE version = $1`
+)
+
+// instanceColumns is the column list every Instance is scanned from (see scanInstance).
+const instanceColumns = `id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at`
+
+// Insert.
+const (
+	// sqlInsert inserts a batch in input order and notifies the queues that
+	// received due rows. $14 is the notification channel.
+	sqlInsert = `
+WITH t AS (SELECT now() AS now),
+ins AS (
+    INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
+        key, key_intent, run_at, unique_key, unique_statuses, parent_id, created_at, updated_at)
+    SELECT x.id, x.workflow, x.version, x.queue, x.priority,
+           CASE WHEN coalesce(x.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END,
+           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, coalesce(x.run_at, t.now),
+           nullif(x.unique_key, ''),
+           CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
+           x.parent_id, t.now, t.now
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[])
+         WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
+                              run_at, unique_key, unique_statuses, parent_id, ord)
+    CROSS JOIN t
+    ORDER BY x.ord
+    RETURNING queue, status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
+
+	// sqlUniqueLock serializes inserts of the same unique keys ($1, sorted).
+	sqlUniqueLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+
+	// sqlUniqueExisting returns, per unique key and status, one instance
+	// holding the key (bounded: at most one row per status).
+	sqlUniqueExisting = `
+SELECT k, st, h.id::text
+FROM unnest($1::text[]) AS k
+CROSS JOIN unnest(ARRAY['ready','scheduled','blocked','executing','awaiting','awaiting_children',
+                        'done','failed','canceled']) AS st
+CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                    WHERE unique_key = k AND status = st ORDER BY seq LIMIT 1) h`
+)
+
+// Claim: the statements of the admission transaction (see admission.go).
+const (
+	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick path.
+	sqlPromoteScheduled = `
+UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($2::timestamptz, now())
+FROM (SELECT id FROM {schema}.instances
+      WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
+WHERE i.id = d.id`
+
+	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
+	sqlFireQueueTimers = `
+UPDATE {schema}.instances i
+SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
+    updated_at = coalesce($2::timestamptz, now())
+FROM (SELECT id FROM {schema}.instances
+      WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
+        AND timeout_at <= coalesce($2::timestamptz, now())
+      ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
+WHERE i.id = d.id`
+
+	// sqlClaimCandidates locks the window: the first due ready rows of the
+	// queue in admission order, with their key's limit (NULL: K = 1).
+	sqlClaimCandidates = `
+SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards
+FROM (SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+      WHERE status = 'ready' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+        AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+      ORDER BY priority, run_at, seq
+      LIMIT $4 FOR UPDATE SKIP LOCKED) c
+LEFT JOIN {schema}.limits l ON l.name = c.key_name
+ORDER BY c.priority, c.run_at, c.seq`
+
+	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
+	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+
+	// sqlKeyBusy returns the keys that have an executing row. It must run as
+	// its own statement after sqlKeyTryLock so that its snapshot is taken
+	// while the locks are held.
+	sqlKeyBusy = `
+SELECT k FROM unnest($1::text[]) AS k
+WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NULL)
+   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NOT NULL)`
+
+	// sqlSlotsLock creates missing counters and locks every counter of the
+	// given (key, shard) list, in list order (sorted by the caller). A
+	// conflicting row is locked without being changed (DO UPDATE ... WHERE
+	// false locks it all the same).
+	sqlSlotsLock = `
+INSERT INTO {schema}.key_slots AS s (key, shard, capacity, available)
+SELECT x.key, x.shard, x.capacity, x.capacity
+FROM unnest($1::text[], $2::int[], $3::int[]) WITH ORDINALITY AS x(key, shard, capacity, ord)
+ORDER BY x.ord
+ON CONFLICT (key, shard) DO UPDATE SET available = s.available WHERE false`
+
+	// sqlSlotsRead reads the counters of keys this transaction has locked.
+	sqlSlotsRead = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE key = ANY ($1::text[]) ORDER BY key, shard`
+
+	// sqlBlock takes rows of saturated keys off the pick path.
+	sqlBlock = `
+UPDATE {schema}.instances SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
+WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
+
+	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
+	// key ($1) off the pick path, so that a key's backlog beyond the window
+	// does not keep filling the window.
+	sqlBlockBacklog = `
+UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
+FROM (SELECT b.id FROM unnest($1::text[]) AS k
+      CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                          WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                          ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b) d
+WHERE i.id = d.id`
+
+	// sqlDebit takes slots from counters this transaction has locked.
+	sqlDebit = `
+UPDATE {schema}.key_slots s SET available = s.available - d.n
+FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+WHERE s.key = d.key AND s.shard = d.shard`
+
+	// sqlClaim moves the admitted rows to executing with a new fence and
+	// returns them in admission order, each with the oldest unconsumed signal
+	// its await was woken by.
+	sqlClaim = `
+WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
+    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+    WHERE i.id = a.id AND i.status = 'ready'
+    RETURNING i.*, a.ord
+)
+SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
+
+	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
+	sqlNextDue = `
+SELECT least(
+    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
+    (SELECT min(timeout_at) FROM {schema}.instances
+     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
+)
+
+// Freeing slots: what every path out of executing runs after it (see slots.go).
+const (
+	// sqlKeyLock takes the advisory lock of each K = 1 key ($1, sorted),
+	// waiting for claims that hold it.
+	sqlKeyLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+
+	// sqlSlotsLockExisting locks counters in (key, shard) order before a credit.
+	sqlSlotsLockExisting = `
+SELECT 1 FROM {schema}.key_slots
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
+ORDER BY key, shard FOR UPDATE`
+
+	// sqlCredit returns slots to their shards, never above capacity.
+	sqlCredit = `
+UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
+FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+WHERE s.key = d.key AND s.shard = d.shard`
+
+	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
+	// (priority, then FIFO) ready and notifies their queues.
+	sqlPromote = `
+WITH p AS (
+    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
+    FROM (SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
+          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                              WHERE key = f.key AND status = 'blocked'
+                              ORDER BY priority, run_at, seq LIMIT f.n FOR UPDATE SKIP LOCKED) b) d
+    WHERE i.id = d.id
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+)
+
+// Outcomes.
+const (
+	// sqlCompleteApply applies a batch of outcomes, each guarded by the
+	// claim: worker, fence and status executing. A stale outcome matches no
+	// row and changes nothing. Rows are locked in id order. It returns the
+	// key and shard each row held, for crediting.
+	sqlCompleteApply = `
+WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
+UPDATE {schema}.instances i SET
+    status = CASE o.kind
+        WHEN 1 THEN CASE WHEN coalesce(o.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END
+        WHEN 2 THEN 'awaiting'
+        WHEN 3 THEN 'awaiting_children'
+        WHEN 4 THEN 'done'
+        ELSE 'failed' END,
+    step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
+    state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
+    attempt = o.attempt,
+    run_at = CASE WHEN o.kind = 1 THEN coalesce(o.run_at, t.now) ELSE i.run_at END,
+    key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
+    key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
+    key_shard = NULL,
+    await_signal = nullif(o.await_signal, ''),
+    timeout_at = CASE WHEN o.kind = 2 THEN o.timeout_at END,
+    timed_out = false,
+    worker = NULL,
+    lease_expires_at = NULL,
+    result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
+    last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
+    pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
+    updated_at = t.now
+FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
+      FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
+                  $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
+                  $14::timestamptz[], $15::text[], $16::text[], $17::int[])
+           WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
+                                key_intent, await_signal, timeout_at, result, error, children, ord)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      ORDER BY c.id
+      FOR UPDATE OF c) o, t
+WHERE i.id = o.id
+RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
+          coalesce(i.parent_id::text, ''), i.queue`
+
+	// sqlConsumeSignals marks the signals committed outcomes consumed.
+	sqlConsumeSignals = `
+UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
+FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
+WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+
+	// sqlLockParents locks parents in id order before their join counters change.
+	sqlLockParents = `
+SELECT id FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND status = 'awaiting_children'
+ORDER BY id FOR UPDATE`
+
+	// sqlJoinParents counts terminal children against their parents' joins
+	// and wakes a parent whose last child finished.
+	sqlJoinParents = `
+WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
+w AS (
+    UPDATE {schema}.instances p
+    SET pending_children = greatest(0, p.pending_children - d.n),
+        status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
+        run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
+        updated_at = t.now
+    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
+    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    RETURNING p.queue, p.status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlSetPending corrects a spawn's join counter when some children were
+	// duplicates (not inserted), waking the parent when none was.
+	sqlSetPending = `
+WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
+w AS (
+    UPDATE {schema}.instances p
+    SET pending_children = d.n,
+        status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
+        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END
+    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
+    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    RETURNING p.queue, p.status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlRecheckInbox wakes rows that just parked on a signal already in
+	// their inbox (the signal committed between the claim and the park).
+	sqlRecheckInbox = `
+WITH w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
+        updated_at = coalesce($2::timestamptz, now())
+    WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
+      AND EXISTS (SELECT 1 FROM {schema}.signals s
+                  WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+
+	// sqlHistoryInsert records step runs.
+	sqlHistoryInsert = `
+INSERT INTO {schema}.history (instance_id, step, attempt, key, worker, started_at, finished_at, outcome, error)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
+                     $7::timestamptz[], $8::text[], $9::text[])`
+
+	// sqlHeartbeat extends the leases of claims the worker still holds.
+	sqlHeartbeat = `
+UPDATE {schema}.instances i
+SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+FROM unnest($2::uuid[], $3::bigint[]) AS c(id, fence)
+WHERE i.id = c.id AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
+RETURNING i.id::text`
+
+	// sqlRelease returns unstarted claims to ready, keeping their place
+	// (run_at) and attempt. It returns the key and shard each row held.
+	sqlRelease = `
+UPDATE {schema}.instances i
+SET status = 'ready', worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
+    updated_at = coalesce($4::timestamptz, now())
+FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
+      FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      ORDER BY c.id FOR UPDATE OF c) o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+
+	// sqlCancel cancels a non-terminal instance and returns what it held.
+	sqlCancel = `
+UPDATE {schema}.instances i
+SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NULL,
+    updated_at = coalesce($2::timestamptz, now())
+FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
+      FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
+WHERE i.id = o.id AND o.old_status NOT IN ('done', 'failed', 'canceled')
+RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, '')`
+
+	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
+	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
+
+	// sqlRetry makes a failed or canceled instance ready at its current step.
+	sqlRetry = `
+WITH w AS (
+    UPDATE {schema}.instances
+    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL,
+        lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
+        await_signal = NULL, result = NULL, updated_at = coalesce($2::timestamptz, now())
+    WHERE id = $1 AND status IN ('failed', 'canceled')
+    RETURNING queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+)
+
+// Signals.
+const (
+	// sqlSignalStore locks the instance (so that a concurrent park either
+	// commits first or waits for this signal) and stores the signal unless
+	// the instance is terminal or the dedup key was seen. It returns the
+	// status and whether the signal was stored; no row means no instance.
+	sqlSignalStore = `
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR UPDATE),
+ins AS (
+    INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
+    SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
+    FROM inst WHERE inst.status NOT IN ('done', 'failed', 'canceled')
+    ON CONFLICT (instance_id, dedup_key) DO NOTHING
+    RETURNING id
+)
+SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
+
+	// sqlSignalWake wakes the instance if it awaits a signal now in its inbox.
+	// It runs as its own statement after sqlSignalStore, under its row lock.
+	sqlSignalWake = `
+WITH w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
+        updated_at = coalesce($2::timestamptz, now())
+    WHERE i.id = $1 AND i.status = 'awaiting'
+      AND EXISTS (SELECT 1 FROM {schema}.signals s
+                  WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+)
+
+// Timers, reaper, reconciler.
+const (
+	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
+	sqlFireTimers = `
+WITH w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
+        updated_at = coalesce($1::timestamptz, now())
+    FROM (SELECT id FROM {schema}.instances
+          WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
+          ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+    WHERE i.id = d.id
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+
+	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
+	sqlReap = `
+UPDATE {schema}.instances i
+SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+      WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
+      ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+
+	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
+	sqlReclaimWorker = `
+UPDATE {schema}.instances i
+SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
+FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+      WHERE status = 'executing' AND worker = $1
+      ORDER BY id FOR UPDATE) o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+
+	// sqlNotifyQueues notifies each queue of $1.
+	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
+
+	// sqlSlotsLockAll locks every counter in (key, shard) order.
+	sqlSlotsLockAll = `SELECT key, shard, capacity, available FROM {schema}.key_slots ORDER BY key, shard FOR UPDATE`
+
+	// sqlGateHolders counts executing rows per (key, shard) for gated rows,
+	// and per key for rows of limited names admitted at K = 1 (shard -1).
+	sqlGateHolders = `
+SELECT key, key_shard, count(*) FROM {schema}.instances
+WHERE status = 'executing' AND key_shard IS NOT NULL GROUP BY key, key_shard
+UNION ALL
+SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
+WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
+
+	// sqlSlotsSet overwrites counters (the caller holds their locks).
+	sqlSlotsSet = `
+UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
+FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
+WHERE s.key = d.key AND s.shard = d.shard`
+
+	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
+	sqlSlotsInsert = `
+INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
+ON CONFLICT (key, shard) DO UPDATE SET capacity = excluded.capacity, available = excluded.available`
+
+	// sqlSlotsDeleteIdle deletes counters of keys with nothing executing,
+	// every slot free and no row waiting.
+	sqlSlotsDeleteIdle = `
+DELETE FROM {schema}.key_slots s
+WHERE s.key = ANY ($1::text[])
+  AND NOT EXISTS (SELECT 1 FROM {schema}.instances i
+                  WHERE i.key = s.key AND i.status IN ('ready', 'blocked'))`
+
+	// sqlSlotsDelete deletes counters of keys whose name lost its limit.
+	sqlSlotsDelete = `DELETE FROM {schema}.key_slots WHERE key = ANY ($1::text[])`
+
+	// sqlBlockedKeys lists the distinct keys with blocked rows, skipping
+	// through the waiting index one key at a time.
+	sqlBlockedKeys = `
+WITH RECURSIVE k AS (
+    (SELECT key FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+     ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.key FROM {schema}.instances i
+            WHERE i.key > k.key AND i.key IS NOT NULL AND i.status IN ('ready', 'blocked')
+              AND i.status = 'blocked'
+            ORDER BY i.key LIMIT 1)
+    FROM k WHERE k.key IS NOT NULL
+)
+SELECT k.key, l."limit", l.shards
+FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
+WHERE k.key IS NOT NULL`
+
+	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
+	// has room now: a K = 1 key with no executing row (the caller holds its
+	// advisory lock), or a gate key with free slots (or no counters yet).
+	sqlPromoteIfRoom = `
+WITH p AS (
+    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
+    FROM (SELECT b.id FROM unnest($1::text[]) AS k
+          LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN l.name IS NULL THEN
+                          CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                            WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+                     ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+                     END AS room) r
+          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                              WHERE key = k AND status = 'blocked'
+                              ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b) d
+    WHERE i.id = d.id
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
+	sqlDeleteTerminal = `
+DELETE FROM {schema}.instances WHERE id IN (
+    SELECT id FROM {schema}.instances
+    WHERE status IN ('done', 'failed', 'canceled') AND updated_at < $1::timestamptz
+    LIMIT $2)`
+)
+
+// Limits.
+const (
+	sqlLimitsLock = `SELECT pg_advisory_xact_lock($1::bigint)`
+
+	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
+
+	sqlLimitsReplace = `
+WITH d AS (DELETE FROM {schema}.limits WHERE name <> ALL ($1::text[]))
+INSERT INTO {schema}.limits (name, "limit", shards)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards`
+
+	// sqlSlotsOfNames locks the counters of keys with the given names, in order.
+	sqlSlotsOfNames = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
+
+	sqlLiveByName = `
+SELECT key_name, count(*) FROM {schema}.instances
+WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
+GROUP BY key_name`
+)
+
+// Reads.
+const (
+	sqlGet = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE id = $1`
+
+	sqlList = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR id > $5::uuid)
+ORDER BY id LIMIT $6`
+
+	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
+
+	sqlHistory = `
+SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, ''), started_at,
+       finished_at, outcome, coalesce(error, '')
+FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
+
+	sqlKeyHolders = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
+
+	sqlKeyWaiting = `
+SELECT count(*) FILTER (WHERE status IN ('ready', 'scheduled', 'blocked')),
+       count(*) FILTER (WHERE status = 'blocked')
+FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')`
+
+	sqlKeyNext = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
+ORDER BY priority, run_at, seq LIMIT 1`
+
+	sqlKeySlots = `
+SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
+
+	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+)
