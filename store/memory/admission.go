@@ -73,7 +73,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 
 // admit decides whether r may execute now and debits its slot: a row with no
 // key always; a K = 1 key when no row of the key executes; a gate key when
-// one of its shards has a free slot (the shard with the most room, lowest
+// it has room and then from the shard with the most free slots (lowest
 // index first, so load spreads and the choice is deterministic). It returns
 // the shard debited (-1 when none).
 func (s *Store) admit(r *row) (int, bool) {
@@ -86,14 +86,14 @@ func (s *Store) admit(r *row) (int, bool) {
 		return -1, ks.executing == 0
 	}
 	s.ensureCounters(ks, lim)
+	if s.room(r.inst.Key, ks) == 0 {
+		return -1, false
+	}
 	best := -1
 	for i, c := range ks.counters {
 		if c.available > 0 && (best < 0 || c.available > ks.counters[best].available) {
 			best = i
 		}
-	}
-	if best < 0 {
-		return -1, false
 	}
 	ks.counters[best].available--
 	return best, true
@@ -143,7 +143,10 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	s.promote(r.inst.Key, 1, n)
 }
 
-// room is how many more rows of key k would be admitted now.
+// room is how many more rows of key k would be admitted now. For a gate it
+// is the sum over its shards, so a shard in debt (see ensureCounters)
+// holds back the free slots of the others until the key is under its
+// limit again.
 func (s *Store) room(k string, ks *keyState) int {
 	lim, gated := s.limits.Lookup(gate.NameOf(k))
 	if !gated {
@@ -156,7 +159,7 @@ func (s *Store) room(k string, ks *keyState) int {
 	for _, c := range ks.counters {
 		free += c.available
 	}
-	return free
+	return max(0, free)
 }
 
 // promote makes up to n blocked rows of key k ready again, in admission
@@ -197,6 +200,10 @@ func (s *Store) promoteFree(k string, now time.Time, ns *notes) int {
 // ensureCounters creates the slot counters of a gate key on first use,
 // starting from the truth: capacity minus the rows of the key already
 // executing (rows admitted under another limit count against shard 0).
+// A shard with more executing rows than capacity (the limit was lowered
+// under them) starts in debt, below zero: its completions pay the debt off
+// before any new row is admitted, so a lowered limit is never exceeded by
+// new admissions.
 func (s *Store) ensureCounters(ks *keyState, lim gate.Limit) {
 	caps := lim.ShardCapacities()
 	if len(ks.counters) == len(caps) {
@@ -205,7 +212,7 @@ func (s *Store) ensureCounters(ks *keyState, lim gate.Limit) {
 	used := s.executingByShard(ks, len(caps))
 	ks.counters = make([]counter, len(caps))
 	for i, c := range caps {
-		ks.counters[i] = counter{capacity: c, available: max(0, c-used[i])}
+		ks.counters[i] = counter{capacity: c, available: c - used[i]}
 	}
 }
 

@@ -174,13 +174,13 @@ func (s *Store) repairCounters(ks *keyState, lim gate.Limit) (fixed, drift int) 
 		}
 		ks.counters = make([]counter, len(caps))
 		for i, c := range caps {
-			ks.counters[i] = counter{capacity: c, available: max(0, c-used[i])}
+			ks.counters[i] = counter{capacity: c, available: c - used[i]}
 			after += ks.counters[i].available
 		}
 		return len(caps), abs(after - before)
 	}
 	for i, c := range caps {
-		want := max(0, c-used[i])
+		want := c - used[i]
 		if ks.counters[i].available != want || ks.counters[i].capacity != c {
 			fixed++
 			drift += abs(want - ks.counters[i].available)

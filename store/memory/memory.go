@@ -91,6 +91,12 @@ type row struct {
 	wake     *signal
 	timedOut bool
 	history  []store.HistoryEntry
+	// spawns counts the row's spawn outcomes; a child joins its parent only
+	// for the spawn that inserted it (joinGen), so a child of an earlier
+	// spawn (the parent was canceled and retried meanwhile) never counts
+	// off a later spawn's join.
+	spawns  int
+	joinGen int
 
 	pickHeap  *rowHeap // a queue's ready heap or a key's blocked heap
 	pickIdx   int
@@ -119,7 +125,8 @@ type keyState struct {
 	counters  []counter       // gate slot counters (nil: none stored)
 }
 
-// counter is one shard of a gate key's slots.
+// counter is one shard of a gate key's slots. available is below zero
+// while the shard owes slots to rows admitted before its limit was lowered.
 type counter struct {
 	capacity  int
 	available int

@@ -68,7 +68,9 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		if ni.ID == "" {
 			ni.ID = uuid.NewString()
 		}
+		joinGen := 0
 		if parent != nil {
+			joinGen = parent.spawns
 			ni.ParentID = parent.inst.ID
 			if ni.Queue == "" {
 				ni.Queue = parent.inst.Queue
@@ -81,6 +83,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		s.seq++
 		r := &row{
 			seq:            s.seq,
+			joinGen:        joinGen,
 			uniqueStatuses: slices.Clone(ni.UniqueStatuses),
 			pickIdx:        -1,
 			timerIdx:       -1,
@@ -256,6 +259,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	case store.OutcomeAwait:
 		s.park(r, o.AwaitSignal, o.TimeoutAt, now, n)
 	case store.OutcomeSpawn:
+		r.spawns++
 		kids := s.insert(o.Children, r, now, n)
 		pending := 0
 		for _, k := range kids {
@@ -315,7 +319,7 @@ func (s *Store) finish(r *row, status store.Status, now time.Time, n *notes) {
 	r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
 	r.wake, r.timedOut = nil, false
 	s.detachKey(r)
-	if p := s.rows[r.inst.ParentID]; p != nil && p.inst.Status == store.StatusChildren {
+	if p := s.joining(r); p != nil {
 		p.inst.PendingChildren--
 		p.inst.UpdatedAt = now
 		if p.inst.PendingChildren <= 0 {
@@ -323,6 +327,15 @@ func (s *Store) finish(r *row, status store.Status, now time.Time, n *notes) {
 			s.setReady(p, now, n)
 		}
 	}
+}
+
+// joining returns the parent whose current spawn waits for child r.
+func (s *Store) joining(r *row) *row {
+	p := s.rows[r.inst.ParentID]
+	if p == nil || p.inst.Status != store.StatusChildren || p.spawns != r.joinGen {
+		return nil
+	}
+	return p
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the
@@ -467,7 +480,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 	r.inst.UpdatedAt = now
 	s.attachKey(r)
 	s.setReady(r, now, n)
-	if p := s.rows[r.inst.ParentID]; p != nil && p.inst.Status == store.StatusChildren {
+	if p := s.joining(r); p != nil {
 		p.inst.PendingChildren++
 	}
 	return nil

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -115,7 +116,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		if c := a.inst.StartedAt.Compare(b.inst.StartedAt); c != 0 {
 			return c
 		}
-		return int(a.seq - b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 	for _, r := range holders {
 		info.Holders = append(info.Holders, r.snapshot())
@@ -137,9 +138,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	case ks == nil || ks.counters == nil:
 		info.Available = max(0, lim.Limit-len(holders))
 	default:
-		for _, c := range ks.counters {
-			info.Available += c.available
-		}
+		info.Available = s.room(key, ks)
 	}
 	return info, nil
 }

@@ -49,13 +49,16 @@ var claimTests = []test{
 		require.Equal(h.t, []string{two.ID}, claimedIDs(cs))
 	}},
 	{"claim/workflows filter leaves unknown workflows ready", func(h *harness) {
-		a, b, a2 := inst(""), inst(""), inst("")
+		a, b, a2 := inst(""), inst("account:1"), inst("account:1")
 		a.Workflow, b.Workflow, a2.Workflow = "alpha", "beta", "alpha"
 		h.insertSeq(a, b, a2)
 		cs := h.claimReq(store.ClaimRequest{Worker: "old", Limit: 10, Now: at(time.Second), Workflows: []string{"alpha"}}).Claimed
-		require.ElementsMatch(h.t, []string{a.ID, a2.ID}, claimedIDs(cs))
+		require.ElementsMatch(h.t, []string{a.ID, a2.ID}, claimedIDs(cs), "a row passed over does not take its key")
 		h.requireStatus(store.StatusReady, b.ID)
-		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(time.Second), Workflows: []string{"beta", "gamma"}}).Claimed
+		for _, c := range cs {
+			h.commit("old", at(2*time.Second), done(c))
+		}
+		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(3 * time.Second), Workflows: []string{"beta", "gamma"}}).Claimed
 		require.Equal(h.t, []string{b.ID}, claimedIDs(cs))
 	}},
 	{"claim/claimed row carries the claim", func(h *harness) {

@@ -216,6 +216,25 @@ var claimLifeTests = []test{
 		require.Equal(h.t, []string{ids[1]}, claimedIDs(h.claim("w", 10, at(time.Second))))
 		require.ErrorIs(h.t, h.s.Cancel(h.ctx, ids[0], at(2*time.Second)), store.ErrTerminal)
 		require.ErrorIs(h.t, h.s.Cancel(h.ctx, uuid.NewString(), at(2*time.Second)), store.ErrNotFound)
+
+		// A canceled instance can be retried.
+		require.NoError(h.t, h.s.Retry(h.ctx, ids[0], at(3*time.Second)))
+		h.requireStatus(store.StatusReady, ids[0])
+		require.Equal(h.t, ids[:1], claimedIDs(h.claim("w", 10, at(4*time.Second))))
+	}},
+	{"cancel/an awaiting instance is canceled and no longer woken", func(h *harness) {
+		id := h.insert(inst(""))[0]
+		c := h.claimOne("w", at(0))
+		o := await(c, "go", "after")
+		o.TimeoutAt = at(time.Minute)
+		h.commit("w", at(time.Second), o)
+		require.NoError(h.t, h.s.Cancel(h.ctx, id, at(2*time.Second)))
+		_, err := h.s.Signal(h.ctx, store.SignalRequest{InstanceID: id, Name: "go", Now: at(3 * time.Second)})
+		require.ErrorIs(h.t, err, store.ErrTerminal)
+		n, err := h.s.FireTimers(h.ctx, at(time.Hour))
+		require.NoError(h.t, err)
+		require.Zero(h.t, n, "a canceled await's timer does not fire")
+		h.requireStatus(store.StatusCanceled, id)
 	}},
 	{"cancel/retry makes a failed instance ready at attempt 0", func(h *harness) {
 		id := h.insert(inst(""))[0]

@@ -68,9 +68,34 @@ var keyTests = []test{
 		require.Len(h.t, info.Holders, 3)
 
 		h.commit("w", at(2*time.Second), done(cs[0]))
+		require.Equal(h.t, 1, h.available("stripe:a"), "one outcome credits one slot")
 		more := h.claim("w", 10, at(2*time.Second))
 		require.Equal(h.t, []string{ids[3]}, claimedIDs(more))
 		require.Len(h.t, h.executing("stripe:a"), 3)
+		require.Equal(h.t, 0, h.available("stripe:a"))
+	}},
+	{"keys/promotion follows priority then FIFO", func(h *harness) {
+		holder := inst("account:1")
+		holder.RunAt = at(-time.Hour)
+		h.insert(holder)
+		require.Equal(h.t, holder.ID, h.claimOne("w", at(0)).ID)
+		late, early, urgent, urgentLater := inst("account:1"), inst("account:1"), inst("account:1"), inst("account:1")
+		late.Priority, late.RunAt = 5, at(-3*time.Second)
+		early.Priority, early.RunAt = 5, at(-4*time.Second)
+		urgent.Priority, urgent.RunAt = 1, at(-time.Second)
+		urgentLater.Priority, urgentLater.RunAt = 1, at(-time.Second)
+		h.insertSeq(late, early, urgent, urgentLater)
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+		h.requireStatus(store.StatusBlocked, late.ID, early.ID, urgent.ID, urgentLater.ID)
+
+		var order []string
+		for i := range 4 {
+			ex := h.executing("account:1")
+			require.Len(h.t, ex, 1)
+			h.commit(ex[0].Worker, at(time.Duration(2+i)*time.Second), store.Outcome{ID: ex[0].ID, Fence: ex[0].Fence, Kind: store.OutcomeDone})
+			order = append(order, h.claimOne("w", at(time.Duration(2+i)*time.Second)).ID)
+		}
+		require.Equal(h.t, []string{urgent.ID, urgentLater.ID, early.ID, late.ID}, order)
 	}},
 	{"keys/gate shards never exceed the limit and credit the shard debited", func(h *harness) {
 		lim := gate.Limit{Name: "stripe", Limit: 10, Shards: 4}
@@ -133,7 +158,10 @@ var keyTests = []test{
 		}
 		require.Contains(h.t, claimed, j.ID, "a row of another key waits behind a saturated key")
 		require.Contains(h.t, claimed, k[0].ID)
-		for len(h.claim("w", 5, at(time.Minute))) > 0 {
+		// Claims go on finding nothing, and leave every row of k that they
+		// passed over blocked.
+		for i := 0; i < 100 && len(h.list(store.ListFilter{Key: "hot:k", Status: store.StatusReady})) > 0; i++ {
+			require.Empty(h.t, h.claim("w", 5, at(time.Minute)))
 		}
 		require.Len(h.t, h.executing("hot:k"), 1)
 		require.Len(h.t, h.list(store.ListFilter{Key: "hot:k", Status: store.StatusBlocked}), 199,

@@ -126,4 +126,35 @@ var maintenanceTests = []test{
 		h.reconcile(0, at(2*time.Second))
 		require.Equal(h.t, []string{ids[2]}, claimedIDs(h.claim("w", 10, at(3*time.Second))))
 	}},
+	{"limits/a lowered limit holds while earlier rows finish", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 4, Shards: 2})
+		h.insertKeyed("stripe:a", 8)
+		cs := h.claim("w", 4, at(0))
+		require.Len(h.t, cs, 4)
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		for i, c := range cs {
+			now := at(time.Duration(i+1) * time.Second)
+			h.commit("w", now, done(c))
+			got := h.claim("w", 10, now)
+			if i < 3 {
+				require.Empty(h.t, got, "after %d of 4 finished, %d still execute under limit 1", i+1, 3-i)
+				require.Zero(h.t, h.available("stripe:a"))
+			} else {
+				require.Len(h.t, got, 1, "the last earlier row finished: one slot")
+			}
+		}
+		require.Len(h.t, h.executing("stripe:a"), 1)
+	}},
+	{"limits/a new shard count never over-admits", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 4})
+		h.insertKeyed("stripe:a", 8)
+		cs := h.claim("w", 4, at(0))
+		require.Len(h.t, cs, 4)
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 4, Shards: 4})
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)), "four execute: the resharded key is full")
+		require.Zero(h.t, h.available("stripe:a"))
+		h.commit("w", at(2*time.Second), done(cs[0]))
+		require.Len(h.t, h.claim("w", 10, at(2*time.Second)), 1)
+		require.Len(h.t, h.executing("stripe:a"), 4)
+	}},
 }

@@ -78,7 +78,7 @@ var queryTests = []test{
 
 		var paged []string
 		after := ""
-		for {
+		for range len(all) + 1 {
 			page := h.list(store.ListFilter{AfterID: after, Limit: 3})
 			require.LessOrEqual(h.t, len(page), 3)
 			if len(page) == 0 {

@@ -29,6 +29,14 @@ var scheduleTests = []test{
 		require.Equal(h.t, 1, w.Attempt)
 		require.JSONEq(h.t, `{"step":"start"}`, string(w.State))
 	}},
+	{"schedule/a sleeping row holds no slot", func(h *harness) {
+		ids := h.insertKeyed("account:1", 2)
+		c := h.claimOne("w", at(0))
+		o := next(c, "wake")
+		o.RunAt = at(time.Hour)
+		h.commit("w", at(time.Second), o)
+		require.Equal(h.t, ids[1:], claimedIDs(h.claim("w", 10, at(2*time.Second))), "the key is free while its holder sleeps")
+	}},
 	{"schedule/next due is the earliest run_at or timeout", func(h *harness) {
 		later := inst("")
 		later.RunAt = at(10 * time.Minute)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,17 @@ var signalTests = []test{
 		require.Equal(h.t, "apply", got.Step)
 		cs := h.claim("w", 10, at(3*time.Second))
 		require.Equal(h.t, []string{ids[1]}, claimedIDs(cs), "the key is free while its holder awaits")
+	}},
+	{"signals/await credits a gate slot", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		ids := h.insertKeyed("stripe:a", 2)
+		c := h.claimOne("w", at(time.Second))
+		require.Equal(h.t, 0, h.available("stripe:a"))
+		o := await(c, "approved", "apply")
+		o.TimeoutAt = at(time.Hour)
+		h.commit("w", at(2*time.Second), o)
+		require.Equal(h.t, 1, h.available("stripe:a"), "parking is not executing")
+		require.Equal(h.t, ids[1:], claimedIDs(h.claim("w", 10, at(3*time.Second))))
 	}},
 	{"signals/a signal wakes the await and the claim carries it", func(h *harness) {
 		id := h.insert(inst(""))[0]
