@@ -35,7 +35,8 @@ import (
 //     of the key's rows become blocked;
 //     - a gated key's counter rows are created if missing and locked in
 //     (key, shard) order; a row is admitted when a shard has a free slot,
-//     which it debits, and blocked otherwise.
+//     which it debits, and the key's slots in use over all its counters are
+//     below its limit; it is blocked otherwise.
 //     Every path that takes a keyed row out of executing takes the same
 //     lock (the advisory lock, waiting; or the counter row) before it
 //     promotes the key's first blocked row, so a row can never be blocked
@@ -265,6 +266,16 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 		}
 	}
 
+	// A gate key's slots in use, over all its counters: a claim admits only
+	// while this is below the limit, whatever the shard counters say (after
+	// a limit is lowered or re-sharded, shards may hold more than the new
+	// limit gives them until their rows finish).
+	inUse := map[string]int{}
+	for k, rows := range slots {
+		for _, r := range rows {
+			inUse[k] += r.capacity - r.available
+		}
+	}
 	taken := map[string]bool{} // K = 1 keys admitted by this claim
 	saturated := map[string]bool{}
 	plan.debits = map[shardKey]int{}
@@ -289,11 +300,14 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 				taken[c.key] = true
 			}
 		default:
+			lim := gateLimit[c.key]
 			rows := slots[c.key]
 			best := -1
-			for i, r := range rows {
-				if r.available > 0 && (best < 0 || r.available > rows[best].available) {
-					best = i
+			if inUse[c.key] < lim.Limit {
+				for i, r := range rows {
+					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
+						best = i
+					}
 				}
 			}
 			if best < 0 {
@@ -303,6 +317,7 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 			}
 			if !full {
 				rows[best].available--
+				inUse[c.key]++
 				plan.debits[shardKey{c.key, rows[best].shard}]++
 				plan.admitted = append(plan.admitted, admitted{id: c.id, shard: rows[best].shard})
 			}

@@ -7,10 +7,11 @@ package postgres
 // reaches SQL as a nullable parameter: coalesce($now, now()).
 //
 // Lock order, followed by every transaction so that none can deadlock with
-// another: (1) the instance rows being transitioned, by id; (2) K = 1 key
-// advisory locks, by key (claims only try them and never wait); (3) gate
-// counter rows, by (key, shard); (4) other instance rows: blocked rows being
-// promoted (SKIP LOCKED) and parents, by id.
+// another: (1) the instance rows being transitioned, by id (claims take
+// ready rows SKIP LOCKED and never wait); (2) K = 1 key advisory locks, by
+// key (claims only try them and never wait); (3) gate counter rows, by
+// (key, shard); (4) other instance rows: blocked rows being promoted (SKIP
+// LOCKED, see sqlPromote) and parents, by id.
 
 // Migrator bookkeeping.
 const (
@@ -228,13 +229,18 @@ FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
 WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues.
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks (a claim holding a row this promotion would wait for may
+	// itself wait for the promoter's counters), so it skips locked rows; and
+	// it must not skip a row that still needs promoting, so it locks FOR NO
+	// KEY UPDATE, which a signal's FOR KEY SHARE does not block. The rows it
+	// can skip are being promoted, claimed or canceled by someone else.
 	sqlPromote = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = f.key AND status = 'blocked'
-                        ORDER BY priority, run_at, seq LIMIT f.n FOR UPDATE SKIP LOCKED) b),
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
@@ -248,8 +254,9 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 const (
 	// sqlCompleteApply applies a batch of outcomes, each guarded by the
 	// claim: worker, fence and status executing. A stale outcome matches no
-	// row and changes nothing. Rows are locked in id order. It returns the
-	// key and shard each row held, for crediting.
+	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
+	// that a signal being stored for the row (FOR KEY SHARE) and a park
+	// serialize. It returns the key and shard each row held, for crediting.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -407,12 +414,14 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 // Signals.
 const (
-	// sqlSignalStore locks the instance (so that a concurrent park either
-	// commits first or waits for this signal) and stores the signal unless
-	// the instance is terminal or the dedup key was seen. It returns the
-	// status and whether the signal was stored; no row means no instance.
+	// sqlSignalStore locks the instance FOR KEY SHARE, which conflicts with
+	// the FOR UPDATE lock of a park (sqlCompleteApply): a concurrent park
+	// either commits first or waits for this signal. The weak mode leaves
+	// blocked rows promotable (sqlPromote). It stores the signal unless the
+	// instance is terminal or the dedup key was seen, and returns the status
+	// and whether the signal was stored; no row means no instance.
 	sqlSignalStore = `
-WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR UPDATE),
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR KEY SHARE),
 ins AS (
     INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
     SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
@@ -541,6 +550,7 @@ WHERE k.key IS NOT NULL`
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet).
+	// Like sqlPromote it skips rows locked FOR NO KEY UPDATE or stronger.
 	sqlPromoteIfRoom = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
@@ -553,7 +563,7 @@ WITH d AS MATERIALIZED (
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = k AND status = 'blocked'
-                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b),
+                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
@@ -627,8 +637,7 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
-	sqlKeySlots = `
-SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
+	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
