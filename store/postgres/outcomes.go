@@ -48,8 +48,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var done []applied
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("complete: %w", err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.queue}, func() error {
@@ -58,14 +62,11 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return nil, fmt.Errorf("complete: %w", err)
 	}
 	if len(done) == 0 {
-		return results, nil
+		return results, nil // nothing changed: end rolls the empty transaction back
 	}
 	slices.SortFunc(done, func(a, b applied) int { return a.ord - b.ord })
 
@@ -124,7 +125,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
 	if len(spawned) > 0 {
-		inserted, err := s.queueChildren(ctx, tx, b, children)
+		inserted, err := s.queueChildren(ctx, tx.q(), b, children)
 		if err != nil {
 			return nil, fmt.Errorf("complete: %w", err)
 		}
@@ -159,13 +160,8 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		b.Queue(s.q(sqlHistoryInsert), histIDs, histSteps, histAttempts, histKeys, histWorker,
 			histStart, histEnd, histOutcomes, histEr)
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("complete: commit: %w", err)
+	if err := tx.send(ctx, b, true); err != nil {
+		return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	return results, nil
 }
@@ -173,7 +169,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 // queueChildren inserts spawned children: queued on b when none has a
 // unique key, else at once (the unique check needs its own round trip). It
 // returns, per parent, how many children were inserted.
-func (s *Store) queueChildren(ctx context.Context, tx pgx.Tx, b *pgx.Batch, children []store.NewInstance) (map[string]int, error) {
+func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance) (map[string]int, error) {
 	inserted := map[string]int{}
 	if len(children) == 0 {
 		return inserted, nil
@@ -332,8 +328,12 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	}
 	var freed []freedSlot
 	queues := map[string]bool{}
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlRelease), worker, ids, fences, tsArg(now)).Query(func(rows pgx.Rows) error {
 		var f freedSlot
 		var q string
@@ -344,10 +344,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	if len(queues) == 0 {
@@ -356,10 +353,10 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	b = &pgx.Batch{}
 	s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // Cancel cancels a non-terminal instance (see store.Store): an executing
