@@ -641,3 +641,50 @@ ORDER BY priority, run_at, seq LIMIT 1`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
+
+// Health.
+const (
+	// sqlHealthQueues counts the live and failed rows of every queue, with
+	// due rows judged at $1, and the oldest due row's run_at.
+	sqlHealthQueues = `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+SELECT queue,
+       count(*) FILTER (WHERE status = 'ready' OR (status = 'scheduled' AND run_at <= t.now)),
+       count(*) FILTER (WHERE status = 'scheduled' AND run_at > t.now),
+       count(*) FILTER (WHERE status = 'blocked'),
+       count(*) FILTER (WHERE status = 'executing'),
+       count(*) FILTER (WHERE status IN ('awaiting', 'awaiting_children')),
+       count(*) FILTER (WHERE status = 'failed'),
+       min(run_at) FILTER (WHERE status = 'ready' OR (status = 'scheduled' AND run_at <= t.now)),
+       t.now
+FROM {schema}.instances, t
+WHERE status IN ('ready', 'scheduled', 'blocked', 'executing', 'awaiting', 'awaiting_children', 'failed')
+GROUP BY queue, t.now
+ORDER BY queue`
+
+	// sqlHealthGateRows counts, per limited name, executing rows, the most
+	// any one key has, and blocked rows.
+	sqlHealthGateRows = `
+WITH e AS (
+    SELECT split_part(key, ':', 1) AS name, key, count(*) AS n FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key),
+b AS (
+    SELECT split_part(key, ':', 1) AS name, count(*) AS n FROM {schema}.instances
+    WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+    GROUP BY 1)
+SELECT l.name, coalesce(sum(e.n), 0), coalesce(max(e.n), 0), coalesce((SELECT b.n FROM b WHERE b.name = l.name), 0)
+FROM {schema}.limits l LEFT JOIN e ON e.name = l.name
+GROUP BY l.name ORDER BY l.name`
+
+	// sqlHealthSaturated counts, per limited name, keys whose counters have
+	// no slot a claim could take (at most $1 + 1 per name are counted).
+	sqlHealthSaturated = `
+SELECT name, count(*) FROM (
+    SELECT l.name, row_number() OVER (PARTITION BY l.name) AS rn
+    FROM {schema}.key_slots s JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+    GROUP BY s.key, l.name, l."limit", l.shards
+    HAVING sum(s.capacity - s.available) >= l."limit"
+        OR coalesce(sum(s.available) FILTER (WHERE s.shard < l.shards), 0) = 0) k
+WHERE rn <= $1 + 1
+GROUP BY name`
+)
