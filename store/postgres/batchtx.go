@@ -44,15 +44,6 @@ func (t *batchTx) send(ctx context.Context, b *pgx.Batch, last bool) error {
 	return t.conn.SendBatch(ctx, b).Close()
 }
 
-// commit commits a transaction whose last batch did not.
-func (t *batchTx) commit(ctx context.Context) error {
-	if !t.begun {
-		return nil
-	}
-	_, err := t.conn.Exec(ctx, sqlCommit)
-	return err
-}
-
 // q is the transaction's connection, for steps that need their own calls.
 func (t *batchTx) q() querier { return t.conn }
 

@@ -273,7 +273,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 		for sh, t := range target {
 			free += t.available
 			old, ok := counters[k][sh]
-			if ok && old == (counter{t.capacity, t.available}) {
+			if ok && old == counter(t) {
 				continue
 			}
 			rep.CountersRepaired++

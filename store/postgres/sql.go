@@ -506,12 +506,6 @@ UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
 
-	// sqlSlotsSet overwrites counters (the caller holds their locks).
-	sqlSlotsSet = `
-UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
-WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
-
 	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
 	sqlSlotsInsert = `
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
