@@ -54,3 +54,46 @@ func TestListenerUnregistersWithItsContext(t *testing.T) {
 		return len(s.listeners) == 0
 	}, time.Second, time.Millisecond)
 }
+
+// TestChildOfEarlierSpawnDoesNotJoinLaterSpawn: a parent canceled while its
+// children run, retried, and spawning again waits for its new children only.
+func TestChildOfEarlierSpawnDoesNotJoinLaterSpawn(t *testing.T) {
+	s := New(Options{})
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	claim := func() store.Claimed {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Hour, Now: t0})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1)
+		return res.Claimed[0]
+	}
+	commit := func(o store.Outcome) {
+		t.Helper()
+		res, err := s.Complete(ctx, "w", []store.Outcome{o}, t0)
+		require.NoError(t, err)
+		require.False(t, res[0].Stale)
+	}
+	child := func(id string) []store.NewInstance {
+		return []store.NewInstance{{ID: id, Workflow: "c", Queue: "later", State: json.RawMessage(`{}`)}}
+	}
+	_, err := s.Insert(ctx, []store.NewInstance{{ID: "p", Workflow: "wf", Queue: "q", State: json.RawMessage(`{}`), RunAt: t0}})
+	require.NoError(t, err)
+	c := claim()
+	commit(store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "join", Children: child("old")})
+	require.NoError(t, s.Cancel(ctx, "p", t0))
+	require.NoError(t, s.Retry(ctx, "p", t0))
+	c = claim()
+	commit(store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "join", Children: child("new")})
+
+	require.NoError(t, s.Cancel(ctx, "old", t0))
+	p, err := s.Get(ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, store.StatusChildren, p.Status, "the old spawn's child does not end the new join")
+	require.Equal(t, 1, p.PendingChildren)
+	require.NoError(t, s.Cancel(ctx, "new", t0))
+	p, err = s.Get(ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, store.StatusReady, p.Status)
+	require.NoError(t, s.check(nil))
+}

@@ -237,3 +237,21 @@ func BenchmarkClaimBehindSaturatedKey(b *testing.B) {
 		})
 	}
 }
+
+func TestRetriedCompleteOfASpawnIsStale(t *testing.T) {
+	s := memory.New(memory.Options{})
+	ctx := t.Context()
+	_, err := s.Insert(ctx, []store.NewInstance{newInst("q", "")})
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Minute, Now: t0})
+	require.NoError(t, err)
+	c := res.Claimed[0]
+	o := store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "join",
+		Children: []store.NewInstance{newInst("q", "")}}
+	out, err := s.Complete(ctx, "w", []store.Outcome{o}, t0)
+	require.NoError(t, err)
+	require.False(t, out[0].Stale)
+	out, err = s.Complete(ctx, "w", []store.Outcome{o}, t0)
+	require.NoError(t, err, "the children exist now, but the outcome is stale, not malformed")
+	require.True(t, out[0].Stale)
+}
