@@ -350,7 +350,10 @@ type ListFilter struct {
 // store's own clock.
 type Store interface {
 	// SyncLimits stores the named key limits every claim uses from now on and
-	// reports how they differ from the ones stored before.
+	// reports how they differ from the ones stored before. A lowered limit or
+	// a new shard count binds the next claim: rows already executing keep
+	// running and count against the new limit, so no new row of the key is
+	// admitted until the key is under it, with or without a Reconcile between.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
 	// Limits returns the stored limits.
 	Limits(ctx context.Context) ([]gate.Limit, error)
