@@ -342,7 +342,8 @@ type ListFilter struct {
 	Queue    string
 	// AfterID pages: only ids greater than AfterID (results are ordered by id).
 	AfterID string
-	Limit   int
+	// Limit caps the number of results (0: no limit).
+	Limit int
 }
 
 // Store is the storage contract. Every method is safe for concurrent use by
