@@ -385,3 +385,23 @@ func TestChildJoinsOnlyItsOwnSpawn(t *testing.T) {
 	e.complete("w", done(again.Claimed[0]))
 	require.Equal(t, store.StatusReady, e.get(parent).Status, "the parent wakes when its last child of this spawn ends")
 }
+
+// A batch of many unique keys takes a bounded number of locks: 20,000
+// distinct unique keys insert in one call (one lock each would exceed the
+// default lock table).
+func TestManyUniqueKeysInOneBatch(t *testing.T) {
+	e := newEnv(t)
+	ins := make([]store.NewInstance, 20_000)
+	for i := range ins {
+		ins[i] = newInstance("")
+		ins[i].UniqueKey = uuid.NewString()
+	}
+	res, err := e.s.Insert(e.ctx, ins)
+	require.NoError(t, err)
+	require.Len(t, res, len(ins))
+	res, err = e.s.Insert(e.ctx, ins[:10])
+	require.NoError(t, err)
+	for _, r := range res {
+		require.True(t, r.Duplicate)
+	}
+}

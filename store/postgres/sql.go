@@ -68,8 +68,15 @@ ins AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
 
-	// sqlUniqueLock serializes inserts of the same unique keys ($1, sorted).
-	sqlUniqueLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
+	// share 1024 lock buckets, taken in order, so that a batch of any size
+	// takes a bounded number of locks (the lock table is finite) and
+	// concurrent batches cannot deadlock; unrelated keys in one bucket only
+	// serialize.
+	sqlUniqueLock = `
+SELECT pg_advisory_xact_lock(b) FROM (
+    SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
+    ORDER BY b) s`
 
 	// sqlUniqueExisting returns, per unique key and status, one instance
 	// holding the key (bounded: at most one row per status).
