@@ -107,7 +107,8 @@ func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, e
 const maxHolders = 1000
 
 // KeyInfo explains a key: its K, its holders (at most 1000), its waiting
-// rows (ready, delayed and blocked), the next in line and, for a gate, its
+// rows (ready, delayed and blocked), the next in line, the longest waiting
+// and, for a gate, its
 // free slots (the whole limit when no counter exists yet).
 func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
 	if err := s.check(); err != nil {
@@ -121,7 +122,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		limit, shards *int32
 		counters      int
 		available     int64
-		next          []store.Instance
+		next, oldest  []store.Instance
 	)
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlLimitOf), gate.NameOf(key)).Query(func(rows pgx.Rows) error {
@@ -139,12 +140,20 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		next, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
 		return err
 	})
+	b.Queue(s.q(sqlKeyOldest), key).Query(func(rows pgx.Rows) error {
+		var err error
+		oldest, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+		return err
+	})
 	b.Queue(s.q(sqlKeySlots), key).QueryRow(func(row pgx.Row) error { return row.Scan(&counters, &available) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
 	}
 	if len(next) > 0 {
 		info.NextInLine = &next[0]
+	}
+	if len(oldest) > 0 {
+		info.OldestWaiting = &oldest[0]
 	}
 	if limit != nil {
 		info.K, info.Shards = int(*limit), int(*shards)

@@ -604,8 +604,76 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
+	sqlKeyOldest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
+ORDER BY run_at, seq LIMIT 1`
+
 	sqlKeySlots = `
 SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+)
+
+// Health: every statement reads through a partial index, so terminal rows
+// other than failed ones are never read. They run in one read-only
+// snapshot (see health.go).
+const (
+	// sqlHealthReady counts the ready and delayed rows of each queue, split
+	// at $1 (NULL: now()), with the oldest due run time and the time used.
+	sqlHealthReady = `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+c AS (
+    SELECT queue, run_at FROM {schema}.instances WHERE status = 'ready'
+    UNION ALL
+    SELECT queue, run_at FROM {schema}.instances WHERE status = 'scheduled'
+)
+SELECT c.queue, count(*) FILTER (WHERE c.run_at <= t.now), count(*) FILTER (WHERE c.run_at > t.now),
+       min(c.run_at) FILTER (WHERE c.run_at <= t.now), t.now
+FROM c CROSS JOIN t GROUP BY c.queue, t.now`
+
+	// sqlHealthNow is the time Health uses when no queue has ready rows.
+	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	sqlHealthStatuses = `
+SELECT queue, status, count(*) FROM {schema}.instances
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+UNION ALL
+SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthBlockedByName counts blocked rows per key name (through the
+	// waiting index: the name is computed from the key).
+	sqlHealthBlockedByName = `
+SELECT split_part(key, ':', 1), count(*) FROM {schema}.instances
+WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+GROUP BY 1`
+
+	// sqlHealthGates aggregates, per limited name, the executing rows of its
+	// keys: how many, the most on one key, and how many keys have no free
+	// slot (their counters' free slots, or the limit minus their executing
+	// rows when they have no counter yet).
+	sqlHealthGates = `
+WITH e AS (
+    SELECT key, key_name, count(*) AS active FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+),
+r AS (
+    SELECT e.key_name, e.active,
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE s.free END AS room
+    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(available), 0) AS free
+                        FROM {schema}.key_slots WHERE key = e.key) s
+)
+SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
+	// of the executing rows and of the first $1 waiting rows.
+	sqlHealthIntents = `
+SELECT DISTINCT key_name, key_intent FROM (
+    SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL
+    (SELECT key_name, key_intent FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') LIMIT $1)
+) x WHERE key_intent <> ''`
 )
