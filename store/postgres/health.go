@@ -46,6 +46,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
+		b.Queue(sqlHealthSerial)
 		b.Queue(s.q(sqlHealthNow), tsArg(now)).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
 		b.Queue(s.q(sqlHealthReady), tsArg(now)).Query(func(rows pgx.Rows) error {
 			var (
@@ -53,10 +54,11 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 				ready, scheduled int64
 				min              *time.Time
 			)
-			_, err := pgx.ForEachRow(rows, []any{&name, &ready, &scheduled, &min, &at}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&name, &ready, &scheduled, &min}, func() error {
 				q := qh(name)
-				q.Ready, q.Scheduled = ready, scheduled
-				if min != nil {
+				q.Ready += ready
+				q.Scheduled += scheduled
+				if o, ok := oldest[name]; min != nil && (!ok || min.Before(o)) {
 					oldest[name] = *min
 				}
 				return nil

@@ -620,20 +620,27 @@ SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key =
 // snapshot (see health.go).
 const (
 	// sqlHealthReady counts the ready and delayed rows of each queue, split
-	// at $1 (NULL: now()), with the oldest due run time and the time used.
+	// at $1 (NULL: the transaction's now()), with the oldest due run time.
+	// Stored status 'ready' and 'scheduled' are two partial indexes, read
+	// one after the other (index only).
 	sqlHealthReady = `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-c AS (
-    SELECT queue, run_at FROM {schema}.instances WHERE status = 'ready'
-    UNION ALL
-    SELECT queue, run_at FROM {schema}.instances WHERE status = 'scheduled'
-)
-SELECT c.queue, count(*) FILTER (WHERE c.run_at <= t.now), count(*) FILTER (WHERE c.run_at > t.now),
-       min(c.run_at) FILTER (WHERE c.run_at <= t.now), t.now
-FROM c CROSS JOIN t GROUP BY c.queue, t.now`
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
 
-	// sqlHealthNow is the time Health uses when no queue has ready rows.
+	// sqlHealthNow is the time Health measures ages from: $1, or the
+	// transaction's now().
 	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
+	// read that runs often and must not take cores from the claims.
+	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
 
 	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
 	sqlHealthStatuses = `
