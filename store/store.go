@@ -345,7 +345,8 @@ type ListFilter struct {
 	Queue    string
 	// AfterID pages: only ids greater than AfterID (results are ordered by id).
 	AfterID string
-	Limit   int
+	// Limit caps the number of results (0: no limit).
+	Limit int
 }
 
 // Store is the storage contract. Every method is safe for concurrent use by
@@ -353,7 +354,10 @@ type ListFilter struct {
 // store's own clock.
 type Store interface {
 	// SyncLimits stores the named key limits every claim uses from now on and
-	// reports how they differ from the ones stored before.
+	// reports how they differ from the ones stored before. A lowered limit or
+	// a new shard count binds the next claim: rows already executing keep
+	// running and count against the new limit, so no new row of the key is
+	// admitted until the key is under it, with or without a Reconcile between.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
 	// Limits returns the stored limits.
 	Limits(ctx context.Context) ([]gate.Limit, error)

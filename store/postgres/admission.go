@@ -22,6 +22,9 @@ import (
 //  2. The window: the first ready rows of the queue in admission order
 //     (priority, run_at, insertion), locked FOR UPDATE SKIP LOCKED, so that
 //     concurrent claimers take disjoint rows and never wait on each other.
+//     Keyless rows (Limit of them) and keyed rows (the window) come from
+//     separate indexes, merged in admission order: keyed rows waiting for
+//     their keys never crowd keyless work out of the window.
 //  3. Admission, walking the window in order:
 //     - a row without a key is admitted;
 //     - a K = 1 key is admitted only by the claimer holding its advisory
@@ -32,7 +35,8 @@ import (
 //     of the key's rows become blocked;
 //     - a gated key's counter rows are created if missing and locked in
 //     (key, shard) order; a row is admitted when a shard has a free slot,
-//     which it debits, and blocked otherwise.
+//     which it debits, and the key's slots in use over all its counters are
+//     below its limit; it is blocked otherwise.
 //     Every path that takes a keyed row out of executing takes the same
 //     lock (the advisory lock, waiting; or the counter row) before it
 //     promotes the key's first blocked row, so a row can never be blocked
@@ -116,7 +120,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
 		var c candidate
 		_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.limit, &c.shards}, func() error {
 			cands = append(cands, c)
@@ -262,6 +266,16 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 		}
 	}
 
+	// A gate key's slots in use, over all its counters: a claim admits only
+	// while this is below the limit, whatever the shard counters say (after
+	// a limit is lowered or re-sharded, shards may hold more than the new
+	// limit gives them until their rows finish).
+	inUse := map[string]int{}
+	for k, rows := range slots {
+		for _, r := range rows {
+			inUse[k] += r.capacity - r.available
+		}
+	}
 	taken := map[string]bool{} // K = 1 keys admitted by this claim
 	saturated := map[string]bool{}
 	plan.debits = map[shardKey]int{}
@@ -286,11 +300,14 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 				taken[c.key] = true
 			}
 		default:
+			lim := gateLimit[c.key]
 			rows := slots[c.key]
 			best := -1
-			for i, r := range rows {
-				if r.available > 0 && (best < 0 || r.available > rows[best].available) {
-					best = i
+			if inUse[c.key] < lim.Limit {
+				for i, r := range rows {
+					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
+						best = i
+					}
 				}
 			}
 			if best < 0 {
@@ -300,6 +317,7 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 			}
 			if !full {
 				rows[best].available--
+				inUse[c.key]++
 				plan.debits[shardKey{c.key, rows[best].shard}]++
 				plan.admitted = append(plan.admitted, admitted{id: c.id, shard: rows[best].shard})
 			}

@@ -108,8 +108,8 @@ const maxHolders = 1000
 
 // KeyInfo explains a key: its K, its holders (at most 1000), its waiting
 // rows (ready, delayed and blocked), the next in line, the longest waiting
-// and, for a gate, its
-// free slots (the whole limit when no counter exists yet).
+// and, for a gate, the slots a claim could take now (the limit less its
+// holders when no counter exists yet).
 func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
 	if err := s.check(); err != nil {
 		return store.KeyInfo{}, err
@@ -120,8 +120,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	info := store.KeyInfo{Key: key, K: 1}
 	var (
 		limit, shards *int32
-		counters      int
-		available     int64
+		counters      []slotRow
 		next, oldest  []store.Instance
 	)
 	b := &pgx.Batch{}
@@ -145,7 +144,14 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		oldest, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
 		return err
 	})
-	b.Queue(s.q(sqlKeySlots), key).QueryRow(func(row pgx.Row) error { return row.Scan(&counters, &available) })
+	b.Queue(s.q(sqlKeySlots), key).Query(func(rows pgx.Rows) error {
+		var r slotRow
+		_, err := pgx.ForEachRow(rows, []any{&r.shard, &r.capacity, &r.available}, func() error {
+			counters = append(counters, r)
+			return nil
+		})
+		return err
+	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
 	}
@@ -157,8 +163,17 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	}
 	if limit != nil {
 		info.K, info.Shards = int(*limit), int(*shards)
-		if counters > 0 {
-			info.Available = int(available)
+		if len(counters) > 0 {
+			// What a claim could admit now: free slots of the limit's shards,
+			// and no more than the limit minus the slots in use.
+			free, used := 0, 0
+			for _, r := range counters {
+				used += r.capacity - r.available
+				if r.shard < info.Shards {
+					free += r.available
+				}
+			}
+			info.Available = max(0, min(free, info.K-used))
 		} else {
 			info.Available = max(0, info.K-len(info.Holders))
 		}

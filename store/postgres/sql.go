@@ -7,10 +7,11 @@ package postgres
 // reaches SQL as a nullable parameter: coalesce($now, now()).
 //
 // Lock order, followed by every transaction so that none can deadlock with
-// another: (1) the instance rows being transitioned, by id; (2) K = 1 key
-// advisory locks, by key (claims only try them and never wait); (3) gate
-// counter rows, by (key, shard); (4) other instance rows: blocked rows being
-// promoted (SKIP LOCKED) and parents, by id.
+// another: (1) the instance rows being transitioned, by id (claims take
+// ready rows SKIP LOCKED and never wait); (2) K = 1 key advisory locks, by
+// key (claims only try them and never wait); (3) gate counter rows, by
+// (key, shard); (4) other instance rows: blocked rows being promoted (SKIP
+// LOCKED, see sqlPromote) and parents, by id.
 
 // Migrator bookkeeping.
 const (
@@ -85,32 +86,45 @@ CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
 const (
 	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick path.
 	sqlPromoteScheduled = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+    ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id FROM {schema}.instances
-      WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-      ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
 	sqlFireQueueTimers = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
+      AND timeout_at <= coalesce($2::timestamptz, now())
+    ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
     updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id FROM {schema}.instances
-      WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
-        AND timeout_at <= coalesce($2::timestamptz, now())
-      ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
-	// queue in admission order, with their key's limit (NULL: K = 1).
+	// queue in admission order, with their key's limit (NULL: K = 1). Keyless
+	// rows ($5 of them: each is admitted) and keyed rows ($4) are read from
+	// their own indexes and merged, so that keyed rows waiting for their keys
+	// never push keyless rows out of the window.
 	sqlClaimCandidates = `
+WITH free AS (
+    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, run_at, seq
+    LIMIT $5 FOR UPDATE SKIP LOCKED),
+keyed AS (
+    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, run_at, seq
+    LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards
-FROM (SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
-      WHERE status = 'ready' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-        AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-      ORDER BY priority, run_at, seq
-      LIMIT $4 FOR UPDATE SKIP LOCKED) c
+FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 ORDER BY c.priority, c.run_at, c.seq`
 
@@ -150,18 +164,19 @@ WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
 	// key ($1) off the pick path, so that a key's backlog beyond the window
 	// does not keep filling the window.
 	sqlBlockBacklog = `
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b)
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
-FROM (SELECT b.id FROM unnest($1::text[]) AS k
-      CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                          WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
-                          ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlDebit takes slots from counters this transaction has locked.
 	sqlDebit = `
 UPDATE {schema}.key_slots s SET available = s.available - d.n
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlClaim moves the admitted rows to executing with a new fence and
 	// returns them in admission order, each with the oldest unconsumed signal
@@ -174,7 +189,7 @@ c AS (
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.status = 'ready'
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
     RETURNING i.*, a.ord
 )
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
@@ -211,18 +226,24 @@ ORDER BY key, shard FOR UPDATE`
 	sqlCredit = `
 UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues.
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks (a claim holding a row this promotion would wait for may
+	// itself wait for the promoter's counters), so it skips locked rows; and
+	// it must not skip a row that still needs promoting, so it locks FOR NO
+	// KEY UPDATE, which a signal's FOR KEY SHARE does not block. The rows it
+	// can skip are being promoted, claimed or canceled by someone else.
 	sqlPromote = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = f.key AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = f.key AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT f.n FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -233,8 +254,9 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 const (
 	// sqlCompleteApply applies a batch of outcomes, each guarded by the
 	// claim: worker, fence and status executing. A stale outcome matches no
-	// row and changes nothing. Rows are locked in id order. It returns the
-	// key and shard each row held, for crediting.
+	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
+	// that a signal being stored for the row (FOR KEY SHARE) and a park
+	// serialize. It returns the key and shard each row held, for crediting.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -268,9 +290,10 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
                                 key_intent, await_signal, timeout_at, result, error, children, ord)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($3::uuid[])
       ORDER BY c.id
       FOR UPDATE OF c) o, t
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($3::uuid[])
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
           coalesce(i.parent_id::text, ''), i.queue`
 
@@ -278,7 +301,7 @@ RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
 	sqlConsumeSignals = `
 UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
 FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
-WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+WHERE s.id = c.id AND s.id = ANY ($1::bigint[]) AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
 
 	// sqlLockParents locks parents in id order before their join counters change.
 	sqlLockParents = `
@@ -296,7 +319,7 @@ w AS (
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -312,7 +335,7 @@ w AS (
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -344,7 +367,7 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], 
 UPDATE {schema}.instances i
 SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
 FROM unnest($2::uuid[], $3::bigint[]) AS c(id, fence)
-WHERE i.id = c.id AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
+WHERE i.id = c.id AND i.id = ANY ($2::uuid[]) AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
 RETURNING i.id::text`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
@@ -357,8 +380,9 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($2::uuid[])
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
@@ -368,7 +392,7 @@ SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NUL
     updated_at = coalesce($2::timestamptz, now())
 FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
-WHERE i.id = o.id AND o.old_status NOT IN ('done', 'failed', 'canceled')
+WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
 RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, '')`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
@@ -390,12 +414,14 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 // Signals.
 const (
-	// sqlSignalStore locks the instance (so that a concurrent park either
-	// commits first or waits for this signal) and stores the signal unless
-	// the instance is terminal or the dedup key was seen. It returns the
-	// status and whether the signal was stored; no row means no instance.
+	// sqlSignalStore locks the instance FOR KEY SHARE, which conflicts with
+	// the FOR UPDATE lock of a park (sqlCompleteApply): a concurrent park
+	// either commits first or waits for this signal. The weak mode leaves
+	// blocked rows promotable (sqlPromote). It stores the signal unless the
+	// instance is terminal or the dedup key was seen, and returns the status
+	// and whether the signal was stored; no row means no instance.
 	sqlSignalStore = `
-WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR UPDATE),
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR KEY SHARE),
 ins AS (
     INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
     SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
@@ -425,14 +451,15 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 const (
 	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
 	sqlFireTimers = `
-WITH w AS (
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
+    ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
         updated_at = coalesce($1::timestamptz, now())
-    FROM (SELECT id FROM {schema}.instances
-          WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
-          ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
@@ -440,24 +467,28 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
 	sqlReap = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
-      ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
 	sqlReclaimWorker = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND worker = $1
+    ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND worker = $1
-      ORDER BY id FOR UPDATE) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlNotifyQueues notifies each queue of $1.
@@ -479,7 +510,7 @@ WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP
 	sqlSlotsSet = `
 UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
 FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
 	sqlSlotsInsert = `
@@ -519,21 +550,23 @@ WHERE k.key IS NOT NULL`
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet).
+	// Like sqlPromote it skips rows locked FOR NO KEY UPDATE or stronger.
 	sqlPromoteIfRoom = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN l.name IS NULL THEN
+                    CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                      WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+               ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+               END AS room) r
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[]) AS k
-          LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
-          CROSS JOIN LATERAL (
-              SELECT CASE WHEN l.name IS NULL THEN
-                          CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
-                                            WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
-                     ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
-                     END AS room) r
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = k AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -609,8 +642,7 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY run_at, seq LIMIT 1`
 
-	sqlKeySlots = `
-SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
+	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
@@ -657,9 +689,10 @@ WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
 GROUP BY 1`
 
 	// sqlHealthGates aggregates, per limited name, the executing rows of its
-	// keys: how many, the most on one key, and how many keys have no free
-	// slot (their counters' free slots, or the limit minus their executing
-	// rows when they have no counter yet).
+	// keys: how many, the most on one key, and how many keys have no room:
+	// what a claim could admit (see admission.go: the free slots of the
+	// limit's shards, no more than the limit less the slots in use), or the
+	// limit less the executing rows when the key has no counter yet.
 	sqlHealthGates = `
 WITH e AS (
     SELECT key, key_name, count(*) AS active FROM {schema}.instances
@@ -667,9 +700,11 @@ WITH e AS (
 ),
 r AS (
     SELECT e.key_name, e.active,
-           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE s.free END AS room
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
     FROM e JOIN {schema}.limits l ON l.name = e.key_name
-    CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(sum(available), 0) AS free
+    CROSS JOIN LATERAL (SELECT count(*) AS n,
+                               coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
+                               coalesce(sum(capacity - available), 0) AS used
                         FROM {schema}.key_slots WHERE key = e.key) s
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
