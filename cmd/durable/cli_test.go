@@ -262,12 +262,23 @@ func TestCLIList(t *testing.T) {
 	assert.IsIncreasing(t, all, "paged in id order, no repeats")
 
 	var js struct {
-		Instances []store.Instance `json:"instances"`
+		Instances []map[string]any `json:"instances"`
 		Next      string           `json:"next_after"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-limit", "2")), &js))
-	assert.Len(t, js.Instances, 2)
-	assert.Equal(t, js.Instances[1].ID, js.Next)
+	require.Len(t, js.Instances, 2)
+	assert.Equal(t, js.Instances[1]["id"], js.Next)
+	for _, f := range []string{"id", "workflow", "version", "queue", "priority", "status", "step", "state", "attempt",
+		"key", "key_intent", "run_at", "await_signal", "timeout_at", "worker", "lease_expires_at", "started_at",
+		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at"} {
+		assert.Contains(t, js.Instances[0], f, "instance JSON field")
+	}
+	assert.Len(t, js.Instances[0], 24, "no undocumented instance field")
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-status", "failed")), &js))
+	require.Len(t, js.Instances, 1)
+	assert.Equal(t, map[string]any{"amount": float64(9)}, js.Instances[0]["state"], "state is a JSON object, not a string")
+	assert.Equal(t, "card declined", js.Instances[0]["last_error"])
+	assert.Empty(t, js.Next, "the last page")
 
 	_, errOut, code := s.cli(t, "ls", "-status", "sleeping")
 	assert.Equal(t, 2, code)
@@ -313,7 +324,10 @@ func TestCLIShow(t *testing.T) {
 	var js showReport
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "show", s.done, "-json")), &js))
 	assert.Equal(t, store.StatusDone, js.Instance.Status)
-	assert.Len(t, js.History, 2)
+	assert.JSONEq(t, "5", string(js.Instance.Result))
+	require.Len(t, js.History, 2)
+	assert.Equal(t, "fetch", js.History[0].Step)
+	assert.Equal(t, "done", js.History[1].Outcome)
 
 	_, errOut, code := s.cli(t, "show", "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11")
 	assert.Equal(t, 1, code)

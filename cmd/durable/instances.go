@@ -62,11 +62,12 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *asJSON {
 		out := struct {
-			Instances []store.Instance `json:"instances"`
-			Next      string           `json:"next_after"`
-		}{Instances: ins}
-		if out.Instances == nil {
-			out.Instances = []store.Instance{}
+			Instances []instanceView `json:"instances"`
+			// Next is the -after of the next page ("" on the last page).
+			Next string `json:"next_after"`
+		}{Instances: []instanceView{}}
+		for _, in := range ins {
+			out.Instances = append(out.Instances, viewOf(in))
 		}
 		if more {
 			out.Next = ins[len(ins)-1].ID
@@ -106,8 +107,8 @@ func filterArgs(f store.ListFilter) string {
 
 // showReport is the JSON form of `durable show`.
 type showReport struct {
-	Instance store.Instance       `json:"instance"`
-	History  []store.HistoryEntry `json:"history"`
+	Instance instanceView  `json:"instance"`
+	History  []historyView `json:"history"`
 }
 
 // show prints one instance and the step runs recorded for it.
@@ -135,10 +136,19 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("show: %w", err)
 	}
 	if *asJSON {
-		if hist == nil {
-			hist = []store.HistoryEntry{}
+		rep := showReport{Instance: viewOf(in), History: []historyView{}}
+		for _, h := range hist {
+			var started, finished *time.Time
+			if !h.StartedAt.IsZero() {
+				started = &h.StartedAt
+			}
+			if !h.FinishedAt.IsZero() {
+				finished = &h.FinishedAt
+			}
+			rep.History = append(rep.History, historyView{Step: h.Step, Attempt: h.Attempt, Key: h.Key, Worker: h.Worker,
+				StartedAt: started, FinishedAt: finished, Outcome: h.Outcome, Error: h.Error})
 		}
-		return writeJSON(stdout, showReport{Instance: in, History: hist})
+		return writeJSON(stdout, rep)
 	}
 	now := time.Now()
 	tw := table(stdout)
