@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// BenchmarkHealth measures Health on a schema holding 200,000 ready rows,
-// 100,000 done rows (the retention window, which Health must never read),
+// BenchmarkHealth measures Health on a schema holding 200,000 ready rows
+// (150,000 keyless, 50,000 with distinct keys), 100,000 done rows (the retention window, which Health must never read),
 // 10,000 awaiting rows, 2,000 failed rows, 5,000 blocked rows of 50
 // saturated gate keys and 500 executing rows:
 //
@@ -67,7 +67,8 @@ func BenchmarkHealth(b *testing.B) {
 	res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "busy", Worker: "w", Limit: running, Lease: time.Hour})
 	require.NoError(b, err)
 	require.Len(b, res.Claimed, running)
-	insert("q", ready, none)
+	insert("q", ready-50_000, none)
+	insert("q", 50_000, func(i int) string { return fmt.Sprintf("acct:%d", i) })
 	_, err = e.pool.Exec(e.ctx, "VACUUM ANALYZE instances")
 	require.NoError(b, err)
 

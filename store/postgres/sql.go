@@ -653,13 +653,18 @@ ORDER BY run_at, seq LIMIT 1`
 const (
 	// sqlHealthReady counts the ready and delayed rows of each queue, split
 	// at $1 (NULL: the transaction's now()), with the oldest due run time.
-	// Stored status 'ready' and 'scheduled' are two partial indexes, read
-	// one after the other (index only).
+	// Each part reads one partial index (index only): the keyless and keyed
+	// pick indexes and the delayed rows' index.
 	sqlHealthReady = `
 SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
        count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
        min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
-FROM {schema}.instances WHERE status = 'ready' GROUP BY queue
+FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
 UNION ALL
 SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
        count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
