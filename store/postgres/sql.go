@@ -715,12 +715,14 @@ r AS (
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
 
 	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
-	// of the executing rows and of the first $1 waiting rows.
+	// of the executing rows and of the first $1 waiting rows in key order
+	// (the order of the waiting index, so that the scan stops after $1 rows
+	// however many terminal rows the table holds).
 	sqlHealthIntents = `
 SELECT DISTINCT key_name, key_intent FROM (
     SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
     UNION ALL
     (SELECT key_name, key_intent FROM {schema}.instances
-     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') LIMIT $1)
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
 ) x WHERE key_intent <> ''`
 )
