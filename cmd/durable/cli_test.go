@@ -196,9 +196,23 @@ func line(t *testing.T, out, prefix string) []string {
 	return nil
 }
 
-func TestCLIHealth(t *testing.T) {
+// TestCLIReadOnly runs the commands that change nothing against one seeded
+// schema, each as a parallel subtest.
+func TestCLIReadOnly(t *testing.T) {
 	t.Parallel()
 	s := seed(t)
+	for name, fn := range map[string]func(*testing.T, *seeded){
+		"health": cliHealth, "ls": cliList, "show": cliShow,
+		"explain a saturated K=1 key": cliExplainSaturatedKey, "explain a gate and free keys": cliExplainGateAndFreeKeys,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, s)
+		})
+	}
+}
+
+func cliHealth(t *testing.T, s *seeded) {
 	out := s.ok(t, "health")
 	assert.Equal(t, []string{"QUEUE", "READY", "SCHEDULED", "BLOCKED", "EXECUTING", "AWAITING", "FAILED", "OLDEST", "READY", "ACTIVE/MAX"},
 		line(t, out, "QUEUE"))
@@ -224,9 +238,7 @@ func TestCLIHealth(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), h.At, time.Minute)
 }
 
-func TestCLIList(t *testing.T) {
-	t.Parallel()
-	s := seed(t)
+func cliList(t *testing.T, s *seeded) {
 	out := s.ok(t, "ls")
 	for _, id := range []string{s.done, s.failed, s.awaiting, s.acctHolder, s.captured} {
 		assert.Contains(t, out, id)
@@ -298,9 +310,7 @@ func ids(out string) []string {
 	return out2
 }
 
-func TestCLIShow(t *testing.T) {
-	t.Parallel()
-	s := seed(t)
+func cliShow(t *testing.T, s *seeded) {
 	out := s.ok(t, "show", s.done)
 	assert.Equal(t, []string{"status", "done"}, line(t, out, "status"))
 	assert.Equal(t, []string{"step", "apply"}, line(t, out, "step"))
@@ -425,9 +435,7 @@ func TestCLILimits(t *testing.T) {
 	assert.Equal(t, 2, code)
 }
 
-func TestCLIExplainSaturatedKey(t *testing.T) {
-	t.Parallel()
-	s := seed(t)
+func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	out := s.ok(t, "explain", "account:7")
 	t.Log("\n" + out)
 	holder := line(t, out, s.acctHolder)
@@ -457,9 +465,7 @@ func TestCLIExplainSaturatedKey(t *testing.T) {
 	}, x.Limits)
 }
 
-func TestCLIExplainGateAndFreeKeys(t *testing.T) {
-	t.Parallel()
-	s := seed(t)
+func cliExplainGateAndFreeKeys(t *testing.T, s *seeded) {
 	out := s.ok(t, "explain", "stripe:t")
 	assert.Contains(t, out, "holders: 2")
 	assert.Contains(t, out, "waiting: 1 (1 blocked)")

@@ -10,6 +10,7 @@ import (
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -89,16 +90,20 @@ func BenchmarkHealth(b *testing.B) {
 
 	if os.Getenv("HEALTH_EXPLAIN") == "1" {
 		for _, q := range postgres.HealthStatements(e.schema) {
-			rows, err := e.pool.Query(e.ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.SQL, q.Args...)
+			// As Health runs them: in one transaction, without parallel workers.
+			err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(e.ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+					return err
+				}
+				rows, err := tx.Query(e.ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.SQL, q.Args...)
+				if err != nil {
+					return err
+				}
+				plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				b.Logf("%s:\n%s", q.Name, strings.Join(plan, "\n"))
+				return err
+			})
 			require.NoError(b, err)
-			var plan []string
-			for rows.Next() {
-				var line string
-				require.NoError(b, rows.Scan(&line))
-				plan = append(plan, line)
-			}
-			require.NoError(b, rows.Err())
-			b.Logf("%s:\n%s", q.Name, strings.Join(plan, "\n"))
 		}
 	}
 
