@@ -308,6 +308,9 @@ type KeyInfo struct {
 	Waiting    int
 	Blocked    int
 	NextInLine *Instance
+	// OldestWaiting is the waiting row with the earliest run time, ties in
+	// insertion order (nil when none): the one that has waited longest.
+	OldestWaiting *Instance
 	// Available is the sum of free slots over the key's counters (gates only).
 	Available int
 }
@@ -395,6 +398,9 @@ type Store interface {
 	History(ctx context.Context, id string) ([]HistoryEntry, error)
 	// KeyInfo explains a key: holders, waiters, slots.
 	KeyInfo(ctx context.Context, key string) (KeyInfo, error)
+	// Health reports queue and gate pressure at now (zero: the store's
+	// clock), at a cost bounded as Health documents.
+	Health(ctx context.Context, now time.Time) (Health, error)
 
 	// FireTimers makes awaiting rows whose timeout has passed ready (their
 	// next claim has TimedOut set) and returns how many.

@@ -1,54 +1,40 @@
 package postgres_test
 
 import (
+	"strings"
 	"testing"
-	"time"
 
-	"github.com/godurable/godurable/gate"
-	"github.com/godurable/godurable/store"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/store/postgres"
 )
 
-func TestHealth(t *testing.T) {
+// TestHealthReadsThroughIndexes plans every Health statement with
+// sequential scans disabled: a statement no partial index can serve would
+// still plan a sequential scan of instances (reading every terminal row of
+// the retention window), and fails here.
+func TestHealthReadsThroughIndexes(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 2, Shards: 2}, {Name: "mail", Limit: 5}})
-	require.NoError(t, err)
-	now := time.Now().Add(time.Minute)
-	var ins []store.NewInstance
-	for range 3 {
-		ins = append(ins, newInstance("api:a"))
+	for _, st := range postgres.HealthStatements(e.schema) {
+		t.Run(st.Name, func(t *testing.T) {
+			err := pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(e.ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+					return err
+				}
+				rows, err := tx.Query(e.ctx, "EXPLAIN "+st.SQL, st.Args...)
+				if err != nil {
+					return err
+				}
+				plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					return err
+				}
+				text := strings.Join(plan, "\n")
+				require.NotContains(t, text, "Seq Scan on instances", "a statement of Health scans the table:\n%s", text)
+				return nil
+			})
+			require.NoError(t, err)
+		})
 	}
-	ins = append(ins, newInstance("acct:1"), newInstance("acct:1"), newInstance(""))
-	later := newInstance("")
-	later.RunAt = now.Add(time.Hour)
-	ins = append(ins, later)
-	e.insert(ins...)
-
-	res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Now: now})
-	require.NoError(t, err)
-	require.Len(t, res.Claimed, 4) // api:a twice, acct:1 once, the keyless row
-
-	h, err := e.s.Health(e.ctx, now)
-	require.NoError(t, err)
-	require.Len(t, h.Queues, 1)
-	q := h.Queues[0]
-	require.Equal(t, "q", q.Queue)
-	require.EqualValues(t, 0, q.Ready)
-	require.EqualValues(t, 1, q.Scheduled)
-	require.EqualValues(t, 2, q.Blocked)
-	require.EqualValues(t, 4, q.Executing)
-	require.EqualValues(t, 4, q.Active)
-
-	require.Len(t, h.Gates, 2)
-	api := h.Gates[0]
-	require.Equal(t, store.GateHealth{Name: "api", Limit: 2, Shards: 2, Active: 2, BlockedReady: 1,
-		SaturatedKeys: 1, HighestKeyActive: 2}, api)
-	require.Equal(t, store.GateHealth{Name: "mail", Limit: 5, Shards: 1}, h.Gates[1])
-
-	// A due row reports its wait.
-	e.insert(newInstance(""))
-	h, err = e.s.Health(e.ctx, now)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, h.Queues[0].Ready)
-	require.Greater(t, h.Queues[0].OldestReady, 30*time.Second)
 }

@@ -107,9 +107,9 @@ func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, e
 const maxHolders = 1000
 
 // KeyInfo explains a key: its K, its holders (at most 1000), its waiting
-// rows (ready, delayed and blocked), the next in line and, for a gate, the
-// slots a claim could take now (the limit less its holders when no counter
-// exists yet).
+// rows (ready, delayed and blocked), the next in line, the longest waiting
+// and, for a gate, the slots a claim could take now (the limit less its
+// holders when no counter exists yet).
 func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
 	if err := s.check(); err != nil {
 		return store.KeyInfo{}, err
@@ -121,7 +121,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	var (
 		limit, shards *int32
 		counters      []slotRow
-		next          []store.Instance
+		next, oldest  []store.Instance
 	)
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlLimitOf), gate.NameOf(key)).Query(func(rows pgx.Rows) error {
@@ -139,6 +139,11 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		next, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
 		return err
 	})
+	b.Queue(s.q(sqlKeyOldest), key).Query(func(rows pgx.Rows) error {
+		var err error
+		oldest, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+		return err
+	})
 	b.Queue(s.q(sqlKeySlots), key).Query(func(rows pgx.Rows) error {
 		var r slotRow
 		_, err := pgx.ForEachRow(rows, []any{&r.shard, &r.capacity, &r.available}, func() error {
@@ -152,6 +157,9 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	}
 	if len(next) > 0 {
 		info.NextInLine = &next[0]
+	}
+	if len(oldest) > 0 {
+		info.OldestWaiting = &oldest[0]
 	}
 	if limit != nil {
 		info.K, info.Shards = int(*limit), int(*shards)

@@ -652,54 +652,92 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
+	sqlKeyOldest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
+ORDER BY run_at, seq LIMIT 1`
+
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
 
-// Health.
+// Health: every statement reads through a partial index, so terminal rows
+// other than failed ones are never read. They run in one read-only
+// snapshot (see health.go).
 const (
-	// sqlHealthQueues counts the live and failed rows of every queue, with
-	// due rows judged at $1, and the oldest due row's run_at.
-	sqlHealthQueues = `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
-SELECT queue,
-       count(*) FILTER (WHERE status = 'ready' OR (status = 'scheduled' AND run_at <= t.now)),
-       count(*) FILTER (WHERE status = 'scheduled' AND run_at > t.now),
-       count(*) FILTER (WHERE status = 'blocked'),
-       count(*) FILTER (WHERE status = 'executing'),
-       count(*) FILTER (WHERE status IN ('awaiting', 'awaiting_children')),
-       count(*) FILTER (WHERE status = 'failed'),
-       min(run_at) FILTER (WHERE status = 'ready' OR (status = 'scheduled' AND run_at <= t.now)),
-       t.now
-FROM {schema}.instances, t
-WHERE status IN ('ready', 'scheduled', 'blocked', 'executing', 'awaiting', 'awaiting_children', 'failed')
-GROUP BY queue, t.now
-ORDER BY queue`
+	// sqlHealthReady counts the ready and delayed rows of each queue, split
+	// at $1 (NULL: the transaction's now()), with the oldest due run time.
+	// Each part reads one partial index (index only): the keyless and keyed
+	// pick indexes and the delayed rows' index.
+	sqlHealthReady = `
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
 
-	// sqlHealthGateRows counts, per limited name, executing rows, the most
-	// any one key has, and blocked rows.
-	sqlHealthGateRows = `
+	// sqlHealthNow is the time Health measures ages from: $1, or the
+	// transaction's now().
+	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
+	// read that runs often and must not take cores from the claims.
+	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+
+	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	sqlHealthStatuses = `
+SELECT queue, status, count(*) FROM {schema}.instances
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+UNION ALL
+SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthBlockedByName counts blocked rows per key name (through the
+	// waiting index: the name is computed from the key).
+	sqlHealthBlockedByName = `
+SELECT split_part(key, ':', 1), count(*) FROM {schema}.instances
+WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+GROUP BY 1`
+
+	// sqlHealthGates aggregates, per limited name, the executing rows of its
+	// keys: how many, the most on one key, and how many keys have no room:
+	// what a claim could admit (see admission.go: the free slots of the
+	// limit's shards, no more than the limit less the slots in use), or the
+	// limit less the executing rows when the key has no counter yet.
+	sqlHealthGates = `
 WITH e AS (
-    SELECT split_part(key, ':', 1) AS name, key, count(*) AS n FROM {schema}.instances
-    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key),
-b AS (
-    SELECT split_part(key, ':', 1) AS name, count(*) AS n FROM {schema}.instances
-    WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
-    GROUP BY 1)
-SELECT l.name, coalesce(sum(e.n), 0), coalesce(max(e.n), 0), coalesce((SELECT b.n FROM b WHERE b.name = l.name), 0)
-FROM {schema}.limits l LEFT JOIN e ON e.name = l.name
-GROUP BY l.name ORDER BY l.name`
+    SELECT key, key_name, count(*) AS active FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+),
+r AS (
+    SELECT e.key_name, e.active,
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
+    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    CROSS JOIN LATERAL (SELECT count(*) AS n,
+                               coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
+                               coalesce(sum(capacity - available), 0) AS used
+                        FROM {schema}.key_slots WHERE key = e.key) s
+)
+SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
 
-	// sqlHealthSaturated counts, per limited name, keys whose counters have
-	// no slot a claim could take (at most $1 + 1 per name are counted).
-	sqlHealthSaturated = `
-SELECT name, count(*) FROM (
-    SELECT l.name, row_number() OVER (PARTITION BY l.name) AS rn
-    FROM {schema}.key_slots s JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
-    GROUP BY s.key, l.name, l."limit", l.shards
-    HAVING sum(s.capacity - s.available) >= l."limit"
-        OR coalesce(sum(s.available) FILTER (WHERE s.shard < l.shards), 0) = 0) k
-WHERE rn <= $1 + 1
-GROUP BY name`
+	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
+	// of the executing rows and of the first $1 waiting rows in key order
+	// (the order of the waiting index, so that the scan stops after $1 rows
+	// however many terminal rows the table holds).
+	sqlHealthIntents = `
+SELECT DISTINCT key_name, key_intent FROM (
+    SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL
+    (SELECT key_name, key_intent FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
+) x WHERE key_intent <> ''`
 )
