@@ -72,7 +72,12 @@ func TestParkWaitsForAnUncommittedSignal(t *testing.T) {
 	_, err = tx.Exec(ctx, s.q(sqlSignalWake), c.ID, nil, s.channel)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	require.NoError(t, <-parked)
+	select {
+	case err := <-parked:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the park never finished after the signal committed")
+	}
 	require.Equal(t, store.StatusReady, statusOf(t, s, c.ID), "the park's re-check found the signal")
 }
 
@@ -107,7 +112,12 @@ func TestSignalWaitsForAnUncommittedPark(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, store.SignalResult{Woke: true}, <-sent)
+	select {
+	case res := <-sent:
+		require.Equal(t, store.SignalResult{Woke: true}, res)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the signal never finished after the park committed")
+	}
 	require.Equal(t, store.StatusReady, statusOf(t, s, c.ID))
 }
 

@@ -26,6 +26,9 @@ func TestSignalRacesPark(t *testing.T) {
 		pairs = 4
 	)
 	e := newEnv(t)
+	// A hang (a deadlock the server cannot see) fails the test instead.
+	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
+	defer cancel()
 	ins := make([]store.NewInstance, total)
 	for i := range ins {
 		ins[i] = newInstance("")
@@ -44,7 +47,7 @@ func TestSignalRacesPark(t *testing.T) {
 		for i, c := range cs {
 			outs[i] = store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeAwait, AwaitSignal: "go", Step: "after"}
 		}
-		res, err := e.s.Complete(e.ctx, "w", outs, time.Time{})
+		res, err := e.s.Complete(ctx, "w", outs, time.Time{})
 		if err != nil {
 			t.Errorf("park: %v", err)
 			return
@@ -56,7 +59,7 @@ func TestSignalRacesPark(t *testing.T) {
 		}
 	}
 	signal := func(c store.Claimed) {
-		res, err := e.s.Signal(e.ctx, store.SignalRequest{InstanceID: c.ID, Name: "go", Payload: json.RawMessage(`{}`)})
+		res, err := e.s.Signal(ctx, store.SignalRequest{InstanceID: c.ID, Name: "go", Payload: json.RawMessage(`{}`)})
 		if err != nil {
 			t.Errorf("signal %s: %v", c.ID, err)
 		}
