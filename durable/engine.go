@@ -111,7 +111,9 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// HealthInterval is the longest the gauges (queue depth, gate limit,
 	// active and blocked) reuse one Health snapshot: collections more
-	// frequent than this cost no store query (default 10s).
+	// frequent than this cost no store query (default 10s). A negative
+	// value registers no gauges: the numbers are fleet-wide, so one engine
+	// of a fleet reporting them is enough.
 	HealthInterval time.Duration
 }
 
@@ -157,7 +159,7 @@ func (c *Config) setDefaults() error {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
-	if c.HealthInterval <= 0 {
+	if c.HealthInterval == 0 {
 		c.HealthInterval = 10 * time.Second
 	}
 	if c.Logger == nil {
@@ -212,8 +214,10 @@ func New(cfg Config) (*Engine, error) {
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]bool{}, flushed: make(chan struct{}),
 	}
-	if err := tel.observeHealth(e.gaugeHealth); err != nil {
-		return nil, fmt.Errorf("durable: telemetry: %w", err)
+	if cfg.HealthInterval > 0 {
+		if err := tel.observeHealth(e.gaugeHealth); err != nil {
+			return nil, fmt.Errorf("durable: telemetry: %w", err)
+		}
 	}
 	return e, nil
 }

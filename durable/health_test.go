@@ -344,3 +344,19 @@ func TestGaugesRefreshAfterTheInterval(t *testing.T) {
 	assert.Equal(t, int64(1), gaugeValue(t, gauges(t, rm), "durable.queue.depth",
 		durable.AttrQueue.String(durable.DefaultQueue), durable.AttrState.String("ready")))
 }
+
+func TestNegativeHealthIntervalRegistersNoGauges(t *testing.T) {
+	ctx := waitCtx(t)
+	st := &countingStore{Store: memory.New(memory.Options{})}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, HealthInterval: -1}, counterWorkflow())
+	_, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	assert.Empty(t, gauges(t, rm))
+	assert.Equal(t, 0, st.count(), "no Health call without gauges")
+	_, err = e.Health(ctx)
+	require.NoError(t, err, "Health itself still works")
+}
