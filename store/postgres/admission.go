@@ -116,8 +116,12 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		cands   []candidate
 		nextDue *time.Time
 	)
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
@@ -129,14 +133,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		return err
 	})
 	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&nextDue) })
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 
-	plan, err := s.admit(ctx, tx, cands, req.Limit)
+	plan, err := s.admit(ctx, tx.q(), cands, req.Limit)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
@@ -171,13 +172,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if len(plan.saturated) > 0 {
 		b.Queue(s.q(sqlBlockBacklog), plan.saturated, backlogChunk, now)
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim %s: commit: %w", req.Queue, err)
+	if err := tx.send(ctx, b, true); err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 	if len(res.Claimed) < req.Limit && nextDue != nil {
 		res.NextDue = *nextDue
@@ -195,7 +191,7 @@ type admissionPlan struct {
 
 // admit applies the admission rules to the window (in admission order),
 // taking the K = 1 advisory locks and the gate counter locks it needs.
-func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit int) (admissionPlan, error) {
+func (s *Store) admit(ctx context.Context, tx querier, cands []candidate, limit int) (admissionPlan, error) {
 	var (
 		plan      admissionPlan
 		oneKeys   []string                  // K = 1 keys of the window

@@ -87,8 +87,12 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	var freed []freedSlot
 	queues := map[string]bool{}
 	n := 0
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
 		var f freedSlot
 		var q string
@@ -100,10 +104,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return 0, err
 	}
 	if n == 0 {
@@ -112,10 +113,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	b = &pgx.Batch{}
 	s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -275,7 +273,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 		for sh, t := range target {
 			free += t.available
 			old, ok := counters[k][sh]
-			if ok && old == (counter{t.capacity, t.available}) {
+			if ok && old == counter(t) {
 				continue
 			}
 			rep.CountersRepaired++

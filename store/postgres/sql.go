@@ -50,17 +50,17 @@ const (
 WITH t AS (SELECT now() AS now),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-        key, key_intent, run_at, unique_key, unique_statuses, parent_id, created_at, updated_at)
+        key, key_intent, run_at, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN coalesce(x.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END,
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, coalesce(x.run_at, t.now),
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
-           x.parent_id, t.now, t.now
+           x.parent_id, x.join_gen, t.now, t.now
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
-                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[])
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, ord)
     CROSS JOIN t
     ORDER BY x.ord
     RETURNING queue, status
@@ -68,8 +68,15 @@ ins AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
 
-	// sqlUniqueLock serializes inserts of the same unique keys ($1, sorted).
-	sqlUniqueLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
+	// share 1024 lock buckets, taken in order, so that a batch of any size
+	// takes a bounded number of locks (the lock table is finite) and
+	// concurrent batches cannot deadlock; unrelated keys in one bucket only
+	// serialize.
+	sqlUniqueLock = `
+SELECT pg_advisory_xact_lock(b) FROM (
+    SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
+    ORDER BY b) s`
 
 	// sqlUniqueExisting returns, per unique key and status, one instance
 	// holding the key (bounded: at most one row per status).
@@ -281,6 +288,7 @@ UPDATE {schema}.instances i SET
     result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
+    spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
 FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
@@ -295,7 +303,7 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
       FOR UPDATE OF c) o, t
 WHERE i.id = o.id AND i.id = ANY ($3::uuid[])
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
-          coalesce(i.parent_id::text, ''), i.queue`
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
 
 	// sqlConsumeSignals marks the signals committed outcomes consumed.
 	sqlConsumeSignals = `
@@ -308,8 +316,9 @@ WHERE s.id = c.id AND s.id = ANY ($1::bigint[]) AND s.instance_id = c.instance_i
 SELECT id FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND status = 'awaiting_children'
 ORDER BY id FOR UPDATE`
 
-	// sqlJoinParents counts terminal children against their parents' joins
-	// and wakes a parent whose last child finished.
+	// sqlJoinParents counts terminal children ($2[i] of parent $1[i], of
+	// its spawn $5[i]) against their parents' joins and wakes a parent whose
+	// last child finished. A child of an earlier spawn does not count.
 	sqlJoinParents = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -318,8 +327,8 @@ w AS (
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         updated_at = t.now
-    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
+    FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -393,12 +402,13 @@ SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NUL
 FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
 WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
-RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, '')`
+RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
 	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
 
 	// sqlRetry makes a failed or canceled instance ready at its current step.
+	// A child whose parent still joins its spawn counts in the join again.
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
@@ -406,7 +416,12 @@ WITH w AS (
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL, updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
-    RETURNING queue
+    RETURNING queue, parent_id, join_gen
+),
+j AS (
+    UPDATE {schema}.instances p SET pending_children = p.pending_children + 1
+    FROM w
+    WHERE p.id = w.parent_id AND p.status = 'awaiting_children' AND p.spawn_gen = w.join_gen
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
@@ -505,12 +520,6 @@ WHERE status = 'executing' AND key_shard IS NOT NULL GROUP BY key, key_shard
 UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
-
-	// sqlSlotsSet overwrites counters (the caller holds their locks).
-	sqlSlotsSet = `
-UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
-WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
 	sqlSlotsInsert = `

@@ -31,6 +31,10 @@ CREATE TABLE {schema}.instances (
     last_error       text,
     parent_id        uuid,
     pending_children int         NOT NULL DEFAULT 0,
+    -- spawn_gen counts a parent's spawns; join_gen is the spawn of its parent
+    -- a child belongs to. A child ends its parent's join only for that spawn.
+    spawn_gen        int         NOT NULL DEFAULT 0,
+    join_gen         int         NOT NULL DEFAULT 0,
     unique_key       text,
     unique_statuses  text[],
     -- unique_slot holds unique_key while the row is in its occupied scope. It
