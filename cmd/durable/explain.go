@@ -118,15 +118,15 @@ func explainKey(ctx context.Context, st store.Store, key string, now time.Time) 
 			Worker: h.Worker, Since: h.StartedAt, LeaseExpiresAt: h.LeaseExpiresAt})
 	}
 	x.Waiting = waiting{Count: info.Waiting, Blocked: info.Blocked, Oldest: toWaiter(info.OldestWaiting), Next: toWaiter(info.NextInLine)}
-	// Rows that could run now if nothing held them back.
-	due := info.Blocked > 0 || (info.OldestWaiting != nil && !info.OldestWaiting.RunAt.After(now))
+	k := keyView{info: info, now: now,
+		due: info.Blocked > 0 || (info.OldestWaiting != nil && !info.OldestWaiting.RunAt.After(now))}
 
-	x.Limits = []limitCheck{concurrencyCheck(info, due)}
-	rate, err := rateLimitCheck(ctx, st, key, now, due)
+	x.Limits = []limitCheck{concurrencyCheck(k)}
+	rate, err := rateLimitCheck(ctx, st, k)
 	if err != nil {
 		return explanation{}, err
 	}
-	fleet, err := fleetLimitCheck(ctx, st, info, now, due)
+	fleet, err := fleetLimitCheck(ctx, st, k)
 	if err != nil {
 		return explanation{}, err
 	}
@@ -137,7 +137,7 @@ func explainKey(ctx context.Context, st store.Store, key string, now time.Time) 
 			break
 		}
 	}
-	x.Verdict = verdict(x, info, due, now)
+	x.Verdict = verdict(x, k)
 	return x, nil
 }
 
@@ -149,8 +149,18 @@ func toWaiter(in *store.Instance) *waiter {
 		Priority: in.Priority, RunAt: in.RunAt}
 }
 
+// keyView is what the limit checks know about the key at now.
+type keyView struct {
+	info store.KeyInfo
+	now  time.Time
+	// due is true when a waiting row could run now if no limit held it
+	// back (a blocked row, or a ready row whose run time has come).
+	due bool
+}
+
 // concurrencyCheck is the key's semaphore: its name's limit, or K = 1.
-func concurrencyCheck(info store.KeyInfo, due bool) limitCheck {
+func concurrencyCheck(k keyView) limitCheck {
+	info := k.info
 	name := gate.NameOf(info.Key)
 	c := limitCheck{Kind: "concurrency", Applies: true, Limit: info.K, InUse: len(info.Holders)}
 	if info.Shards > 0 {
@@ -159,31 +169,33 @@ func concurrencyCheck(info store.KeyInfo, due bool) limitCheck {
 	} else {
 		c.Detail = fmt.Sprintf("no limit configured for %q: K = 1, one at a time per key", name)
 	}
-	c.Blocking = due && info.Available == 0
+	c.Blocking = k.due && info.Available == 0
 	return c
 }
 
-// rateLimitCheck reports the token bucket (flow cap) that applies to key.
-// Hook: rate limits (issue 4) are not part of this build, so none applies.
-func rateLimitCheck(ctx context.Context, st store.Store, key string, now time.Time, due bool) (limitCheck, error) {
+// rateLimitCheck reports the token bucket (flow cap) that applies to the
+// key. Hook: rate limits (issue 4) are not part of this build, so none
+// applies.
+func rateLimitCheck(ctx context.Context, st store.Store, k keyView) (limitCheck, error) {
 	return limitCheck{Kind: "rate", Detail: "rate limits are not supported by this build"}, nil
 }
 
 // fleetLimitCheck reports the fleet-wide queue policy (MaxActive,
 // MaxActivePerKey) of the key's waiting rows' queue. Hook: fleet policies
 // (issue 4) are not part of this build, so none applies.
-func fleetLimitCheck(ctx context.Context, st store.Store, info store.KeyInfo, now time.Time, due bool) (limitCheck, error) {
+func fleetLimitCheck(ctx context.Context, st store.Store, k keyView) (limitCheck, error) {
 	return limitCheck{Kind: "fleet", Detail: "fleet policies (queue MaxActive) are not supported by this build"}, nil
 }
 
 // verdict says in one sentence why the key's work waits and what frees it.
-func verdict(x explanation, info store.KeyInfo, due bool, now time.Time) string {
+func verdict(x explanation, k keyView) string {
+	info, now := k.info, k.now
 	switch {
 	case info.Waiting == 0 && len(info.Holders) == 0:
 		return fmt.Sprintf("nothing holds or waits for %s", x.Key)
 	case info.Waiting == 0:
 		return fmt.Sprintf("not blocked: nothing waits for %s", x.Key)
-	case !due:
+	case !k.due && x.Blocking == "":
 		return fmt.Sprintf("not blocked: every waiting row is scheduled for later; the first is due %s", when(info.OldestWaiting.RunAt, now))
 	}
 	switch x.Blocking {
