@@ -82,6 +82,7 @@ func newSchemaPool(ctx context.Context, url string) (*pgxpool.Pool, string, erro
 		return nil, "", err
 	}
 	cfg.MaxConns = MaxConns
+	cfg.MaxConnIdleTime = 5 * time.Second
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	// Tests need visibility and locking, not durability: skip the commit fsync.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -167,6 +168,9 @@ func (s *Schemas) Pool(t testing.TB) *pgxpool.Pool {
 			t.Errorf("pgtest: reset schema %s: %v", p.schema, err)
 			return
 		}
+		// Hold no connections while unused: the server's connection budget
+		// is shared with every other test process.
+		p.pool.Reset()
 		s.mu.Lock()
 		s.free = append(s.free, p)
 		s.mu.Unlock()

@@ -54,10 +54,14 @@ import (
 const DefaultLease = 30 * time.Second
 
 const (
-	// minWindow is the smallest window a claim looks at; the window is
-	// max(2 × Limit, minWindow) rows, at most maxWindow.
+	// minWindow is the smallest keyed window a claim looks at; the window is
+	// max(2 × Limit, minWindow) rows, at most max(Limit, maxWindow). A claim
+	// holds one advisory lock per distinct K = 1 key of its window (and an
+	// outcome batch one per K = 1 key it frees): PostgreSQL's lock table
+	// (max_locks_per_transaction × max_connections) bounds how many such
+	// transactions can run at once.
 	minWindow = 32
-	maxWindow = 2000
+	maxWindow = 1000
 	// promoteChunk bounds how many delayed rows and await timeouts of the
 	// queue one claim makes ready.
 	promoteChunk = 1000

@@ -157,7 +157,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	if len(histIDs) > 0 {
 		b.Queue(s.q(sqlHistoryInsert), histIDs, histSteps, histAttempts, histKeys, histWorker,
-			histStart, histEnd, histOutcomes, histEr)
+			histStart, histEnd, histOutcomes, histEr, tsArg(now))
 	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))

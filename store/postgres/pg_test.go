@@ -414,3 +414,23 @@ func TestManyUniqueKeysInOneBatch(t *testing.T) {
 		require.True(t, r.Duplicate)
 	}
 }
+
+func TestHistoryDefaultsToTheClaimTimes(t *testing.T) {
+	e := newEnv(t)
+	id := e.insert(newInstance("acct:1"))[0]
+	claimAt := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+	res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Now: claimAt})
+	require.NoError(t, err)
+	c := res.Claimed[0]
+	o := done(c)
+	o.History = &store.HistoryEntry{Step: "start", Attempt: 0, Key: "acct:1", Outcome: "done"}
+	_, err = e.s.Complete(e.ctx, "w", []store.Outcome{o}, claimAt.Add(time.Second))
+	require.NoError(t, err)
+	h, err := e.s.History(e.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, h, 1)
+	require.Equal(t, store.HistoryEntry{InstanceID: id, Step: "start", Key: "acct:1", Worker: "w",
+		StartedAt: claimAt, FinishedAt: claimAt.Add(time.Second), Outcome: "done"},
+		store.HistoryEntry{InstanceID: h[0].InstanceID, Step: h[0].Step, Key: h[0].Key, Worker: h[0].Worker,
+			StartedAt: h[0].StartedAt.UTC(), FinishedAt: h[0].FinishedAt.UTC(), Outcome: h[0].Outcome})
+}

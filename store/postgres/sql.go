@@ -365,11 +365,17 @@ WITH w AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
-	// sqlHistoryInsert records step runs.
+	// sqlHistoryInsert records step runs; a run's start defaults to its
+	// claim's and its end to now.
 	sqlHistoryInsert = `
 INSERT INTO {schema}.history (instance_id, step, attempt, key, worker, started_at, finished_at, outcome, error)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
-                     $7::timestamptz[], $8::text[], $9::text[])`
+SELECT x.id, x.step, x.attempt, x.key, x.worker, coalesce(x.started_at, i.started_at),
+       coalesce(x.finished_at, $10::timestamptz, now()), x.outcome, x.error
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
+            $7::timestamptz[], $8::text[], $9::text[])
+     WITH ORDINALITY AS x(id, step, attempt, key, worker, started_at, finished_at, outcome, error, ord)
+JOIN {schema}.instances i ON i.id = x.id
+ORDER BY x.ord`
 
 	// sqlHeartbeat extends the leases of claims the worker still holds.
 	sqlHeartbeat = `
