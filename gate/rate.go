@@ -3,6 +3,7 @@ package gate
 import (
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -263,4 +264,23 @@ func (c RateChange) LiveWarning(live int64) Warning {
 	}
 	return Warning{Kind: LiveKeysChanged, Name: c.Name, Live: live, Message: fmt.Sprintf(
 		"rate limit change for key name %q from %s to %s affects %d live instance(s)", c.Name, from, to, live)}
+}
+
+// Rescale converts b, a bucket of limit from, into r's credit units keeping
+// its number of tokens (fractions rounded down), at most r's capacity: what
+// a bucket holds after its name's limit changed.
+func (r RateLimit) Rescale(b Bucket, from RateLimit) Bucket {
+	if b.Credit <= 0 || from.TokenCredit() <= 0 {
+		return Bucket{Credit: max(b.Credit, 0), At: b.At}
+	}
+	capacity := r.Capacity()
+	hi, lo := bits.Mul64(uint64(b.Credit), uint64(r.TokenCredit()))
+	if hi >= uint64(from.TokenCredit()) {
+		return Bucket{Credit: capacity, At: b.At}
+	}
+	q, _ := bits.Div64(hi, lo, uint64(from.TokenCredit()))
+	if q > uint64(capacity) {
+		q = uint64(capacity)
+	}
+	return Bucket{Credit: int64(q), At: b.At}
 }

@@ -96,3 +96,18 @@ func TestDiffRates(t *testing.T) {
 	_, err = NewRateLimits([]RateLimit{{Name: "a", Limit: 1}, {Name: "a", Limit: 2}})
 	require.Error(t, err)
 }
+
+func TestRateLimitRescaleKeepsTokens(t *testing.T) {
+	from := RateLimit{Name: "x", Limit: 10, Period: time.Second}
+	to := RateLimit{Name: "x", Limit: 10, Period: time.Minute, Burst: 3}
+	require.NoError(t, from.Validate())
+	require.NoError(t, to.Validate())
+	at := time.Unix(0, 0)
+	b := to.Rescale(Bucket{Credit: 2_500_000, At: at}, from) // 2.5 tokens
+	require.Equal(t, int64(2), to.Tokens(b))
+	require.Equal(t, at, b.At)
+	require.Equal(t, to.Capacity(), to.Rescale(Bucket{Credit: from.Capacity()}, from).Credit, "clamped to the new burst")
+	huge := RateLimit{Name: "x", Limit: 1, Period: 1000 * time.Hour, Burst: 1000}
+	require.NoError(t, huge.Validate())
+	require.Equal(t, huge.Capacity(), huge.Rescale(Bucket{Credit: 1 << 61}, RateLimit{Name: "x", Limit: 1, Period: time.Millisecond}).Credit)
+}
