@@ -44,7 +44,7 @@ type Store struct {
 	// limitOwner and rateOwner name the namespace owning each limit.
 	limitOwner map[string]string
 	rateOwner  map[string]string
-	buckets    map[string]gate.Bucket               // rate bucket id -> state
+	buckets    map[string]gate.Bucket             // rate bucket id -> state
 	policies   map[string]store.ConcurrencyPolicy // queue -> policy
 
 	rows      map[string]*row
@@ -80,14 +80,14 @@ func New(opts Options) *Store {
 		rateOwner:  map[string]string{},
 		buckets:    map[string]gate.Bucket{},
 		policies:   map[string]store.ConcurrencyPolicy{},
-		rows:      map[string]*row{},
-		queues:    map[string]*queueState{},
-		keys:      map[string]*keyState{},
-		executing: map[string]*row{},
-		unique:    map[string]map[string]*row{},
-		children:  map[string][]*row{},
-		signals:   map[int64]*signal{},
-		listeners: map[int64]func(string){},
+		rows:       map[string]*row{},
+		queues:     map[string]*queueState{},
+		keys:       map[string]*keyState{},
+		executing:  map[string]*row{},
+		unique:     map[string]map[string]*row{},
+		children:   map[string][]*row{},
+		signals:    map[int64]*signal{},
+		listeners:  map[int64]func(string){},
 	}
 }
 
