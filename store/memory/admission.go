@@ -210,8 +210,8 @@ func (s *Store) assignRounds(rows []*row) {
 			head = s.currentRound(at.queue, at.prio)
 			heads[at] = head
 		}
-		r.round, r.hasRound = head, true
 		if r.inst.Key == "" {
+			r.round, r.hasRound = head, true
 			continue
 		}
 		k := kqp{r.inst.Key, at}
@@ -219,7 +219,7 @@ func (s *Store) assignRounds(rows []*row) {
 		if !ok {
 			nx = s.keyNextRound(r.inst.Key, at.queue, at.prio)
 		}
-		r.round = max(head, nx)
+		r.round, r.hasRound = max(head, nx), true
 		next[k] = r.round + 1
 	}
 }
