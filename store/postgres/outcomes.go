@@ -461,7 +461,7 @@ func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
 }
 
-func mapKeys(m map[string]bool) []string {
+func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
