@@ -382,6 +382,19 @@ type SyncOptions struct {
 	// KeepOmitted keeps what the namespace owns but the sync omits
 	// (default: omitted entries are deleted).
 	KeepOmitted bool
+	// DryRun reports what the sync would change (and its errors) and stores
+	// nothing.
+	DryRun bool
+}
+
+// MergeSyncOptions folds a variadic option list into one.
+func MergeSyncOptions(opts []SyncOptions) SyncOptions {
+	var o SyncOptions
+	for _, x := range opts {
+		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
+		o.DryRun = o.DryRun || x.DryRun
+	}
+	return o
 }
 
 // KeyLimits is the desired state of the key limits one namespace owns.

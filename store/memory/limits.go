@@ -31,16 +31,9 @@ func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.
 	if rates == nil {
 		rates = []gate.RateLimit{}
 	}
-	return s.syncKeyLimits(namespace, want.Limits, rates, syncOptions(opts))
+	return s.syncKeyLimits(namespace, want.Limits, rates, store.MergeSyncOptions(opts))
 }
 
-func syncOptions(opts []store.SyncOptions) store.SyncOptions {
-	var o store.SyncOptions
-	for _, x := range opts {
-		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
-	}
-	return o
-}
 
 // syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
 func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
@@ -85,12 +78,6 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	}
 
 	res := store.LimitsResult{Changes: gate.Diff(s.limits, next), RateChanges: gate.DiffRates(s.rates, nextRates), Live: map[string]int64{}}
-	s.limits, s.rates = next, nextRates
-	claimOwnership(s.limitOwner, namespace, wantLs.All(), next.All(), func(l gate.Limit) string { return l.Name })
-	if rates != nil {
-		claimOwnership(s.rateOwner, namespace, wantRs.All(), nextRates.All(), func(r gate.RateLimit) string { return r.Name })
-	}
-
 	changed := map[string]bool{}
 	for _, c := range res.Changes {
 		changed[c.Name] = true
@@ -98,16 +85,29 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	}
 	for _, c := range res.RateChanges {
 		res.Live[c.Name] = 0
+	}
+	keys := s.sortedKeys()
+	for _, k := range keys {
+		if _, ok := res.Live[gate.NameOf(k)]; ok {
+			res.Live[gate.NameOf(k)] += int64(len(s.keys[k].rows))
+		}
+	}
+	if o.DryRun {
+		return res, nil
+	}
+
+	s.limits, s.rates = next, nextRates
+	claimOwnership(s.limitOwner, namespace, wantLs.All(), next.All(), func(l gate.Limit) string { return l.Name })
+	if rates != nil {
+		claimOwnership(s.rateOwner, namespace, wantRs.All(), nextRates.All(), func(r gate.RateLimit) string { return r.Name })
+	}
+	for _, c := range res.RateChanges {
 		s.adjustBuckets(c)
 	}
-	for _, k := range s.sortedKeys() {
+	for _, k := range keys {
 		name := gate.NameOf(k)
-		if _, ok := res.Live[name]; !ok {
-			continue
-		}
 		ks := s.keys[k]
-		res.Live[name] += int64(len(ks.rows))
-		if !changed[name] {
+		if !changed[name] || ks == nil {
 			continue
 		}
 		if ks.counters != nil {
@@ -203,7 +203,7 @@ func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, d
 	if err := store.ValidatePolicies(namespace, defs); err != nil {
 		return nil, fmt.Errorf("sync concurrency policies: %w", err)
 	}
-	o := syncOptions(opts)
+	o := store.MergeSyncOptions(opts)
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
@@ -215,6 +215,24 @@ func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, d
 			return nil, fmt.Errorf("sync concurrency policies: queue %q: %w %q", d.Queue, store.ErrNamespaceConflict, p.Namespace)
 		}
 		wanted[d.Queue] = true
+	}
+	if o.DryRun {
+		var out []store.ConcurrencyPolicy
+		for _, p := range s.policiesWhere(func(p store.ConcurrencyPolicy) bool { return p.Namespace == namespace }) {
+			if wanted[p.Queue] || o.KeepOmitted {
+				out = append(out, p)
+			}
+		}
+		for _, d := range defs {
+			out = slices.DeleteFunc(out, func(p store.ConcurrencyPolicy) bool { return p.Queue == d.Queue })
+			d.Namespace = namespace
+			out = append(out, d)
+		}
+		slices.SortFunc(out, func(a, b store.ConcurrencyPolicy) int { return strings.Compare(a.Queue, b.Queue) })
+		if out == nil {
+			out = []store.ConcurrencyPolicy{}
+		}
+		return out, nil
 	}
 	changed := map[string]bool{}
 	for q, p := range s.policies {

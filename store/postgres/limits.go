@@ -31,16 +31,9 @@ func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.
 	if rates == nil {
 		rates = []gate.RateLimit{}
 	}
-	return s.syncKeyLimits(ctx, namespace, want.Limits, rates, syncOptions(opts))
+	return s.syncKeyLimits(ctx, namespace, want.Limits, rates, store.MergeSyncOptions(opts))
 }
 
-func syncOptions(opts []store.SyncOptions) store.SyncOptions {
-	var o store.SyncOptions
-	for _, x := range opts {
-		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
-	}
-	return o
-}
 
 // ownedLimit and ownedRate are stored limits with their namespace.
 type ownedLimit struct {
@@ -132,16 +125,24 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if len(res.Changes)+len(res.RateChanges) == 0 {
-			return nil
+		if len(res.Changes)+len(res.RateChanges) > 0 {
+			if err := s.applyLimitChanges(ctx, tx, after, &res); err != nil {
+				return err
+			}
 		}
-		return s.applyLimitChanges(ctx, tx, after, &res)
+		if o.DryRun {
+			return errDryRun
+		}
+		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errDryRun) {
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
 	return res, nil
 }
+
+// errDryRun rolls back a sync that only reports.
+var errDryRun = errors.New("dry run")
 
 // readOwned reads every stored limit and rate limit with its owner.
 func (s *Store) readOwned(ctx context.Context, tx pgx.Tx) ([]ownedLimit, []ownedRate, error) {

@@ -84,9 +84,11 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		histAttempts         []int32
 		histStart, histEnd   []*time.Time
 	)
+	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
+		leftQueues[a.queue] = true
 		if a.oldKey != "" {
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
@@ -120,6 +122,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	s.queueFree(b, freed, true, now)
+	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -22,7 +23,7 @@ func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, d
 	if err := store.ValidatePolicies(namespace, defs); err != nil {
 		return nil, fmt.Errorf("sync concurrency policies: %w", err)
 	}
-	o := syncOptions(opts)
+	o := store.MergeSyncOptions(opts)
 	n := len(defs)
 	queues, maxes, perKey := make([]string, n), make([]int32, n), make([]int32, n)
 	for i, d := range defs {
@@ -61,12 +62,21 @@ func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, d
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
+		if o.DryRun {
+			return errDryRun
+		}
 		if len(changed) > 0 {
 			_, err := tx.Exec(ctx, s.q(sqlNotifyQueues), changed, s.channel)
 			return err
 		}
 		return nil
 	})
+	if errors.Is(err, errDryRun) {
+		if out == nil {
+			out = []store.ConcurrencyPolicy{}
+		}
+		return out, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sync concurrency policies: %w", err)
 	}

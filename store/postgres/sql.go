@@ -537,6 +537,13 @@ FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
 WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
+	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
+	// rows of theirs left executing, so capacity may have freed for claims
+	// waiting in other engines.
+	sqlNotifyPolicyQueues = `
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = q)`
+
 	// sqlNotifyQueues notifies each queue of $1.
 	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
 

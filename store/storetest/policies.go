@@ -212,6 +212,28 @@ var policyTests = []test{
 		require.Len(h.t, rates, 1)
 		require.Equal(h.t, []string{"openai"}, limitNames(h.limits()))
 	}},
+	{"sync/a dry run reports and stores nothing", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		h.insertKeyed("stripe:a", 1)
+		dry := store.SyncOptions{DryRun: true}
+		res := h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
+			Limits: []gate.Limit{{Name: "stripe", Limit: 5}}, RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 1}}}, dry)
+		require.Equal(h.t, []gate.Change{{Name: "stripe", OldK: 2, NewK: 5, OldSet: true, NewSet: true}}, res.Changes)
+		require.Len(h.t, res.RateChanges, 1)
+		require.Equal(h.t, map[string]int64{"stripe": 1}, res.Live)
+		require.Equal(h.t, []gate.Limit{{Name: "stripe", Limit: 2, Shards: 1}}, h.limits())
+		rates, err := h.s.RateLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Empty(h.t, rates)
+		_, err = h.s.SyncKeyLimits(h.ctx, "other", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 1}}}, dry)
+		require.ErrorIs(h.t, err, store.ErrNamespaceConflict, "a dry run reports conflicts too")
+
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: "a", MaxActive: 1})
+		got, err := h.s.SyncConcurrencyPolicies(h.ctx, "ns", []store.ConcurrencyPolicy{{Queue: "b", MaxActive: 2}}, dry)
+		require.NoError(h.t, err)
+		require.Equal(h.t, []store.ConcurrencyPolicy{{Queue: "b", Namespace: "ns", MaxActive: 2}}, got, "what the sync would store")
+		require.Equal(h.t, []string{"a"}, policyQueues(h.policies()))
+	}},
 	{"rate/sync reports changes and the live instances they affect", func(h *harness) {
 		h.insertKeyed("api:1", 2)
 		h.insertKeyed("other:1", 1)
