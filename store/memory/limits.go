@@ -34,7 +34,6 @@ func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.
 	return s.syncKeyLimits(namespace, want.Limits, rates, store.MergeSyncOptions(opts))
 }
 
-
 // syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
 func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
 	if namespace == "" {

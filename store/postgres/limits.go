@@ -34,7 +34,6 @@ func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.
 	return s.syncKeyLimits(ctx, namespace, want.Limits, rates, store.MergeSyncOptions(opts))
 }
 
-
 // ownedLimit and ownedRate are stored limits with their namespace.
 type ownedLimit struct {
 	gate.Limit
