@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +91,116 @@ func TestTenantBacklogDoesNotDelayAnotherTenant(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("tenant B started after %d of tenant A's instances", bAfter)
 	require.Less(t, bAfter, 100, "tenant B waited behind tenant A's backlog")
+}
+
+// TestConcurrentClaimersUnderPoliciesAndRates: eight claimers on a queue
+// with a policy (4 at once, 2 per key), gates, K = 1 keys and rate limits
+// per key and per name never deadlock, never exceed a budget as SQL sees it,
+// and drain the work.
+func TestConcurrentClaimersUnderPoliciesAndRates(t *testing.T) {
+	const (
+		workers   = 8
+		perKey    = 30
+		maxActive = 4
+		keyBudget = 2
+	)
+	e := newEnv(t)
+	_, err := e.s.SyncKeyLimits(e.ctx, "ns", store.KeyLimits{
+		Limits: []gate.Limit{{Name: "api", Limit: 3, Shards: 2}, {Name: "slow", Limit: 10}},
+		RateLimits: []gate.RateLimit{
+			{Name: "api", Limit: 2000, PerKey: true},
+			{Name: "slow", Limit: 300, Burst: 3},
+		}})
+	require.NoError(t, err)
+	_, err = e.s.SyncConcurrencyPolicies(e.ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: maxActive, MaxActivePerKey: keyBudget}})
+	require.NoError(t, err)
+	var ins []store.NewInstance
+	for _, k := range []string{"acct:0", "acct:1", "api:x", "api:y", "slow:a", "slow:b", ""} {
+		for range perKey {
+			ins = append(ins, newInstance(k))
+		}
+	}
+	e.insert(ins...)
+	total := int64(len(ins))
+
+	ctx, cancel := context.WithTimeout(e.ctx, 45*time.Second)
+	defer cancel()
+	var (
+		finished   atomic.Int64
+		slowStarts atomic.Int64
+		errMu      sync.Mutex
+		errs       []error
+		wg         sync.WaitGroup
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+		cancel()
+	}
+	began := time.Now()
+	for w := range workers {
+		worker := fmt.Sprintf("w%d", w)
+		wg.Go(func() {
+			for ctx.Err() == nil && finished.Load() < total {
+				res, err := e.s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: 3, Lease: time.Minute})
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("%s claim: %w", worker, err))
+					}
+					return
+				}
+				if len(res.Claimed) == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				var outs []store.Outcome
+				for _, c := range res.Claimed {
+					if gate.NameOf(c.Key) == "slow" {
+						slowStarts.Add(1)
+					}
+					o := store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}
+					if c.Attempt < 1 {
+						o = store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeReady, Step: "again", Attempt: 1}
+					} else {
+						finished.Add(1)
+					}
+					outs = append(outs, o)
+				}
+				time.Sleep(200 * time.Microsecond)
+				if _, err := e.s.Complete(ctx, worker, outs, time.Time{}); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("%s complete: %w", worker, err))
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for ctx.Err() == nil && finished.Load() < total {
+			var all, worst int
+			err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM instances WHERE queue = 'q' AND status = 'executing'),
+				coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM instances
+				          WHERE queue = 'q' AND status = 'executing' AND key IS NOT NULL GROUP BY key) k), 0)`).Scan(&all, &worst)
+			if err != nil {
+				if ctx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+			if all > maxActive || worst > keyBudget {
+				fail(fmt.Errorf("SQL sees %d executing (max %d), %d of one key (max %d)", all, maxActive, worst, keyBudget))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	wg.Wait()
+	require.Empty(t, errs)
+	require.NoError(t, ctx.Err(), "work did not drain: %d of %d finished", finished.Load(), total)
+	elapsed := time.Since(began)
+	bound := int64(300*elapsed.Seconds()) + 3
+	t.Logf("%d rows drained in %s; %d steps of slow:* started (rate bound %d)", total, elapsed, slowStarts.Load(), bound)
+	require.LessOrEqual(t, slowStarts.Load(), bound)
+	require.Zero(t, e.scalar(`SELECT count(*) FROM key_slots WHERE available <> capacity`))
 }
