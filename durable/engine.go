@@ -21,6 +21,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -120,6 +121,10 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the engine's metrics (default: none).
 	MeterProvider metric.MeterProvider
+	// HealthInterval is the longest the gauges (queue depth, gate limit,
+	// active and blocked) reuse one Health snapshot: collections more
+	// frequent than this cost no store query (default 10s).
+	HealthInterval time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -167,6 +172,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -195,6 +203,10 @@ type Engine struct {
 	sched   *scheduler
 	flushed chan struct{} // closed and replaced after every committed flush
 	tel     *telemetry
+
+	staleOutcomes atomic.Int64
+	reconciled    reconcileState
+	healthCache   healthCache
 }
 
 // New validates cfg and returns an engine that is not yet started.
@@ -215,11 +227,20 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: telemetry: %w", err)
 	}
-	return &Engine{tel: tel,
+	e := &Engine{tel: tel,
 		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, rates: rates, fakeTime: !fake,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]bool{}, flushed: make(chan struct{}),
-	}, nil
+	}
+	if err := tel.observeHealth(e.gaugeHealth); err != nil {
+		return nil, fmt.Errorf("durable: telemetry: %w", err)
+	}
+	return e, nil
+}
+
+// gaugeHealth is the snapshot the gauges observe (see healthCache).
+func (e *Engine) gaugeHealth(ctx context.Context) (Health, bool) {
+	return e.healthCache.get(ctx, e.cfg.HealthInterval, e.Health)
 }
 
 // Store returns the engine's store.

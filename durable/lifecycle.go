@@ -139,15 +139,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 
 // StaleOutcomes returns how many outcomes of this engine were discarded
 // because their claim was no longer current.
-func (e *Engine) StaleOutcomes() int64 {
-	e.mu.RLock()
-	s := e.sched
-	e.mu.RUnlock()
-	if s == nil {
-		return 0
-	}
-	return s.staleOutcomes.Load()
-}
+func (e *Engine) StaleOutcomes() int64 { return e.staleOutcomes.Load() }
 
 // TickReport is what one Tick did.
 type TickReport struct {
@@ -214,6 +206,8 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	for _, r := range res {
 		if r.Stale {
 			rep.Stale++
+			e.staleOutcomes.Add(1)
+			e.tel.stale.Add(ctx, 1)
 		}
 	}
 	return rep, nil

@@ -337,6 +337,9 @@ type KeyInfo struct {
 	Waiting    int
 	Blocked    int
 	NextInLine *Instance
+	// OldestWaiting is the waiting row with the earliest run time, ties in
+	// insertion order (nil when none): the one that has waited longest.
+	OldestWaiting *Instance
 	// Available is the sum of free slots over the key's counters (gates only).
 	Available int
 }
@@ -460,7 +463,8 @@ type ListFilter struct {
 	Queue    string
 	// AfterID pages: only ids greater than AfterID (results are ordered by id).
 	AfterID string
-	Limit   int
+	// Limit caps the number of results (0: no limit).
+	Limit int
 }
 
 // Store is the storage contract. Every method is safe for concurrent use by
@@ -468,9 +472,12 @@ type ListFilter struct {
 // store's own clock.
 type Store interface {
 	// SyncLimits stores the named key limits every claim uses from now on and
-	// reports how they differ from the ones stored before. It is
-	// SyncKeyLimits for DefaultNamespace with that namespace's stored rate
-	// limits left as they are.
+	// reports how they differ from the ones stored before. A lowered limit or
+	// a new shard count binds the next claim: rows already executing keep
+	// running and count against the new limit, so no new row of the key is
+	// admitted until the key is under it, with or without a Reconcile between.
+	// It is SyncKeyLimits for DefaultNamespace with that namespace's stored
+	// rate limits left as they are.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
 	// Limits returns the stored limits of every namespace, sorted by name.
 	Limits(ctx context.Context) ([]gate.Limit, error)
@@ -529,6 +536,9 @@ type Store interface {
 	History(ctx context.Context, id string) ([]HistoryEntry, error)
 	// KeyInfo explains a key: holders, waiters, slots.
 	KeyInfo(ctx context.Context, key string) (KeyInfo, error)
+	// Health reports queue and gate pressure at now (zero: the store's
+	// clock), at a cost bounded as Health documents.
+	Health(ctx context.Context, now time.Time) (Health, error)
 
 	// FireTimers makes awaiting rows whose timeout has passed ready (their
 	// next claim has TimedOut set) and returns how many.

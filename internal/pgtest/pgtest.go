@@ -201,7 +201,11 @@ func URL(t testing.TB) string {
 // Main runs the tests, then drops the schemas of every Schemas and stops a
 // throwaway cluster if one was started. Use it from TestMain:
 // func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it returns the tests' exit code, for a
+// TestMain that has its own cleanup to do before exiting.
+func Run(m *testing.M) int {
 	code := m.Run()
 	reusable.Lock()
 	for _, s := range reusable.all {
@@ -211,7 +215,7 @@ func Main(m *testing.M) {
 	if cluster != nil {
 		cluster.stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 func server(t testing.TB) string {

@@ -177,7 +177,10 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	now = s.now(now)
 	taken := map[string]bool{}
 	for i, o := range outcomes {
-		if err := s.checkOutcome(o, taken); err != nil {
+		// Children ids are only checked for current claims: a retried
+		// Complete whose spawn already committed is stale, not an error.
+		current := s.current(o.ID, worker, o.Fence) != nil
+		if err := s.checkOutcome(o, current, taken); err != nil {
 			return nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
 	}
@@ -194,7 +197,9 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	return res, nil
 }
 
-func (s *Store) checkOutcome(o store.Outcome, taken map[string]bool) error {
+// checkOutcome validates an outcome; current says whether its claim is
+// current, so that its children's ids must be free.
+func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]bool) error {
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
 		return fmt.Errorf("unknown outcome kind %d", o.Kind)
 	}
@@ -214,10 +219,19 @@ func (s *Store) checkOutcome(o store.Outcome, taken map[string]bool) error {
 			return err
 		}
 	}
-	if o.Kind == store.OutcomeSpawn {
-		return s.checkNew(o.Children, taken)
+	if o.Kind != store.OutcomeSpawn {
+		return nil
 	}
-	return nil
+	if !current {
+		taken = nil // validate the children's shape only
+		for i, ni := range o.Children {
+			if err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Key: ni.Key, KeyIntent: ni.KeyIntent, State: ni.State}}, taken); err != nil {
+				return fmt.Errorf("child %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	return s.checkNew(o.Children, taken)
 }
 
 // apply commits outcome o of the current claim of r.

@@ -131,6 +131,13 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		})
 		in := first.snapshot()
 		info.NextInLine = &in
+		oldest := slices.MinFunc(waiting, func(a, b *row) int {
+			if c := a.inst.RunAt.Compare(b.inst.RunAt); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seq, b.seq)
+		}).snapshot()
+		info.OldestWaiting = &oldest
 	}
 	switch {
 	case !gated:

@@ -25,6 +25,9 @@ import (
 //     (priority, round, run_at, insertion), locked FOR UPDATE SKIP LOCKED,
 //     so that concurrent claimers take disjoint rows and never wait on each
 //     other; the claim's now and the queue's policy are read alongside.
+//     Keyless rows (Limit of them) and keyed rows (the window) come from
+//     separate indexes, merged in claim order: keyed rows waiting for their
+//     keys never crowd keyless work out of the window.
 //  3. Locks, always in this order (see sql.go): the queue's advisory lock
 //     when it has a policy, then its executing rows are counted (a new
 //     statement, so it sees every claim committed before the lock); the
@@ -38,7 +41,8 @@ import (
 //     next claim) and only if no row of the key is executing; the first
 //     row of the key is admitted and the rest of the key's rows become
 //     blocked;
-//     - a gated key needs a shard with a free slot, and is blocked
+//     - a gated key needs a shard with a free slot while the key's slots in
+//     use over all its counters are below its limit, and is blocked
 //     otherwise;
 //     - with a MaxActivePerKey, a keyed row is blocked while that many rows
 //     of its key execute in the queue (admitted ones included);
@@ -137,14 +141,18 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	}
 
 	cc := &claimContext{queue: req.Queue, limit: req.Limit}
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlClaimContext), req.Queue, now).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey)
 	})
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
 		var (
 			c              candidate
 			rLimit, rBurst *int32
@@ -163,14 +171,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		return err
 	})
 	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 
-	plan, err := s.admit(ctx, tx, cc)
+	plan, err := s.admit(ctx, tx.q(), cc)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
@@ -216,13 +221,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if len(plan.saturated) > 0 {
 		b.Queue(s.q(sqlBlockBacklog), plan.saturated, backlogChunk, now)
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim %s: commit: %w", req.Queue, err)
+	if err := tx.send(ctx, b, true); err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 	if len(res.Claimed) < req.Limit {
 		next := fromPtr(cc.nextDue)
@@ -252,7 +252,7 @@ type admissionPlan struct {
 
 // admit applies the admission rules to the window (in claim order),
 // taking the locks it needs in the documented order.
-func (s *Store) admit(ctx context.Context, tx pgx.Tx, cc *claimContext) (admissionPlan, error) {
+func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admissionPlan, error) {
 	var (
 		plan      admissionPlan
 		oneKeys   []string                  // K = 1 keys of the window
@@ -377,6 +377,16 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cc *claimContext) (admissi
 		}
 	}
 
+	// A gate key's slots in use, over all its counters: a claim admits only
+	// while this is below the limit, whatever the shard counters say (after
+	// a limit is lowered or re-sharded, shards may hold more than the new
+	// limit gives them until their rows finish).
+	inUse := map[string]int{}
+	for k, rows := range slots {
+		for _, r := range rows {
+			inUse[k] += r.capacity - r.available
+		}
+	}
 	taken := map[string]bool{}   // K = 1 keys admitted by this claim
 	keyTaken := map[string]int{} // rows of each key admitted by this claim
 	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
@@ -398,10 +408,13 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cc *claimContext) (admissi
 				continue
 			}
 		default:
+			lim := gateLimit[c.key]
 			rows := slots[c.key]
-			for i, r := range rows {
-				if r.available > 0 && (best < 0 || r.available > rows[best].available) {
-					best = i
+			if inUse[c.key] < lim.Limit {
+				for i, r := range rows {
+					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
+						best = i
+					}
 				}
 			}
 			if best < 0 {
@@ -440,6 +453,7 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cc *claimContext) (admissi
 		default:
 			rows := slots[c.key]
 			rows[best].available--
+			inUse[c.key]++
 			shard = rows[best].shard
 			plan.debits[shardKey{c.key, shard}]++
 		}

@@ -283,17 +283,14 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 			continue
 		}
 		used := map[int]int{}
+		var existing []int
 		for sh, c := range byShard {
+			existing = append(existing, sh)
 			if u := c.capacity - c.available; u > 0 {
 				used[sh] = u
 			}
 		}
-		target := shareSlots(l.ShardCapacities(), used)
-		for sh := range byShard {
-			if _, ok := target[sh]; !ok {
-				target[sh] = slotTarget{}
-			}
-		}
+		target := resizeShards(l.ShardCapacities(), used, existing)
 		for sh, t := range target {
 			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
 			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))

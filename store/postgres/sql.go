@@ -7,10 +7,11 @@ package postgres
 // reaches SQL as a nullable parameter: coalesce($now, now()).
 //
 // Lock order, followed by every transaction so that none can deadlock with
-// another: (1) the instance rows being transitioned, by id; (2) K = 1 key
-// advisory locks, by key (claims only try them and never wait); (3) gate
-// counter rows, by (key, shard); (4) other instance rows: blocked rows being
-// promoted (SKIP LOCKED) and parents, by id.
+// another: (1) the instance rows being transitioned, by id (claims take
+// ready rows SKIP LOCKED and never wait); (2) K = 1 key advisory locks, by
+// key (claims only try them and never wait); (3) gate counter rows, by
+// (key, shard); (4) other instance rows: blocked rows being promoted (SKIP
+// LOCKED, see sqlPromote) and parents, by id.
 
 // Migrator bookkeeping.
 const (
@@ -50,9 +51,9 @@ WITH t AS (SELECT now() AS now),
 x AS (
     SELECT x.*, coalesce(x.run_at, t.now) AS at, coalesce(x.run_at, t.now) <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
-                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[])
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, ord)
     CROSS JOIN t
 ),
 b AS (
@@ -61,7 +62,7 @@ b AS (
 ),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, created_at, updated_at)
+        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN x.due THEN 'ready' ELSE 'scheduled' END,
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
@@ -71,7 +72,7 @@ ins AS (
            END,
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
-           x.parent_id, t.now, t.now
+           x.parent_id, x.join_gen, t.now, t.now
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
     ORDER BY x.ord
@@ -80,8 +81,15 @@ ins AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
 
-	// sqlUniqueLock serializes inserts of the same unique keys ($1, sorted).
-	sqlUniqueLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
+	// share 1024 lock buckets, taken in order, so that a batch of any size
+	// takes a bounded number of locks (the lock table is finite) and
+	// concurrent batches cannot deadlock; unrelated keys in one bucket only
+	// serialize.
+	sqlUniqueLock = `
+SELECT pg_advisory_xact_lock(b) FROM (
+    SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
+    ORDER BY b) s`
 
 	// sqlUniqueExisting returns, per unique key and status, one instance
 	// holding the key (bounded: at most one row per status).
@@ -100,11 +108,10 @@ const (
 	// path, giving each a round unless it kept one (a row rescheduled for a
 	// rate limit token): rows of one key take consecutive rounds.
 	sqlPromoteScheduled = `
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
     WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-    ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED
-),
+    ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
 b AS (
     SELECT g.priority, g.key, {schema}.fresh_round($1, g.priority, g.key) AS base
     FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
@@ -115,29 +122,41 @@ r AS (
     FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
 )
 UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
-FROM r WHERE i.id = r.id`
+FROM r WHERE i.id = r.id AND i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
 	sqlFireQueueTimers = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
+      AND timeout_at <= coalesce($2::timestamptz, now())
+    ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
     round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id FROM {schema}.instances
-      WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
-        AND timeout_at <= coalesce($2::timestamptz, now())
-      ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
 	// queue in claim order, with their key's limit (NULL: K = 1) and rate
-	// limit (NULL: none).
+	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
+	// capacity) and keyed rows ($4) are read from their own indexes and
+	// merged, so that keyed rows waiting for their keys never push keyless
+	// rows out of the window.
 	sqlClaimCandidates = `
+WITH free AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $5 FOR UPDATE SKIP LOCKED),
+keyed AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
-FROM (SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
-      WHERE status = 'ready' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-        AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-      ORDER BY priority, round, run_at, seq
-      LIMIT $4 FOR UPDATE SKIP LOCKED) c
+FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
@@ -221,18 +240,19 @@ WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
 	// key ($1) off the pick path, so that a key's backlog beyond the window
 	// does not keep filling the window.
 	sqlBlockBacklog = `
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b)
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
-FROM (SELECT b.id FROM unnest($1::text[]) AS k
-      CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                          WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
-                          ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlDebit takes slots from counters this transaction has locked.
 	sqlDebit = `
 UPDATE {schema}.key_slots s SET available = s.available - d.n
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlClaim moves the admitted rows to executing with a new fence and
 	// returns them in admission order, each with the oldest unconsumed signal
@@ -245,7 +265,7 @@ c AS (
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.status = 'ready'
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
     RETURNING i.*, a.ord
 )
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
@@ -282,18 +302,24 @@ ORDER BY key, shard FOR UPDATE`
 	sqlCredit = `
 UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues.
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks (a claim holding a row this promotion would wait for may
+	// itself wait for the promoter's counters), so it skips locked rows; and
+	// it must not skip a row that still needs promoting, so it locks FOR NO
+	// KEY UPDATE, which a signal's FOR KEY SHARE does not block. The rows it
+	// can skip are being promoted, claimed or canceled by someone else.
 	sqlPromote = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = f.key AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = f.key AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT f.n FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -304,8 +330,9 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 const (
 	// sqlCompleteApply applies a batch of outcomes, each guarded by the
 	// claim: worker, fence and status executing. A stale outcome matches no
-	// row and changes nothing. Rows are locked in id order. It returns the
-	// key and shard each row held, for crediting.
+	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
+	// that a signal being stored for the row (FOR KEY SHARE) and a park
+	// serialize. It returns the key and shard each row held, for crediting.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -333,6 +360,7 @@ UPDATE {schema}.instances i SET
     round = CASE WHEN o.kind = 1 AND coalesce(o.run_at, t.now) <= t.now
                  THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
             END,
+    spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
 FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
@@ -342,25 +370,27 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
                                 key_intent, await_signal, timeout_at, result, error, children, ord)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($3::uuid[])
       ORDER BY c.id
       FOR UPDATE OF c) o, t
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($3::uuid[])
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
-          coalesce(i.parent_id::text, ''), i.queue`
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
 
 	// sqlConsumeSignals marks the signals committed outcomes consumed.
 	sqlConsumeSignals = `
 UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
 FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
-WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+WHERE s.id = c.id AND s.id = ANY ($1::bigint[]) AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
 
 	// sqlLockParents locks parents in id order before their join counters change.
 	sqlLockParents = `
 SELECT id FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND status = 'awaiting_children'
 ORDER BY id FOR UPDATE`
 
-	// sqlJoinParents counts terminal children against their parents' joins
-	// and wakes a parent whose last child finished.
+	// sqlJoinParents counts terminal children ($2[i] of parent $1[i], of
+	// its spawn $5[i]) against their parents' joins and wakes a parent whose
+	// last child finished. A child of an earlier spawn does not count.
 	sqlJoinParents = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -370,8 +400,8 @@ w AS (
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
         updated_at = t.now
-    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -388,7 +418,7 @@ w AS (
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -420,7 +450,7 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], 
 UPDATE {schema}.instances i
 SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
 FROM unnest($2::uuid[], $3::bigint[]) AS c(id, fence)
-WHERE i.id = c.id AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
+WHERE i.id = c.id AND i.id = ANY ($2::uuid[]) AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
 RETURNING i.id::text`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
@@ -433,8 +463,9 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($2::uuid[])
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
@@ -444,13 +475,14 @@ SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NUL
     updated_at = coalesce($2::timestamptz, now())
 FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
-WHERE i.id = o.id AND o.old_status NOT IN ('done', 'failed', 'canceled')
-RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, '')`
+WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
+RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
 	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
 
 	// sqlRetry makes a failed or canceled instance ready at its current step.
+	// A child whose parent still joins its spawn counts in the join again.
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
@@ -459,7 +491,12 @@ WITH w AS (
         await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
         updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
-    RETURNING queue
+    RETURNING queue, parent_id, join_gen
+),
+j AS (
+    UPDATE {schema}.instances p SET pending_children = p.pending_children + 1
+    FROM w
+    WHERE p.id = w.parent_id AND p.status = 'awaiting_children' AND p.spawn_gen = w.join_gen
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
@@ -467,12 +504,14 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 // Signals.
 const (
-	// sqlSignalStore locks the instance (so that a concurrent park either
-	// commits first or waits for this signal) and stores the signal unless
-	// the instance is terminal or the dedup key was seen. It returns the
-	// status and whether the signal was stored; no row means no instance.
+	// sqlSignalStore locks the instance FOR KEY SHARE, which conflicts with
+	// the FOR UPDATE lock of a park (sqlCompleteApply): a concurrent park
+	// either commits first or waits for this signal. The weak mode leaves
+	// blocked rows promotable (sqlPromote). It stores the signal unless the
+	// instance is terminal or the dedup key was seen, and returns the status
+	// and whether the signal was stored; no row means no instance.
 	sqlSignalStore = `
-WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR UPDATE),
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR KEY SHARE),
 ins AS (
     INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
     SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
@@ -502,14 +541,15 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 const (
 	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
 	sqlFireTimers = `
-WITH w AS (
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
+    ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
         round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($1::timestamptz, now())
-    FROM (SELECT id FROM {schema}.instances
-          WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
-          ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
@@ -517,24 +557,28 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
 	sqlReap = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
-      ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
 	sqlReclaimWorker = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND worker = $1
+    ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND worker = $1
-      ORDER BY id FOR UPDATE) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
@@ -558,12 +602,6 @@ WHERE status = 'executing' AND key_shard IS NOT NULL GROUP BY key, key_shard
 UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
-
-	// sqlSlotsSet overwrites counters (the caller holds their locks).
-	sqlSlotsSet = `
-UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
-WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
 	sqlSlotsInsert = `
@@ -603,21 +641,23 @@ WHERE k.key IS NOT NULL`
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet).
+	// Like sqlPromote it skips rows locked FOR NO KEY UPDATE or stronger.
 	sqlPromoteIfRoom = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN l.name IS NULL THEN
+                    CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                      WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+               ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+               END AS room) r
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[]) AS k
-          LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
-          CROSS JOIN LATERAL (
-              SELECT CASE WHEN l.name IS NULL THEN
-                          CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
-                                            WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
-                     ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
-                     END AS room) r
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = k AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -748,8 +788,92 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
-	sqlKeySlots = `
-SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
+	sqlKeyOldest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
+ORDER BY run_at, seq LIMIT 1`
+
+	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+)
+
+// Health: every statement reads through a partial index, so terminal rows
+// other than failed ones are never read. They run in one read-only
+// snapshot (see health.go).
+const (
+	// sqlHealthReady counts the ready and delayed rows of each queue, split
+	// at $1 (NULL: the transaction's now()), with the oldest due run time.
+	// Each part reads one partial index (index only): the keyless and keyed
+	// pick indexes and the delayed rows' index.
+	sqlHealthReady = `
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
+
+	// sqlHealthNow is the time Health measures ages from: $1, or the
+	// transaction's now().
+	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
+	// read that runs often and must not take cores from the claims.
+	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+
+	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	sqlHealthStatuses = `
+SELECT queue, status, count(*) FROM {schema}.instances
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+UNION ALL
+SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthBlockedByName counts blocked rows per key name (through the
+	// waiting index: the name is computed from the key).
+	sqlHealthBlockedByName = `
+SELECT split_part(key, ':', 1), count(*) FROM {schema}.instances
+WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+GROUP BY 1`
+
+	// sqlHealthGates aggregates, per limited name, the executing rows of its
+	// keys: how many, the most on one key, and how many keys have no room:
+	// what a claim could admit (see admission.go: the free slots of the
+	// limit's shards, no more than the limit less the slots in use), or the
+	// limit less the executing rows when the key has no counter yet.
+	sqlHealthGates = `
+WITH e AS (
+    SELECT key, key_name, count(*) AS active FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+),
+r AS (
+    SELECT e.key_name, e.active,
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
+    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    CROSS JOIN LATERAL (SELECT count(*) AS n,
+                               coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
+                               coalesce(sum(capacity - available), 0) AS used
+                        FROM {schema}.key_slots WHERE key = e.key) s
+)
+SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
+	// of the executing rows and of the first $1 waiting rows in key order
+	// (the order of the waiting index, so that the scan stops after $1 rows
+	// however many terminal rows the table holds).
+	sqlHealthIntents = `
+SELECT DISTINCT key_name, key_intent FROM (
+    SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL
+    (SELECT key_name, key_intent FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
+) x WHERE key_intent <> ''`
 )

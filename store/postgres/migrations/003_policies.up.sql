@@ -8,9 +8,14 @@
 ALTER TABLE {schema}.instances ADD COLUMN round bigint;
 UPDATE {schema}.instances SET round = 0 WHERE status IN ('ready', 'blocked');
 
-DROP INDEX {schema}.instances_pick;
--- The pick: due ready rows of a queue in claim order.
-CREATE INDEX instances_pick ON {schema}.instances (queue, priority, round, run_at, seq) WHERE status = 'ready';
+DROP INDEX {schema}.instances_pick_free;
+DROP INDEX {schema}.instances_pick_keyed;
+-- The pick: due ready rows of a queue in claim order, keyless and keyed
+-- apart, so that a key's backlog never stands in front of keyless work.
+CREATE INDEX instances_pick_free ON {schema}.instances (queue, priority, round, run_at, seq)
+    WHERE status = 'ready' AND key IS NULL;
+CREATE INDEX instances_pick_keyed ON {schema}.instances (queue, priority, round, run_at, seq)
+    WHERE status = 'ready' AND key IS NOT NULL;
 -- A key's last round in a queue and priority.
 CREATE INDEX instances_key_round ON {schema}.instances (key, queue, priority, round)
     WHERE key IS NOT NULL AND status IN ('ready', 'blocked');
@@ -25,9 +30,13 @@ CREATE INDEX instances_active ON {schema}.instances (queue, key) WHERE status = 
 CREATE FUNCTION {schema}.fresh_round(q text, p int, k text) RETURNS bigint
 LANGUAGE sql STABLE AS $$
 SELECT greatest(
-    coalesce((SELECT r.round FROM {schema}.instances r
-              WHERE r.status = 'ready' AND r.queue = q AND r.priority = p
-              ORDER BY r.round LIMIT 1), 0),
+    coalesce(least(
+        (SELECT r.round FROM {schema}.instances r
+         WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = q AND r.priority = p
+         ORDER BY r.round LIMIT 1),
+        (SELECT r.round FROM {schema}.instances r
+         WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = q AND r.priority = p
+         ORDER BY r.round LIMIT 1)), 0),
     (SELECT max(r.round) + 1 FROM {schema}.instances r
      WHERE k IS NOT NULL AND r.key = k AND r.queue = q AND r.priority = p
        AND r.status IN ('ready', 'blocked')))

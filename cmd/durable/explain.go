@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// explanation answers "why is this key blocked": who holds its slots, who
+// waits, which limits apply and which one blocks it now. It is also the
+// JSON form of `durable explain -json`.
+type explanation struct {
+	Key  string    `json:"key"`
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	// Holders are the executing rows of the key, oldest claim first.
+	Holders []holder `json:"holders"`
+	Waiting waiting  `json:"waiting"`
+	// Limits are every limit kind that may hold the key back, in the order
+	// admission applies them.
+	Limits []limitCheck `json:"limits"`
+	// Blocking is the kind of the limit blocking the key now ("" when none)
+	// and Verdict says in a sentence what happens next.
+	Blocking string `json:"blocking"`
+	Verdict  string `json:"verdict"`
+}
+
+type holder struct {
+	ID             string    `json:"id"`
+	Workflow       string    `json:"workflow"`
+	Step           string    `json:"step"`
+	Attempt        int       `json:"attempt"`
+	Worker         string    `json:"worker"`
+	Since          time.Time `json:"since"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+type waiting struct {
+	// Count is every ready, delayed or blocked row of the key; Blocked are
+	// those taken off the pick path because the key was full.
+	Count   int     `json:"count"`
+	Blocked int     `json:"blocked"`
+	Oldest  *waiter `json:"oldest"`
+	Next    *waiter `json:"next_in_line"`
+}
+
+type waiter struct {
+	ID       string       `json:"id"`
+	Workflow string       `json:"workflow"`
+	Step     string       `json:"step"`
+	Status   store.Status `json:"status"`
+	Queue    string       `json:"queue"`
+	Priority int          `json:"priority"`
+	RunAt    time.Time    `json:"run_at"`
+}
+
+// limitCheck is one kind of limit as it applies to the key now.
+type limitCheck struct {
+	// Kind is "concurrency", "rate" or "fleet".
+	Kind string `json:"kind"`
+	// Applies is false when no limit of this kind is configured for the key.
+	Applies bool `json:"applies"`
+	// Limit and InUse are the capacity and what is taken of it (0 when the
+	// kind does not apply).
+	Limit int `json:"limit"`
+	InUse int `json:"in_use"`
+	// Detail describes the limit; Blocking is true when it alone keeps the
+	// key's due waiting rows from running now.
+	Detail   string `json:"detail"`
+	Blocking bool   `json:"blocking"`
+}
+
+// explain prints who holds a key's slots, who waits and why.
+func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 1, 0, "KEY")
+	if err != nil {
+		return err
+	}
+	key := pos[0]
+	if k, err := gate.Parse(key); err != nil || k.IsZero() {
+		return usagef("explain: %q is not a concurrency key: want name:id (for example account:42)", key)
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	defer closeStore()
+	x, err := explainKey(ctx, st, key, time.Now().UTC())
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if *asJSON {
+		return writeJSON(stdout, x)
+	}
+	printExplanation(stdout, x)
+	return nil
+}
+
+// explainKey gathers the explanation of key at now.
+func explainKey(ctx context.Context, st store.Store, key string, now time.Time) (explanation, error) {
+	info, err := st.KeyInfo(ctx, key)
+	if err != nil {
+		return explanation{}, err
+	}
+	x := explanation{Key: key, Name: gate.NameOf(key), At: now, Holders: []holder{}}
+	for _, h := range info.Holders {
+		x.Holders = append(x.Holders, holder{ID: h.ID, Workflow: h.Workflow, Step: h.Step, Attempt: h.Attempt,
+			Worker: h.Worker, Since: h.StartedAt, LeaseExpiresAt: h.LeaseExpiresAt})
+	}
+	x.Waiting = waiting{Count: info.Waiting, Blocked: info.Blocked, Oldest: toWaiter(info.OldestWaiting), Next: toWaiter(info.NextInLine)}
+	// Rows that could run now if nothing held them back.
+	due := info.Blocked > 0 || (info.OldestWaiting != nil && !info.OldestWaiting.RunAt.After(now))
+
+	x.Limits = []limitCheck{concurrencyCheck(info, due)}
+	rate, err := rateLimitCheck(ctx, st, key, now, due)
+	if err != nil {
+		return explanation{}, err
+	}
+	fleet, err := fleetLimitCheck(ctx, st, info, now, due)
+	if err != nil {
+		return explanation{}, err
+	}
+	x.Limits = append(x.Limits, rate, fleet)
+	for _, l := range x.Limits {
+		if l.Blocking {
+			x.Blocking = l.Kind
+			break
+		}
+	}
+	x.Verdict = verdict(x, info, due, now)
+	return x, nil
+}
+
+func toWaiter(in *store.Instance) *waiter {
+	if in == nil {
+		return nil
+	}
+	return &waiter{ID: in.ID, Workflow: in.Workflow, Step: in.Step, Status: in.Status, Queue: in.Queue,
+		Priority: in.Priority, RunAt: in.RunAt}
+}
+
+// concurrencyCheck is the key's semaphore: its name's limit, or K = 1.
+func concurrencyCheck(info store.KeyInfo, due bool) limitCheck {
+	name := gate.NameOf(info.Key)
+	c := limitCheck{Kind: "concurrency", Applies: true, Limit: info.K, InUse: len(info.Holders)}
+	if info.Shards > 0 {
+		c.Detail = fmt.Sprintf("gate %q: K = %d per key over %d shard(s); %d held, %d free",
+			name, info.K, info.Shards, len(info.Holders), info.Available)
+	} else {
+		c.Detail = fmt.Sprintf("no limit configured for %q: K = 1, one at a time per key", name)
+	}
+	c.Blocking = due && info.Available == 0
+	return c
+}
+
+// rateLimitCheck reports the token bucket (flow cap) that applies to key.
+// Hook: rate limits (issue 4) are not part of this build, so none applies.
+func rateLimitCheck(ctx context.Context, st store.Store, key string, now time.Time, due bool) (limitCheck, error) {
+	return limitCheck{Kind: "rate", Detail: "rate limits are not supported by this build"}, nil
+}
+
+// fleetLimitCheck reports the fleet-wide queue policy (MaxActive,
+// MaxActivePerKey) of the key's waiting rows' queue. Hook: fleet policies
+// (issue 4) are not part of this build, so none applies.
+func fleetLimitCheck(ctx context.Context, st store.Store, info store.KeyInfo, now time.Time, due bool) (limitCheck, error) {
+	return limitCheck{Kind: "fleet", Detail: "fleet policies (queue MaxActive) are not supported by this build"}, nil
+}
+
+// verdict says in one sentence why the key's work waits and what frees it.
+func verdict(x explanation, info store.KeyInfo, due bool, now time.Time) string {
+	switch {
+	case info.Waiting == 0 && len(info.Holders) == 0:
+		return fmt.Sprintf("nothing holds or waits for %s", x.Key)
+	case info.Waiting == 0:
+		return fmt.Sprintf("not blocked: nothing waits for %s", x.Key)
+	case !due:
+		return fmt.Sprintf("not blocked: every waiting row is scheduled for later; the first is due %s", when(info.OldestWaiting.RunAt, now))
+	}
+	switch x.Blocking {
+	case "concurrency":
+		if len(info.Holders) == 0 {
+			return fmt.Sprintf("blocked by its concurrency limit, yet nothing executes: slots of %s leaked on a crash path; the reconciler returns them at its next sweep", x.Key)
+		}
+		first := info.Holders[0].LeaseExpiresAt
+		for _, h := range info.Holders {
+			if h.LeaseExpiresAt.Before(first) {
+				first = h.LeaseExpiresAt
+			}
+		}
+		return fmt.Sprintf("blocked by its concurrency limit: all %d slot(s) of %s are held; the next in line runs when a holder finishes, or when a lease expires if its worker died (earliest %s)",
+			info.K, x.Key, when(first, now))
+	case "":
+		if info.Blocked > 0 {
+			return fmt.Sprintf("a slot of %s is free: its blocked rows are made ready at the next outcome or reconciler sweep", x.Key)
+		}
+		return fmt.Sprintf("not blocked by any limit: the ready rows of %s wait for a free executor on queue %s", x.Key, info.NextInLine.Queue)
+	default:
+		for _, l := range x.Limits {
+			if l.Kind == x.Blocking {
+				return fmt.Sprintf("blocked by its %s limit: %s", l.Kind, l.Detail)
+			}
+		}
+		return "blocked by its " + x.Blocking + " limit"
+	}
+}
+
+func printExplanation(w io.Writer, x explanation) {
+	fmt.Fprintf(w, "key %s (name %q)\n\n", x.Key, x.Name)
+	if len(x.Holders) == 0 {
+		fmt.Fprintln(w, "holders: none")
+	} else {
+		fmt.Fprintf(w, "holders: %d\n", len(x.Holders))
+		tw := table(w)
+		fmt.Fprintln(tw, "  INSTANCE\tWORKFLOW\tSTEP\tATTEMPT\tWORKER\tSINCE\tLEASE EXPIRES")
+		for _, h := range x.Holders {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.ID, h.Workflow, h.Step, h.Attempt, h.Worker,
+				when(h.Since, x.At), when(h.LeaseExpiresAt, x.At))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "waiting: %d (%d blocked)\n", x.Waiting.Count, x.Waiting.Blocked)
+	if o := x.Waiting.Oldest; o != nil {
+		fmt.Fprintf(w, "  oldest:       %s %s/%s, %s, waiting since %s\n", o.ID, o.Workflow, o.Step, o.Status, when(o.RunAt, x.At))
+	}
+	if n := x.Waiting.Next; n != nil {
+		fmt.Fprintf(w, "  next in line: %s %s/%s, %s, priority %d, queue %s\n", n.ID, n.Workflow, n.Step, n.Status, n.Priority, n.Queue)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "limits:")
+	tw := table(w)
+	for _, l := range x.Limits {
+		use, state := "-", "not configured"
+		if l.Applies {
+			use = fmt.Sprintf("%d/%d in use", l.InUse, l.Limit)
+			state = "ok"
+		}
+		if l.Blocking {
+			state = "BLOCKING"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", l.Kind, use, state, l.Detail)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	blocking := x.Blocking
+	if blocking == "" {
+		blocking = "none"
+	}
+	fmt.Fprintf(w, "blocking now: %s\n%s\n", blocking, wrap(x.Verdict, 100))
+}
+
+// wrap breaks s into lines of at most width characters at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 {
+			if line+1+len(word) > width {
+				b.WriteByte('\n')
+				line = 0
+			} else {
+				b.WriteByte(' ')
+				line++
+			}
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
+}
