@@ -342,6 +342,12 @@ type KeyInfo struct {
 	OldestWaiting *Instance
 	// Available is the sum of free slots over the key's counters (gates only).
 	Available int
+	// RateLimit is the rate limit of the key's name (nil: none). Bucket is
+	// the stored state of the bucket the key draws from (nil: none stored,
+	// which admits as a full bucket); refill it to a time with
+	// RateLimit.Refill to see its tokens then.
+	RateLimit *gate.RateLimit
+	Bucket    *gate.Bucket
 }
 
 // ReconcileReport is what one reconciler sweep did.

@@ -795,6 +795,13 @@ ORDER BY run_at, seq LIMIT 1`
 
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
+	// sqlKeyRate is the rate limit of a key's name and the bucket the key draws from.
+	sqlKeyRate = `
+SELECT r."limit", r.period_us, r.burst, r.per_key, b.credit, b.updated_at
+FROM {schema}.rate_limits r
+LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
+WHERE r.name = split_part($1, ':', 1)`
+
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
 
@@ -825,6 +832,9 @@ FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
 	// sqlHealthNow is the time Health measures ages from: $1, or the
 	// transaction's now().
 	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthPolicies lists the queue policies.
+	sqlHealthPolicies = `SELECT queue, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies`
 
 	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
 	// read that runs often and must not take cores from the claims.
@@ -864,6 +874,21 @@ r AS (
                         FROM {schema}.key_slots WHERE key = e.key) s
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthRates reports, per rate limit, its stored buckets and those
+	// with no whole token at $2, over at most $1 buckets of the name (the
+	// primary key index, in bucket order).
+	sqlHealthRates = `
+SELECT r.name, r."limit", r.period_us, r.burst, r.per_key, x.n, x.empty
+FROM {schema}.rate_limits r
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           count(*) FILTER (WHERE b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($2::timestamptz, now()) - b.updated_at) * 1000000))
+                                  * r."limit" < r.period_us) AS empty
+    FROM (SELECT bucket, credit, updated_at FROM {schema}.rate_buckets
+          WHERE CASE WHEN r.per_key THEN bucket >= r.name || ':' AND bucket < r.name || ';' ELSE bucket = r.name END
+          ORDER BY bucket LIMIT $1 + 1) b) x
+ORDER BY r.name`
 
 	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
 	// of the executing rows and of the first $1 waiting rows in key order

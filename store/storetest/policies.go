@@ -173,6 +173,40 @@ var policyTests = []test{
 		h.syncPolicies("ns")
 		require.Len(h.t, h.claim("w", 10, at(time.Second)), 2, "without a policy only the key's gate applies")
 	}},
+	{"health/a queue policy shows its budget, its active rows, even on an empty queue", func(h *harness) {
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 2, MaxActivePerKey: 1},
+			store.ConcurrencyPolicy{Queue: "idle", MaxActive: 7})
+		h.insertKeyed("", 3)
+		h.claim("w", 10, at(time.Second))
+		hl := h.health(at(time.Second))
+		q := h.queueHealth(hl, queue)
+		require.Equal(h.t, 2, q.MaxActive)
+		require.Equal(h.t, 1, q.MaxActivePerKey)
+		require.Equal(h.t, int64(2), q.Active)
+		require.Equal(h.t, int64(1), q.Ready, "the row over the budget waits ready")
+		require.Equal(h.t, store.QueueHealth{Queue: "idle", MaxActive: 7}, h.queueHealth(hl, "idle"))
+	}},
+	{"health/rate limits report their buckets and the empty ones", func(h *harness) {
+		h.syncKeyLimits("ns", store.KeyLimits{
+			Limits: []gate.Limit{{Name: "api", Limit: 100}},
+			RateLimits: []gate.RateLimit{
+				{Name: "api", Limit: 1, Period: time.Minute, Burst: 1, PerKey: true},
+				{Name: "mail", Limit: 5},
+			}})
+		require.Equal(h.t, []store.RateHealth{
+			{Limit: gate.RateLimit{Name: "api", Limit: 1, Period: time.Minute, Burst: 1, PerKey: true}},
+			{Limit: gate.RateLimit{Name: "mail", Limit: 5, Period: time.Second, Burst: 5}},
+		}, h.health(at(0)).RateLimits, "no bucket before any claim")
+		h.insertKeyed("api:a", 2)
+		h.insertKeyed("api:b", 1)
+		require.Len(h.t, h.claim("w", 10, at(0)), 2)
+		rh := h.health(at(30 * time.Second)).RateLimits[0]
+		require.Equal(h.t, 2, rh.Buckets)
+		require.Equal(h.t, 2, rh.EmptyBuckets, "both keys spent their token")
+		require.False(h.t, rh.BucketsCapped)
+		rh = h.health(at(time.Minute)).RateLimits[0]
+		require.Zero(h.t, rh.EmptyBuckets, "a minute later each holds a token again")
+	}},
 	{"limits/namespaces own their key limits", func(h *harness) {
 		res := h.syncKeyLimits("a", store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "stripe", Limit: 3}},

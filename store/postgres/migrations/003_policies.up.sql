@@ -57,9 +57,11 @@ CREATE TABLE {schema}.rate_limits (
 
 -- Token buckets: a bucket is the key name (one per name) or the full key
 -- (per key). credit is in units of 1/period_us token (see gate.RateLimit),
--- as of updated_at; refilled lazily by the claims that read it.
+-- as of updated_at; refilled lazily by the claims that read it. Bucket ids
+-- sort bytewise (collation C) so that the buckets of one name are one range
+-- of the primary key.
 CREATE TABLE {schema}.rate_buckets (
-    bucket     text        PRIMARY KEY,
+    bucket     text        COLLATE "C" PRIMARY KEY,
     credit     bigint      NOT NULL CHECK (credit >= 0),
     updated_at timestamptz NOT NULL
 );
