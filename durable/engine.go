@@ -64,10 +64,22 @@ type Config struct {
 	// Queues maps each queue this engine works to its number of executors
 	// (steps running at once in this process). Default {"default": 10}.
 	Queues map[string]int
+	// Namespace owns the Limits and RateLimits this engine syncs, and the
+	// policies Engine.SyncConcurrencyPolicies stores (default
+	// store.DefaultNamespace). Every engine of one service should use the
+	// same namespace; another namespace cannot take over what this one owns.
+	Namespace string
 	// Limits are the named key limits (gates). A key whose name has no limit
-	// runs at K = 1. They are stored with SyncLimits at Start, so every engine
+	// runs at K = 1. With RateLimits they are the namespace's desired state,
+	// stored with SyncKeyLimits at Start (limits the namespace owned and
+	// the configuration no longer names are removed), so every engine
 	// sharing the store enforces the last synced numbers.
 	Limits []gate.Limit
+	// RateLimits are token buckets by key name (a flow cap: how many steps
+	// of such keys start per period, fleet-wide, per name or per key). A
+	// step is admitted only when its key passes its gate and its rate limit,
+	// and neither is debited when the other refuses.
+	RateLimits []gate.RateLimit
 	// Strict turns prefix-capture warnings into errors: at Insert (an
 	// identity key captured by a limit, a gate key without a limit) and at
 	// Start (a limit change that alters live keys).
@@ -118,6 +130,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
+	if c.Namespace == "" {
+		c.Namespace = store.DefaultNamespace
+	}
 	if c.Store == nil {
 		c.Store = memory.New(memory.Options{})
 	}
@@ -179,6 +194,7 @@ type Engine struct {
 	st       store.Store
 	log      *slog.Logger
 	limits   gate.Limits
+	rates    gate.RateLimits
 	fakeTime bool
 
 	mu      sync.RWMutex
@@ -204,13 +220,17 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
+	rates, err := gate.NewRateLimits(cfg.RateLimits)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
 	_, fake := cfg.Clock.(realClock)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("durable: telemetry: %w", err)
 	}
 	e := &Engine{tel: tel,
-		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, fakeTime: !fake,
+		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, rates: rates, fakeTime: !fake,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]bool{}, flushed: make(chan struct{}),
 	}

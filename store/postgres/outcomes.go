@@ -94,9 +94,11 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		histAttempts         []int32
 		histStart, histEnd   []*time.Time
 	)
+	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
+		leftQueues[a.queue] = true
 		if a.oldKey != "" {
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
@@ -130,6 +132,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	s.queueFree(b, freed, true, now)
+	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
@@ -477,7 +480,7 @@ func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
 }
 
-func mapKeys(m map[string]bool) []string {
+func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
