@@ -6,7 +6,9 @@ TEST_TIMEOUT ?= 10m
 FUZZTIME    ?= 10s
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all demo test lint bench fuzz
+CHAOS_FLAGS ?=
+
+.PHONY: all demo test lint bench fuzz chaos
 
 all: lint test
 
@@ -19,6 +21,13 @@ demo:
 ## test: every package, with the race detector, no cache
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## chaos: the full chaos run (about 3 minutes): worker processes SIGKILLed and
+## restarted, PostgreSQL restarted once, then every promise checked; exits 1
+## on any violation. A short version runs in make test (cmd/durable-chaos).
+## CHAOS_FLAGS passes flags, e.g. CHAOS_FLAGS="-duration 5m -dir /tmp/chaos".
+chaos:
+	$(GO) run ./cmd/durable-chaos $(CHAOS_FLAGS)
 
 ## lint: gofmt (fails on any unformatted file), go vet, staticcheck
 lint:

@@ -115,8 +115,14 @@ func (a *analysis) fail(format string, args ...any) {
 }
 
 // check runs every final check and fills the report's figures.
+//
+// survivors are the processes that lived through the database restart
+// (from before it went down until well after it was back at dbUp): each must
+// have logged the outage exactly once, its end exactly once, and committed
+// work after it without being restarted.
 func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[string]bool, limits gate.Limits,
-	insts []instanceRow, hist []historyRow, counters []counterRow, events []logEvent, leaks int, parents int) []string {
+	insts []instanceRow, hist []historyRow, counters []counterRow, events []logEvent, leaks int, parents int,
+	survivors map[string]bool, dbUp int64) []string {
 	a := &analysis{report: rep}
 	rep.Runs = len(recs.Runs)
 	rep.TornLines = recs.Torn
@@ -152,7 +158,10 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 			committed[tok] = in.ID
 		}
 	}
-	rep.Instances, rep.Children = len(insts), len(insts)-parents
+	rep.Instances = len(insts)
+	for _, n := range children {
+		rep.Children += n
+	}
 	rep.Done = len(results)
 	if got := len(insts) - rep.Children; got != parents {
 		a.fail("%d parent instances inserted, %d found", parents, got)
@@ -266,6 +275,23 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 		}
 		if available[proc] > n {
 			a.fail("process %s logged %d recoveries for %d outages", proc, available[proc], n)
+		}
+	}
+	rep.Survivors = len(survivors)
+	for proc := range survivors {
+		if unavailable[proc] != 1 || available[proc] != 1 {
+			a.fail("process %s lived through the database restart and logged %d outages and %d recoveries (want 1 and 1)",
+				proc, unavailable[proc], available[proc])
+		}
+		resumed := false
+		for tok, r := range recs.Runs {
+			if _, ok := committed[tok]; ok && r.Proc == proc && r.Start > dbUp {
+				resumed = true
+				break
+			}
+		}
+		if !resumed {
+			a.fail("process %s committed no work after the database came back", proc)
 		}
 	}
 	rep.KeyValuesInLogs = leaks

@@ -85,8 +85,8 @@ var Full = Config{Duration: 2 * time.Minute, Workers: 4, Executors: 4, KillEvery
 
 // Short is the configuration run by `make test`: about half a minute.
 var Short = Config{Duration: 14 * time.Second, Workers: 3, Executors: 3, KillEvery: 2500 * time.Millisecond,
-	RestartDB: true, DBDown: 1500 * time.Millisecond, Instances: 40, InsertBatch: 3, InsertEvery: 400 * time.Millisecond,
-	Lease: 8 * time.Second, Heartbeat: 500 * time.Millisecond, Keys: DefaultKeySpace, DrainTimeout: 60 * time.Second}
+	RestartDB: true, DBDown: 1500 * time.Millisecond, Instances: 40, InsertBatch: 2, InsertEvery: 400 * time.Millisecond,
+	Lease: 8 * time.Second, Heartbeat: 500 * time.Millisecond, Keys: KeySpace{Acct: 8, API: 3, Bulk: 2}, DrainTimeout: 60 * time.Second}
 
 func (c *Config) defaults() {
 	d := Full
@@ -176,7 +176,10 @@ type Report struct {
 	Reclaimed, Reaped                    int
 
 	OutageLines, RecoveryLines, Conflicts int
-	KeyValuesInLogs                       int
+	// Survivors are the worker processes that lived through the database
+	// restart: each logged it once, its end once, and resumed.
+	Survivors       int
+	KeyValuesInLogs int
 
 	Violations []string
 }
@@ -217,8 +220,8 @@ func (r *Report) Print(w io.Writer) {
 		r.Samples, r.OverAdmitted, r.UnderCredited, r.Counters, !r.hasCounterViolation(), r.CountersRepaired, r.Drift, r.ReconcilerPromoted)
 	fmt.Fprintf(w, "stale outcomes: %d discarded by fences, 0 committed expected: %d history rows checked (no two committed runs of an instance overlap; every chain complete)\n",
 		r.StaleOutcomes, r.HistoryRows)
-	fmt.Fprintf(w, "logs: %d \"store unavailable\" and %d \"store available again\" lines, %d transaction conflicts retried; key values in logs: %d\n",
-		r.OutageLines, r.RecoveryLines, r.Conflicts, r.KeyValuesInLogs)
+	fmt.Fprintf(w, "logs: %d \"store unavailable\" and %d \"store available again\" lines; %d processes lived through the restart and each logged it exactly once and resumed; %d transaction conflicts retried; key values in logs: %d\n",
+		r.OutageLines, r.RecoveryLines, r.Survivors, r.Conflicts, r.KeyValuesInLogs)
 	if r.Passed() {
 		fmt.Fprintf(w, "RESULT: PASS (%s, drain %s)\n", r.Elapsed.Round(time.Second), r.Drain.Round(100*time.Millisecond))
 		return
@@ -246,6 +249,7 @@ func (r *Report) hasCounterViolation() bool {
 type proc struct {
 	name, workerID string
 	slot           int
+	startedAt      time.Time
 	cmd            *exec.Cmd
 	done           chan struct{}
 	exitedAt       time.Time
@@ -266,6 +270,7 @@ type runner struct {
 	limits  gate.Limits
 	rng     *mrand.Rand
 	rngMu   sync.Mutex
+	outMu   sync.Mutex
 
 	mu       sync.Mutex
 	procs    []*proc // every process ever started
@@ -277,9 +282,13 @@ type runner struct {
 	parents  int
 	failures []string
 	passed   bool
+	// dbDown and dbUp bracket the database restart (zero: none).
+	dbDown, dbUp time.Time
 }
 
 func (r *runner) logf(format string, args ...any) {
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
 	fmt.Fprintf(r.cfg.Out, "[%s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
@@ -539,6 +548,7 @@ func (r *runner) startWorker(slot int, sameID bool) error {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	p.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	p.startedAt = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		out.Close()
 		return fmt.Errorf("chaos: start worker %s: %w", p.name, err)
@@ -616,6 +626,7 @@ func (r *runner) restartDB(ctx context.Context) {
 	r.mu.Lock()
 	r.rep.DBRestarts++
 	r.rep.DBOutage = time.Since(began)
+	r.dbDown, r.dbUp = began, time.Now()
 	r.mu.Unlock()
 	r.logf("PostgreSQL is back after %s", r.rep.DBOutage.Round(time.Millisecond))
 	if max := r.cfg.Lease - 2*r.cfg.Heartbeat; r.rep.DBOutage > max {
@@ -876,8 +887,27 @@ FROM `+s+`.history ORDER BY id`)
 		deaths[k] = v
 	}
 	parents := r.parents
+	survivors := map[string]bool{}
+	if !r.dbUp.IsZero() {
+		// Lived through it: its engine started before it went down, and ended (killed
+		// or stopped) more than 3 s after it was back, long enough to have
+		// logged its end (declared after 1 s without failures).
+		engineUp := map[string]time.Time{}
+		for _, ev := range events {
+			if ev.Msg == "chaos worker started" {
+				engineUp[ev.Proc] = ev.Time
+			}
+		}
+		for _, p := range r.procs {
+			up, ok := engineUp[p.name]
+			if ok && up.Before(r.dbDown) && p.exitedAt.After(r.dbUp.Add(3*time.Second)) {
+				survivors[p.name] = true
+			}
+		}
+	}
+	dbUp := r.dbUp.UnixNano()
 	r.mu.Unlock()
-	v := check(r.rep, recs, deaths, r.graceful, r.limits, insts, hist, counters, events, leaks, parents)
+	v := check(r.rep, recs, deaths, r.graceful, r.limits, insts, hist, counters, events, leaks, parents, survivors, dbUp)
 	r.rep.Violations = append(r.failures, v...)
 	return nil
 }
