@@ -60,18 +60,18 @@ func checkText(what, s string, max int) error {
 // anywhere: invalid UTF-8 and NUL characters become U+FFFD, and text longer
 // than MaxErrorLength is cut at a rune boundary with a marker.
 func cleanText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	if len(s) > MaxErrorLength {
 		cut := MaxErrorLength
 		for cut > 0 && !utf8.RuneStart(s[cut]) {
 			cut--
 		}
 		s = s[:cut] + "…(truncated)"
-	}
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
 	return s
 }
