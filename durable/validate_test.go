@@ -2,8 +2,8 @@ package durable
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode"
