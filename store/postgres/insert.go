@@ -153,7 +153,7 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 		return err
 	})
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("insert: unique keys: %w", err)
+		return fmt.Errorf("insert: unique keys: %w", refused(err))
 	}
 
 	kept := p.rows[:0:0]
