@@ -77,11 +77,16 @@ func cleanText(s string) string {
 }
 
 // checkStorableJSON reports JSON that is valid but that a store cannot keep
-// as it is: a \u0000 escape (PostgreSQL's jsonb refuses U+0000), an unpaired
-// surrogate escape (refused as invalid input), or a number whose exponent is
-// beyond ±maxNumberExponent. b must already be valid JSON (json.Marshal's
-// output is).
+// as it is: text that is not valid UTF-8, a \u0000 escape (PostgreSQL's
+// jsonb refuses U+0000), an unpaired surrogate escape (refused as invalid
+// input), or a number whose exponent is beyond ±maxNumberExponent. b must
+// already be valid JSON (json.Marshal's output is).
 func checkStorableJSON(b []byte) error {
+	if !utf8.Valid(b) {
+		// json.Valid accepts invalid UTF-8 inside strings (and json.Marshal
+		// passes a json.RawMessage through as it is); PostgreSQL does not.
+		return errors.New("the JSON text is not valid UTF-8")
+	}
 	inString := false
 	for i := 0; i < len(b); i++ {
 		c := b[i]

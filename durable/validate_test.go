@@ -18,7 +18,7 @@ func TestCheckStorableJSON(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`"\u0000"`, `{"a\u0000":1}`, `"\\\u0000"`, `"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\uD800x"`,
-		`[1e1001]`, `[1E-5000]`, `{"n":-2e+99999}`, `"x\ud83d"`} {
+		`[1e1001]`, `[1E-5000]`, `{"n":-2e+99999}`, `"x\ud83d"`, "{\"\x84\":0}", "\"\xff\""} {
 		if err := checkStorableJSON([]byte(bad)); err == nil {
 			t.Errorf("%s passed", bad)
 		}
