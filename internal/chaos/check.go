@@ -359,62 +359,30 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 	}
 
 	// No key over its K at any moment: a sweep over every counted run.
-	type edge struct {
-		at    int64
-		delta int
-		tok   string
-	}
-	edges := map[string][]edge{}
-	for tok, r := range recs.Runs {
-		if r.Key == "" || class[tok] == runStale || r.End == 0 {
-			continue
-		}
-		edges[r.Key] = append(edges[r.Key], edge{r.Start, +1, tok}, edge{r.End, -1, tok})
-	}
 	rep.MaxByName = map[string]int{}
 	rep.KByName = map[string]int{}
-	keys := make([]string, 0, len(edges))
-	for k := range edges {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		es := edges[key]
-		sort.Slice(es, func(i, j int) bool {
-			if es[i].at != es[j].at {
-				return es[i].at < es[j].at
-			}
-			return es[i].delta < es[j].delta // an end before a start at the same instant
-		})
-		k := limits.K(key)
-		name := gate.NameOf(key)
-		rep.KByName[name] = k
-		cur, reported := 0, false
-		running := map[string]bool{}
-		for _, e := range es {
-			cur += e.delta
-			if e.delta > 0 {
-				running[e.tok] = true
-			} else {
-				delete(running, e.tok)
-			}
-			if cur > rep.MaxByName[name] {
-				rep.MaxByName[name] = cur
-			}
-			if cur > k && !reported {
-				reported = true
-				rep.KViolations++
-				toks := make([]string, 0, len(running))
-				for t := range running {
-					r := recs.Runs[t]
-					toks = append(toks, fmt.Sprintf("%s(%s %s %s)", t, r.Proc, r.Instance, classNames[class[t]]))
-				}
-				sort.Strings(toks)
-				a.fail("key %s ran %d at once (K = %d) at %s: %s", key, cur, k,
-					time.Unix(0, e.at).Format(time.StampMicro), strings.Join(toks, ", "))
-			}
-		}
+	for _, o := range sweep(recs, limits, func(tok string, r *StepRun) bool { return class[tok] != runStale && r.End != 0 }) {
+		name := gate.NameOf(o.key)
+		rep.KByName[name] = o.k
+		rep.MaxByName[name] = max(rep.MaxByName[name], o.max)
 		rep.Keys++
+		if o.over != nil {
+			rep.KViolations++
+			toks := make([]string, len(o.over.running))
+			for i, t := range o.over.running {
+				r := recs.Runs[t]
+				toks[i] = fmt.Sprintf("%s(%s %s %s)", t, r.Proc, r.Instance, classNames[class[t]])
+			}
+			a.fail("key %s ran %d at once (K = %d) at %s: %s", o.key, o.over.n, o.k,
+				time.Unix(0, o.over.at).Format(time.StampMicro), strings.Join(toks, ", "))
+		}
+	}
+	// The same sweep with the stale runs counted too: the overlaps that
+	// fences, not admission, made harmless (reported, not a violation).
+	for _, o := range sweep(recs, limits, func(tok string, r *StepRun) bool { return r.End != 0 }) {
+		if o.over != nil {
+			rep.StaleOverlapKeys++
+		}
 	}
 
 	// Gate counters at the end: equal to the truth (nothing executing).
@@ -425,6 +393,75 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 	}
 	rep.Counters = len(counters)
 	return a.violations
+}
+
+// keyOverlap is what a sweep found for one key.
+type keyOverlap struct {
+	key    string
+	k, max int
+	// over is the first moment more than k ran at once (nil: none).
+	over *moment
+}
+
+type moment struct {
+	at      int64
+	n       int
+	running []string
+}
+
+// sweep walks the start and end of every run include accepts, per key, in
+// time order (an end before a start at the same instant), and reports the
+// most that ran at once and the first moment over K.
+func sweep(recs *Records, limits gate.Limits, include func(tok string, r *StepRun) bool) []keyOverlap {
+	type edge struct {
+		at    int64
+		delta int
+		tok   string
+	}
+	edges := map[string][]edge{}
+	for tok, r := range recs.Runs {
+		if r.Key == "" || !include(tok, r) {
+			continue
+		}
+		edges[r.Key] = append(edges[r.Key], edge{r.Start, +1, tok}, edge{r.End, -1, tok})
+	}
+	keys := make([]string, 0, len(edges))
+	for k := range edges {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]keyOverlap, 0, len(keys))
+	for _, key := range keys {
+		es := edges[key]
+		sort.Slice(es, func(i, j int) bool {
+			if es[i].at != es[j].at {
+				return es[i].at < es[j].at
+			}
+			return es[i].delta < es[j].delta
+		})
+		o := keyOverlap{key: key, k: limits.K(key)}
+		cur := 0
+		running := map[string]bool{}
+		for _, e := range es {
+			cur += e.delta
+			if e.delta > 0 {
+				running[e.tok] = true
+			} else {
+				delete(running, e.tok)
+			}
+			o.max = max(o.max, cur)
+			if cur > o.k && o.over == nil {
+				m := &moment{at: e.at, n: cur}
+				for t := range running {
+					m.running = append(m.running, t)
+				}
+				sort.Strings(m.running)
+				o.over = m
+			}
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 var classNames = map[runClass]string{runCommitted: "committed", runKilledMidStep: "killed mid-step",

@@ -153,6 +153,7 @@ func TestCheckExcludesOnlyTheStaleRun(t *testing.T) {
 	assert.Empty(t, v)
 	assert.Equal(t, 1, rep.StaleRuns)
 	assert.Equal(t, 1, rep.StaleOutcomes)
+	assert.Equal(t, 1, rep.StaleOverlapKeys, "counted, the stale run would put acct:x over K")
 
 	w.events = nil // the same overlap without the engine's word that it was stale
 	_, v = w.check()
