@@ -121,16 +121,28 @@ func (e *Engine) ListConcurrencyPolicies(ctx context.Context) ([]store.Concurren
 // Stop stops claiming, releases claimed rows that have not started, lets
 // running steps finish until ctx's deadline (then cancels them and releases
 // their claims), commits their outcomes, and closes nothing else: the store
-// stays open for its owner to close. Calling Stop again returns nil.
+// stays open for its owner to close. Calling Stop again, even concurrently,
+// waits for the first call to finish (or for its own ctx) and returns nil.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	if e.state == 2 {
+		done := e.stopDone
 		e.mu.Unlock()
+		if done != nil {
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		return nil
 	}
 	s := e.sched
 	e.state = 2
+	done := make(chan struct{})
+	e.stopDone = done
 	e.mu.Unlock()
+	defer close(done)
 	if s == nil {
 		return nil
 	}

@@ -84,6 +84,10 @@ var (
 	ErrDuplicate = errors.New("duplicate instance")
 	// ErrClosed: the store (or engine) is closed.
 	ErrClosed = errors.New("store closed")
+	// ErrInvalid: the store refused a value of the request (an id that is
+	// not a UUID, JSON it cannot keep, text it cannot store). Retrying the
+	// same request cannot succeed; nothing of it was applied.
+	ErrInvalid = errors.New("invalid request")
 )
 
 // Status is the lifecycle state of an instance.

@@ -362,7 +362,7 @@ func validJSON(what string, m json.RawMessage) error {
 		return nil
 	}
 	if !json.Valid(m) {
-		return fmt.Errorf("%s is not valid JSON", what)
+		return fmt.Errorf("%w: %s is not valid JSON", store.ErrInvalid, what)
 	}
 	return nil
 }

@@ -35,10 +35,10 @@ func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) e
 	}
 	for i, ni := range instances {
 		if ni.Workflow == "" {
-			return fmt.Errorf("instance %d: empty workflow", i)
+			return fmt.Errorf("%w: instance %d: empty workflow", store.ErrInvalid, i)
 		}
 		if _, err := gate.ParseWithIntent(ni.Key, ni.KeyIntent); err != nil {
-			return fmt.Errorf("instance %d: %w", i, err)
+			return fmt.Errorf("%w: instance %d: %w", store.ErrInvalid, i, err)
 		}
 		if err := validJSON("state", ni.State); err != nil {
 			return fmt.Errorf("instance %d: %w", i, err)
@@ -201,15 +201,15 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 // current, so that its children's ids must be free.
 func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]bool) error {
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
-		return fmt.Errorf("unknown outcome kind %d", o.Kind)
+		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
 	if o.SetKey {
 		if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 		}
 	}
 	if o.Kind == store.OutcomeAwait && o.AwaitSignal == "" {
-		return fmt.Errorf("await with no signal name")
+		return fmt.Errorf("%w: await with no signal name", store.ErrInvalid)
 	}
 	for _, m := range []struct {
 		what string
@@ -412,7 +412,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 // it awaits that name.
 func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.SignalResult, error) {
 	if req.Name == "" {
-		return store.SignalResult{}, fmt.Errorf("signal %s: empty name", req.InstanceID)
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w: empty name", req.InstanceID, store.ErrInvalid)
 	}
 	if err := validJSON("payload", req.Payload); err != nil {
 		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, err)

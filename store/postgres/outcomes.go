@@ -72,7 +72,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		return err
 	})
 	if err := tx.send(ctx, b, false); err != nil {
-		return nil, fmt.Errorf("complete: %w", err)
+		return nil, fmt.Errorf("complete: %w", refused(err))
 	}
 	if len(done) == 0 {
 		return results, nil // nothing changed: end rolls the empty transaction back
@@ -139,7 +139,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	if len(spawned) > 0 {
 		inserted, err := s.queueChildren(ctx, tx.q(), b, children, spawnGen)
 		if err != nil {
-			return nil, fmt.Errorf("complete: %w", err)
+			return nil, fmt.Errorf("complete: %w", refused(err))
 		}
 		var ids []string
 		var ns []int32
@@ -231,26 +231,26 @@ func cmpOr(a, b string) string {
 func validateOutcomes(outcomes []store.Outcome) error {
 	for i, o := range outcomes {
 		if _, err := uuid.Parse(o.ID); err != nil {
-			return fmt.Errorf("complete: outcome %d: id %q is not a UUID", i, o.ID)
+			return fmt.Errorf("complete: %w: outcome %d: id %q is not a UUID", store.ErrInvalid, i, o.ID)
 		}
 		switch o.Kind {
 		case store.OutcomeReady, store.OutcomeDone, store.OutcomeFailed, store.OutcomeSpawn:
 		case store.OutcomeAwait:
 			if o.AwaitSignal == "" {
-				return fmt.Errorf("complete: outcome %d: await without a signal name", i)
+				return fmt.Errorf("complete: %w: outcome %d: await without a signal name", store.ErrInvalid, i)
 			}
 		default:
-			return fmt.Errorf("complete: outcome %d: unknown kind %d", i, o.Kind)
+			return fmt.Errorf("complete: %w: outcome %d: unknown kind %d", store.ErrInvalid, i, o.Kind)
 		}
 		if len(o.State) > 0 && !json.Valid(o.State) {
-			return fmt.Errorf("complete: outcome %d: state is not valid JSON", i)
+			return fmt.Errorf("complete: %w: outcome %d: state is not valid JSON", store.ErrInvalid, i)
 		}
 		if len(o.Result) > 0 && !json.Valid(o.Result) {
-			return fmt.Errorf("complete: outcome %d: result is not valid JSON", i)
+			return fmt.Errorf("complete: %w: outcome %d: result is not valid JSON", store.ErrInvalid, i)
 		}
 		if o.SetKey && o.Key != "" {
 			if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-				return fmt.Errorf("complete: outcome %d: %w", i, err)
+				return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, err)
 			}
 		}
 	}

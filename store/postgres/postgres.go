@@ -224,6 +224,17 @@ const (
 	codeUniqueViolation = "23505"
 )
 
+// refused marks an error of class 22 (data exception: text with a NUL byte,
+// JSON that jsonb cannot hold, a number out of range) as store.ErrInvalid,
+// so that callers can tell a value PostgreSQL will never accept from a
+// database that is unreachable.
+func refused(err error) error {
+	if code, _ := pgCode(err); len(code) == 5 && code[:2] == "22" {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	return err
+}
+
 // instanceRow is a scanned instance with the columns the contract's
 // Instance does not carry.
 type instanceRow struct {

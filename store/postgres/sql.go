@@ -451,12 +451,18 @@ FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::times
 JOIN {schema}.instances i ON i.id = x.id
 ORDER BY x.ord`
 
-	// sqlHeartbeat extends the leases of claims the worker still holds.
+	// sqlHeartbeat extends the leases of claims the worker still holds,
+	// locking the rows in id order like every other multi-row transition (a
+	// plain join locked them in plan order and deadlocked with Complete).
 	sqlHeartbeat = `
 UPDATE {schema}.instances i
 SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
-FROM unnest($2::uuid[], $3::bigint[]) AS c(id, fence)
-WHERE i.id = c.id AND i.id = ANY ($2::uuid[]) AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
+FROM (SELECT c.id
+      FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      ORDER BY c.id FOR UPDATE OF c) o
+WHERE i.id = o.id
 RETURNING i.id::text`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
