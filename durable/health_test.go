@@ -141,10 +141,10 @@ func TestEngineHealth(t *testing.T) {
 		require.NoError(t, err)
 		var fields map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(b, &fields))
-		for _, f := range []string{"at", "queues", "gates", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes"} {
+		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes"} {
 			assert.Contains(t, fields, f)
 		}
-		assert.Len(t, fields, 7, "no undocumented field: %s", b)
+		assert.Len(t, fields, 8, "no undocumented field: %s", b)
 		assert.NotContains(t, string(b), "secret", "no key id in health")
 
 		close(release)
@@ -343,4 +343,20 @@ func TestGaugesRefreshAfterTheInterval(t *testing.T) {
 	assert.Equal(t, 2, st.count())
 	assert.Equal(t, int64(1), gaugeValue(t, gauges(t, rm), "durable.queue.depth",
 		durable.AttrQueue.String(durable.DefaultQueue), durable.AttrState.String("ready")))
+}
+
+func TestNegativeHealthIntervalRegistersNoGauges(t *testing.T) {
+	ctx := waitCtx(t)
+	st := &countingStore{Store: memory.New(memory.Options{})}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, HealthInterval: -1}, counterWorkflow())
+	_, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	assert.Empty(t, gauges(t, rm))
+	assert.Equal(t, 0, st.count(), "no Health call without gauges")
+	_, err = e.Health(ctx)
+	require.NoError(t, err, "Health itself still works")
 }
