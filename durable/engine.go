@@ -64,10 +64,22 @@ type Config struct {
 	// Queues maps each queue this engine works to its number of executors
 	// (steps running at once in this process). Default {"default": 10}.
 	Queues map[string]int
+	// Namespace owns the Limits and RateLimits this engine syncs, and the
+	// policies Engine.SyncConcurrencyPolicies stores (default
+	// store.DefaultNamespace). Every engine of one service should use the
+	// same namespace; another namespace cannot take over what this one owns.
+	Namespace string
 	// Limits are the named key limits (gates). A key whose name has no limit
-	// runs at K = 1. They are stored with SyncLimits at Start, so every engine
+	// runs at K = 1. With RateLimits they are the namespace's desired state,
+	// stored with SyncKeyLimits at Start (limits the namespace owned and
+	// the configuration no longer names are removed), so every engine
 	// sharing the store enforces the last synced numbers.
 	Limits []gate.Limit
+	// RateLimits are token buckets by key name (a flow cap: how many steps
+	// of such keys start per period, fleet-wide, per name or per key). A
+	// step is admitted only when its key passes its gate and its rate limit,
+	// and neither is debited when the other refuses.
+	RateLimits []gate.RateLimit
 	// Strict turns prefix-capture warnings into errors: at Insert (an
 	// identity key captured by a limit, a gate key without a limit) and at
 	// Start (a limit change that alters live keys).
@@ -118,6 +130,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
+	if c.Namespace == "" {
+		c.Namespace = store.DefaultNamespace
+	}
 	if c.Store == nil {
 		c.Store = memory.New(memory.Options{})
 	}
@@ -128,12 +143,18 @@ func (c *Config) setDefaults() error {
 		if q == "" || n < 1 {
 			return fmt.Errorf("durable: queue %q: need a name and at least 1 executor, got %d", q, n)
 		}
+		if err := checkName("queue name", q); err != nil {
+			return fmt.Errorf("durable: %w", err)
+		}
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		c.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if err := checkName("worker id", c.WorkerID); err != nil {
+		return fmt.Errorf("durable: %w", err)
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
@@ -179,6 +200,7 @@ type Engine struct {
 	st       store.Store
 	log      *slog.Logger
 	limits   gate.Limits
+	rates    gate.RateLimits
 	fakeTime bool
 
 	mu      sync.RWMutex
@@ -193,6 +215,9 @@ type Engine struct {
 	staleOutcomes atomic.Int64
 	reconciled    reconcileState
 	healthCache   healthCache
+	outage  *storeOutage
+	// stopDone is closed when the first Stop has finished.
+	stopDone chan struct{}
 }
 
 // New validates cfg and returns an engine that is not yet started.
@@ -204,15 +229,20 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
+	rates, err := gate.NewRateLimits(cfg.RateLimits)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
 	_, fake := cfg.Clock.(realClock)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("durable: telemetry: %w", err)
 	}
+	log := cfg.Logger.With("worker", cfg.WorkerID)
 	e := &Engine{tel: tel,
-		cfg: cfg, st: cfg.Store, log: cfg.Logger.With("worker", cfg.WorkerID), limits: limits, fakeTime: !fake,
+		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
-		warned: map[string]bool{}, flushed: make(chan struct{}),
+		warned: map[string]bool{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
 	}
 	if cfg.HealthInterval > 0 {
 		if err := tel.observeHealth(e.gaugeHealth); err != nil {
@@ -374,11 +404,17 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		if id == "" {
 			id = uuid.NewString()
 		} else if _, err := uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("durable: insert #%d: id %q is not a UUID", i, id)
+			return nil, fmt.Errorf("durable: insert #%d: %w: id %q is not a UUID", i, ErrInvalidInput, truncateForError(id))
 		}
 		queue := o.Queue
 		if queue == "" {
 			queue = def.queue
+		}
+		if err := checkName("queue name", queue); err != nil {
+			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+		}
+		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLength); err != nil {
+			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
 		}
 		runAt := o.RunAt
 		if runAt.IsZero() && o.Delay > 0 {
@@ -396,7 +432,9 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 	return rows, nil
 }
 
-// encode JSON-encodes v, enforcing MaxPayloadBytes.
+// encode JSON-encodes v, enforcing MaxPayloadBytes and refusing JSON that a
+// store could not keep (see checkStorableJSON): such a value is an error for
+// the caller, never a batch the store rejects.
 func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -405,7 +443,18 @@ func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 	if len(b) > e.cfg.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrPayloadTooLarge, what, len(b), e.cfg.MaxPayloadBytes)
 	}
+	if err := checkStorableJSON(b); err != nil {
+		return nil, fmt.Errorf("%w %s: %v", ErrEncode, what, err)
+	}
 	return b, nil
+}
+
+// truncateForError shortens caller input quoted in an error message.
+func truncateForError(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // checkKey applies the prefix-capture analysis to a key about to be used:
@@ -479,8 +528,11 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	if name == "" {
-		return errors.New("durable: signal: empty name")
+	if err := checkName("signal name", name); err != nil {
+		return fmt.Errorf("durable: signal: %w", err)
+	}
+	if err := checkText("signal dedup key", opts.DedupKey, MaxUniqueKeyLength); err != nil {
+		return fmt.Errorf("durable: signal %s: %w", name, err)
 	}
 	var raw json.RawMessage
 	if payload != nil {
@@ -537,29 +589,51 @@ func (e *Engine) Get(ctx context.Context, id string) (store.Instance, error) {
 }
 
 // Wait blocks until the instance is terminal (or ctx is done) and returns it.
+// A store that is unreachable for a while does not end the wait: Wait keeps
+// polling with backoff, and if ctx ends first its error names the last store
+// error. A missing instance (store.ErrNotFound), a refused id
+// (store.ErrInvalid) or a closed store (store.ErrClosed) returns at once.
 func (e *Engine) Wait(ctx context.Context, id string) (store.Instance, error) {
 	delay := 5 * time.Millisecond
+	var last store.Instance
+	var storeErr error
 	for {
 		e.mu.RLock()
 		flushed := e.flushed
 		e.mu.RUnlock()
 		inst, err := e.Get(ctx, id)
-		if err != nil {
+		switch {
+		case err == nil:
+			if inst.Status.Terminal() {
+				return inst, nil
+			}
+			last, storeErr = inst, nil
+		case ctx.Err() != nil:
+			if storeErr == nil {
+				storeErr = err
+			}
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
 			return inst, err
-		}
-		if inst.Status.Terminal() {
-			return inst, nil
+		default:
+			storeErr = err
+			delay = max(delay, 100*time.Millisecond)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return inst, ctx.Err()
+			if storeErr != nil {
+				return last, fmt.Errorf("durable: wait %s: %w (last store error: %v)", id, ctx.Err(), storeErr)
+			}
+			return last, ctx.Err()
 		case <-flushed:
 		case <-t.C:
 		}
 		t.Stop()
-		delay = min(delay*2, 250*time.Millisecond)
+		delay = min(delay*2, time.Second)
+		if storeErr == nil {
+			delay = min(delay, 250*time.Millisecond)
+		}
 	}
 }
 

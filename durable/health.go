@@ -29,6 +29,9 @@ type Health struct {
 	// active rows on one key.
 	Queues []store.QueueHealth `json:"queues"`
 	Gates  []store.GateHealth  `json:"gates"`
+	// RateLimits are the store's rate limits with their buckets, empty ones
+	// (throttled keys) counted (see store.RateHealth).
+	RateLimits []store.RateHealth `json:"rate_limits"`
 	// Warnings are the prefix-capture warnings the store finds among live
 	// rows merged with those this engine has seen (Engine.Warnings), one per
 	// kind and key name, sorted by kind then name.
@@ -60,6 +63,9 @@ type ReconcileHealth struct {
 	// terminal rows removed.
 	CountersDeleted  int `json:"counters_deleted"`
 	InstancesDeleted int `json:"instances_deleted"`
+	// BucketsDeleted counts idle rate buckets removed (full, so nothing
+	// unearned is granted when they are created again).
+	BucketsDeleted int `json:"buckets_deleted"`
 }
 
 func (r *ReconcileHealth) add(o ReconcileHealth) {
@@ -68,6 +74,7 @@ func (r *ReconcileHealth) add(o ReconcileHealth) {
 	r.Promoted += o.Promoted
 	r.CountersDeleted += o.CountersDeleted
 	r.InstancesDeleted += o.InstancesDeleted
+	r.BucketsDeleted += o.BucketsDeleted
 }
 
 // reconcileState is the record of this engine's sweeps.
@@ -79,7 +86,7 @@ type reconcileState struct {
 
 func (s *reconcileState) record(at time.Time, rep store.ReconcileReport) {
 	r := ReconcileHealth{At: at, CountersRepaired: rep.CountersRepaired, Drift: rep.Drift, Promoted: rep.Promoted,
-		CountersDeleted: rep.CountersDeleted, InstancesDeleted: rep.InstancesDeleted}
+		CountersDeleted: rep.CountersDeleted, InstancesDeleted: rep.InstancesDeleted, BucketsDeleted: rep.BucketsDeleted}
 	s.mu.Lock()
 	s.last = &r
 	s.totals.add(r)
@@ -112,6 +119,10 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	}
 	if h.Gates == nil {
 		h.Gates = []store.GateHealth{}
+	}
+	h.RateLimits = sh.RateLimits
+	if h.RateLimits == nil {
+		h.RateLimits = []store.RateHealth{}
 	}
 	h.Warnings = mergeWarnings(sh.Warnings, e.Warnings())
 	h.LastReconcile, h.ReconcileTotals = e.reconciled.snapshot()

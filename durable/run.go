@@ -33,6 +33,10 @@ func (e *Engine) execute(ctx context.Context, c store.Claimed) store.Outcome {
 	ctx, span := e.tel.startStep(ctx, c)
 	t0 := time.Now()
 	out, label, errText := e.run(ctx, c)
+	// Error text comes from user code (errors, panic values, stop reasons):
+	// make it storable so that one odd message cannot make a whole batch
+	// of outcomes fail to commit.
+	errText, out.Error = cleanText(errText), cleanText(out.Error)
 	e.tel.endStep(ctx, span, c, label, errText, time.Since(t0))
 	out.ID, out.Fence = c.ID, c.Fence
 	out.History = &store.HistoryEntry{
@@ -165,8 +169,8 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 			out.RunAt = t.Until
 		}
 	case transitions.KindAwait:
-		if t.Signal == "" {
-			return out, errors.New("await with an empty signal name")
+		if err := checkName("await signal name", t.Signal); err != nil {
+			return out, err
 		}
 		out.Kind, out.AwaitSignal = store.OutcomeAwait, t.Signal
 		if err := needStep(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,41 +152,103 @@ func (s *scheduler) stop(ctx context.Context) error {
 	return err
 }
 
-// outage logs a failing loop once per outage, not once per attempt.
-type outage struct {
-	log  *slog.Logger
-	what string
-	down bool
+// storeOutage is the engine's view of whether its store is reachable,
+// shared by every loop (claims, flushes, heartbeats, sweeps): the first
+// failure of an outage is logged once, at error level, and the recovery once,
+// at info level, with how long the outage lasted and how many calls failed
+// meanwhile. A store that stays down for an hour logs two lines, not one per
+// attempt. The recovery is declared at the first success that comes
+// outageSettle after the last failure, so that a pool still handing out a
+// few dead connections after a database restart does not log a second
+// outage. Each loop retries on its own backoff (see retrier).
+type storeOutage struct {
+	log    *slog.Logger
+	isDown atomic.Bool // fast path for ok()
+
+	mu       sync.Mutex
+	since    time.Time
+	lastFail time.Time
+	failed   int
+	outages  int64
+}
+
+// outageSettle is how long the store must answer without a failure before
+// an outage is declared over.
+const outageSettle = time.Second
+
+// fail records a failed store call of loop. A conflict between
+// transactions (SQL class 40: a deadlock or serialization failure) is not an
+// outage: it is logged as a warning, and the call is retried all the same.
+func (o *storeOutage) fail(loop string, err error) {
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) && strings.HasPrefix(se.SQLState(), "40") {
+		o.log.Warn("store conflict; retrying", "loop", loop, "err", err)
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed++
+	o.lastFail = time.Now()
+	if o.isDown.Load() {
+		return
+	}
+	o.isDown.Store(true)
+	o.since = o.lastFail
+	o.outages++
+	o.log.Error("store unavailable; retrying with backoff until it is back", "loop", loop, "err", err)
+}
+
+// ok records a successful store call.
+func (o *storeOutage) ok() {
+	if !o.isDown.Load() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.isDown.Load() || time.Since(o.lastFail) < outageSettle {
+		return
+	}
+	o.isDown.Store(false)
+	o.log.Info("store available again", "down_for", o.lastFail.Sub(o.since).Round(time.Millisecond).String(), "failed_calls", o.failed)
+	o.failed = 0
+}
+
+// count returns how many outages began so far.
+func (o *storeOutage) count() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.outages
+}
+
+// retrier is one loop's exponential backoff (cenkalti/backoff) over the
+// engine's shared outage state.
+type retrier struct {
+	o    *storeOutage
+	loop string
 	b    *backoff.ExponentialBackOff
 }
 
-func newOutage(log *slog.Logger, what string) *outage {
+func newRetrier(o *storeOutage, loop string) *retrier {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
-	return &outage{log: log, what: what, b: b}
+	return &retrier{o: o, loop: loop, b: b}
 }
 
 // fail records an error and returns how long to wait before trying again.
-func (o *outage) fail(err error) time.Duration {
-	if !o.down {
-		o.down = true
-		o.log.Error("store unavailable; retrying with backoff", "loop", o.what, "err", err)
-	}
-	return o.b.NextBackOff()
+func (r *retrier) fail(err error) time.Duration {
+	r.o.fail(r.loop, err)
+	return r.b.NextBackOff()
 }
 
-func (o *outage) ok() {
-	if o.down {
-		o.down = false
-		o.log.Info("store available again", "loop", o.what)
-	}
-	o.b.Reset()
+func (r *retrier) ok() {
+	r.o.ok()
+	r.b.Reset()
 }
 
 func (s *scheduler) pickLoop(q *queueRunner) {
 	defer s.pickWG.Done()
 	e := s.e
-	out := newOutage(e.log, "claim "+q.name)
+	out := newRetrier(e.outage, "claim "+q.name)
 	workflows := e.workflowNames()
 	var nextDue time.Time
 	for !s.stopping.Load() {
@@ -193,7 +256,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 		if free := q.n - int(q.busy.Load()); free > 0 {
 			if !nextDue.IsZero() && !e.cfg.Clock.Now().Before(nextDue) {
 				if _, err := e.st.FireTimers(s.bgCtx, e.storeNow()); err != nil && s.bgCtx.Err() == nil {
-					e.log.Warn("fire timers", "err", err)
+					e.outage.fail("fire timers", err)
 				}
 			}
 			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
@@ -292,7 +355,7 @@ func (s *scheduler) executor(q *queueRunner) {
 func (s *scheduler) flusher() {
 	defer s.flushWG.Done()
 	e := s.e
-	out := newOutage(e.log, "flush")
+	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
 	for first := range s.flushCh {
 		batch := []store.Outcome{first}
@@ -314,8 +377,11 @@ func (s *scheduler) flusher() {
 
 // commit flushes one batch, retrying with backoff while the store is down,
 // until the stop deadline passes (then the leases expire and the reaper
-// retries the steps: at-least-once).
-func (s *scheduler) commit(batch []store.Outcome, out *outage) {
+// retries the steps: at-least-once). A batch the store refuses for its data
+// (see rejected) is split until the refused outcome is alone; that outcome
+// then fails its instance with the store's reason, so that one bad value
+// never holds back the outcomes of other instances.
+func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 	e := s.e
 	for {
 		res, err := e.st.Complete(s.runCtx, e.cfg.WorkerID, batch, e.storeNow())
@@ -337,6 +403,26 @@ func (s *scheduler) commit(batch []store.Outcome, out *outage) {
 			e.log.Error("outcomes not committed before stop; the reaper will retry their steps", "n", len(batch), "err", err)
 			return
 		}
+		if rejected(err) {
+			out.ok() // the store answered: it is up
+			if len(batch) > 1 {
+				mid := len(batch) / 2
+				s.commit(batch[:mid], out)
+				s.commit(batch[mid:], out)
+				return
+			}
+			o := batch[0]
+			if o.Kind == store.OutcomeFailed && o.State == nil && o.Result == nil && len(o.Children) == 0 && !o.SetKey {
+				// Even the bare failure was refused: give the claim up to the reaper.
+				e.log.Error("outcome refused by the store; its lease will expire and the step will run again",
+					"instance", o.ID, "err", err)
+				s.untrack(o.ID, o.Fence)
+				return
+			}
+			e.log.Error("outcome refused by the store; the instance fails with the reason", "instance", o.ID, "err", err)
+			batch = []store.Outcome{refusedOutcome(o, err)}
+			continue
+		}
 		t := time.NewTimer(out.fail(err))
 		select {
 		case <-t.C:
@@ -346,10 +432,39 @@ func (s *scheduler) commit(batch []store.Outcome, out *outage) {
 	}
 }
 
+// rejected reports whether err says the store refused the data of a request
+// (retrying it unchanged cannot succeed) rather than being unreachable:
+// store.ErrInvalid, or an SQL error of class 22 (data exception) or 23
+// (integrity constraint violation).
+func rejected(err error) bool {
+	if errors.Is(err, store.ErrInvalid) {
+		return true
+	}
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		c := se.SQLState()
+		return strings.HasPrefix(c, "22") || strings.HasPrefix(c, "23")
+	}
+	return false
+}
+
+// refusedOutcome replaces an outcome the store refused by a bare failure of
+// the instance (state, key and inbox left as they were).
+func refusedOutcome(o store.Outcome, err error) store.Outcome {
+	msg := cleanText("the store refused this step's outcome: " + err.Error())
+	f := store.Outcome{ID: o.ID, Fence: o.Fence, Kind: store.OutcomeFailed, Step: o.Step, Error: msg}
+	if o.History != nil {
+		h := *o.History
+		h.Outcome, h.Error = "refused", msg
+		f.History, f.Attempt = &h, h.Attempt
+	}
+	return f
+}
+
 func (s *scheduler) heartbeatLoop() {
 	defer s.bgWG.Done()
 	e := s.e
-	out := newOutage(e.log, "heartbeat")
+	out := newRetrier(e.outage, "heartbeat")
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	for {
@@ -371,7 +486,7 @@ func (s *scheduler) heartbeatLoop() {
 		lost, err := e.st.Heartbeat(s.bgCtx, e.cfg.WorkerID, refs, e.cfg.Lease, e.storeNow())
 		if err != nil {
 			if s.bgCtx.Err() == nil {
-				out.fail(err)
+				out.fail(err) // the ticker paces the next attempt
 			}
 			continue
 		}
@@ -414,17 +529,18 @@ func (s *scheduler) sweep() {
 	fired, err := e.st.FireTimers(s.bgCtx, e.storeNow())
 	if err != nil {
 		if s.bgCtx.Err() == nil {
-			e.log.Warn("fire timers", "err", err)
+			e.outage.fail("fire timers", err)
 		}
 		return
 	}
 	reaped, err := e.st.Reap(s.bgCtx, e.storeNow())
 	if err != nil {
 		if s.bgCtx.Err() == nil {
-			e.log.Warn("reap", "err", err)
+			e.outage.fail("reap", err)
 		}
 		return
 	}
+	e.outage.ok()
 	if reaped > 0 {
 		e.tel.reaped.Add(context.Background(), int64(reaped))
 		e.log.Warn("reaped expired leases", "n", reaped)
@@ -435,7 +551,12 @@ func (s *scheduler) sweep() {
 }
 
 func (s *scheduler) reconcile() {
-	if _, err := s.e.reconcile(s.bgCtx); err != nil && s.bgCtx.Err() == nil && !errors.Is(err, context.Canceled) {
-		s.e.log.Warn("reconcile", "err", err)
+	e := s.e
+	if _, err := e.reconcile(s.bgCtx); err != nil {
+		if s.bgCtx.Err() == nil && !errors.Is(err, context.Canceled) {
+			e.outage.fail("reconcile", err)
+		}
+		return
 	}
+	e.outage.ok()
 }

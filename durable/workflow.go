@@ -110,6 +110,17 @@ func (d *definition) validate() error {
 	if d.name == "" {
 		return fmt.Errorf("workflow has no name")
 	}
+	if err := checkName("workflow name", d.name); err != nil {
+		return err
+	}
+	if err := checkName("queue name", d.queue); err != nil {
+		return fmt.Errorf("workflow %q: %w", d.name, err)
+	}
+	for name := range d.steps {
+		if err := checkName("step name", name); err != nil {
+			return fmt.Errorf("workflow %q: %w", d.name, err)
+		}
+	}
 	if len(d.steps) == 0 {
 		return fmt.Errorf("workflow %q has no steps", d.name)
 	}

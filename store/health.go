@@ -22,7 +22,7 @@ const HealthScanLimit = 1000
 // is bounded by the executing rows (a fleet's executors) and HealthScanLimit.
 type Health struct {
 	// Queues, sorted by name: every queue with a ready, scheduled, blocked,
-	// executing, awaiting or failed row.
+	// executing, awaiting or failed row, or with a ConcurrencyPolicy.
 	Queues []QueueHealth `json:"queues"`
 	// Gates, sorted by name: every configured limit (see SyncLimits), even
 	// one no key uses yet.
@@ -34,6 +34,23 @@ type Health struct {
 	// key declared as a gate whose name has none (GateWithoutLimit). They
 	// name key names, never key ids.
 	Warnings []gate.Warning `json:"warnings"`
+	// RateLimits, sorted by name: every stored rate limit.
+	RateLimits []RateHealth `json:"rate_limits"`
+}
+
+// RateHealth is the state of one rate limit.
+type RateHealth struct {
+	// Limit is the rate limit (name, tokens per period, burst, scope).
+	Limit gate.RateLimit `json:"limit"`
+	// Buckets counts the name's stored buckets (one for a limit per name;
+	// one per recently used key for a limit per key), up to HealthScanLimit;
+	// EmptyBuckets those with no whole token at the Health time: keys whose
+	// waiting rows are throttled. BucketsCapped is true when the name has
+	// more buckets than were counted. Idle buckets are deleted by the
+	// reconciler once full, so Buckets tracks the recently active keys.
+	Buckets       int  `json:"buckets"`
+	EmptyBuckets  int  `json:"empty_buckets"`
+	BucketsCapped bool `json:"buckets_capped"`
 }
 
 // QueueHealth is the state of one queue.
@@ -58,8 +75,11 @@ type QueueHealth struct {
 	OldestReady time.Duration `json:"oldest_ready_ns"`
 	// MaxActive is the queue's fleet-wide limit (0: none); Active is the
 	// number of executing rows it counts (every executing row of the queue).
-	MaxActive int   `json:"max_active"`
-	Active    int64 `json:"active"`
+	// MaxActivePerKey is the policy's budget per key (0: none). A queue with
+	// a policy is listed even when it holds no row.
+	MaxActive       int   `json:"max_active"`
+	MaxActivePerKey int   `json:"max_active_per_key"`
+	Active          int64 `json:"active"`
 }
 
 // GateHealth is the state of one configured key limit.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -460,8 +461,8 @@ func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	assert.Equal(t, s.acctWaiting[0], x.Waiting.Next.ID)
 	assert.Equal(t, []limitCheck{
 		{Kind: "concurrency", Applies: true, Limit: 1, InUse: 1, Blocking: true, Detail: `no limit configured for "account": K = 1, one at a time per key`},
-		{Kind: "rate", Detail: "rate limits are not supported by this build"},
-		{Kind: "fleet", Detail: "fleet policies (queue MaxActive) are not supported by this build"},
+		{Kind: "rate", Detail: `no rate limit for "account"`},
+		{Kind: "fleet", Detail: `no policy for queue "default"`},
 	}, x.Limits)
 }
 
@@ -520,7 +521,9 @@ func TestCLIErrors(t *testing.T) {
 	require.Equal(t, 0, code)
 	_, errOut, code = runBinary(t, []string{"DATABASE_URL=" + url}, "show", "-schema", schema, "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "is at version 1, this build needs 2: run `durable migrate -schema "+schema+"`")
+	ms, err := postgres.Migrations()
+	require.NoError(t, err)
+	assert.Contains(t, errOut, fmt.Sprintf("is at version 1, this build needs %d: run `durable migrate -schema %s`", len(ms), schema))
 
 	_, errOut, code = runBinary(t, nil, "frobnicate")
 	assert.Equal(t, 2, code)
@@ -532,4 +535,93 @@ func TestCLIErrors(t *testing.T) {
 	_, errOut, code = runBinary(t, nil, "health", "-bogus")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "flag provided but not defined: -bogus")
+}
+
+// TestCLIExplainRateAndFleet explains a key throttled by its rate limit and
+// a key held back by its queue's fleet policy.
+func TestCLIExplainRateAndFleet(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	_, err = s.st.SyncKeyLimits(ctx, "billing", store.KeyLimits{
+		Limits:     []gate.Limit{{Name: "api", Limit: 5}, {Name: "tenant", Limit: 10}},
+		RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
+	require.NoError(t, err)
+	_, err = s.st.SyncConcurrencyPolicies(ctx, "billing", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}})
+	require.NoError(t, err)
+	idle := newEngine(t, s.st)
+	for range 3 {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: gate.Gate("api", "x")})
+		require.NoError(t, err)
+	}
+	for range 2 {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: gate.Gate("tenant", "1"), Queue: "mail"})
+		require.NoError(t, err)
+	}
+	for _, q := range []string{"default", "mail"} {
+		res, err := s.st.Claim(ctx, store.ClaimRequest{Queue: q, Worker: "worker-a", Limit: 10, Lease: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1, "queue %s", q)
+	}
+
+	out := s.ok(t, "explain", "api:x")
+	t.Log("\n" + out)
+	assert.Equal(t, []string{"rate", "1/1", "in", "use", "BLOCKING", "rate", "limit", `"api":`, "1", "per", "1h0m0s,"}, line(t, out, "rate")[:11])
+	assert.Contains(t, out, "blocking now: rate\nthrottled by its rate limit: the bucket of api:x holds no token")
+	var x explanation
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "explain", "api:x", "-json")), &x))
+	assert.Equal(t, "rate", x.Blocking)
+
+	out = s.ok(t, "explain", "tenant:1")
+	t.Log("\n" + out)
+	assert.Equal(t, []string{"fleet", "1/1", "in", "use", "BLOCKING", "queue", `"mail"`, `(namespace`, `"billing"):`}, line(t, out, "fleet")[:9])
+	assert.Contains(t, out, `blocking now: fleet`)
+	assert.Equal(t, []string{"rate", "-", "not", "configured"}, line(t, out, "rate")[:4])
+}
+
+// TestCLIPoliciesAndRateLimits syncs and lists queue policies and rate
+// limits, and finds them in health.
+func TestCLIPoliciesAndRateLimits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+
+	out := s.ok(t, "policies", "sync", write("p.json", `{"policies": [{"queue": "mail", "max_active": 20, "max_active_per_key": 3}]}`), "-namespace", "mailers")
+	assert.Contains(t, out, `policies of namespace "mailers" synced: 1`)
+	_, errOut, code := s.cli(t, "policies", "sync", write("q.json", `{"policies": [{"queue": "mail", "max_active": 1}]}`), "-namespace", "intruders")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `queue "mail": owned by another namespace "mailers"`)
+	out = s.ok(t, "policies", "ls")
+	assert.Equal(t, []string{"mail", "mailers", "20", "3"}, line(t, out, "mail"))
+	var pf policiesFile
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "policies", "ls", "-json")), &pf))
+	assert.Equal(t, []store.ConcurrencyPolicy{{Queue: "mail", Namespace: "mailers", MaxActive: 20, MaxActivePerKey: 3}}, pf.Policies)
+
+	out = s.ok(t, "limits", "sync", write("l.json", `{"limits": [{"name": "api", "limit": 4}],
+		"rate_limits": [{"name": "api", "limit": 10, "period": "1m", "burst": 2, "per_key": true}]}`))
+	assert.Contains(t, out, `rate limit change for key name "api" from no rate limit to 10 per 1m0s, burst 2, per key`)
+	out = s.ok(t, "limits", "ls")
+	assert.Equal(t, []string{"api", "4", "1"}, line(t, out, "api"))
+	rates := strings.SplitN(out, "RATE LIMIT", 2)
+	require.Len(t, rates, 2, "a rate limit section:\n%s", out)
+	assert.Equal(t, []string{"api", "10", "per", "1m0s", "2", "key"}, line(t, rates[1], "api"))
+	out = s.ok(t, "health")
+	assert.Equal(t, []string{"mail", "0", "0", "0", "0", "0", "0", "-", "0/20"}, line(t, out, "mail"))
+	assert.Contains(t, out, "RATE LIMIT")
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,16 +122,12 @@ func explainKey(ctx context.Context, st store.Store, key string, now time.Time) 
 	k := keyView{info: info, now: now,
 		due: info.Blocked > 0 || (info.OldestWaiting != nil && !info.OldestWaiting.RunAt.After(now))}
 
-	x.Limits = []limitCheck{concurrencyCheck(k)}
-	rate, err := rateLimitCheck(ctx, st, k)
-	if err != nil {
-		return explanation{}, err
-	}
+	x.Limits = []limitCheck{concurrencyCheck(k), rateLimitCheck(k)}
 	fleet, err := fleetLimitCheck(ctx, st, k)
 	if err != nil {
 		return explanation{}, err
 	}
-	x.Limits = append(x.Limits, rate, fleet)
+	x.Limits = append(x.Limits, fleet)
 	for _, l := range x.Limits {
 		if l.Blocking {
 			x.Blocking = l.Kind
@@ -173,18 +170,79 @@ func concurrencyCheck(k keyView) limitCheck {
 	return c
 }
 
-// rateLimitCheck reports the token bucket (flow cap) that applies to the
-// key. Hook: rate limits (issue 4) are not part of this build, so none
-// applies.
-func rateLimitCheck(ctx context.Context, st store.Store, k keyView) (limitCheck, error) {
-	return limitCheck{Kind: "rate", Detail: "rate limits are not supported by this build"}, nil
+// rateLimitCheck reports the token bucket (flow cap) that key draws from:
+// its burst, the tokens it holds at now, and when the next one is due. It
+// blocks the key when rows wait and the bucket holds no token (those rows
+// are rescheduled to their tokens' due times).
+func rateLimitCheck(k keyView) limitCheck {
+	info, now := k.info, k.now
+	name := gate.NameOf(info.Key)
+	r := info.RateLimit
+	if r == nil {
+		return limitCheck{Kind: "rate", Detail: fmt.Sprintf("no rate limit for %q", name)}
+	}
+	b := r.Full(now)
+	if info.Bucket != nil {
+		b = r.Refill(*info.Bucket, now)
+	}
+	tokens := r.Tokens(b)
+	scope := "one bucket for every key of the name"
+	if r.PerKey {
+		scope = "a bucket per key"
+	}
+	c := limitCheck{Kind: "rate", Applies: true, Limit: r.Burst, InUse: r.Burst - int(tokens)}
+	c.Detail = fmt.Sprintf("rate limit %q: %d per %s, burst %d, %s; %d token(s) now", name, r.Limit, r.Period, r.Burst, scope, tokens)
+	if tokens < 1 {
+		c.Detail += ", the next " + when(r.Due(b, 1), now)
+	}
+	c.Blocking = info.Waiting > 0 && tokens < 1
+	return c
 }
 
-// fleetLimitCheck reports the fleet-wide queue policy (MaxActive,
-// MaxActivePerKey) of the key's waiting rows' queue. Hook: fleet policies
-// (issue 4) are not part of this build, so none applies.
+// fleetLimitCheck reports the fleet-wide policy (MaxActive,
+// MaxActivePerKey) of the queue the key's work runs on (its next waiting
+// row's, else its oldest waiting row's, else its first holder's).
 func fleetLimitCheck(ctx context.Context, st store.Store, k keyView) (limitCheck, error) {
-	return limitCheck{Kind: "fleet", Detail: "fleet policies (queue MaxActive) are not supported by this build"}, nil
+	info, due := k.info, k.due
+	var queue string
+	switch {
+	case info.NextInLine != nil:
+		queue = info.NextInLine.Queue
+	case info.OldestWaiting != nil:
+		queue = info.OldestWaiting.Queue
+	case len(info.Holders) > 0:
+		queue = info.Holders[0].Queue
+	default:
+		return limitCheck{Kind: "fleet", Detail: "no queue: nothing holds or waits for the key"}, nil
+	}
+	policies, err := st.ListConcurrencyPolicies(ctx)
+	if err != nil {
+		return limitCheck{}, err
+	}
+	i := slices.IndexFunc(policies, func(p store.ConcurrencyPolicy) bool { return p.Queue == queue })
+	if i < 0 {
+		return limitCheck{Kind: "fleet", Detail: fmt.Sprintf("no policy for queue %q", queue)}, nil
+	}
+	p := policies[i]
+	executing, err := st.List(ctx, store.ListFilter{Queue: queue, Status: store.StatusExecuting})
+	if err != nil {
+		return limitCheck{}, err
+	}
+	mine := 0
+	for _, h := range info.Holders {
+		if h.Queue == queue {
+			mine++
+		}
+	}
+	c := limitCheck{Kind: "fleet", Applies: true, Limit: p.MaxActive, InUse: len(executing)}
+	c.Detail = fmt.Sprintf("queue %q (namespace %q): MaxActive %d, %d executing", queue, p.Namespace, p.MaxActive, len(executing))
+	full := len(executing) >= p.MaxActive
+	if p.MaxActivePerKey > 0 {
+		c.Detail += fmt.Sprintf("; MaxActivePerKey %d, %d of this key", p.MaxActivePerKey, mine)
+		full = full || mine >= p.MaxActivePerKey
+	}
+	c.Blocking = due && full
+	return c, nil
 }
 
 // verdict says in one sentence why the key's work waits and what frees it.
@@ -195,7 +253,7 @@ func verdict(x explanation, k keyView) string {
 		return fmt.Sprintf("nothing holds or waits for %s", x.Key)
 	case info.Waiting == 0:
 		return fmt.Sprintf("not blocked: nothing waits for %s", x.Key)
-	case !k.due && x.Blocking == "":
+	case !k.due && x.Blocking != "rate":
 		return fmt.Sprintf("not blocked: every waiting row is scheduled for later; the first is due %s", when(info.OldestWaiting.RunAt, now))
 	}
 	switch x.Blocking {
@@ -211,6 +269,14 @@ func verdict(x explanation, k keyView) string {
 		}
 		return fmt.Sprintf("blocked by its concurrency limit: all %d slot(s) of %s are held; the next in line runs when a holder finishes, or when a lease expires if its worker died (earliest %s)",
 			info.K, x.Key, when(first, now))
+	case "rate":
+		r := info.RateLimit
+		b := r.Full(now)
+		if info.Bucket != nil {
+			b = r.Refill(*info.Bucket, now)
+		}
+		return fmt.Sprintf("throttled by its rate limit: the bucket of %s holds no token; its waiting rows are rescheduled to when their tokens are due, the next %s",
+			x.Key, when(r.Due(b, 1), now))
 	case "":
 		if info.Blocked > 0 {
 			return fmt.Sprintf("a slot of %s is free: its blocked rows are made ready at the next outcome or reconciler sweep", x.Key)

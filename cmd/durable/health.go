@@ -74,6 +74,23 @@ func printHealth(w io.Writer, h store.Health) {
 	}
 	tw.Flush()
 
+	if len(h.RateLimits) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "RATE LIMIT	RATE	BURST	SCOPE	BUCKETS	EMPTY (THROTTLED)")
+		for _, r := range h.RateLimits {
+			scope, buckets, empty := "name", fmt.Sprint(r.Buckets), fmt.Sprint(r.EmptyBuckets)
+			if r.Limit.PerKey {
+				scope = "key"
+			}
+			if r.BucketsCapped {
+				buckets, empty = buckets+"+", empty+"+"
+			}
+			fmt.Fprintf(tw, "%s	%d per %s	%d	%s	%s	%s\n", r.Limit.Name, r.Limit.Limit, r.Limit.Period, r.Limit.Burst, scope, buckets, empty)
+		}
+		tw.Flush()
+	}
+
 	fmt.Fprintln(w)
 	if len(h.Warnings) == 0 {
 		fmt.Fprintln(w, "warnings: none")

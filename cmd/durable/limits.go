@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
 )
 
 // limitsFile is the file `durable limits sync` reads: either this object
@@ -17,6 +18,11 @@ import (
 type limitsFile struct {
 	// Limits are the named key limits (gates): {"name", "limit", "shards"}.
 	Limits []gate.Limit `json:"limits"`
+	// RateLimits are the rate limits by key name: {"name", "limit",
+	// "period" ("1s", "1m"), "burst", "per_key"}. When the file has this
+	// field, sync makes the namespace's rate limits equal to it too;
+	// without it they are left alone.
+	RateLimits []gate.RateLimit `json:"rate_limits,omitempty"`
 }
 
 // limits dispatches `limits ls` and `limits sync FILE`.
@@ -51,23 +57,40 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("limits ls: %w", err)
 	}
+	rates, err := st.RateLimits(ctx)
+	if err != nil {
+		return fmt.Errorf("limits ls: %w", err)
+	}
 	if *asJSON {
 		if ls == nil {
 			ls = []gate.Limit{}
 		}
-		return writeJSON(stdout, limitsFile{Limits: ls})
+		return writeJSON(stdout, limitsFile{Limits: ls, RateLimits: rates})
 	}
 	if len(ls) == 0 {
 		fmt.Fprintln(stdout, "no limits: every key runs at K = 1 (strict mutual exclusion per key)")
-		return nil
+	} else {
+		tw := table(stdout)
+		fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
+		for _, l := range ls {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", l.Name, l.Limit, l.Shards)
+		}
+		tw.Flush()
+		fmt.Fprintln(stdout, "keys of any other name run at K = 1")
 	}
-	tw := table(stdout)
-	fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
-	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", l.Name, l.Limit, l.Shards)
+	if len(rates) > 0 {
+		fmt.Fprintln(stdout)
+		tw := table(stdout)
+		fmt.Fprintln(tw, "RATE LIMIT\tRATE\tBURST\tBUCKET PER")
+		for _, r := range rates {
+			scope := "name"
+			if r.PerKey {
+				scope = "key"
+			}
+			fmt.Fprintf(tw, "%s\t%d per %s\t%d\t%s\n", r.Name, r.Limit, r.Period, r.Burst, scope)
+		}
+		tw.Flush()
 	}
-	tw.Flush()
-	fmt.Fprintln(stdout, "keys of any other name run at K = 1")
 	return nil
 }
 
@@ -75,15 +98,20 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("limits sync", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := addDBFlags(fs)
+	namespace := fs.String("namespace", store.DefaultNamespace, "the namespace that owns the limits")
 	pos, err := parse(fs, args, 1, 0, "FILE")
 	if err != nil {
 		return err
 	}
-	want, err := readLimits(pos[0])
+	file, err := readLimits(pos[0])
 	if err != nil {
 		return fmt.Errorf("limits sync: %w", err)
 	}
+	want := file.Limits
 	if _, err := gate.NewLimits(want); err != nil {
+		return fmt.Errorf("limits sync: %s: %w", pos[0], err)
+	}
+	if _, err := gate.NewRateLimits(file.RateLimits); err != nil {
 		return fmt.Errorf("limits sync: %s: %w", pos[0], err)
 	}
 	st, closeStore, err := db.open(ctx)
@@ -91,7 +119,16 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("limits sync: %w", err)
 	}
 	defer closeStore()
-	res, err := st.SyncLimits(ctx, want)
+	var res store.LimitsResult
+	if file.RateLimits != nil || *namespace != store.DefaultNamespace {
+		rates := file.RateLimits
+		if rates == nil {
+			rates = []gate.RateLimit{}
+		}
+		res, err = st.SyncKeyLimits(ctx, *namespace, store.KeyLimits{Limits: want, RateLimits: rates})
+	} else {
+		res, err = st.SyncLimits(ctx, want)
+	}
 	if err != nil {
 		return fmt.Errorf("limits sync: %w", err)
 	}
@@ -110,12 +147,20 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(stdout, line)
 	}
+	for _, c := range res.RateChanges {
+		w := c.LiveWarning(res.Live[c.Name])
+		line := "  " + w.Message
+		if res.Live[c.Name] > 0 {
+			line = "  WARNING: " + w.Message
+		}
+		fmt.Fprintln(stdout, line)
+	}
 	fmt.Fprintln(stdout, "note: an engine started with Config.Limits stores its own limits at Start, replacing these")
 	return nil
 }
 
 // readLimits reads a limits file ("-": stdin).
-func readLimits(path string) ([]gate.Limit, error) {
+func readLimits(path string) (limitsFile, error) {
 	var b []byte
 	var err error
 	if path == "-" {
@@ -124,7 +169,7 @@ func readLimits(path string) ([]gate.Limit, error) {
 		b, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, err
+		return limitsFile{}, err
 	}
 	b = bytes.TrimSpace(b)
 	dec := func(v any) error {
@@ -135,13 +180,13 @@ func readLimits(path string) ([]gate.Limit, error) {
 	if len(b) > 0 && b[0] == '[' {
 		var ls []gate.Limit
 		if err := dec(&ls); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return limitsFile{}, fmt.Errorf("%s: %w", path, err)
 		}
-		return ls, nil
+		return limitsFile{Limits: ls}, nil
 	}
 	var f limitsFile
 	if err := dec(&f); err != nil {
-		return nil, fmt.Errorf("%s: want {\"limits\": [{\"name\": ..., \"limit\": ..., \"shards\": ...}]}: %w", path, err)
+		return limitsFile{}, fmt.Errorf("%s: want {\"limits\": [{\"name\": ..., \"limit\": ..., \"shards\": ...}], \"rate_limits\": [...]}: %w", path, err)
 	}
-	return f.Limits, nil
+	return f, nil
 }

@@ -10,7 +10,9 @@
 //	durable cancel   ID                         cancel a non-terminal instance
 //	durable retry    ID                         run a failed or canceled instance again
 //	durable limits   ls [-json]                 the stored key limits
-//	durable limits   sync FILE                  replace the stored key limits (FILE "-" is stdin)
+//	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
+//	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
+//	durable policies sync FILE -namespace NS    replace a namespace's queue policies
 //	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
@@ -55,7 +57,10 @@ commands:
   cancel ID            cancel a non-terminal instance
   retry ID             run a failed or canceled instance again from its step
   limits ls            list the stored key limits
-  limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin)
+  limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
+                       with "rate_limits", the rate limits too; -namespace NS)
+  policies ls          list the stored queue policies (fleet-wide MaxActive, MaxActivePerKey)
+  policies sync FILE   replace a namespace's queue policies (-namespace NS, -keep-omitted, -dry-run)
   explain KEY          who holds the key's slots, who waits, which limit blocks it
 
 every command takes:
@@ -74,15 +79,16 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 var commands = map[string]command{
-	"migrate": migrate,
-	"health":  health,
-	"ls":      list,
-	"show":    show,
-	"signal":  sendSignal,
-	"cancel":  cancel,
-	"retry":   retry,
-	"limits":  limits,
-	"explain": explain,
+	"migrate":  migrate,
+	"health":   health,
+	"ls":       list,
+	"show":     show,
+	"signal":   sendSignal,
+	"cancel":   cancel,
+	"retry":    retry,
+	"limits":   limits,
+	"policies": policies,
+	"explain":  explain,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

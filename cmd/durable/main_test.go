@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/godurable/godurable/internal/pgtest"
+	"github.com/godurable/godurable/store/postgres"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,17 +45,24 @@ func TestMigrateCommand(t *testing.T) {
 	url := pgtest.URL(t)
 	schema := pgtest.SchemaOf(pool)
 	var out, errb bytes.Buffer
+	ms, err := postgres.Migrations()
+	require.NoError(t, err)
+	var up, down []int
+	for _, m := range ms {
+		up, down = append(up, m.Version), append([]int{m.Version}, down...)
+	}
+	last := len(ms)
 
 	require.NoError(t, run(ctx, []string{"migrate", "-database-url", url, "-schema", schema}, &out, &errb))
-	require.Contains(t, out.String(), "applied [1 2], now at version 2")
+	require.Contains(t, out.String(), fmt.Sprintf("applied %v, now at version %d", up, last))
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"migrate", "-database-url", url, "-schema", schema}, &out, &errb))
-	require.Contains(t, out.String(), "nothing to do, at version 2")
+	require.Contains(t, out.String(), fmt.Sprintf("nothing to do, at version %d", last))
 	out.Reset()
 
 	t.Setenv("DATABASE_URL", url)
 	require.NoError(t, run(ctx, []string{"migrate", "-schema", schema, "-down", "0"}, &out, &errb))
-	require.Contains(t, out.String(), "reverted [2 1], now at version 0")
+	require.Contains(t, out.String(), fmt.Sprintf("reverted %v, now at version 0", down))
 
 	require.ErrorContains(t, run(ctx, []string{"migrate", "-schema", "Bad"}, &out, &errb), "invalid schema")
 	require.Error(t, run(ctx, []string{"nope"}, &out, &errb))

@@ -84,6 +84,10 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			warn(r)
 		}
 	}
+	for name, p := range s.policies {
+		q := qh(name)
+		q.MaxActive, q.MaxActivePerKey = p.MaxActive, p.MaxActivePerKey
+	}
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {
 			q.OldestReady = now.Sub(o)
@@ -112,6 +116,24 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	}
 	for _, w := range warnings {
 		h.Warnings = append(h.Warnings, w)
+	}
+	h.RateLimits = []store.RateHealth{}
+	for _, rate := range s.rates.All() {
+		rh := store.RateHealth{Limit: rate}
+		for id, b := range s.buckets {
+			if gate.NameOf(id) != rate.Name || rate.PerKey != strings.Contains(id, ":") {
+				continue
+			}
+			if rh.Buckets == store.HealthScanLimit {
+				rh.BucketsCapped = true
+				break
+			}
+			rh.Buckets++
+			if rate.Tokens(rate.Refill(b, now)) < 1 {
+				rh.EmptyBuckets++
+			}
+		}
+		h.RateLimits = append(h.RateLimits, rh)
 	}
 	slices.SortFunc(h.Warnings, func(a, b gate.Warning) int {
 		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))

@@ -35,10 +35,10 @@ func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) e
 	}
 	for i, ni := range instances {
 		if ni.Workflow == "" {
-			return fmt.Errorf("instance %d: empty workflow", i)
+			return fmt.Errorf("%w: instance %d: empty workflow", store.ErrInvalid, i)
 		}
 		if _, err := gate.ParseWithIntent(ni.Key, ni.KeyIntent); err != nil {
-			return fmt.Errorf("instance %d: %w", i, err)
+			return fmt.Errorf("%w: instance %d: %w", store.ErrInvalid, i, err)
 		}
 		if err := validJSON("state", ni.State); err != nil {
 			return fmt.Errorf("instance %d: %w", i, err)
@@ -58,6 +58,7 @@ func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) e
 // not nil: they default to its queue).
 func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time, n *notes) []store.InsertResult {
 	out := make([]store.InsertResult, len(instances))
+	var rows []*row
 	for i, ni := range instances {
 		if ni.UniqueKey != "" {
 			if id, ok := s.uniqueTaken(ni.UniqueKey, ni.UniqueStatuses, ""); ok {
@@ -100,6 +101,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 				KeyShard:  -1,
 				ParentID:  ni.ParentID,
 				UniqueKey: ni.UniqueKey,
+				Status:    store.StatusReady,
 				CreatedAt: now,
 				UpdatedAt: now,
 			},
@@ -118,8 +120,20 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			s.children[ni.ParentID] = append(s.children[ni.ParentID], r)
 		}
 		s.attachKey(r)
-		s.setReady(r, runAt, n)
+		r.inst.RunAt = runAt
+		rows = append(rows, r)
 		out[i] = store.InsertResult{ID: r.inst.ID}
+	}
+	// Rounds are given to the due rows of the batch together (see assignRounds).
+	var due []*row
+	for _, r := range rows {
+		if !r.inst.RunAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	s.assignRounds(due)
+	for _, r := range rows {
+		s.place(r, r.inst.RunAt, now, n)
 	}
 	return out
 }
@@ -187,15 +201,15 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 // current, so that its children's ids must be free.
 func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]bool) error {
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
-		return fmt.Errorf("unknown outcome kind %d", o.Kind)
+		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
 	if o.SetKey {
 		if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 		}
 	}
 	if o.Kind == store.OutcomeAwait && o.AwaitSignal == "" {
-		return fmt.Errorf("await with no signal name")
+		return fmt.Errorf("%w: await with no signal name", store.ErrInvalid)
 	}
 	for _, m := range []struct {
 		what string
@@ -269,7 +283,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 		if runAt.IsZero() {
 			runAt = now
 		}
-		s.setReady(r, runAt, n)
+		s.setReady(r, runAt, now, n)
 	case store.OutcomeAwait:
 		s.park(r, o.AwaitSignal, o.TimeoutAt, now, n)
 	case store.OutcomeSpawn:
@@ -283,7 +297,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 		}
 		r.inst.PendingChildren = pending
 		if pending == 0 {
-			s.setReady(r, now, n)
+			s.setReady(r, now, now, n)
 		} else {
 			r.inst.Status = store.StatusChildren
 		}
@@ -321,7 +335,7 @@ func (s *Store) wakeWith(r *row, sg *signal, now time.Time, n *notes) {
 	r.wake = sg
 	r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
 	r.inst.UpdatedAt = now
-	s.setReady(r, now, n)
+	s.setReady(r, now, now, n)
 }
 
 // finish makes r terminal and, for a child, counts it off its parent's
@@ -338,7 +352,7 @@ func (s *Store) finish(r *row, status store.Status, now time.Time, n *notes) {
 		p.inst.UpdatedAt = now
 		if p.inst.PendingChildren <= 0 {
 			p.inst.PendingChildren = 0
-			s.setReady(p, now, n)
+			s.setReady(p, now, now, n)
 		}
 	}
 }
@@ -389,7 +403,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		}
 		s.leaveExecuting(r, true, n)
 		r.inst.UpdatedAt = now
-		s.setReady(r, r.inst.RunAt, n)
+		s.requeue(r, now, n)
 	}
 	return nil
 }
@@ -398,7 +412,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 // it awaits that name.
 func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.SignalResult, error) {
 	if req.Name == "" {
-		return store.SignalResult{}, fmt.Errorf("signal %s: empty name", req.InstanceID)
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w: empty name", req.InstanceID, store.ErrInvalid)
 	}
 	if err := validJSON("payload", req.Payload); err != nil {
 		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, err)
@@ -493,7 +507,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 	r.inst.Attempt = 0
 	r.inst.UpdatedAt = now
 	s.attachKey(r)
-	s.setReady(r, now, n)
+	s.setReady(r, now, now, n)
 	if p := s.joining(r); p != nil {
 		p.inst.PendingChildren++
 	}

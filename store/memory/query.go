@@ -139,6 +139,12 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		}).snapshot()
 		info.OldestWaiting = &oldest
 	}
+	if rate, ok := s.rates.Lookup(gate.NameOf(key)); ok {
+		info.RateLimit = &rate
+		if b, ok := s.buckets[rate.BucketFor(key)]; ok {
+			info.Bucket = &b
+		}
+	}
 	switch {
 	case !gated:
 		info.Available = max(0, 1-len(holders))

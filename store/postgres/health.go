@@ -22,7 +22,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	if err := s.check(); err != nil {
 		return store.Health{}, err
 	}
-	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}}
+	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}, RateLimits: []store.RateHealth{}}
 	queues := map[string]*store.QueueHealth{}
 	qh := func(name string) *store.QueueHealth {
 		q := queues[name]
@@ -114,6 +114,32 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			)
 			_, err := pgx.ForEachRow(rows, []any{&name, &g.active, &g.highest, &g.saturate}, func() error {
 				gates[name] = g
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthPolicies)).Query(func(rows pgx.Rows) error {
+			var (
+				name              string
+				maxActive, perKey int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &maxActive, &perKey}, func() error {
+				q := qh(name)
+				q.MaxActive, q.MaxActivePerKey = maxActive, perKey
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthRates), store.HealthScanLimit, tsArg(now)).Query(func(rows pgx.Rows) error {
+			var (
+				rate     gate.RateLimit
+				periodUS int64
+				n, empty int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&rate.Name, &rate.Limit, &periodUS, &rate.Burst, &rate.PerKey, &n, &empty}, func() error {
+				rate.Period = time.Duration(periodUS) * time.Microsecond
+				h.RateLimits = append(h.RateLimits, store.RateHealth{Limit: rate, Buckets: min(n, store.HealthScanLimit),
+					EmptyBuckets: min(empty, store.HealthScanLimit), BucketsCapped: n > store.HealthScanLimit})
 				return nil
 			})
 			return err

@@ -93,25 +93,25 @@ func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 		if in.ID == "" {
 			in.ID = uuid.NewString()
 		} else if _, err := uuid.Parse(in.ID); err != nil {
-			return nil, fmt.Errorf("insert: instance %d: id %q is not a UUID", i, in.ID)
+			return nil, fmt.Errorf("insert: %w: instance %d: id %q is not a UUID", store.ErrInvalid, i, in.ID)
 		}
 		if in.Workflow == "" || in.Step == "" {
-			return nil, fmt.Errorf("insert: instance %d: workflow and step are required", i)
+			return nil, fmt.Errorf("insert: %w: instance %d: workflow and step are required", store.ErrInvalid, i)
 		}
 		if in.Queue == "" {
 			in.Queue = DefaultQueue
 		}
 		if in.Key != "" {
 			if _, err := gate.ParseWithIntent(in.Key, in.KeyIntent); err != nil {
-				return nil, fmt.Errorf("insert: instance %d: %w", i, err)
+				return nil, fmt.Errorf("insert: %w: instance %d: %w", store.ErrInvalid, i, err)
 			}
 		}
 		if len(in.State) > 0 && !json.Valid(in.State) {
-			return nil, fmt.Errorf("insert: instance %d: state is not valid JSON", i)
+			return nil, fmt.Errorf("insert: %w: instance %d: state is not valid JSON", store.ErrInvalid, i)
 		}
 		if in.ParentID != "" {
 			if _, err := uuid.Parse(in.ParentID); err != nil {
-				return nil, fmt.Errorf("insert: instance %d: parent id %q is not a UUID", i, in.ParentID)
+				return nil, fmt.Errorf("insert: %w: instance %d: parent id %q is not a UUID", store.ErrInvalid, i, in.ParentID)
 			}
 		}
 		r := insertRow{idx: i, in: in}
@@ -154,7 +154,7 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 		return err
 	})
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("insert: unique keys: %w", err)
+		return fmt.Errorf("insert: unique keys: %w", refused(err))
 	}
 
 	kept := p.rows[:0:0]
@@ -241,5 +241,5 @@ func insertError(err error) error {
 	if code, constraint := pgCode(err); code == codeUniqueViolation {
 		return fmt.Errorf("insert: %w (%s)", store.ErrDuplicate, constraint)
 	}
-	return fmt.Errorf("insert: %w", err)
+	return fmt.Errorf("insert: %w", refused(err))
 }

@@ -179,6 +179,17 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		}
 	}
 
+	for {
+		tag, err := s.pool.Exec(ctx, s.q(sqlBucketsCollect), tsArg(now), sweepChunk)
+		if err != nil {
+			return rep, fmt.Errorf("reconcile: rate buckets: %w", err)
+		}
+		rep.BucketsDeleted += int(tag.RowsAffected())
+		if tag.RowsAffected() < sweepChunk {
+			break
+		}
+	}
+
 	if retention > 0 {
 		cutoff := cmp.Or(now, time.Now()).Add(-retention)
 		for {

@@ -72,7 +72,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		return err
 	})
 	if err := tx.send(ctx, b, false); err != nil {
-		return nil, fmt.Errorf("complete: %w", err)
+		return nil, fmt.Errorf("complete: %w", refused(err))
 	}
 	if len(done) == 0 {
 		return results, nil // nothing changed: end rolls the empty transaction back
@@ -94,9 +94,11 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		histAttempts         []int32
 		histStart, histEnd   []*time.Time
 	)
+	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
+		leftQueues[a.queue] = true
 		if a.oldKey != "" {
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
@@ -130,13 +132,14 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	s.queueFree(b, freed, true, now)
+	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
 	if len(spawned) > 0 {
 		inserted, err := s.queueChildren(ctx, tx.q(), b, children, spawnGen)
 		if err != nil {
-			return nil, fmt.Errorf("complete: %w", err)
+			return nil, fmt.Errorf("complete: %w", refused(err))
 		}
 		var ids []string
 		var ns []int32
@@ -228,26 +231,26 @@ func cmpOr(a, b string) string {
 func validateOutcomes(outcomes []store.Outcome) error {
 	for i, o := range outcomes {
 		if _, err := uuid.Parse(o.ID); err != nil {
-			return fmt.Errorf("complete: outcome %d: id %q is not a UUID", i, o.ID)
+			return fmt.Errorf("complete: %w: outcome %d: id %q is not a UUID", store.ErrInvalid, i, o.ID)
 		}
 		switch o.Kind {
 		case store.OutcomeReady, store.OutcomeDone, store.OutcomeFailed, store.OutcomeSpawn:
 		case store.OutcomeAwait:
 			if o.AwaitSignal == "" {
-				return fmt.Errorf("complete: outcome %d: await without a signal name", i)
+				return fmt.Errorf("complete: %w: outcome %d: await without a signal name", store.ErrInvalid, i)
 			}
 		default:
-			return fmt.Errorf("complete: outcome %d: unknown kind %d", i, o.Kind)
+			return fmt.Errorf("complete: %w: outcome %d: unknown kind %d", store.ErrInvalid, i, o.Kind)
 		}
 		if len(o.State) > 0 && !json.Valid(o.State) {
-			return fmt.Errorf("complete: outcome %d: state is not valid JSON", i)
+			return fmt.Errorf("complete: %w: outcome %d: state is not valid JSON", store.ErrInvalid, i)
 		}
 		if len(o.Result) > 0 && !json.Valid(o.Result) {
-			return fmt.Errorf("complete: outcome %d: result is not valid JSON", i)
+			return fmt.Errorf("complete: %w: outcome %d: result is not valid JSON", store.ErrInvalid, i)
 		}
 		if o.SetKey && o.Key != "" {
 			if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-				return fmt.Errorf("complete: outcome %d: %w", i, err)
+				return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, err)
 			}
 		}
 	}
@@ -477,7 +480,7 @@ func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
 }
 
-func mapKeys(m map[string]bool) []string {
+func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

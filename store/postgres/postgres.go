@@ -65,6 +65,7 @@ type Store struct {
 	// and unique keys, so that schemas sharing a database do not contend.
 	keySalt    int64
 	uniqueSalt int64
+	queueSalt  int64
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
 }
@@ -105,6 +106,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		channel:    Channel(opts.Schema),
 		keySalt:    lockSalt(opts.Schema, saltKeys),
 		uniqueSalt: lockSalt(opts.Schema, saltUnique),
+		queueSalt:  lockSalt(opts.Schema, saltQueues),
 	}, nil
 }
 
@@ -146,11 +148,13 @@ func Channel(schema string) string {
 
 // Advisory lock purposes; each salts the lock hashes differently.
 const (
-	saltKeys    = "keys"
-	saltUnique  = "unique"
-	saltMigrate = "migrate"
-	saltLimits  = "limits"
-	saltChannel = "channel"
+	saltKeys     = "keys"
+	saltUnique   = "unique"
+	saltMigrate  = "migrate"
+	saltLimits   = "limits"
+	saltChannel  = "channel"
+	saltPolicies = "policies"
+	saltQueues   = "queues"
 )
 
 // lockSalt derives a stable 64-bit value from a schema and a purpose.
@@ -219,6 +223,17 @@ func pgCode(err error) (code, constraint string) {
 const (
 	codeUniqueViolation = "23505"
 )
+
+// refused marks an error of class 22 (data exception: text with a NUL byte,
+// JSON that jsonb cannot hold, a number out of range) as store.ErrInvalid,
+// so that callers can tell a value PostgreSQL will never accept from a
+// database that is unreachable.
+func refused(err error) error {
+	if code, _ := pgCode(err); len(code) == 5 && code[:2] == "22" {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	return err
+}
 
 // instanceRow is a scanned instance with the columns the contract's
 // Instance does not carry.

@@ -152,6 +152,24 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		})
 		return err
 	})
+	b.Queue(s.q(sqlKeyRate), key).Query(func(rows pgx.Rows) error {
+		var (
+			limit, burst int
+			periodUS     int64
+			perKey       bool
+			credit       *int64
+			at           *time.Time
+		)
+		_, err := pgx.ForEachRow(rows, []any{&limit, &periodUS, &burst, &perKey, &credit, &at}, func() error {
+			info.RateLimit = &gate.RateLimit{Name: gate.NameOf(key), Limit: limit, Period: time.Duration(periodUS) * time.Microsecond,
+				Burst: burst, PerKey: perKey}
+			if credit != nil {
+				info.Bucket = &gate.Bucket{Credit: *credit, At: *at}
+			}
+			return nil
+		})
+		return err
+	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
 	}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/godurable/godurable/store"
@@ -26,10 +25,10 @@ func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.Sign
 		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, store.ErrNotFound)
 	}
 	if req.Name == "" {
-		return store.SignalResult{}, errors.New("signal: empty name")
+		return store.SignalResult{}, fmt.Errorf("signal: %w: empty name", store.ErrInvalid)
 	}
 	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
-		return store.SignalResult{}, errors.New("signal: payload is not valid JSON")
+		return store.SignalResult{}, fmt.Errorf("signal: %w: payload is not valid JSON", store.ErrInvalid)
 	}
 	var (
 		found, stored bool
@@ -54,7 +53,7 @@ func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.Sign
 		return err
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, err)
+		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, refused(err))
 	}
 	switch {
 	case !found:

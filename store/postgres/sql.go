@@ -48,20 +48,33 @@ const (
 	// received due rows. $14 is the notification channel.
 	sqlInsert = `
 WITH t AS (SELECT now() AS now),
-ins AS (
-    INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-        key, key_intent, run_at, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
-    SELECT x.id, x.workflow, x.version, x.queue, x.priority,
-           CASE WHEN coalesce(x.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END,
-           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, coalesce(x.run_at, t.now),
-           nullif(x.unique_key, ''),
-           CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
-           x.parent_id, x.join_gen, t.now, t.now
+x AS (
+    SELECT x.*, coalesce(x.run_at, t.now) AS at, coalesce(x.run_at, t.now) <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
                 $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
                               run_at, unique_key, unique_statuses, parent_id, join_gen, ord)
     CROSS JOIN t
+),
+b AS (
+    SELECT g.queue, g.priority, g.key, {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+    FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
+),
+ins AS (
+    INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
+        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
+    SELECT x.id, x.workflow, x.version, x.queue, x.priority,
+           CASE WHEN x.due THEN 'ready' ELSE 'scheduled' END,
+           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
+           CASE WHEN NOT x.due THEN NULL
+                WHEN x.key = '' THEN b.base
+                ELSE b.base + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1
+           END,
+           nullif(x.unique_key, ''),
+           CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
+           x.parent_id, x.join_gen, t.now, t.now
+    FROM x CROSS JOIN t
+    LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
     ORDER BY x.ord
     RETURNING queue, status
 )
@@ -91,14 +104,25 @@ CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
 
 // Claim: the statements of the admission transaction (see admission.go).
 const (
-	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick path.
+	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick
+	// path, giving each a round unless it kept one (a row rescheduled for a
+	// rate limit token): rows of one key take consecutive rounds.
 	sqlPromoteScheduled = `
 WITH d AS MATERIALIZED (
-    SELECT id FROM {schema}.instances
+    SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
     WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-    ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($2::timestamptz, now())
-WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
+    ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
+b AS (
+    SELECT g.priority, g.key, {schema}.fresh_round($1, g.priority, g.key) AS base
+    FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
+),
+r AS (
+    SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
+               row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1 END) AS round
+    FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
+)
+UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
+FROM r WHERE i.id = r.id AND i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
 	sqlFireQueueTimers = `
@@ -109,31 +133,76 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    updated_at = coalesce($2::timestamptz, now())
+    round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
-	// queue in admission order, with their key's limit (NULL: K = 1). Keyless
-	// rows ($5 of them: each is admitted) and keyed rows ($4) are read from
-	// their own indexes and merged, so that keyed rows waiting for their keys
-	// never push keyless rows out of the window.
+	// queue in claim order, with their key's limit (NULL: K = 1) and rate
+	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
+	// capacity) and keyed rows ($4) are read from their own indexes and
+	// merged, so that keyed rows waiting for their keys never push keyless
+	// rows out of the window.
 	sqlClaimCandidates = `
 WITH free AS (
-    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-    ORDER BY priority, run_at, seq
+    ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
 keyed AS (
-    SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-    ORDER BY priority, run_at, seq
+    ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
-SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards
+SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
 FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
-ORDER BY c.priority, c.run_at, c.seq`
+LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
+ORDER BY c.priority, c.round, c.run_at, c.seq`
+
+	// sqlClaimContext returns the claim's now and the queue's policy (NULLs: none).
+	sqlClaimContext = `
+SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key
+FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
+
+	// sqlQueueLock serializes the claims of a queue that has a policy, so
+	// that each counts the executing rows the others committed.
+	sqlQueueLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, $2::bigint))`
+
+	// sqlQueueActive counts the executing rows of a queue and, per key of
+	// $2, of that key in the queue. It runs after sqlQueueLock, as its own
+	// statement, so that its snapshot sees every claim committed before.
+	sqlQueueActive = `
+SELECT '', (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing')
+UNION ALL
+SELECT k, (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing' AND key = k)
+FROM unnest($2::text[]) AS k`
+
+	// sqlBucketsLock creates missing rate buckets (full, as of $3) and locks
+	// every bucket of the list, in list order (sorted by the caller).
+	sqlBucketsLock = `
+INSERT INTO {schema}.rate_buckets AS b (bucket, credit, updated_at)
+SELECT x.bucket, x.credit, $3::timestamptz
+FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS x(bucket, credit, ord)
+ORDER BY x.ord
+ON CONFLICT (bucket) DO UPDATE SET credit = b.credit WHERE false`
+
+	// sqlBucketsRead reads the buckets this transaction has locked.
+	sqlBucketsRead = `SELECT bucket, credit, updated_at FROM {schema}.rate_buckets WHERE bucket = ANY ($1::text[])`
+
+	// sqlBucketsSet stores the buckets a claim took tokens from.
+	sqlBucketsSet = `
+UPDATE {schema}.rate_buckets b SET credit = d.credit, updated_at = d.at
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS d(bucket, credit, at)
+WHERE b.bucket = d.bucket`
+
+	// sqlThrottle reschedules window rows that found their rate bucket
+	// empty to when their token is due; they keep their round.
+	sqlThrottle = `
+UPDATE {schema}.instances i SET status = 'scheduled', run_at = d.at, updated_at = $3::timestamptz
+FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
+WHERE i.id = d.id AND i.status = 'ready'`
 
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
@@ -288,6 +357,9 @@ UPDATE {schema}.instances i SET
     result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
+    round = CASE WHEN o.kind = 1 AND coalesce(o.run_at, t.now) <= t.now
+                 THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
+            END,
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
 FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
@@ -326,6 +398,7 @@ w AS (
     SET pending_children = greatest(0, p.pending_children - d.n),
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
     WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
@@ -342,7 +415,8 @@ w AS (
     UPDATE {schema}.instances p
     SET pending_children = d.n,
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
-        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END
+        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
     WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
@@ -356,7 +430,7 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        updated_at = coalesce($2::timestamptz, now())
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
@@ -377,12 +451,18 @@ FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::times
 JOIN {schema}.instances i ON i.id = x.id
 ORDER BY x.ord`
 
-	// sqlHeartbeat extends the leases of claims the worker still holds.
+	// sqlHeartbeat extends the leases of claims the worker still holds,
+	// locking the rows in id order like every other multi-row transition (a
+	// plain join locked them in plan order and deadlocked with Complete).
 	sqlHeartbeat = `
 UPDATE {schema}.instances i
 SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
-FROM unnest($2::uuid[], $3::bigint[]) AS c(id, fence)
-WHERE i.id = c.id AND i.id = ANY ($2::uuid[]) AND i.worker = $1 AND i.fence = c.fence AND i.status = 'executing'
+FROM (SELECT c.id
+      FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      ORDER BY c.id FOR UPDATE OF c) o
+WHERE i.id = o.id
 RETURNING i.id::text`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
@@ -420,7 +500,8 @@ WITH w AS (
     UPDATE {schema}.instances
     SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
-        await_signal = NULL, result = NULL, updated_at = coalesce($2::timestamptz, now())
+        await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
+        updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING queue, parent_id, join_gen
 ),
@@ -458,7 +539,7 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        updated_at = coalesce($2::timestamptz, now())
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
@@ -479,7 +560,7 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        updated_at = coalesce($1::timestamptz, now())
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($1::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
@@ -511,6 +592,13 @@ SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at =
 FROM o
 WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+
+	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
+	// rows of theirs left executing, so capacity may have freed for claims
+	// waiting in other engines.
+	sqlNotifyPolicyQueues = `
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = q)`
 
 	// sqlNotifyQueues notifies each queue of $1.
 	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
@@ -595,17 +683,43 @@ DELETE FROM {schema}.instances WHERE id IN (
     LIMIT $2)`
 )
 
-// Limits.
+// Limits, rate limits and queue policies: desired state per namespace.
 const (
 	sqlLimitsLock = `SELECT pg_advisory_xact_lock($1::bigint)`
 
 	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
 
+	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
+
+	// sqlLimitsReplace makes the stored limits exactly the given list.
 	sqlLimitsReplace = `
 WITH d AS (DELETE FROM {schema}.limits WHERE name <> ALL ($1::text[]))
-INSERT INTO {schema}.limits (name, "limit", shards)
-SELECT * FROM unnest($1::text[], $2::int[], $3::int[])
-ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards`
+INSERT INTO {schema}.limits (name, "limit", shards, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
+
+	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
+
+	// sqlRatesReplace makes the stored rate limits exactly the given list.
+	sqlRatesReplace = `
+WITH d AS (DELETE FROM {schema}.rate_limits WHERE name <> ALL ($1::text[]))
+INSERT INTO {schema}.rate_limits (name, "limit", period_us, burst, per_key, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::int[], $5::bool[], $6::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", period_us = excluded.period_us,
+    burst = excluded.burst, per_key = excluded.per_key, namespace = excluded.namespace`
+
+	// sqlBucketsDrop deletes the buckets of names ($1) whose rate limit went
+	// away or changed scope.
+	sqlBucketsDrop = `DELETE FROM {schema}.rate_buckets WHERE split_part(bucket, ':', 1) = ANY ($1::text[])`
+
+	// sqlBucketsRescale keeps the tokens of the buckets of a name whose rate
+	// limit changed: credit × new token credit / old token credit, rounded
+	// down, at most the new capacity (see gate.RateLimit.Rescale).
+	sqlBucketsRescale = `
+UPDATE {schema}.rate_buckets b
+SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigint
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
+WHERE split_part(b.bucket, ':', 1) = d.name`
 
 	// sqlSlotsOfNames locks the counters of keys with the given names, in order.
 	sqlSlotsOfNames = `
@@ -616,6 +730,40 @@ WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 SELECT key_name, count(*) FROM {schema}.instances
 WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
+
+	sqlPoliciesAll = `
+SELECT queue, namespace, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies ORDER BY queue`
+
+	// sqlPoliciesSync deletes the namespace's ($1) policies not in the list
+	// (unless $5, keep omitted) and upserts the list.
+	sqlPoliciesSync = `
+WITH d AS (DELETE FROM {schema}.queue_policies
+           WHERE namespace = $1 AND NOT $5::bool AND queue <> ALL ($2::text[]))
+INSERT INTO {schema}.queue_policies (queue, namespace, max_active, max_active_per_key, updated_at)
+SELECT q, $1, m, nullif(k, 0), now() FROM unnest($2::text[], $3::int[], $4::int[]) AS x(q, m, k)
+ON CONFLICT (queue) DO UPDATE SET max_active = excluded.max_active,
+    max_active_per_key = excluded.max_active_per_key, updated_at = now()
+WHERE queue_policies.namespace = $1 AND (queue_policies.max_active, queue_policies.max_active_per_key)
+      IS DISTINCT FROM (excluded.max_active, excluded.max_active_per_key)`
+
+	// sqlBlockedKeysIn lists the distinct keys with blocked rows in the given queues.
+	sqlBlockedKeysIn = `
+SELECT DISTINCT i.key, l."limit" IS NOT NULL FROM {schema}.instances i
+LEFT JOIN {schema}.limits l ON l.name = i.key_name
+WHERE i.status = 'blocked' AND i.queue = ANY ($1::text[]) ORDER BY i.key`
+
+	// sqlBucketsCollect deletes up to $2 buckets that are full at $1 (a
+	// missing bucket starts full: deleting grants nothing unearned) or whose
+	// name has no rate limit of the bucket's scope.
+	sqlBucketsCollect = `
+DELETE FROM {schema}.rate_buckets WHERE bucket IN (
+    SELECT b.bucket FROM {schema}.rate_buckets b
+    LEFT JOIN {schema}.rate_limits r
+           ON r.name = split_part(b.bucket, ':', 1) AND r.per_key = (strpos(b.bucket, ':') > 0)
+    WHERE r.name IS NULL
+       OR b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($1::timestamptz, now()) - b.updated_at) * 1000000))
+              * r."limit" >= r.burst::numeric * r.period_us
+    LIMIT $2)`
 )
 
 // Reads.
@@ -659,6 +807,13 @@ ORDER BY run_at, seq LIMIT 1`
 
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
+	// sqlKeyRate is the rate limit of a key's name and the bucket the key draws from.
+	sqlKeyRate = `
+SELECT r."limit", r.period_us, r.burst, r.per_key, b.credit, b.updated_at
+FROM {schema}.rate_limits r
+LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
+WHERE r.name = split_part($1, ':', 1)`
+
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
 )
 
@@ -684,6 +839,9 @@ FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
 	// sqlHealthNow is the time Health measures ages from: $1, or the
 	// transaction's now().
 	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthPolicies lists the queue policies.
+	sqlHealthPolicies = `SELECT queue, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies`
 
 	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
 	// read that runs often and must not take cores from the claims.
@@ -723,6 +881,21 @@ r AS (
                         FROM {schema}.key_slots WHERE key = e.key) s
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthRates reports, per rate limit, its stored buckets and those
+	// with no whole token at $2, over at most $1 buckets of the name (the
+	// primary key index, in bucket order).
+	sqlHealthRates = `
+SELECT r.name, r."limit", r.period_us, r.burst, r.per_key, x.n, x.empty
+FROM {schema}.rate_limits r
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           count(*) FILTER (WHERE b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($2::timestamptz, now()) - b.updated_at) * 1000000))
+                                  * r."limit" < r.period_us) AS empty
+    FROM (SELECT bucket, credit, updated_at FROM {schema}.rate_buckets
+          WHERE CASE WHEN r.per_key THEN bucket >= r.name || ':' AND bucket < r.name || ';' ELSE bucket = r.name END
+          ORDER BY bucket LIMIT $1 + 1) b) x
+ORDER BY r.name`
 
 	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
 	// of the executing rows and of the first $1 waiting rows in key order

@@ -19,6 +19,7 @@ func (h *harness) health(now time.Time) store.Health {
 	require.NotNil(h.t, hl.Queues, "queues is [] when empty, never null")
 	require.NotNil(h.t, hl.Gates, "gates is [] when empty, never null")
 	require.NotNil(h.t, hl.Warnings, "warnings is [] when empty, never null")
+	require.NotNil(h.t, hl.RateLimits, "rate_limits is [] when empty, never null")
 	return hl
 }
 
@@ -61,7 +62,7 @@ var healthTests = []test{
 		require.Empty(h.t, hl.Warnings)
 		b, err := json.Marshal(hl)
 		require.NoError(h.t, err)
-		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[]}`, string(b))
+		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[],"rate_limits":[]}`, string(b))
 
 		h.insert(inst(""))
 		b, err = json.Marshal(h.queueHealth(h.health(at(0)), queue))
@@ -69,10 +70,10 @@ var healthTests = []test{
 		var fields map[string]any
 		require.NoError(h.t, json.Unmarshal(b, &fields))
 		for _, f := range []string{"queue", "ready", "scheduled", "blocked", "executing", "awaiting", "failed",
-			"oldest_ready_ns", "max_active", "active"} {
+			"oldest_ready_ns", "max_active", "max_active_per_key", "active"} {
 			require.Contains(h.t, fields, f, "queue health JSON field")
 		}
-		require.Len(h.t, fields, 10, "no undocumented queue field: %s", b)
+		require.Len(h.t, fields, 11, "no undocumented queue field: %s", b)
 	}},
 	{"health/ready and scheduled split at now, with the oldest ready age", func(h *harness) {
 		old := inst("")

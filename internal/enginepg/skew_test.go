@@ -1,0 +1,145 @@
+package enginepg
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
+)
+
+// fakeClock is a clock both engines of a test share; PostgreSQL receives its
+// time as every statement's "now".
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func versioned(version int, steps_ ...string) *durable.Workflow[num] {
+	wf := durable.NewWorkflow[num]("skew", steps_[0], durable.WorkflowOptions{Version: version})
+	for i, name := range steps_ {
+		next := ""
+		if i+1 < len(steps_) {
+			next = steps_[i+1]
+		}
+		wf.Step(name, func(ctx steps.Context, s num) (transitions.Transition, error) {
+			s.N = s.N*10 + version
+			if next == "" {
+				return transitions.Done(s.N), nil
+			}
+			return transitions.Next(next, s), nil
+		})
+	}
+	return wf
+}
+
+// TestDeploymentSkew runs an old worker (version 1 of "skew" only) and a new
+// one (versions 1 and 2, a step "extra" that version 1 does not have, and a
+// workflow the old worker has never heard of) on one database, as during a
+// rolling deploy. The old worker never claims the workflow it does not know;
+// an instance of a version or step it does not know is handed back, with
+// its state, attempt and key untouched and the reason in its last error and
+// history, for the new worker to run. Nothing fails.
+func TestDeploymentSkew(t *testing.T) {
+	st, _ := pgStore(t)
+	ctx := waitCtx(t, 60*time.Second)
+	clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	only := durable.NewWorkflow[num]("only-new", "s", durable.WorkflowOptions{})
+	only.Step("s", func(ctx steps.Context, s num) (transitions.Transition, error) { return transitions.Done(42), nil })
+
+	old := engine(t, durable.Config{Store: st, Clock: clock, WorkerID: "old", Lease: time.Hour}, versioned(1, "a", "b"))
+	fresh := engine(t, durable.Config{Store: st, Clock: clock, WorkerID: "new", Lease: time.Hour},
+		versioned(1, "a", "b"), versioned(2, "a", "extra", "b"), only)
+
+	v1, err := old.Insert(ctx, "skew", num{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	v2, err := fresh.Insert(ctx, "skew", num{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	unknown, err := fresh.Insert(ctx, "only-new", num{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	_, err = old.Insert(ctx, "only-new", num{}, durable.InsertOptions{})
+	require.ErrorIs(t, err, durable.ErrUnknownWorkflow)
+
+	startEngine(t, old)
+	n, err := durable.Result[int](ctx, old, v1)
+	require.NoError(t, err, "the old worker runs what it knows")
+	assert.Equal(t, 11, n)
+	require.Eventually(t, func() bool {
+		h, err := st.History(ctx, v2)
+		return err == nil && len(h) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the old worker claims the v2 instance and hands it back")
+	in, err := st.Get(ctx, v2)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusReady, in.Status, "handed back, not failed")
+	assert.Equal(t, "a", in.Step)
+	assert.Zero(t, in.Attempt, "its attempt is untouched")
+	assert.Contains(t, in.LastError, `unknown workflow "skew" version 2 is not registered on worker old`)
+	assert.True(t, in.RunAt.After(clock.Now()), "offered again later, to a worker that may know it")
+	h, err := st.History(ctx, v2)
+	require.NoError(t, err)
+	assert.Equal(t, "skipped", h[0].Outcome)
+	in, err = st.Get(ctx, unknown)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusReady, in.Status, "a workflow the old worker does not know is never claimed by it")
+	assert.Empty(t, in.Worker)
+	h, err = st.History(ctx, unknown)
+	require.NoError(t, err)
+	assert.Empty(t, h)
+
+	startEngine(t, fresh)
+	n, err = durable.Result[int](ctx, fresh, unknown)
+	require.NoError(t, err)
+	assert.Equal(t, 42, n)
+	// Time passes (the hand-back delay); while both workers run, the old one
+	// may claim the instance again and hand it back again, until the new
+	// one gets it.
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		n, err := durable.Result[int](ctx, fresh, v2)
+		res <- result{n, err}
+	}()
+	var r result
+wait:
+	for {
+		select {
+		case r = <-res:
+			break wait
+		case <-time.After(100 * time.Millisecond):
+			clock.Advance(time.Minute)
+		}
+	}
+	n, err = r.n, r.err
+	require.NoError(t, err, "the new worker runs the v2 instance")
+	assert.Equal(t, 222, n, "all three steps ran on version 2")
+	h, err = st.History(ctx, v2)
+	require.NoError(t, err)
+	workers := map[string]int{}
+	for _, e := range h {
+		if e.Outcome != "skipped" {
+			workers[e.Worker]++
+		}
+	}
+	assert.Equal(t, map[string]int{"new": 3}, workers)
+}
