@@ -50,16 +50,17 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 		b.Queue(s.q(sqlHealthNow), tsArg(now)).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
 		b.Queue(s.q(sqlHealthReady), tsArg(now)).Query(func(rows pgx.Rows) error {
 			var (
-				name             string
-				ready, scheduled int64
-				min              *time.Time
+				name       string
+				all, later int64
+				first      time.Time
 			)
-			_, err := pgx.ForEachRow(rows, []any{&name, &ready, &scheduled, &min}, func() error {
+			_, err := pgx.ForEachRow(rows, []any{&name, &all, &later, &first}, func() error {
 				q := qh(name)
-				q.Ready += ready
-				q.Scheduled += scheduled
-				if o, ok := oldest[name]; min != nil && (!ok || min.Before(o)) {
-					oldest[name] = *min
+				q.Ready += all - later
+				q.Scheduled += later
+				// The earliest run time is a due row's when any is due.
+				if o, ok := oldest[name]; all > later && (!ok || first.Before(o)) {
+					oldest[name] = first
 				}
 				return nil
 			})

@@ -821,24 +821,19 @@ WHERE r.name = split_part($1, ':', 1)`
 // other than failed ones are never read. They run in one read-only
 // snapshot (see health.go).
 const (
-	// sqlHealthReady counts the ready and delayed rows of each queue, split
-	// at $1 (NULL: the transaction's now()), with the oldest due run time.
-	// Each part reads one partial index (index only): the keyless and keyed
-	// pick indexes and the delayed rows' index.
+	// sqlHealthReady counts, per queue, the ready and delayed rows, those
+	// whose run time is after $1 (NULL: the transaction's now()), and their
+	// earliest run time (a due row's when it is not after $1). Each part
+	// reads one partial index (index only): the keyless and keyed pick
+	// indexes and the delayed rows' index.
 	sqlHealthReady = `
-SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
-       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
-       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
 FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
 UNION ALL
-SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
-       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
-       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
 FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
 UNION ALL
-SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
-       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
-       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
 FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
 
 	// sqlHealthNow is the time Health measures ages from: $1, or the
