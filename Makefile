@@ -8,15 +8,21 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 CHAOS_FLAGS ?=
 
-.PHONY: all demo test lint bench fuzz fuzz-short chaos
+.PHONY: all demo demo-pg test lint bench fuzz fuzz-short chaos
 
 all: lint test
 
-## demo: run both example services on the in-memory store
+## demo: run both example services on the in-memory store (no database needed)
 demo:
-	$(GO) run ./examples/accountsync
+	DATABASE_URL= $(GO) run ./examples/accountsync
 	@echo
-	$(GO) run ./examples/stripecharge
+	DATABASE_URL= $(GO) run ./examples/stripecharge
+
+## demo-pg: the same on PostgreSQL (DATABASE_URL, default the local server)
+demo-pg:
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} $(GO) run ./examples/accountsync
+	@echo
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} $(GO) run ./examples/stripecharge
 
 ## test: every package, with the race detector, no cache
 test:

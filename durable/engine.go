@@ -21,6 +21,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,10 +64,22 @@ type Config struct {
 	// Queues maps each queue this engine works to its number of executors
 	// (steps running at once in this process). Default {"default": 10}.
 	Queues map[string]int
+	// Namespace owns the Limits and RateLimits this engine syncs, and the
+	// policies Engine.SyncConcurrencyPolicies stores (default
+	// store.DefaultNamespace). Every engine of one service should use the
+	// same namespace; another namespace cannot take over what this one owns.
+	Namespace string
 	// Limits are the named key limits (gates). A key whose name has no limit
-	// runs at K = 1. They are stored with SyncLimits at Start, so every engine
+	// runs at K = 1. With RateLimits they are the namespace's desired state,
+	// stored with SyncKeyLimits at Start (limits the namespace owned and
+	// the configuration no longer names are removed), so every engine
 	// sharing the store enforces the last synced numbers.
 	Limits []gate.Limit
+	// RateLimits are token buckets by key name (a flow cap: how many steps
+	// of such keys start per period, fleet-wide, per name or per key). A
+	// step is admitted only when its key passes its gate and its rate limit,
+	// and neither is debited when the other refuses.
+	RateLimits []gate.RateLimit
 	// Strict turns prefix-capture warnings into errors: at Insert (an
 	// identity key captured by a limit, a gate key without a limit) and at
 	// Start (a limit change that alters live keys).
@@ -108,9 +121,18 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the engine's metrics (default: none).
 	MeterProvider metric.MeterProvider
+	// HealthInterval is the longest the gauges (queue depth, gate limit,
+	// active and blocked) reuse one Health snapshot: collections more
+	// frequent than this cost no store query (default 10s). A negative
+	// value registers no gauges: the numbers are fleet-wide, so one engine
+	// of a fleet reporting them is enough.
+	HealthInterval time.Duration
 }
 
 func (c *Config) setDefaults() error {
+	if c.Namespace == "" {
+		c.Namespace = store.DefaultNamespace
+	}
 	if c.Store == nil {
 		c.Store = memory.New(memory.Options{})
 	}
@@ -158,6 +180,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -175,6 +200,7 @@ type Engine struct {
 	st       store.Store
 	log      *slog.Logger
 	limits   gate.Limits
+	rates    gate.RateLimits
 	fakeTime bool
 
 	mu      sync.RWMutex
@@ -185,6 +211,10 @@ type Engine struct {
 	sched   *scheduler
 	flushed chan struct{} // closed and replaced after every committed flush
 	tel     *telemetry
+
+	staleOutcomes atomic.Int64
+	reconciled    reconcileState
+	healthCache   healthCache
 	outage  *storeOutage
 	// stopDone is closed when the first Stop has finished.
 	stopDone chan struct{}
@@ -199,17 +229,32 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
+	rates, err := gate.NewRateLimits(cfg.RateLimits)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
 	_, fake := cfg.Clock.(realClock)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("durable: telemetry: %w", err)
 	}
 	log := cfg.Logger.With("worker", cfg.WorkerID)
-	return &Engine{tel: tel,
-		cfg: cfg, st: cfg.Store, log: log, limits: limits, fakeTime: !fake,
+	e := &Engine{tel: tel,
+		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]bool{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
-	}, nil
+	}
+	if cfg.HealthInterval > 0 {
+		if err := tel.observeHealth(e.gaugeHealth); err != nil {
+			return nil, fmt.Errorf("durable: telemetry: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// gaugeHealth is the snapshot the gauges observe (see healthCache).
+func (e *Engine) gaugeHealth(ctx context.Context) (Health, bool) {
+	return e.healthCache.get(ctx, e.cfg.HealthInterval, e.Health)
 }
 
 // Store returns the engine's store.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -105,7 +106,7 @@ func TestPanicIsCaughtRetriedAndFails(t *testing.T) {
 		runs.Add(1)
 		panic("kaboom")
 	})
-	e := newEngine(t, durable.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, wf, counterWorkflow())
+	e := newEngine(t, durable.Config{Logger: textLogger(&logs)}, wf, counterWorkflow())
 	start(t, e)
 	ctx := waitCtx(t)
 	id, err := e.Insert(ctx, "boom", counter{}, durable.InsertOptions{})
@@ -180,7 +181,7 @@ func TestStrictModeRefusesPrefixCapture(t *testing.T) {
 	assert.NoError(t, err)
 
 	var logs bytes.Buffer
-	lax := newEngine(t, durable.Config{WorkerID: "lax-worker", Limits: []gate.Limit{{Name: "order", Limit: 5}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, counterWorkflow())
+	lax := newEngine(t, durable.Config{WorkerID: "lax-worker", Limits: []gate.Limit{{Name: "order", Limit: 5}}, Logger: textLogger(&logs)}, counterWorkflow())
 	for i := 0; i < 3; i++ {
 		_, err = lax.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})
 		require.NoError(t, err)
@@ -209,7 +210,7 @@ func TestStrictStartRefusesLimitChangeOnLiveKeys(t *testing.T) {
 	assert.Equal(t, 2, ls[0].Limit, "a refused change is not stored")
 
 	var logs bytes.Buffer
-	lax := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 9}}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Queues: map[string]int{"unused": 1}}, counterWorkflow())
+	lax := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 9}}, Logger: textLogger(&logs), Queues: map[string]int{"unused": 1}}, counterWorkflow())
 	require.NoError(t, lax.Start(ctx))
 	require.NoError(t, lax.Stop(ctx))
 	assert.Contains(t, logs.String(), "live_instances=1")
@@ -329,4 +330,15 @@ func TestErrorHandlerOverride(t *testing.T) {
 	assert.Equal(t, store.StatusFailed, in.Status)
 	assert.Equal(t, "nope", in.LastError)
 	assert.Equal(t, int32(2), calls.Load())
+}
+
+// textLogger logs as text into w without timestamps, so that a search of the
+// logs for a number never matches the clock.
+func textLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
 }

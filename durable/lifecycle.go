@@ -40,68 +40,80 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
+// syncLimits stores the configured limits and rate limits as the
+// namespace's desired state and warns, per key name, about changes that
+// alter live keys. In Strict mode such a change is refused before anything
+// is stored (a dry run of the same sync finds it).
 func (e *Engine) syncLimits(ctx context.Context) error {
+	want := store.KeyLimits{Limits: e.limits.All(), RateLimits: e.rates.All()}
 	if e.cfg.Strict {
-		// Check before writing: a refused change must not be stored.
-		stored, err := e.st.Limits(ctx)
+		res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want, store.SyncOptions{DryRun: true})
 		if err != nil {
-			return fmt.Errorf("durable: start: read limits: %w", err)
+			return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 		}
-		old, err := gate.NewLimits(stored)
-		if err != nil {
-			return fmt.Errorf("durable: start: stored limits: %w", err)
-		}
-		if changes := gate.Diff(old, e.limits); len(changes) > 0 {
-			live, err := e.liveByName(ctx, changes)
-			if err != nil {
-				return err
-			}
-			for _, c := range changes {
-				if live[c.Name] > 0 {
-					return fmt.Errorf("durable: start: %w", c.LiveWarning(live[c.Name]).Error())
-				}
-			}
+		for _, w := range liveWarnings(res) {
+			return fmt.Errorf("durable: start: %w", w.Error())
 		}
 	}
-	res, err := e.st.SyncLimits(ctx, e.limits.All())
+	res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want)
 	if err != nil {
-		return fmt.Errorf("durable: start: sync limits: %w", err)
+		return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 	}
-	for _, c := range res.Changes {
-		if n := res.Live[c.Name]; n > 0 {
-			w := c.LiveWarning(n)
-			e.mu.Lock()
-			e.warned[string(w.Kind)+"/"+w.Name] = true
-			e.mu.Unlock()
-			e.log.Warn("concurrency limit change alters live keys", "name", c.Name, "old_k", c.OldK, "new_k", c.NewK, "live_instances", n)
-		}
+	for _, w := range liveWarnings(res) {
+		e.recordWarning(w)
+		e.log.Warn("limit change alters live keys", "name", w.Name, "live_instances", w.Live, "detail", w.Message)
 	}
 	return nil
 }
 
-// liveByName counts live instances per changed key name, using SyncLimits'
-// dry run is not part of the contract, so it lists instances by key name.
-func (e *Engine) liveByName(ctx context.Context, changes []gate.Change) (map[string]int64, error) {
-	out := map[string]int64{}
-	for _, st := range []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting, store.StatusChildren} {
-		after := ""
-		for {
-			page, err := e.st.List(ctx, store.ListFilter{Status: st, AfterID: after, Limit: 1000})
-			if err != nil {
-				return nil, fmt.Errorf("durable: start: count live keys: %w", err)
-			}
-			for _, in := range page {
-				for _, c := range changes {
-					if in.Key != "" && gate.NameOf(in.Key) == c.Name {
-						out[c.Name]++
-					}
-				}
-			}
-			if len(page) < 1000 {
-				break
-			}
-			after = page[len(page)-1].ID
+// liveWarnings lists, by key name, the changes of res that affect live instances.
+func liveWarnings(res store.LimitsResult) []gate.Warning {
+	var out []gate.Warning
+	for _, c := range res.Changes {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
 		}
+	}
+	for _, c := range res.RateChanges {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
+		}
+	}
+	return out
+}
+
+// recordWarning remembers a live-keys warning for Warnings.
+func (e *Engine) recordWarning(w gate.Warning) {
+	e.mu.Lock()
+	e.warned[string(w.Kind)+"/"+w.Name] = true
+	e.mu.Unlock()
+}
+
+// SyncConcurrencyPolicies stores defs as the queue policies of the
+// engine's namespace (see store.Store): policies the namespace owned that
+// defs omits are removed unless opts say KeepOmitted, and a queue owned by
+// another namespace is an error wrapping store.ErrNamespaceConflict. Every
+// engine sharing the store applies a change from its next claim on: no
+// restart, no matching configuration needed. It returns the namespace's
+// stored policies.
+func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts ...store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	out, err := e.st.SyncConcurrencyPolicies(ctx, e.cfg.Namespace, defs, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
+	e.wakeAll()
+	return out, nil
+}
+
+// ListConcurrencyPolicies returns every stored queue policy, of every
+// namespace, sorted by queue.
+func (e *Engine) ListConcurrencyPolicies(ctx context.Context) ([]store.ConcurrencyPolicy, error) {
+	out, err := e.st.ListConcurrencyPolicies(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
 	}
 	return out, nil
 }
@@ -141,15 +153,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 
 // StaleOutcomes returns how many outcomes of this engine were discarded
 // because their claim was no longer current.
-func (e *Engine) StaleOutcomes() int64 {
-	e.mu.RLock()
-	s := e.sched
-	e.mu.RUnlock()
-	if s == nil {
-		return 0
-	}
-	return s.staleOutcomes.Load()
-}
+func (e *Engine) StaleOutcomes() int64 { return e.staleOutcomes.Load() }
 
 // TickReport is what one Tick did.
 type TickReport struct {
@@ -216,6 +220,8 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	for _, r := range res {
 		if r.Stale {
 			rep.Stale++
+			e.staleOutcomes.Add(1)
+			e.tel.stale.Add(ctx, 1)
 		}
 	}
 	return rep, nil

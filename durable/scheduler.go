@@ -49,8 +49,6 @@ type scheduler struct {
 	pickWG  sync.WaitGroup
 	flushWG sync.WaitGroup
 	bgWG    sync.WaitGroup
-
-	staleOutcomes atomic.Int64
 }
 
 type claimState struct {
@@ -405,7 +403,7 @@ func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 			out.ok()
 			for i, r := range res {
 				if r.Stale {
-					s.staleOutcomes.Add(1)
+					e.staleOutcomes.Add(1)
 					e.tel.stale.Add(context.Background(), 1)
 					e.log.Warn("stale outcome discarded: the claim was reaped or cancelled", "instance", r.ID)
 				}
@@ -568,20 +566,11 @@ func (s *scheduler) sweep() {
 
 func (s *scheduler) reconcile() {
 	e := s.e
-	retention := e.cfg.Retention
-	if retention < 0 {
-		retention = 0
-	}
-	rep, err := e.st.Reconcile(s.bgCtx, retention, e.storeNow())
-	if err != nil {
+	if _, err := e.reconcile(s.bgCtx); err != nil {
 		if s.bgCtx.Err() == nil && !errors.Is(err, context.Canceled) {
 			e.outage.fail("reconcile", err)
 		}
 		return
 	}
 	e.outage.ok()
-	if rep.CountersRepaired > 0 || rep.Promoted > 0 {
-		e.log.Info("reconciled", "counters_repaired", rep.CountersRepaired, "drift", rep.Drift, "promoted", rep.Promoted)
-		s.wakeAll()
-	}
 }

@@ -28,10 +28,14 @@ const (
 	AttrAttempt    = attribute.Key("durable.attempt")
 	AttrInstanceID = attribute.Key("durable.instance_id")
 	AttrGate       = attribute.Key("durable.gate")
+	// AttrState is the row state a queue depth gauge counts: ready,
+	// scheduled, blocked, executing, awaiting or failed.
+	AttrState = attribute.Key("durable.state")
 )
 
 // telemetry holds the engine's instruments.
 type telemetry struct {
+	meter        metric.Meter
 	tracer       trace.Tracer
 	steps        metric.Int64Counter
 	stale        metric.Int64Counter
@@ -48,7 +52,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 		mp = metricnoop.NewMeterProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	t := &telemetry{meter: m, tracer: tp.Tracer(instrumentationName)}
 	var err error
 	if t.steps, err = m.Int64Counter("durable.steps", metric.WithDescription("Steps run, by workflow, step, queue and outcome."), metric.WithUnit("{step}")); err != nil {
 		return nil, err
@@ -90,4 +94,68 @@ func (t *telemetry) endStep(ctx context.Context, span trace.Span, c store.Claime
 			t.queueLatency.Record(ctx, lat.Seconds(), metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrQueue.String(c.Queue)))
 		}
 	}
+}
+
+// observeHealth registers the gauges. Their callback reads snapshot, which
+// returns a cached Health (see Config.HealthInterval) or false when none
+// could be taken (nothing is observed then). Attributes are queue names,
+// gate names and row states: never a key's id.
+func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool)) error {
+	m := t.meter
+	depth, err := m.Int64ObservableGauge("durable.queue.depth",
+		metric.WithDescription("Rows of a queue by state: ready, scheduled, blocked, executing, awaiting, failed."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	oldest, err := m.Float64ObservableGauge("durable.queue.oldest_ready",
+		metric.WithDescription("How long the oldest ready row of a queue has been eligible."), metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	limit, err := m.Int64ObservableGauge("durable.gate.limit",
+		metric.WithDescription("The configured concurrency (K) per key of a gate name."), metric.WithUnit("{slot}"))
+	if err != nil {
+		return err
+	}
+	active, err := m.Int64ObservableGauge("durable.gate.active",
+		metric.WithDescription("Executing rows holding keys of a gate name."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	blocked, err := m.Int64ObservableGauge("durable.gate.blocked",
+		metric.WithDescription("Rows of keys of a gate name blocked waiting for a slot."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	saturated, err := m.Int64ObservableGauge("durable.gate.saturated_keys",
+		metric.WithDescription("Keys of a gate name with no free slot (counted up to a bound)."), metric.WithUnit("{key}"))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		h, ok := snapshot(ctx)
+		if !ok {
+			return nil
+		}
+		for _, q := range h.Queues {
+			qa := AttrQueue.String(q.Queue)
+			for _, d := range []struct {
+				state string
+				n     int64
+			}{{"ready", q.Ready}, {"scheduled", q.Scheduled}, {"blocked", q.Blocked}, {"executing", q.Executing},
+				{"awaiting", q.Awaiting}, {"failed", q.Failed}} {
+				o.ObserveInt64(depth, d.n, metric.WithAttributes(qa, AttrState.String(d.state)))
+			}
+			o.ObserveFloat64(oldest, q.OldestReady.Seconds(), metric.WithAttributes(qa))
+		}
+		for _, g := range h.Gates {
+			ga := metric.WithAttributes(AttrGate.String(g.Name))
+			o.ObserveInt64(limit, int64(g.Limit), ga)
+			o.ObserveInt64(active, g.Active, ga)
+			o.ObserveInt64(blocked, g.BlockedReady, ga)
+			o.ObserveInt64(saturated, int64(g.SaturatedKeys), ga)
+		}
+		return nil
+	}, depth, oldest, limit, active, blocked, saturated)
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
 )
 
 func TestTelemetrySpansAndMetricsCarryNoKeyValues(t *testing.T) {
@@ -101,4 +103,26 @@ func findSum(rm metricdata.ResourceMetrics, name string) int64 {
 		}
 	}
 	return n
+}
+
+func TestReapedLeasesAreCounted(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := waitCtx(t)
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, ReaperInterval: 20 * time.Millisecond}, counterWorkflow())
+		id, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{})
+		require.NoError(t, err)
+		// A worker claims and dies before its lease runs out.
+		res, err := st.Claim(ctx, store.ClaimRequest{Queue: durable.DefaultQueue, Worker: "ghost", Limit: 1, Lease: time.Millisecond})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1)
+		start(t, e)
+		n, err := durable.Result[int](ctx, e, id)
+		require.NoError(t, err, "the reaped row runs to the end")
+		assert.Equal(t, 3, n)
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		assert.Equal(t, int64(1), findSum(rm, "durable.leases.reaped"))
+	})
 }

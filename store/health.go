@@ -1,63 +1,104 @@
 package store
 
 import (
-	"context"
 	"time"
+
+	"github.com/godurable/godurable/gate"
 )
 
 // HealthScanLimit bounds the per-key work of a Health call: saturated keys
-// are counted up to this many (SaturatedKeysCapped tells when the limit was
-// reached), so Health costs the same with 10 keys or 10 million.
+// are counted up to this many (SaturatedKeysCapped tells when more exist),
+// and warnings are looked for among at most this many waiting rows, so
+// Health costs the same with 10 keys or 10 million.
 const HealthScanLimit = 1000
 
-// Health is a bounded-cost snapshot of the pressure in a store.
+// Health is a bounded-cost snapshot of the pressure in a store, taken at
+// one instant. Its JSON form is stable: every field is always present
+// (empty lists as []), durations are integer nanoseconds, and no field ever
+// carries a key's id or an instance id.
+//
+// Cost: Health counts rows through the partial indexes of each status, so
+// it never reads terminal rows other than failed ones, and its per-key work
+// is bounded by the executing rows (a fleet's executors) and HealthScanLimit.
 type Health struct {
-	// Queues, sorted by name: every queue with live rows or a policy.
+	// Queues, sorted by name: every queue with a ready, scheduled, blocked,
+	// executing, awaiting or failed row, or with a ConcurrencyPolicy.
 	Queues []QueueHealth `json:"queues"`
-	// Gates, sorted by name: every configured limit.
+	// Gates, sorted by name: every configured limit (see SyncLimits), even
+	// one no key uses yet.
 	Gates []GateHealth `json:"gates"`
+	// Warnings, sorted by kind then name, are prefix-capture findings among
+	// the executing rows and the waiting (ready or blocked) keyed rows, of
+	// which a backend may look at only HealthScanLimit: a key
+	// declared as an identity whose name has a limit (IdentityCaptured), a
+	// key declared as a gate whose name has none (GateWithoutLimit). They
+	// name key names, never key ids.
+	Warnings []gate.Warning `json:"warnings"`
+	// RateLimits, sorted by name: every stored rate limit.
+	RateLimits []RateHealth `json:"rate_limits"`
+}
+
+// RateHealth is the state of one rate limit.
+type RateHealth struct {
+	// Limit is the rate limit (name, tokens per period, burst, scope).
+	Limit gate.RateLimit `json:"limit"`
+	// Buckets counts the name's stored buckets (one for a limit per name;
+	// one per recently used key for a limit per key), up to HealthScanLimit;
+	// EmptyBuckets those with no whole token at the Health time: keys whose
+	// waiting rows are throttled. BucketsCapped is true when the name has
+	// more buckets than were counted. Idle buckets are deleted by the
+	// reconciler once full, so Buckets tracks the recently active keys.
+	Buckets       int  `json:"buckets"`
+	EmptyBuckets  int  `json:"empty_buckets"`
+	BucketsCapped bool `json:"buckets_capped"`
 }
 
 // QueueHealth is the state of one queue.
 type QueueHealth struct {
 	Queue string `json:"queue"`
-	// Ready rows are eligible now; Scheduled rows are ready with a future
-	// run time (retries, sleeps, delayed inserts).
+	// Ready rows are eligible now (run time at or before the Health time)
+	// and wait for a worker; Scheduled rows are ready with a future run time
+	// (retries, sleeps, delayed inserts).
 	Ready     int64 `json:"ready"`
 	Scheduled int64 `json:"scheduled"`
-	// Blocked rows are ready but wait for a slot of their key.
+	// Blocked rows are ready but wait for a slot of their key (off the pick
+	// path until a slot frees).
 	Blocked   int64 `json:"blocked"`
 	Executing int64 `json:"executing"`
-	// Awaiting counts rows parked on a signal or on children.
+	// Awaiting counts rows parked on a signal or a timer's timeout, and on
+	// children (awaiting_children).
 	Awaiting int64 `json:"awaiting"`
-	Failed   int64 `json:"failed"`
-	// OldestReady is how long the oldest eligible ready row has waited.
+	// Failed counts failed rows not yet removed by retention.
+	Failed int64 `json:"failed"`
+	// OldestReady is how long the oldest ready row (by run time) has been
+	// eligible: 0 when Ready is 0.
 	OldestReady time.Duration `json:"oldest_ready_ns"`
 	// MaxActive is the queue's fleet-wide limit (0: none); Active is the
-	// number of executing rows it counts.
-	MaxActive int   `json:"max_active"`
-	Active    int64 `json:"active"`
+	// number of executing rows it counts (every executing row of the queue).
+	// MaxActivePerKey is the policy's budget per key (0: none). A queue with
+	// a policy is listed even when it holds no row.
+	MaxActive       int   `json:"max_active"`
+	MaxActivePerKey int   `json:"max_active_per_key"`
+	Active          int64 `json:"active"`
 }
 
 // GateHealth is the state of one configured key limit.
 type GateHealth struct {
+	// Name is the key name the limit applies to; Limit is K per key and
+	// Shards the number of slot counters each key's K is split into.
 	Name   string `json:"name"`
 	Limit  int    `json:"limit"`
 	Shards int    `json:"shards"`
 	// Active is the number of executing rows holding keys of this name.
 	Active int64 `json:"active"`
-	// BlockedReady is the number of rows waiting for a slot of such a key.
+	// BlockedReady is the number of rows of keys of this name that are
+	// blocked waiting for a slot of their key.
 	BlockedReady int64 `json:"blocked_ready"`
-	// SaturatedKeys counts keys of this name with every slot taken, up to
-	// HealthScanLimit (SaturatedKeysCapped is then true).
+	// SaturatedKeys counts keys of this name that have executing rows and
+	// no free slot, up to HealthScanLimit; SaturatedKeysCapped is true when
+	// more keys than that are saturated.
 	SaturatedKeys       int  `json:"saturated_keys"`
 	SaturatedKeysCapped bool `json:"saturated_keys_capped"`
 	// HighestKeyActive is the most executing rows any one key of this name has.
 	HighestKeyActive int `json:"highest_key_active"`
-}
-
-// HealthReporter is implemented by stores that can report Health.
-type HealthReporter interface {
-	// Health reports queue and gate pressure at now (zero: the store's clock).
-	Health(ctx context.Context, now time.Time) (Health, error)
 }

@@ -24,6 +24,34 @@
 //     (status blocked) so that a saturated key's backlog never sits in front
 //     of other work; when a slot of its key frees, the next blocked row of the
 //     key (priority, then FIFO) is made ready again.
+//   - A queue with a ConcurrencyPolicy admits a row only while fewer than
+//     MaxActive rows of the queue execute (fleet-wide: every claimer of the
+//     store counts the same rows), and a keyed row only while fewer than
+//     MaxActivePerKey rows of its key execute in that queue. A row refused by
+//     MaxActive stays ready; one refused by MaxActivePerKey is blocked like a
+//     row of a full key. Rows without a key consume queue capacity only.
+//   - A key whose name has a gate.RateLimit is admitted only when its bucket
+//     (refilled to the claim's Now) holds a token. A row refused for want of
+//     a token is rescheduled (it stays ready, with RunAt set to when the
+//     bucket will hold a token for it) and keeps its place in its round.
+//   - Limits compose: a row is admitted only when it passes every one of
+//     them, and none of them is debited (no gate slot, no queue capacity, no
+//     token) for a row that another refused.
+//
+// # Order
+//
+// Within a priority, keys take turns. Every row made ready by an insert or
+// by its run time falling due gets a round: the queue's current round (the
+// lowest round among its ready rows of that priority, 0 when none) for a
+// row without a key; for a keyed row, the greater of the current round and
+// one past the highest round among the key's ready and blocked rows of that
+// queue and priority (rows of one key made ready together take consecutive
+// rounds in run_at, insertion order). Claims take rows in
+// (priority, round, run_at, insertion) order, so a key's backlog of any size
+// delays another key's new row by at most one round. Rows that become ready
+// again after running (next step, signal, timeout, children, release, reap,
+// retry) keep their round, so work in flight finishes before new work of
+// the same key starts.
 //
 // Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
 // rows (awaiting a signal, a timer or children) hold none.
@@ -40,6 +68,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -312,8 +341,17 @@ type KeyInfo struct {
 	Waiting    int
 	Blocked    int
 	NextInLine *Instance
+	// OldestWaiting is the waiting row with the earliest run time, ties in
+	// insertion order (nil when none): the one that has waited longest.
+	OldestWaiting *Instance
 	// Available is the sum of free slots over the key's counters (gates only).
 	Available int
+	// RateLimit is the rate limit of the key's name (nil: none). Bucket is
+	// the stored state of the bucket the key draws from (nil: none stored,
+	// which admits as a full bucket); refill it to a time with
+	// RateLimit.Refill to see its tokens then.
+	RateLimit *gate.RateLimit
+	Bucket    *gate.Bucket
 }
 
 // ReconcileReport is what one reconciler sweep did.
@@ -328,14 +366,103 @@ type ReconcileReport struct {
 	// terminal rows older than the retention removed.
 	CountersDeleted  int
 	InstancesDeleted int
+	// BucketsDeleted are rate buckets removed: full at now, or of a name
+	// that no longer has a rate limit of that scope.
+	BucketsDeleted int
 }
 
-// LimitsResult is what SyncLimits found.
+// LimitsResult is what SyncLimits and SyncKeyLimits found.
 type LimitsResult struct {
 	// Changes are the names whose K changed compared with the stored limits.
 	Changes []gate.Change
-	// Live counts, per changed name, non-terminal instances holding such keys.
+	// RateChanges are the names whose rate limit was added, removed or changed.
+	RateChanges []gate.RateChange
+	// Live counts, per changed name (either kind of change), non-terminal
+	// instances holding such keys.
 	Live map[string]int64
+}
+
+// DefaultNamespace owns the limits stored by SyncLimits, and is an engine's
+// namespace when its configuration names none.
+const DefaultNamespace = "default"
+
+// ErrNamespaceConflict is wrapped by a sync that names a queue or a key
+// name owned by another namespace; nothing of that sync is stored.
+var ErrNamespaceConflict = errors.New("owned by another namespace")
+
+// SyncOptions modify a desired-state sync.
+type SyncOptions struct {
+	// KeepOmitted keeps what the namespace owns but the sync omits
+	// (default: omitted entries are deleted).
+	KeepOmitted bool
+	// DryRun reports what the sync would change (and its errors) and stores
+	// nothing.
+	DryRun bool
+}
+
+// MergeSyncOptions folds a variadic option list into one.
+func MergeSyncOptions(opts []SyncOptions) SyncOptions {
+	var o SyncOptions
+	for _, x := range opts {
+		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
+		o.DryRun = o.DryRun || x.DryRun
+	}
+	return o
+}
+
+// KeyLimits is the desired state of the key limits one namespace owns.
+type KeyLimits struct {
+	// Limits are concurrency limits (gates) by key name.
+	Limits []gate.Limit `json:"limits"`
+	// RateLimits are rate limits (token buckets) by key name.
+	RateLimits []gate.RateLimit `json:"rate_limits"`
+}
+
+// ConcurrencyPolicy is a fleet-wide budget of one queue, stored in the
+// store and read by every claim of that queue, so that it holds however
+// many engines claim and changes take effect on the next claim.
+type ConcurrencyPolicy struct {
+	// Queue is the queue the policy applies to. One namespace owns it.
+	Queue string `json:"queue"`
+	// Namespace is the owner (set by the store on the rows it returns).
+	Namespace string `json:"namespace"`
+	// MaxActive is the most rows of the queue executing at once. At least 1.
+	MaxActive int `json:"max_active"`
+	// MaxActivePerKey, when positive, is the most rows of one key executing
+	// at once in the queue (the same key in another queue is independent).
+	// Zero: no per-key budget.
+	MaxActivePerKey int `json:"max_active_per_key,omitempty"`
+}
+
+// Validate checks a policy definition.
+func (p ConcurrencyPolicy) Validate() error {
+	switch {
+	case p.Queue == "":
+		return errors.New("concurrency policy: empty queue")
+	case p.MaxActive < 1:
+		return fmt.Errorf("concurrency policy %q: max active must be at least 1, got %d", p.Queue, p.MaxActive)
+	case p.MaxActivePerKey < 0:
+		return fmt.Errorf("concurrency policy %q: max active per key must not be negative, got %d", p.Queue, p.MaxActivePerKey)
+	}
+	return nil
+}
+
+// ValidatePolicies checks a namespace and its policy definitions (no queue twice).
+func ValidatePolicies(namespace string, defs []ConcurrencyPolicy) error {
+	if namespace == "" {
+		return errors.New("concurrency policies: empty namespace")
+	}
+	seen := map[string]bool{}
+	for _, d := range defs {
+		if err := d.Validate(); err != nil {
+			return err
+		}
+		if seen[d.Queue] {
+			return fmt.Errorf("concurrency policy %q defined twice", d.Queue)
+		}
+		seen[d.Queue] = true
+	}
+	return nil
 }
 
 // ListFilter selects instances for List.
@@ -346,7 +473,8 @@ type ListFilter struct {
 	Queue    string
 	// AfterID pages: only ids greater than AfterID (results are ordered by id).
 	AfterID string
-	Limit   int
+	// Limit caps the number of results (0: no limit).
+	Limit int
 }
 
 // Store is the storage contract. Every method is safe for concurrent use by
@@ -354,10 +482,33 @@ type ListFilter struct {
 // store's own clock.
 type Store interface {
 	// SyncLimits stores the named key limits every claim uses from now on and
-	// reports how they differ from the ones stored before.
+	// reports how they differ from the ones stored before. A lowered limit or
+	// a new shard count binds the next claim: rows already executing keep
+	// running and count against the new limit, so no new row of the key is
+	// admitted until the key is under it, with or without a Reconcile between.
+	// It is SyncKeyLimits for DefaultNamespace with that namespace's stored
+	// rate limits left as they are.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
-	// Limits returns the stored limits.
+	// Limits returns the stored limits of every namespace, sorted by name.
 	Limits(ctx context.Context) ([]gate.Limit, error)
+	// SyncKeyLimits makes the concurrency and rate limits namespace owns
+	// equal to want, atomically, and reports how the stored limits changed.
+	// Limits the namespace owns and want omits are deleted (unless
+	// KeepOmitted). A name whose limit of that kind another namespace owns
+	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,
+	// whoever owns them; every claim reads them, so every engine enforces
+	// the same numbers.
+	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts ...SyncOptions) (LimitsResult, error)
+	// RateLimits returns the stored rate limits of every namespace, sorted by name.
+	RateLimits(ctx context.Context) ([]gate.RateLimit, error)
+	// SyncConcurrencyPolicies makes the queue policies namespace owns equal
+	// to defs, atomically, and returns the namespace's stored policies
+	// sorted by queue. Policies the namespace owns and defs omits are
+	// deleted (unless KeepOmitted). A queue another namespace owns is
+	// ErrNamespaceConflict. A change applies from the next claim on.
+	SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []ConcurrencyPolicy, opts ...SyncOptions) ([]ConcurrencyPolicy, error)
+	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
+	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
 	// Insert inserts instances atomically: all or none (duplicates by unique
 	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
@@ -395,6 +546,9 @@ type Store interface {
 	History(ctx context.Context, id string) ([]HistoryEntry, error)
 	// KeyInfo explains a key: holders, waiters, slots.
 	KeyInfo(ctx context.Context, key string) (KeyInfo, error)
+	// Health reports queue and gate pressure at now (zero: the store's
+	// clock), at a cost bounded as Health documents.
+	Health(ctx context.Context, now time.Time) (Health, error)
 
 	// FireTimers makes awaiting rows whose timeout has passed ready (their
 	// next claim has TimedOut set) and returns how many.
@@ -407,8 +561,10 @@ type Store interface {
 	// predecessor with the same worker id), like Reap.
 	ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error)
 	// Reconcile repairs gate counters from the executing rows, promotes
-	// blocked rows whose key has room, deletes idle counters and terminal
-	// rows older than retention (0: keep forever).
+	// blocked rows whose key has room, deletes idle counters, deletes rate
+	// buckets that are full at now (a missing bucket starts full, so no
+	// unearned burst is granted) or whose name lost its rate limit, and
+	// deletes terminal rows older than retention (0: keep forever).
 	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
 
 	// Close releases the store's resources.

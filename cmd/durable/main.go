@@ -1,10 +1,23 @@
-// Command durable is the godurable operator CLI.
+// Command durable is the godurable operator CLI: what is running, what is
+// blocked and why, and the few actions that fix it, against the PostgreSQL
+// database the workers share.
 //
-//	durable migrate [-database-url URL] [-schema durable] [-down N]
+//	durable migrate  [-down N]                  apply (or revert) the schema migrations
+//	durable health   [-json]                    queues, gates and warnings at a glance
+//	durable ls       [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
+//	durable show     ID [-json]                 one instance: state, step, attempt, error, history
+//	durable signal   ID NAME [JSON] [-dedup K]  send a signal
+//	durable cancel   ID                         cancel a non-terminal instance
+//	durable retry    ID                         run a failed or canceled instance again
+//	durable limits   ls [-json]                 the stored key limits
+//	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
+//	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
+//	durable policies sync FILE -namespace NS    replace a namespace's queue policies
+//	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
 //
-// migrate brings the schema up to the latest version, or with -down N
-// reverts it to version N (0 removes every table). The database URL comes
-// from -database-url or, when that is empty, DATABASE_URL.
+// Every command takes -database-url (default $DATABASE_URL) and -schema
+// (default "durable"); flags may come before or after the arguments.
+// Errors go to stderr and the exit status is 1 (2 for a usage error).
 package main
 
 import (
@@ -16,88 +29,107 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/godurable/godurable/store/postgres"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "durable:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
-const usage = `usage: durable <command> [flags]
+const usage = `usage: durable <command> [arguments] [flags]
 
 commands:
-  migrate   apply (or with -down N, revert) the schema migrations
+  migrate              apply (or with -down N, revert) the schema migrations
+  health               queues, gates and warnings at a glance (-json for JSON)
+  ls                   list instances (-workflow, -status, -key, -queue, -after, -limit)
+  show ID              one instance: state, step, attempt, last error, history
+  signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
+  cancel ID            cancel a non-terminal instance
+  retry ID             run a failed or canceled instance again from its step
+  limits ls            list the stored key limits
+  limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
+                       with "rate_limits", the rate limits too; -namespace NS)
+  policies ls          list the stored queue policies (fleet-wide MaxActive, MaxActivePerKey)
+  policies sync FILE   replace a namespace's queue policies (-namespace NS, -keep-omitted, -dry-run)
+  explain KEY          who holds the key's slots, who waits, which limit blocks it
+
+every command takes:
+  -database-url URL    PostgreSQL connection string (default $DATABASE_URL)
+  -schema NAME         schema holding the tables (default "durable")
 `
+
+// usageError marks a command line that does not parse (exit status 2).
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// command is one subcommand: it parses its own flags from args.
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+var commands = map[string]command{
+	"migrate":  migrate,
+	"health":   health,
+	"ls":       list,
+	"show":     show,
+	"signal":   sendSignal,
+	"cancel":   cancel,
+	"retry":    retry,
+	"limits":   limits,
+	"policies": policies,
+	"explain":  explain,
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
+		return usagef("no command")
 	}
 	switch args[0] {
-	case "migrate":
-		return migrate(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
 	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprint(stderr, usage)
+		return usagef("unknown command %q", args[0])
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
 }
 
-func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("database-url", "", "PostgreSQL connection string (default $DATABASE_URL)")
-	schema := fs.String("schema", postgres.DefaultSchema, "schema holding the tables")
-	down := fs.Int("down", -1, "revert to this version instead of migrating up (0 removes every table)")
-	if err := fs.Parse(args); err != nil {
-		return err
+// parse parses fs's flags wherever they appear in args and returns the
+// other arguments in order; exactly want of them are required, or between
+// want and want+optional.
+func parse(fs *flag.FlagSet, args []string, want, optional int, names string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, usagef("%s: usage: durable %s %s [flags]", fs.Name(), fs.Name(), names)
+			}
+			return nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("migrate: unexpected argument %q", fs.Arg(0))
+	if len(pos) < want || len(pos) > want+optional {
+		return nil, usagef("%s: want %s, got %d argument(s)", fs.Name(), names, len(pos))
 	}
-	if *url == "" {
-		*url = os.Getenv("DATABASE_URL")
-	}
-	if *url == "" {
-		return errors.New("migrate: no database: pass -database-url or set DATABASE_URL")
-	}
-	pool, err := pgxpool.New(ctx, *url)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer pool.Close()
-
-	var done []int
-	if *down >= 0 {
-		done, err = postgres.MigrateDown(ctx, pool, *schema, *down)
-	} else {
-		done, err = postgres.Migrate(ctx, pool, *schema)
-	}
-	if err != nil {
-		return err
-	}
-	applied, err := postgres.AppliedVersions(ctx, pool, *schema)
-	if err != nil {
-		return err
-	}
-	verb := "applied"
-	if *down >= 0 {
-		verb = "reverted"
-	}
-	if len(done) == 0 {
-		fmt.Fprintf(stdout, "schema %s: nothing to do, at version %d\n", *schema, len(applied))
-		return nil
-	}
-	fmt.Fprintf(stdout, "schema %s: %s %v, now at version %d\n", *schema, verb, done, len(applied))
-	return nil
+	return pos, nil
 }

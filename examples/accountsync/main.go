@@ -14,7 +14,7 @@
 //
 //	go run ./examples/accountsync [-syncs 40] [-accounts 8]
 //
-// It runs on the in-memory store. See openStore for PostgreSQL.
+// It runs on the in-memory store, or on PostgreSQL when DATABASE_URL is set.
 package main
 
 import (
@@ -32,9 +32,9 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/examples/internal/exstore"
 	"github.com/godurable/godurable/examples/internal/inflight"
 	"github.com/godurable/godurable/store"
-	"github.com/godurable/godurable/store/memory"
 )
 
 func main() {
@@ -50,13 +50,13 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, closeStore, err := openStore(ctx)
+	st, closeStore, where, err := exstore.Open(ctx, "accountsync")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "accountsync:", err)
 		os.Exit(1)
 	}
 	defer closeStore()
-	o.Store = st
+	o.Store, o.StoreName = st, where
 	rep, err := Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "accountsync:", err)
@@ -68,29 +68,12 @@ func main() {
 	}
 }
 
-// openStore is the storage hook of this example: it returns the in-memory
-// store, and a function that closes it.
-//
-// ── PostgreSQL hook ───────────────────────────────────────────────────────
-// When DATABASE_URL is set this should open a pgx pool on it, run
-// postgres.Migrate(ctx, pool, schema) and return postgres.New(ctx, pool,
-// postgres.Options{}). store/postgres is being written in parallel and does
-// not exist on this branch yet, so for now DATABASE_URL is reported and the
-// in-memory store is used.
-// ──────────────────────────────────────────────────────────────────────────
-func openStore(ctx context.Context) (store.Store, func(), error) {
-	_ = ctx // the PostgreSQL store will need it
-	if os.Getenv("DATABASE_URL") != "" {
-		fmt.Fprintln(os.Stderr, "accountsync: DATABASE_URL is set, but store/postgres is not wired into this example yet; using the in-memory store")
-	}
-	st := memory.New(memory.Options{})
-	return st, func() { _ = st.Close() }, nil
-}
-
 // Options configures one run of the service.
 type Options struct {
 	// Store is where the engine keeps everything (see openStore).
 	Store store.Store
+	// StoreName describes Store in the output (default: in-memory store).
+	StoreName string
 	// Syncs are spread round-robin over Accounts accounts.
 	Syncs    int
 	Accounts int
@@ -206,7 +189,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	rep := &Report{Syncs: o.Syncs, Accounts: o.Accounts, Executors: o.Executors, StepCounts: map[string]int{},
-		StoreName: storeName(o.Store)}
+		StoreName: o.storeName()}
 	syncs := map[string]int{}
 	var waitErr error
 	for _, id := range ids {
@@ -286,13 +269,6 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "elapsed: %s\n", r.Elapsed.Round(time.Millisecond))
 }
 
-func storeName(st store.Store) string {
-	if _, ok := st.(*memory.Store); ok {
-		return "in-memory store"
-	}
-	return fmt.Sprintf("%T", st)
-}
-
 var stepOrder = map[string]int{"fetch": 0, "apply": 1, "settle": 2, "wrap_up": 3}
 
 // simLedger plays the ledger: each submission is confirmed by a webhook
@@ -340,3 +316,10 @@ func (l *simLedger) Submit(_ context.Context, instanceID, account string, record
 
 // wait blocks until every scheduled webhook was sent.
 func (l *simLedger) wait() { l.pending.Wait() }
+
+func (o Options) storeName() string {
+	if o.StoreName == "" {
+		return "in-memory store"
+	}
+	return o.StoreName
+}

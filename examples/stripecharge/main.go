@@ -9,7 +9,7 @@
 //
 //	go run ./examples/stripecharge [-orders 60]
 //
-// It runs on the in-memory store. See openStore for PostgreSQL.
+// It runs on the in-memory store, or on PostgreSQL when DATABASE_URL is set.
 package main
 
 import (
@@ -28,10 +28,10 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/examples/internal/exstore"
 	"github.com/godurable/godurable/examples/internal/inflight"
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
-	"github.com/godurable/godurable/store/memory"
 )
 
 // DemoAccount is the Stripe account every demo charge goes to.
@@ -48,13 +48,13 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, closeStore, err := openStore(ctx)
+	st, closeStore, where, err := exstore.Open(ctx, "stripecharge")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stripecharge:", err)
 		os.Exit(1)
 	}
 	defer closeStore()
-	o.Store = st
+	o.Store, o.StoreName = st, where
 	rep, err := Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stripecharge:", err)
@@ -66,29 +66,12 @@ func main() {
 	}
 }
 
-// openStore is the storage hook of this example: it returns the in-memory
-// store, and a function that closes it.
-//
-// ── PostgreSQL hook ───────────────────────────────────────────────────────
-// When DATABASE_URL is set this should open a pgx pool on it, run
-// postgres.Migrate(ctx, pool, schema) and return postgres.New(ctx, pool,
-// postgres.Options{}). store/postgres is being written in parallel and does
-// not exist on this branch yet, so for now DATABASE_URL is reported and the
-// in-memory store is used.
-// ──────────────────────────────────────────────────────────────────────────
-func openStore(ctx context.Context) (store.Store, func(), error) {
-	_ = ctx // the PostgreSQL store will need it
-	if os.Getenv("DATABASE_URL") != "" {
-		fmt.Fprintln(os.Stderr, "stripecharge: DATABASE_URL is set, but store/postgres is not wired into this example yet; using the in-memory store")
-	}
-	st := memory.New(memory.Options{})
-	return st, func() { _ = st.Close() }, nil
-}
-
 // Options configures one run.
 type Options struct {
 	// Store is where the engine keeps everything (see openStore).
 	Store store.Store
+	// StoreName describes Store in the output (default: in-memory store).
+	StoreName string
 	// Orders is how many charges to run, one order each.
 	Orders int
 	// Executors is how many steps the engine runs at once.
@@ -185,7 +168,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	rep := &Report{Orders: o.Orders, Executors: o.Executors, StoreName: storeName(o.Store), Attempts: map[int]int{}}
+	rep := &Report{Orders: o.Orders, Executors: o.Executors, StoreName: o.storeName(), Attempts: map[int]int{}}
 	var waitErr error
 	for _, id := range ids {
 		receipt, err := durable.Result[Receipt](ctx, eng, id)
@@ -266,13 +249,6 @@ func attemptsLine(m map[int]int) string {
 	return strings.Join(parts, ", ") + " (charges × attempts)"
 }
 
-func storeName(st store.Store) string {
-	if _, ok := st.(*memory.Store); ok {
-		return "in-memory store"
-	}
-	return fmt.Sprintf("%T", st)
-}
-
 // simStripe plays Stripe: each call takes a random latency, a fraction is
 // answered with a 429, and an idempotency key charges once. It measures the
 // requests in flight per account from its own side.
@@ -316,4 +292,11 @@ func (s *simStripe) CreateCharge(ctx context.Context, idempotencyKey, account st
 	id := fmt.Sprintf("ch_%06d", s.next)
 	s.charged[idempotencyKey] = id
 	return id, nil
+}
+
+func (o Options) storeName() string {
+	if o.StoreName == "" {
+		return "in-memory store"
+	}
+	return o.StoreName
 }

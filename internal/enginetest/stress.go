@@ -39,8 +39,8 @@ func NewRecorder(limits gate.Limits) *Recorder {
 	return &Recorder{limits: limits, cur: map[string]int{}, max: map[string]int{}}
 }
 
-// Enter records a step starting under key ("" is ignored).
-func (r *Recorder) Enter(key string) {
+// enter records a step starting under key ("" is ignored).
+func (r *Recorder) enter(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.steps++
@@ -102,33 +102,49 @@ type StressOptions struct {
 	Timeout           time.Duration
 }
 
-// StressLimits are the limits a stress run uses.
-var StressLimits = []gate.Limit{{Name: "api", Limit: 3, Shards: 2}}
+// StressLimits are the limits a stress run uses: "api" keys are gates of 3
+// in 2 shards, the single "bulk:0" key a gate of 8 in 4 shards; "acct" keys
+// have no limit (K = 1).
+var StressLimits = []gate.Limit{{Name: "api", Limit: 3, Shards: 2}, {Name: "bulk", Limit: 8, Shards: 4}}
 
-// Stress runs o.Engines engines on stores from newStore (all sharing one
-// database) over random workflows and asserts the recorder saw no key over
-// its K, every instance is terminal, and every key is free with full
-// counters at the end.
-func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
-	limits, err := gate.NewLimits(StressLimits)
-	require.NoError(t, err)
-	rec := NewRecorder(limits)
-	key := func(r *rand.Rand) gate.ConcurrencyKey {
-		switch r.IntN(3) {
-		case 0:
-			return gate.Identity("acct", fmt.Sprint(r.IntN(o.AcctKeys)))
-		case 1:
-			return gate.Gate("api", fmt.Sprint(r.IntN(o.APIKeys)))
-		default:
-			return gate.ConcurrencyKey{}
-		}
+// StepRecorder observes step bodies: Enter is called with the key the step
+// was admitted under when the body starts, and the returned func when it ends.
+type StepRecorder interface {
+	Enter(key string) (exit func())
+}
+
+// Enter implements StepRecorder.
+func (r *Recorder) Enter(key string) func() {
+	r.enter(key)
+	return func() { r.Exit(key) }
+}
+
+// StressKey picks a random key: a K = 1 "acct" key, an "api" gate key, the
+// "bulk:0" gate key, or none.
+func StressKey(r *rand.Rand, o StressOptions) gate.ConcurrencyKey {
+	switch r.IntN(4) {
+	case 0:
+		return gate.Identity("acct", fmt.Sprint(r.IntN(o.AcctKeys)))
+	case 1:
+		return gate.Gate("api", fmt.Sprint(r.IntN(o.APIKeys)))
+	case 2:
+		return gate.Gate("bulk", "0")
+	default:
+		return gate.ConcurrencyKey{}
 	}
+}
+
+// StressWorkflow is the random workflow of a stress run: each step sleeps a
+// random while under its key, then goes on with the same key, releases it,
+// switches it, awaits a signal (with a timeout), sleeps, retries, fails or
+// panics, until it has run its Max steps. The choices are seeded by the
+// state, so a re-run step makes the same choice.
+func StressWorkflow(rec StepRecorder, o StressOptions) *durable.Workflow[StressState] {
 	wf := durable.NewWorkflow[StressState]("stress", "work", durable.WorkflowOptions{
 		Retry: steps.RetryPolicy{MaxAttempts: 1000, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond, RandomizationFactor: -1},
 	})
 	wf.Step("work", func(ctx steps.Context, s StressState) (transitions.Transition, error) {
-		rec.Enter(ctx.Key())
-		defer rec.Exit(ctx.Key())
+		defer rec.Enter(ctx.Key())()
 		r := rand.New(rand.NewPCG(s.Seed, uint64(s.Steps)*7919+uint64(ctx.Attempt())))
 		time.Sleep(time.Duration(r.IntN(1500)) * time.Microsecond)
 		s.Steps++
@@ -141,7 +157,7 @@ func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
 		case p < 40:
 			return transitions.Next("work", s, transitions.ReleaseKey()), nil
 		case p < 55:
-			return transitions.Next("work", s, transitions.SwitchKey(key(r))), nil
+			return transitions.Next("work", s, transitions.SwitchKey(StressKey(r, o))), nil
 		case p < 70:
 			return transitions.Await("go", "work", s, transitions.Timeout(time.Duration(20+r.IntN(30))*time.Millisecond)), nil
 		case p < 78:
@@ -154,7 +170,40 @@ func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
 			panic("random panic")
 		}
 	})
+	return wf
+}
 
+// StressRequests returns n random instances of the stress workflow.
+func StressRequests(n int, o StressOptions) []durable.InsertRequest {
+	r := rand.New(rand.NewPCG(1, 2))
+	reqs := make([]durable.InsertRequest, n)
+	for i := range reqs {
+		reqs[i] = durable.InsertRequest{Workflow: "stress", State: StressState{Seed: r.Uint64(), Max: 1 + r.IntN(6)},
+			Options: durable.InsertOptions{Key: StressKey(r, o), Priority: r.IntN(3)}}
+	}
+	return reqs
+}
+
+// Signaller sends "go" signals to random instances through random engines
+// until ctx is done, racing their parks.
+func Signaller(ctx context.Context, engines []*durable.Engine, ids []string) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for ctx.Err() == nil {
+		id := ids[r.IntN(len(ids))]
+		_ = engines[r.IntN(len(engines))].Signal(ctx, id, "go", map[string]int{"n": 1}, durable.SignalOptions{})
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// Stress runs o.Engines engines on stores from newStore (all sharing one
+// database) over random workflows and asserts the recorder saw no key over
+// its K, every instance is terminal, and every key is free with full
+// counters at the end.
+func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
+	limits, err := gate.NewLimits(StressLimits)
+	require.NoError(t, err)
+	rec := NewRecorder(limits)
+	wf := StressWorkflow(rec, o)
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
@@ -166,26 +215,15 @@ func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
 		require.NoError(t, e.Register(wf))
 		engines = append(engines, e)
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	reqs := make([]durable.InsertRequest, o.Instances)
-	for i := range reqs {
-		reqs[i] = durable.InsertRequest{Workflow: "stress", State: StressState{Seed: r.Uint64(), Max: 1 + r.IntN(6)},
-			Options: durable.InsertOptions{Key: key(r), Priority: r.IntN(3)}}
-	}
-	ids, err := engines[0].InsertMany(ctx, reqs)
+	ids, err := engines[0].InsertMany(ctx, StressRequests(o.Instances, o))
 	require.NoError(t, err)
 	for _, e := range engines {
 		require.NoError(t, e.Start(ctx))
 	}
-	// A signaller: wakes awaiting instances at random, racing their parks.
 	sigDone := make(chan struct{})
 	go func() {
 		defer close(sigDone)
-		for ctx.Err() == nil {
-			id := ids[r.IntN(len(ids))]
-			_ = engines[r.IntN(len(engines))].Signal(ctx, id, "go", map[string]int{"n": 1}, durable.SignalOptions{})
-			time.Sleep(200 * time.Microsecond)
-		}
+		Signaller(ctx, engines, ids)
 	}()
 	for _, id := range ids {
 		in, err := engines[0].Wait(ctx, id)
@@ -207,14 +245,29 @@ func Stress(t *testing.T, newStore func() store.Store, o StressOptions) {
 		require.Empty(t, info.Holders)
 		require.Zero(t, info.Waiting)
 	}
-	for i := 0; i < o.APIKeys; i++ {
-		info, err := st.KeyInfo(stopCtx, fmt.Sprintf("api:%d", i))
+	CheckKeysFree(t, st, o)
+	max := rec.Max()
+	t.Logf("steps %d, max per key: api:0=%d bulk:0=%d acct:0=%d", rec.steps, max["api:0"], max["bulk:0"], max["acct:0"])
+}
+
+// CheckKeysFree asserts that no stress key has a holder or a waiter and
+// that every gate key's counters are back to full.
+func CheckKeysFree(t *testing.T, st store.Store, o StressOptions) {
+	ctx := context.Background()
+	check := func(key string, k int) {
+		info, err := st.KeyInfo(ctx, key)
 		require.NoError(t, err)
-		require.Empty(t, info.Holders)
+		require.Empty(t, info.Holders, key)
+		require.Zero(t, info.Waiting, key)
 		if info.Shards > 0 {
-			require.Equal(t, 3, info.Available, "api:%d counters must be back to full", i)
+			require.Equal(t, k, info.Available, "%s counters must be back to full", key)
 		}
 	}
-	max := rec.Max()
-	t.Logf("steps %d, max per key: api:0=%d acct:0=%d", rec.steps, max["api:0"], max["acct:0"])
+	for i := 0; i < o.AcctKeys; i++ {
+		check(fmt.Sprintf("acct:%d", i), 1)
+	}
+	for i := 0; i < o.APIKeys; i++ {
+		check(fmt.Sprintf("api:%d", i), 3)
+	}
+	check("bulk:0", 8)
 }

@@ -82,6 +82,7 @@ func newSchemaPool(ctx context.Context, url string) (*pgxpool.Pool, string, erro
 		return nil, "", err
 	}
 	cfg.MaxConns = MaxConns
+	cfg.MaxConnIdleTime = 5 * time.Second
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	// Tests need visibility and locking, not durability: skip the commit fsync.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -167,6 +168,9 @@ func (s *Schemas) Pool(t testing.TB) *pgxpool.Pool {
 			t.Errorf("pgtest: reset schema %s: %v", p.schema, err)
 			return
 		}
+		// Hold no connections while unused: the server's connection budget
+		// is shared with every other test process.
+		p.pool.Reset()
 		s.mu.Lock()
 		s.free = append(s.free, p)
 		s.mu.Unlock()
@@ -201,7 +205,11 @@ func URL(t testing.TB) string {
 // Main runs the tests, then drops the schemas of every Schemas and stops a
 // throwaway cluster if one was started. Use it from TestMain:
 // func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it returns the tests' exit code, for a
+// TestMain that has its own cleanup to do before exiting.
+func Run(m *testing.M) int {
 	code := m.Run()
 	reusable.Lock()
 	for _, s := range reusable.all {
@@ -211,7 +219,7 @@ func Main(m *testing.M) {
 	if cluster != nil {
 		cluster.stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 func server(t testing.TB) string {

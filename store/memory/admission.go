@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -11,13 +13,17 @@ import (
 )
 
 // This file holds the admission rules of the memory backend, top to bottom:
-// the pick order, the K = 1 rule, gate counters and their shards, blocking a
-// row whose key is full, and promoting the next blocked row when a slot frees.
+// the pick order (priority, then rounds so that keys take turns), the K = 1
+// rule, gate counters and their shards, queue policies, rate limits,
+// blocking a row whose key is full, rescheduling a row that waits for a
+// token, and promoting the next blocked row when a slot frees.
 
 // Claim moves up to req.Limit ready rows of req.Queue to executing, in
-// priority then FIFO order, admitting each keyed row through its key. A row
-// whose key is full is blocked (taken off the pick path) and the scan goes
-// on, so a saturated key never hides later work of other keys.
+// priority, round, run_at, insertion order, admitting each row through
+// every limit that applies to it (see store.Store). A row whose key is full
+// is blocked (taken off the pick path), a row waiting for a token is
+// rescheduled, and the scan goes on, so neither hides later work of other
+// keys. The scan stops when the queue's MaxActive is reached.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	switch {
 	case req.Worker == "":
@@ -36,67 +42,216 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if q == nil || req.Limit <= 0 {
 		return res, nil
 	}
-	var skipped []*row // due rows of workflows this worker does not know
+	s.promoteDue(q, now)
+	pol, hasPol := s.policies[req.Queue]
+	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim
+	var skipped []*row          // due rows of workflows this worker does not know
+scan:
 	for _, p := range q.prios {
 		h := q.ready[p]
 		for len(res.Claimed) < req.Limit && h.Len() > 0 {
-			r := h.min()
-			if r.inst.RunAt.After(now) {
-				break // the rest of this priority is scheduled later
+			if hasPol && q.executing >= pol.MaxActive {
+				break scan // the queue is at its fleet-wide budget: rows stay ready
 			}
-			h.popMin()
+			r := h.popMin()
 			if len(req.Workflows) > 0 && !slices.Contains(req.Workflows, r.inst.Workflow) {
 				skipped = append(skipped, r)
 				continue
 			}
-			shard, ok := s.admit(r)
-			if !ok {
+			d := s.admit(r, q, pol, hasPol, now)
+			switch d.verdict {
+			case admitted:
+				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, now))
+			case blocked:
 				r.inst.Status = store.StatusBlocked
 				s.keys[r.inst.Key].blocked.add(r)
-				continue
+			case throttled:
+				waiting[d.bucket]++
+				r.inst.RunAt = d.rate.Due(s.buckets[d.bucket], waiting[d.bucket])
+				r.inst.UpdatedAt = now
+				q.scheduled.add(r)
 			}
-			res.Claimed = append(res.Claimed, s.startClaim(r, req, shard, now))
 		}
 		if len(res.Claimed) >= req.Limit {
 			break
 		}
 	}
 	if len(res.Claimed) < req.Limit {
-		res.NextDue = s.nextDue(q, now)
+		res.NextDue = s.nextDue(q)
 	}
 	for _, r := range skipped {
-		q.ready[r.inst.Priority].add(r)
+		s.pushReady(q, r)
 	}
 	s.dropEmptyPriorities(q)
 	return res, nil
 }
 
-// admit decides whether r may execute now and debits its slot: a row with no
-// key always; a K = 1 key when no row of the key executes; a gate key when
-// it has room and then from the shard with the most free slots (lowest
-// index first, so load spreads and the choice is deterministic). It returns
-// the shard debited (-1 when none).
-func (s *Store) admit(r *row) (int, bool) {
+// verdict is what admission decided for one row.
+type verdict int
+
+const (
+	admitted  verdict = iota
+	blocked           // its key (or the queue's per-key budget) is full
+	throttled         // its rate bucket holds no token
+)
+
+type decision struct {
+	verdict verdict
+	shard   int            // the gate shard debited (-1: none)
+	bucket  string         // the empty bucket (throttled)
+	rate    gate.RateLimit // its limit (throttled)
+}
+
+// admit decides whether r may execute now and, only when every limit
+// admits it, debits them all: a row with no key always passes (the
+// caller checked the queue's MaxActive); a K = 1 key when no row of the
+// key executes; a gate key when it has room, then from the shard with the
+// most free slots (lowest index first, so load spreads and the choice is
+// deterministic); the queue's MaxActivePerKey when fewer rows of the key
+// execute in the queue; a rate limit when the key's bucket, refilled to
+// now, holds a token, which it takes.
+func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, now time.Time) decision {
 	if r.inst.Key == "" {
-		return -1, true
+		return decision{verdict: admitted, shard: -1}
 	}
+	name := gate.NameOf(r.inst.Key)
 	ks := s.key(r.inst.Key)
-	lim, gated := s.limits.Lookup(gate.NameOf(r.inst.Key))
-	if !gated {
-		return -1, ks.executing == 0
-	}
-	s.ensureCounters(ks, lim)
-	if s.room(r.inst.Key, ks) == 0 {
-		return -1, false
-	}
-	best := -1
-	for i, c := range ks.counters {
-		if c.available > 0 && (best < 0 || c.available > ks.counters[best].available) {
-			best = i
+	lim, gated := s.limits.Lookup(name)
+	switch {
+	case !gated && ks.executing > 0:
+		return decision{verdict: blocked}
+	case gated:
+		s.ensureCounters(ks, lim)
+		if s.room(r.inst.Key, ks) == 0 {
+			return decision{verdict: blocked}
 		}
 	}
-	ks.counters[best].available--
-	return best, true
+	if hasPol && pol.MaxActivePerKey > 0 && q.keyExec[r.inst.Key] >= pol.MaxActivePerKey {
+		return decision{verdict: blocked}
+	}
+	rate, limited := s.rates.Lookup(name)
+	var bucket string
+	if limited {
+		bucket = rate.BucketFor(r.inst.Key)
+		b, ok := s.buckets[bucket]
+		if !ok {
+			b = rate.Full(now)
+		}
+		b = rate.Refill(b, now)
+		s.buckets[bucket] = b
+		if rate.Tokens(b) < 1 {
+			return decision{verdict: throttled, bucket: bucket, rate: rate}
+		}
+	}
+	// Every limit admits the row: debit them all.
+	shard := -1
+	if gated {
+		for i, c := range ks.counters {
+			if c.available > 0 && (shard < 0 || c.available > ks.counters[shard].available) {
+				shard = i
+			}
+		}
+		ks.counters[shard].available--
+	}
+	if limited {
+		b := s.buckets[bucket]
+		b.Credit -= rate.TokenCredit()
+		s.buckets[bucket] = b
+	}
+	return decision{verdict: admitted, shard: shard}
+}
+
+// promoteDue moves the rows of q whose run time has come from the
+// scheduled heap to the pick path, giving a round to each that has none
+// (a row rescheduled for a token keeps its round).
+func (s *Store) promoteDue(q *queueState, now time.Time) {
+	var due []*row
+	for q.scheduled.Len() > 0 && !q.scheduled.min().inst.RunAt.After(now) {
+		due = append(due, q.scheduled.popMin())
+	}
+	s.assignRounds(due)
+	for _, r := range due {
+		s.pushReady(q, r)
+	}
+}
+
+// assignRounds gives a round to each row of rows that has none (see
+// store.Store, Order). The rows are about to be made ready together: the
+// current rounds and the keys' last rounds are read before any of them is
+// added, and rows of one key take consecutive rounds in run_at, insertion
+// order.
+func (s *Store) assignRounds(rows []*row) {
+	var fresh []*row
+	for _, r := range rows {
+		if !r.hasRound {
+			fresh = append(fresh, r)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	slices.SortFunc(fresh, func(a, b *row) int {
+		return cmp.Or(a.inst.RunAt.Compare(b.inst.RunAt), cmp.Compare(a.seq, b.seq))
+	})
+	type qp struct {
+		queue string
+		prio  int
+	}
+	type kqp struct {
+		key string
+		qp
+	}
+	heads := map[qp]int64{}
+	next := map[kqp]int64{}
+	for _, r := range fresh {
+		at := qp{r.inst.Queue, r.inst.Priority}
+		head, ok := heads[at]
+		if !ok {
+			head = s.currentRound(at.queue, at.prio)
+			heads[at] = head
+		}
+		if r.inst.Key == "" {
+			r.round, r.hasRound = head, true
+			continue
+		}
+		k := kqp{r.inst.Key, at}
+		nx, ok := next[k]
+		if !ok {
+			nx = s.keyNextRound(r.inst.Key, at.queue, at.prio)
+		}
+		r.round, r.hasRound = max(head, nx), true
+		next[k] = r.round + 1
+	}
+}
+
+// currentRound is the lowest round among the due ready rows of a queue and
+// priority (0 when there are none).
+func (s *Store) currentRound(queue string, prio int) int64 {
+	if q := s.queues[queue]; q != nil {
+		if h := q.ready[prio]; h != nil && h.Len() > 0 {
+			return h.min().round
+		}
+	}
+	return 0
+}
+
+// keyNextRound is one past the highest round among the due ready and
+// blocked rows of key in a queue and priority (math.MinInt64 when none).
+func (s *Store) keyNextRound(key, queue string, prio int) int64 {
+	next := int64(math.MinInt64)
+	ks := s.keys[key]
+	if ks == nil {
+		return next
+	}
+	for _, r := range ks.rows {
+		if !r.hasRound || r.inst.Queue != queue || r.inst.Priority != prio {
+			continue
+		}
+		if r.inst.Status == store.StatusBlocked || (r.inst.Status == store.StatusReady && !r.scheduled()) {
+			next = max(next, r.round+1)
+		}
+	}
+	return next
 }
 
 // startClaim makes r an executing row of req.Worker under a new fence.
@@ -109,8 +264,11 @@ func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, now time.T
 	r.inst.KeyShard = shard
 	r.inst.UpdatedAt = now
 	s.executing[r.inst.ID] = r
+	q := s.queue(r.inst.Queue)
+	q.executing++
 	if r.inst.Key != "" {
 		s.keys[r.inst.Key].executing++
+		q.keyExec[r.inst.Key]++
 	}
 	c := store.Claimed{Instance: r.snapshot(), TimedOut: r.timedOut}
 	if r.wake != nil {
@@ -131,8 +289,13 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	r.inst.StartedAt = time.Time{}
 	shard := r.inst.KeyShard
 	r.inst.KeyShard = -1
+	q := s.queue(r.inst.Queue)
+	q.executing--
 	if r.inst.Key == "" {
 		return
+	}
+	if q.keyExec[r.inst.Key]--; q.keyExec[r.inst.Key] == 0 {
+		delete(q.keyExec, r.inst.Key)
 	}
 	ks := s.keys[r.inst.Key]
 	ks.executing--
@@ -174,7 +337,7 @@ func (s *Store) promote(k string, n int, ns *notes) int {
 	n = min(n, s.room(k, ks), ks.blocked.Len())
 	for range n {
 		r := ks.blocked.popMin()
-		s.setReady(r, r.inst.RunAt, ns)
+		s.requeue(r, r.inst.RunAt, ns) // blocked rows are due
 	}
 	s.dropKeyIfIdle(k)
 	return max(n, 0)
@@ -234,15 +397,12 @@ func (s *Store) executingByShard(ks *keyState, shards int) []int {
 	return used
 }
 
-// nextDue is the earliest time a row of q becomes eligible or an await of q
-// times out. Called after a claim scan, when every due row of q was taken,
-// blocked or set aside, so each ready heap's minimum is a future row.
-func (s *Store) nextDue(q *queueState, now time.Time) time.Time {
+// nextDue is the earliest time a scheduled row of q becomes eligible or an
+// await of q times out (zero: none).
+func (s *Store) nextDue(q *queueState) time.Time {
 	var next time.Time
-	for _, p := range q.prios {
-		if r := q.ready[p].min(); r != nil && r.inst.RunAt.After(now) && (next.IsZero() || r.inst.RunAt.Before(next)) {
-			next = r.inst.RunAt
-		}
+	if r := q.scheduled.min(); r != nil {
+		next = r.inst.RunAt
 	}
 	if r := q.timers.min(); r != nil && (next.IsZero() || r.inst.TimeoutAt.Before(next)) {
 		next = r.inst.TimeoutAt

@@ -27,8 +27,11 @@ func (s *Store) check(legacy map[string]int64) error {
 		q := s.queues[in.Queue]
 		switch in.Status {
 		case store.StatusReady:
-			if q == nil || r.pickHeap == nil || r.pickHeap != q.ready[in.Priority] {
+			if q == nil || r.pickHeap == nil || (r.pickHeap != q.ready[in.Priority] && r.pickHeap != q.scheduled) {
 				return fmt.Errorf("ready row %s not on its queue's heap", id)
+			}
+			if r.pickHeap != q.scheduled && !r.hasRound {
+				return fmt.Errorf("ready row %s has no round", id)
 			}
 			readyByKey[in.Key]++
 		case store.StatusBlocked:
@@ -110,7 +113,7 @@ func (s *Store) check(legacy map[string]int64) error {
 				return fmt.Errorf("key %s shard %d over-credited: %d free of %d with %d executing", k, i, c.available, c.capacity, used[i])
 			}
 		}
-		if ks.blocked.Len() > 0 && s.room(k, ks) > 0 && readyByKey[k] == 0 {
+		if ks.blocked.Len() > 0 && s.room(k, ks) > 0 && readyByKey[k] == 0 && s.policyRoom(k, ks) {
 			return fmt.Errorf("key %s has room %d but %d blocked rows and none ready", k, s.room(k, ks), ks.blocked.Len())
 		}
 		if err := ks.blocked.verify(); err != nil {
@@ -118,6 +121,26 @@ func (s *Store) check(legacy map[string]int64) error {
 		}
 	}
 	for name, q := range s.queues {
+		exec, keyExec := 0, map[string]int{}
+		for _, r := range s.executing {
+			if r.inst.Queue == name {
+				exec++
+				if r.inst.Key != "" {
+					keyExec[r.inst.Key]++
+				}
+			}
+		}
+		if exec != q.executing || len(keyExec) != len(q.keyExec) {
+			return fmt.Errorf("queue %s counts %d executing over %d keys, rows say %d over %d", name, q.executing, len(q.keyExec), exec, len(keyExec))
+		}
+		for k, n := range keyExec {
+			if q.keyExec[k] != n {
+				return fmt.Errorf("queue %s counts %d executing rows of %s, rows say %d", name, q.keyExec[k], k, n)
+			}
+		}
+		if err := q.scheduled.verify(); err != nil {
+			return fmt.Errorf("queue %s scheduled: %w", name, err)
+		}
 		for p, h := range q.ready {
 			if err := h.verify(); err != nil {
 				return fmt.Errorf("queue %s priority %d: %w", name, p, err)
@@ -145,4 +168,17 @@ func (h *rowHeap) verify() error {
 		}
 	}
 	return nil
+}
+
+// policyRoom reports whether some blocked row of key k sits in a queue whose
+// per-key budget has room for k: a row blocked only by a full per-key budget
+// is promoted when a row of its key leaves executing there, not before.
+func (s *Store) policyRoom(k string, ks *keyState) bool {
+	for _, r := range ks.blocked.rows {
+		p, ok := s.policies[r.inst.Queue]
+		if !ok || p.MaxActivePerKey == 0 || s.queues[r.inst.Queue].keyExec[k] < p.MaxActivePerKey {
+			return true
+		}
+	}
+	return false
 }

@@ -4,24 +4,49 @@ import "container/heap"
 
 // rowHeap is an indexed binary heap of rows: every row remembers its
 // position, so a row can leave the heap (cancel, wake, timeout) in O(log n)
-// without a scan. A row is in at most one pick heap (a queue's ready heap or
-// a key's blocked heap) and at most one timer heap at a time; slot selects
-// which of the row's two positions this heap maintains.
+// without a scan. A row is in at most one pick heap (a queue's ready heap of
+// one priority, its scheduled heap, or a key's blocked heap) and at most one
+// timer heap at a time; timer selects which of the row's two positions this
+// heap maintains.
 type rowHeap struct {
 	rows  []*row
 	less  func(a, b *row) bool
 	timer bool
+	// sched marks a queue's heap of ready rows whose run_at is in the future.
+	sched bool
 }
 
 func newPickHeap() *rowHeap  { return &rowHeap{less: pickLess} }
+func newReadyHeap() *rowHeap { return &rowHeap{less: roundLess} }
+func newSchedHeap() *rowHeap { return &rowHeap{less: schedLess, sched: true} }
 func newTimerHeap() *rowHeap { return &rowHeap{less: timerLess, timer: true} }
 
-// pickLess is admission order: priority (lower first), then run_at, then
-// insertion.
+// pickLess is a key's admission order: priority (lower first), then run_at,
+// then insertion.
 func pickLess(a, b *row) bool {
 	if a.inst.Priority != b.inst.Priority {
 		return a.inst.Priority < b.inst.Priority
 	}
+	if !a.inst.RunAt.Equal(b.inst.RunAt) {
+		return a.inst.RunAt.Before(b.inst.RunAt)
+	}
+	return a.seq < b.seq
+}
+
+// roundLess is the claim order within one priority of a queue: round (keys
+// take turns), then run_at, then insertion.
+func roundLess(a, b *row) bool {
+	if a.round != b.round {
+		return a.round < b.round
+	}
+	if !a.inst.RunAt.Equal(b.inst.RunAt) {
+		return a.inst.RunAt.Before(b.inst.RunAt)
+	}
+	return a.seq < b.seq
+}
+
+// schedLess orders rows waiting for their run time: run_at, then insertion.
+func schedLess(a, b *row) bool {
 	if !a.inst.RunAt.Equal(b.inst.RunAt) {
 		return a.inst.RunAt.Before(b.inst.RunAt)
 	}

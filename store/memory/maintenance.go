@@ -3,7 +3,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -11,55 +10,6 @@ import (
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 )
-
-// SyncLimits stores limits for every later claim and reports how they
-// differ from the stored ones. Counters of keys whose limit changed are
-// resized at once from the executing rows (so a lowered limit never
-// over-admits), and blocked rows of keys that gained room are promoted.
-func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.LimitsResult, error) {
-	next, err := gate.NewLimits(limits)
-	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
-	}
-	if err := s.lock(); err != nil {
-		return store.LimitsResult{}, err
-	}
-	n := &notes{}
-	defer s.unlock(n)
-	res := store.LimitsResult{Changes: gate.Diff(s.limits, next), Live: map[string]int64{}}
-	s.limits = next
-	changed := map[string]bool{}
-	for _, c := range res.Changes {
-		changed[c.Name] = true
-		res.Live[c.Name] = 0
-	}
-	for _, k := range s.sortedKeys() {
-		name := gate.NameOf(k)
-		if !changed[name] {
-			continue
-		}
-		ks := s.keys[k]
-		res.Live[name] += int64(len(ks.rows))
-		if ks.counters != nil {
-			if lim, ok := s.limits.Lookup(name); ok {
-				s.repairCounters(ks, lim)
-			} else {
-				ks.counters = nil
-			}
-		}
-		s.promoteFree(k, s.clock(), n)
-	}
-	return res, nil
-}
-
-// Limits returns the stored limits, sorted by name.
-func (s *Store) Limits(ctx context.Context) ([]gate.Limit, error) {
-	if err := s.lock(); err != nil {
-		return nil, err
-	}
-	defer s.unlock(nil)
-	return s.limits.All(), nil
-}
 
 // FireTimers makes awaits whose timeout is at or before now ready; their
 // next claim has TimedOut set.
@@ -79,7 +29,7 @@ func (s *Store) FireTimers(ctx context.Context, now time.Time) (int, error) {
 			r.timedOut = true
 			r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
 			r.inst.UpdatedAt = now
-			s.setReady(r, at, n)
+			s.setReady(r, at, now, n)
 			fired++
 		}
 	}
@@ -124,7 +74,7 @@ func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
 		s.leaveExecuting(r, false, n)
 		r.inst.Attempt++
 		r.inst.UpdatedAt = now
-		s.setReady(r, r.inst.RunAt, n)
+		s.requeue(r, now, n)
 	}
 	return len(rows)
 }
@@ -155,10 +105,26 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 			s.dropKeyIfIdle(k)
 		}
 	}
+	rep.BucketsDeleted = s.collectBuckets(now)
 	if retention > 0 {
 		rep.InstancesDeleted = s.deleteOld(now.Add(-retention))
 	}
 	return rep, nil
+}
+
+// collectBuckets deletes the rate buckets that are full at now (a missing
+// bucket starts full, so deleting one grants nothing unearned) and those of
+// names without a rate limit of their scope.
+func (s *Store) collectBuckets(now time.Time) int {
+	deleted := 0
+	for id, b := range s.buckets {
+		rate, ok := s.rates.Lookup(gate.NameOf(id))
+		if !ok || rate.PerKey != strings.Contains(id, ":") || rate.IsFull(b, now) {
+			delete(s.buckets, id)
+			deleted++
+		}
+	}
+	return deleted
 }
 
 // repairCounters sets every shard of a gate key to capacity − executing rows

@@ -40,6 +40,12 @@ type Store struct {
 	seq        int64 // insertion order of rows
 	nextSignal int64
 	limits     gate.Limits
+	rates      gate.RateLimits
+	// limitOwner and rateOwner name the namespace owning each limit.
+	limitOwner map[string]string
+	rateOwner  map[string]string
+	buckets    map[string]gate.Bucket             // rate bucket id -> state
+	policies   map[string]store.ConcurrencyPolicy // queue -> policy
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -65,17 +71,23 @@ func New(opts Options) *Store {
 		clock = time.Now
 	}
 	limits, _ := gate.NewLimits(nil)
+	rates, _ := gate.NewRateLimits(nil)
 	return &Store{
-		clock:     clock,
-		limits:    limits,
-		rows:      map[string]*row{},
-		queues:    map[string]*queueState{},
-		keys:      map[string]*keyState{},
-		executing: map[string]*row{},
-		unique:    map[string]map[string]*row{},
-		children:  map[string][]*row{},
-		signals:   map[int64]*signal{},
-		listeners: map[int64]func(string){},
+		clock:      clock,
+		limits:     limits,
+		rates:      rates,
+		limitOwner: map[string]string{},
+		rateOwner:  map[string]string{},
+		buckets:    map[string]gate.Bucket{},
+		policies:   map[string]store.ConcurrencyPolicy{},
+		rows:       map[string]*row{},
+		queues:     map[string]*queueState{},
+		keys:       map[string]*keyState{},
+		executing:  map[string]*row{},
+		unique:     map[string]map[string]*row{},
+		children:   map[string][]*row{},
+		signals:    map[int64]*signal{},
+		listeners:  map[int64]func(string){},
 	}
 }
 
@@ -97,8 +109,12 @@ type row struct {
 	// off a later spawn's join.
 	spawns  int
 	joinGen int
+	// round is the row's turn among the keys of its queue and priority
+	// (valid when hasRound; see store.Store, Order).
+	round    int64
+	hasRound bool
 
-	pickHeap  *rowHeap // a queue's ready heap or a key's blocked heap
+	pickHeap  *rowHeap // a queue's ready or scheduled heap, or a key's blocked heap
 	pickIdx   int
 	timerHeap *rowHeap // the queue's await-timeout heap
 	timerIdx  int
@@ -109,12 +125,17 @@ type signal struct {
 	consumed bool
 }
 
-// queueState indexes the ready rows of a queue by priority (each heap in
-// run_at, insertion order) and its awaits by timeout.
+// queueState indexes the due ready rows of a queue by priority (each heap
+// in round, run_at, insertion order), its ready rows whose run time is in
+// the future (the "scheduled" rows of the PostgreSQL backend), its awaits by
+// timeout, and counts its executing rows for its ConcurrencyPolicy.
 type queueState struct {
-	ready  map[int]*rowHeap
-	prios  []int // sorted keys of ready
-	timers *rowHeap
+	ready     map[int]*rowHeap
+	prios     []int // sorted keys of ready
+	scheduled *rowHeap
+	timers    *rowHeap
+	executing int
+	keyExec   map[string]int // executing rows per key
 }
 
 // keyState is what the store knows about one concurrency key.
@@ -152,7 +173,7 @@ func (s *Store) lock() error {
 func (s *Store) queue(name string) *queueState {
 	q := s.queues[name]
 	if q == nil {
-		q = &queueState{ready: map[int]*rowHeap{}, timers: newTimerHeap()}
+		q = &queueState{ready: map[int]*rowHeap{}, scheduled: newSchedHeap(), timers: newTimerHeap(), keyExec: map[string]int{}}
 		s.queues[name] = q
 	}
 	return q
@@ -192,21 +213,51 @@ func (s *Store) detachKey(r *row) {
 	}
 }
 
-// setReady puts r on its queue's pick path at runAt.
-func (s *Store) setReady(r *row, runAt time.Time, n *notes) {
+// setReady makes r ready at runAt with a fresh round (see store.Store,
+// Order): on its queue's scheduled heap when runAt is after now (the round
+// is given when it falls due), else on the pick path.
+func (s *Store) setReady(r *row, runAt, now time.Time, n *notes) {
+	r.hasRound = false
+	s.place(r, runAt, now, n)
+}
+
+// requeue makes r ready again in its place: its run_at and round are kept
+// (a promoted blocked row, a released or reaped claim).
+func (s *Store) requeue(r *row, now time.Time, n *notes) {
+	s.place(r, r.inst.RunAt, now, n)
+}
+
+// place puts r on its queue's scheduled heap when runAt is after now, else
+// on the pick path, with a round if it has none.
+func (s *Store) place(r *row, runAt, now time.Time, n *notes) {
 	r.inst.Status = store.StatusReady
 	r.inst.RunAt = runAt
 	q := s.queue(r.inst.Queue)
+	n.add(r.inst.Queue)
+	if runAt.After(now) {
+		q.scheduled.add(r)
+		return
+	}
+	if !r.hasRound {
+		s.assignRounds([]*row{r})
+	}
+	s.pushReady(q, r)
+}
+
+// pushReady puts a due row that has its round on its queue's pick path.
+func (s *Store) pushReady(q *queueState, r *row) {
 	h := q.ready[r.inst.Priority]
 	if h == nil {
-		h = newPickHeap()
+		h = newReadyHeap()
 		q.ready[r.inst.Priority] = h
 		i, _ := slices.BinarySearch(q.prios, r.inst.Priority)
 		q.prios = slices.Insert(q.prios, i, r.inst.Priority)
 	}
 	h.add(r)
-	n.add(r.inst.Queue)
 }
+
+// scheduled reports whether r is a ready row waiting for its run time.
+func (r *row) scheduled() bool { return r.pickHeap != nil && r.pickHeap.sched }
 
 // unpick takes r off whatever pick heap (ready or blocked) and timer heap it is on.
 func (s *Store) unpick(r *row) {

@@ -58,6 +58,7 @@ func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) e
 // not nil: they default to its queue).
 func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time, n *notes) []store.InsertResult {
 	out := make([]store.InsertResult, len(instances))
+	var rows []*row
 	for i, ni := range instances {
 		if ni.UniqueKey != "" {
 			if id, ok := s.uniqueTaken(ni.UniqueKey, ni.UniqueStatuses, ""); ok {
@@ -100,6 +101,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 				KeyShard:  -1,
 				ParentID:  ni.ParentID,
 				UniqueKey: ni.UniqueKey,
+				Status:    store.StatusReady,
 				CreatedAt: now,
 				UpdatedAt: now,
 			},
@@ -118,8 +120,20 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			s.children[ni.ParentID] = append(s.children[ni.ParentID], r)
 		}
 		s.attachKey(r)
-		s.setReady(r, runAt, n)
+		r.inst.RunAt = runAt
+		rows = append(rows, r)
 		out[i] = store.InsertResult{ID: r.inst.ID}
+	}
+	// Rounds are given to the due rows of the batch together (see assignRounds).
+	var due []*row
+	for _, r := range rows {
+		if !r.inst.RunAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	s.assignRounds(due)
+	for _, r := range rows {
+		s.place(r, r.inst.RunAt, now, n)
 	}
 	return out
 }
@@ -163,7 +177,10 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	now = s.now(now)
 	taken := map[string]bool{}
 	for i, o := range outcomes {
-		if err := s.checkOutcome(o, taken); err != nil {
+		// Children ids are only checked for current claims: a retried
+		// Complete whose spawn already committed is stale, not an error.
+		current := s.current(o.ID, worker, o.Fence) != nil
+		if err := s.checkOutcome(o, current, taken); err != nil {
 			return nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
 	}
@@ -180,7 +197,9 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	return res, nil
 }
 
-func (s *Store) checkOutcome(o store.Outcome, taken map[string]bool) error {
+// checkOutcome validates an outcome; current says whether its claim is
+// current, so that its children's ids must be free.
+func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]bool) error {
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
 		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
@@ -200,10 +219,19 @@ func (s *Store) checkOutcome(o store.Outcome, taken map[string]bool) error {
 			return err
 		}
 	}
-	if o.Kind == store.OutcomeSpawn {
-		return s.checkNew(o.Children, taken)
+	if o.Kind != store.OutcomeSpawn {
+		return nil
 	}
-	return nil
+	if !current {
+		taken = nil // validate the children's shape only
+		for i, ni := range o.Children {
+			if err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Key: ni.Key, KeyIntent: ni.KeyIntent, State: ni.State}}, taken); err != nil {
+				return fmt.Errorf("child %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	return s.checkNew(o.Children, taken)
 }
 
 // apply commits outcome o of the current claim of r.
@@ -255,7 +283,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 		if runAt.IsZero() {
 			runAt = now
 		}
-		s.setReady(r, runAt, n)
+		s.setReady(r, runAt, now, n)
 	case store.OutcomeAwait:
 		s.park(r, o.AwaitSignal, o.TimeoutAt, now, n)
 	case store.OutcomeSpawn:
@@ -269,7 +297,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 		}
 		r.inst.PendingChildren = pending
 		if pending == 0 {
-			s.setReady(r, now, n)
+			s.setReady(r, now, now, n)
 		} else {
 			r.inst.Status = store.StatusChildren
 		}
@@ -307,7 +335,7 @@ func (s *Store) wakeWith(r *row, sg *signal, now time.Time, n *notes) {
 	r.wake = sg
 	r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
 	r.inst.UpdatedAt = now
-	s.setReady(r, now, n)
+	s.setReady(r, now, now, n)
 }
 
 // finish makes r terminal and, for a child, counts it off its parent's
@@ -324,7 +352,7 @@ func (s *Store) finish(r *row, status store.Status, now time.Time, n *notes) {
 		p.inst.UpdatedAt = now
 		if p.inst.PendingChildren <= 0 {
 			p.inst.PendingChildren = 0
-			s.setReady(p, now, n)
+			s.setReady(p, now, now, n)
 		}
 	}
 }
@@ -375,7 +403,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		}
 		s.leaveExecuting(r, true, n)
 		r.inst.UpdatedAt = now
-		s.setReady(r, r.inst.RunAt, n)
+		s.requeue(r, now, n)
 	}
 	return nil
 }
@@ -479,7 +507,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 	r.inst.Attempt = 0
 	r.inst.UpdatedAt = now
 	s.attachKey(r)
-	s.setReady(r, now, n)
+	s.setReady(r, now, now, n)
 	if p := s.joining(r); p != nil {
 		p.inst.PendingChildren++
 	}

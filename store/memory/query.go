@@ -131,6 +131,19 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		})
 		in := first.snapshot()
 		info.NextInLine = &in
+		oldest := slices.MinFunc(waiting, func(a, b *row) int {
+			if c := a.inst.RunAt.Compare(b.inst.RunAt); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seq, b.seq)
+		}).snapshot()
+		info.OldestWaiting = &oldest
+	}
+	if rate, ok := s.rates.Lookup(gate.NameOf(key)); ok {
+		info.RateLimit = &rate
+		if b, ok := s.buckets[rate.BucketFor(key)]; ok {
+			info.Bucket = &b
+		}
 	}
 	switch {
 	case !gated:

@@ -16,44 +16,69 @@ import (
 
 // This file holds the admission rules: how a claim turns the ready rows at
 // the head of a queue into executing rows without ever admitting more than
-// K rows of a key. The whole claim is one READ COMMITTED transaction:
+// a key's K, a queue's policy or a rate limit's tokens allow. The whole
+// claim is one READ COMMITTED transaction:
 //
-//  1. Due delayed rows and due await timeouts of the queue become ready.
-//  2. The window: the first ready rows of the queue in admission order
-//     (priority, run_at, insertion), locked FOR UPDATE SKIP LOCKED, so that
-//     concurrent claimers take disjoint rows and never wait on each other.
-//  3. Admission, walking the window in order:
-//     - a row without a key is admitted;
+//  1. Due delayed rows and due await timeouts of the queue become ready
+//     (with their rounds: see store.Store, Order).
+//  2. The window: the first ready rows of the queue in claim order
+//     (priority, round, run_at, insertion), locked FOR UPDATE SKIP LOCKED,
+//     so that concurrent claimers take disjoint rows and never wait on each
+//     other; the claim's now and the queue's policy are read alongside.
+//     Keyless rows (Limit of them) and keyed rows (the window) come from
+//     separate indexes, merged in claim order: keyed rows waiting for their
+//     keys never crowd keyless work out of the window.
+//  3. Locks, always in this order (see sql.go): the queue's advisory lock
+//     when it has a policy, then its executing rows are counted (a new
+//     statement, so it sees every claim committed before the lock); the
+//     K = 1 keys' advisory locks (tried, never waited for); gate counters
+//     in (key, shard) order; rate buckets in bucket order.
+//  4. Admission, walking the window in order; a row is admitted only when
+//     every limit admits it, and only then is anything debited:
+//     - a row without a key needs nothing of its own;
 //     - a K = 1 key is admitted only by the claimer holding its advisory
-//     lock (pg_try_advisory_xact_lock, never waiting: a claimer that does
-//     not get it leaves the row ready for the next claim) and only if no
-//     row of the key is executing, checked by a statement that starts after
-//     the lock is held; the first row of the key is admitted and the rest
-//     of the key's rows become blocked;
-//     - a gated key's counter rows are created if missing and locked in
-//     (key, shard) order; a row is admitted when a shard has a free slot,
-//     which it debits, and blocked otherwise.
+//     lock (a claimer that does not get it leaves the row ready for the
+//     next claim) and only if no row of the key is executing; the first
+//     row of the key is admitted and the rest of the key's rows become
+//     blocked;
+//     - a gated key needs a shard with a free slot while the key's slots in
+//     use over all its counters are below its limit, and is blocked
+//     otherwise;
+//     - with a MaxActivePerKey, a keyed row is blocked while that many rows
+//     of its key execute in the queue (admitted ones included);
+//     - with a MaxActive, rows stay ready once that many rows of the queue
+//     execute;
+//     - a key with a rate limit needs a token in its bucket, refilled to
+//     the claim's now; a row without one is rescheduled to when its token
+//     is due (the i-th such row of a bucket in this claim to when the
+//     bucket holds i tokens) and keeps its round.
 //     Every path that takes a keyed row out of executing takes the same
 //     lock (the advisory lock, waiting; or the counter row) before it
 //     promotes the key's first blocked row, so a row can never be blocked
 //     by a claim while its key frees unseen (a lost promotion).
 //     A saturated key's ready rows beyond the window are blocked too, in
 //     bounded chunks, so that its backlog leaves the pick path.
-//  4. The admitted rows become executing with a new fence and the lease.
-//  5. NextDue when fewer than Limit rows were claimed.
+//  5. The debits are written (counters, buckets), the admitted rows become
+//     executing with a new fence and the lease, the refused rows are
+//     blocked or rescheduled.
+//  6. NextDue when fewer than Limit rows were claimed.
 //
-// The unique index on executing K = 1 keys and the CHECK on counters stay
-// as the guarantee that over-admission cannot commit even if these rules
-// had a flaw.
+// The unique index on executing K = 1 keys and the CHECKs on counters and
+// buckets stay as the guarantee that over-admission cannot commit even if
+// these rules had a flaw.
 
 // DefaultLease is the lease of a claim whose request has none.
 const DefaultLease = 30 * time.Second
 
 const (
-	// minWindow is the smallest window a claim looks at; the window is
-	// max(2 × Limit, minWindow) rows, at most maxWindow.
+	// minWindow is the smallest keyed window a claim looks at; the window is
+	// max(2 × Limit, minWindow) rows, at most max(Limit, maxWindow). A claim
+	// holds one advisory lock per distinct K = 1 key of its window (and an
+	// outcome batch one per K = 1 key it frees): PostgreSQL's lock table
+	// (max_locks_per_transaction × max_connections) bounds how many such
+	// transactions can run at once.
 	minWindow = 32
-	maxWindow = 2000
+	maxWindow = 1000
 	// promoteChunk bounds how many delayed rows and await timeouts of the
 	// queue one claim makes ready.
 	promoteChunk = 1000
@@ -67,6 +92,7 @@ type candidate struct {
 	key    string
 	limit  *int32 // nil: K = 1
 	shards *int32
+	rate   *gate.RateLimit // nil: none
 }
 
 type admitted struct {
@@ -81,6 +107,16 @@ type slotRow struct {
 type shardKey struct {
 	key   string
 	shard int
+}
+
+// claimContext is what a claim reads about its queue before admission.
+type claimContext struct {
+	now               time.Time // the claim's now (the database's when the request has none)
+	maxActive, perKey *int32    // the queue's policy (nil: none)
+	queue             string
+	limit             int
+	candidates        []candidate
+	nextDue           *time.Time
 }
 
 // Claim admits and claims up to req.Limit rows of req.Queue (see the rules above).
@@ -108,31 +144,42 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		workflows = []string{}
 	}
 
-	var (
-		cands   []candidate
-		nextDue *time.Time
-	)
+	cc := &claimContext{queue: req.Queue, limit: req.Limit}
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window).Query(func(rows pgx.Rows) error {
-		var c candidate
-		_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.limit, &c.shards}, func() error {
-			cands = append(cands, c)
+	b.Queue(s.q(sqlClaimContext), req.Queue, now).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey)
+	})
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
+		var (
+			c              candidate
+			rLimit, rBurst *int32
+			rPeriod        *int64
+			rPerKey        *bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.limit, &c.shards, &rLimit, &rPeriod, &rBurst, &rPerKey}, func() error {
+			c.rate = nil
+			if rLimit != nil {
+				c.rate = &gate.RateLimit{Name: gate.NameOf(c.key), Limit: int(*rLimit),
+					Period: time.Duration(*rPeriod) * time.Microsecond, Burst: int(*rBurst), PerKey: *rPerKey}
+			}
+			cc.candidates = append(cc.candidates, c)
 			return nil
 		})
 		return err
 	})
-	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&nextDue) })
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
+	if err := tx.send(ctx, b, false); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 
-	plan, err := s.admit(ctx, tx, cands, req.Limit)
+	plan, err := s.admit(ctx, tx.q(), cc)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
@@ -142,6 +189,14 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if len(plan.debits) > 0 {
 		keys, shards, ns := shardCounts(plan.debits)
 		b.Queue(s.q(sqlDebit), keys, shards, ns)
+	}
+	if len(plan.buckets) > 0 {
+		ids := mapKeys(plan.buckets)
+		credits, ats := make([]int64, len(ids)), make([]time.Time, len(ids))
+		for i, id := range ids {
+			credits[i], ats[i] = plan.buckets[id].Credit, plan.buckets[id].At
+		}
+		b.Queue(s.q(sqlBucketsSet), ids, credits, ats)
 	}
 	if len(plan.admitted) > 0 {
 		ids := make([]string, len(plan.admitted))
@@ -160,6 +215,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 			return rows.Err()
 		})
 	}
+	if len(plan.throttled) > 0 {
+		b.Queue(s.q(sqlThrottle), plan.throttled, plan.throttledAt, cc.now)
+	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	if len(plan.blocked) > 0 {
 		b.Queue(s.q(sqlBlock), plan.blocked, now)
@@ -167,16 +225,17 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if len(plan.saturated) > 0 {
 		b.Queue(s.q(sqlBlockBacklog), plan.saturated, backlogChunk, now)
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	if err := tx.send(ctx, b, true); err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	if len(res.Claimed) < req.Limit {
+		next := fromPtr(cc.nextDue)
+		for _, at := range plan.throttledAt {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim %s: commit: %w", req.Queue, err)
-	}
-	if len(res.Claimed) < req.Limit && nextDue != nil {
-		res.NextDue = *nextDue
+		res.NextDue = next
 	}
 	return res, nil
 }
@@ -184,23 +243,37 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 // admissionPlan is what admit decided for the window.
 type admissionPlan struct {
 	admitted  []admitted
-	blocked   []string // ids of window rows whose key is saturated
+	blocked   []string // ids of window rows whose key (or per-key budget) is full
 	saturated []string // saturated keys, sorted: their backlog is blocked too
 	debits    map[shardKey]int
+	// buckets are the rate buckets tokens were taken from, as they are now.
+	buckets map[string]gate.Bucket
+	// throttled are window rows that found their bucket empty, rescheduled
+	// to throttledAt.
+	throttled   []string
+	throttledAt []time.Time
 }
 
-// admit applies the admission rules to the window (in admission order),
-// taking the K = 1 advisory locks and the gate counter locks it needs.
-func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit int) (admissionPlan, error) {
+// admit applies the admission rules to the window (in claim order),
+// taking the locks it needs in the documented order.
+func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admissionPlan, error) {
 	var (
 		plan      admissionPlan
 		oneKeys   []string                  // K = 1 keys of the window
 		gateKeys  []string                  // gated keys of the window
+		allKeys   []string                  // every key of the window
 		gateLimit = map[string]gate.Limit{} // gated key -> its limit
+		bucketCap = map[string]int64{}      // rate bucket -> its capacity
 	)
-	for _, c := range cands {
+	for _, c := range cc.candidates {
+		if c.key == "" {
+			continue
+		}
+		allKeys = append(allKeys, c.key)
+		if c.rate != nil {
+			bucketCap[c.rate.BucketFor(c.key)] = c.rate.Capacity()
+		}
 		switch {
-		case c.key == "":
 		case c.limit == nil:
 			oneKeys = append(oneKeys, c.key)
 		default:
@@ -210,68 +283,125 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 			}
 		}
 	}
-	slices.Sort(oneKeys)
-	oneKeys = slices.Compact(oneKeys)
+	for _, ks := range []*[]string{&oneKeys, &allKeys} {
+		slices.Sort(*ks)
+		*ks = slices.Compact(*ks)
+	}
 	slices.Sort(gateKeys)
 
-	locked := map[string]bool{} // K = 1 keys whose advisory lock this claim holds
-	busy := map[string]bool{}   // K = 1 keys with an executing row
+	hasPolicy := cc.maxActive != nil
+	active := 0                   // executing rows of the queue
+	keyActive := map[string]int{} // executing rows of each window key in the queue
+	locked := map[string]bool{}   // K = 1 keys whose advisory lock this claim holds
+	busy := map[string]bool{}     // K = 1 keys with an executing row
 	slots := map[string][]slotRow{}
-	if len(oneKeys)+len(gateKeys) > 0 {
-		b := &pgx.Batch{}
-		if len(oneKeys) > 0 {
-			b.Queue(s.q(sqlKeyTryLock), oneKeys, s.keySalt).Query(func(rows pgx.Rows) error {
-				i := 0
-				var got bool
-				_, err := pgx.ForEachRow(rows, []any{&got}, func() error {
-					if got {
-						locked[oneKeys[i]] = true
-					}
-					i++
-					return nil
-				})
-				return err
-			})
-			b.Queue(s.q(sqlKeyBusy), oneKeys).Query(func(rows pgx.Rows) error {
-				var k string
-				_, err := pgx.ForEachRow(rows, []any{&k}, func() error { busy[k] = true; return nil })
-				return err
-			})
+	buckets := map[string]gate.Bucket{}
+	b := &pgx.Batch{}
+	if hasPolicy {
+		var perKeyKeys []string
+		if cc.perKey != nil {
+			perKeyKeys = allKeys
 		}
-		if len(gateKeys) > 0 {
-			var keys []string
-			var shards, caps []int32
-			for _, k := range gateKeys {
-				for i, c := range gateLimit[k].ShardCapacities() {
-					keys, shards, caps = append(keys, k), append(shards, int32(i)), append(caps, int32(c))
+		if perKeyKeys == nil {
+			perKeyKeys = []string{}
+		}
+		b.Queue(s.q(sqlQueueLock), cc.queue, s.queueSalt)
+		b.Queue(s.q(sqlQueueActive), cc.queue, perKeyKeys).Query(func(rows pgx.Rows) error {
+			var k string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
+				if k == "" {
+					active = int(n)
+				} else {
+					keyActive[k] = int(n)
 				}
-			}
-			b.Queue(s.q(sqlSlotsLock), keys, shards, caps)
-			b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
-				var k string
-				var r slotRow
-				_, err := pgx.ForEachRow(rows, []any{&k, &r.shard, &r.capacity, &r.available}, func() error {
-					slots[k] = append(slots[k], r)
-					return nil
-				})
-				return err
+				return nil
 			})
+			return err
+		})
+	}
+	if len(oneKeys) > 0 {
+		b.Queue(s.q(sqlKeyTryLock), oneKeys, s.keySalt).Query(func(rows pgx.Rows) error {
+			i := 0
+			var got bool
+			_, err := pgx.ForEachRow(rows, []any{&got}, func() error {
+				if got {
+					locked[oneKeys[i]] = true
+				}
+				i++
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlKeyBusy), oneKeys).Query(func(rows pgx.Rows) error {
+			var k string
+			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { busy[k] = true; return nil })
+			return err
+		})
+	}
+	if len(gateKeys) > 0 {
+		var keys []string
+		var shards, caps []int32
+		for _, k := range gateKeys {
+			for i, c := range gateLimit[k].ShardCapacities() {
+				keys, shards, caps = append(keys, k), append(shards, int32(i)), append(caps, int32(c))
+			}
 		}
+		b.Queue(s.q(sqlSlotsLock), keys, shards, caps)
+		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
+			var k string
+			var r slotRow
+			_, err := pgx.ForEachRow(rows, []any{&k, &r.shard, &r.capacity, &r.available}, func() error {
+				slots[k] = append(slots[k], r)
+				return nil
+			})
+			return err
+		})
+	}
+	if len(bucketCap) > 0 {
+		ids := mapKeys(bucketCap)
+		credits := make([]int64, len(ids))
+		for i, id := range ids {
+			credits[i] = bucketCap[id]
+		}
+		b.Queue(s.q(sqlBucketsLock), ids, credits, cc.now)
+		b.Queue(s.q(sqlBucketsRead), ids).Query(func(rows pgx.Rows) error {
+			var id string
+			var bk gate.Bucket
+			_, err := pgx.ForEachRow(rows, []any{&id, &bk.Credit, &bk.At}, func() error {
+				buckets[id] = bk
+				return nil
+			})
+			return err
+		})
+	}
+	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return plan, fmt.Errorf("admission locks: %w", err)
 		}
 	}
 
-	taken := map[string]bool{} // K = 1 keys admitted by this claim
+	// A gate key's slots in use, over all its counters: a claim admits only
+	// while this is below the limit, whatever the shard counters say (after
+	// a limit is lowered or re-sharded, shards may hold more than the new
+	// limit gives them until their rows finish).
+	inUse := map[string]int{}
+	for k, rows := range slots {
+		for _, r := range rows {
+			inUse[k] += r.capacity - r.available
+		}
+	}
+	taken := map[string]bool{}   // K = 1 keys admitted by this claim
+	keyTaken := map[string]int{} // rows of each key admitted by this claim
+	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
 	saturated := map[string]bool{}
 	plan.debits = map[shardKey]int{}
-	for _, c := range cands {
-		full := len(plan.admitted) >= limit
+	plan.buckets = map[string]gate.Bucket{}
+	for _, c := range cc.candidates {
+		// The key: K = 1 or a gate.
+		best := -1
 		switch {
 		case c.key == "":
-			if !full {
-				plan.admitted = append(plan.admitted, admitted{id: c.id, shard: -1})
-			}
 		case c.limit == nil:
 			if !locked[c.key] {
 				continue // another claim or an outcome holds the key: leave the row ready
@@ -281,16 +411,14 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 				saturated[c.key] = true
 				continue
 			}
-			if !full {
-				plan.admitted = append(plan.admitted, admitted{id: c.id, shard: -1})
-				taken[c.key] = true
-			}
 		default:
+			lim := gateLimit[c.key]
 			rows := slots[c.key]
-			best := -1
-			for i, r := range rows {
-				if r.available > 0 && (best < 0 || r.available > rows[best].available) {
-					best = i
+			if inUse[c.key] < lim.Limit {
+				for i, r := range rows {
+					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
+						best = i
+					}
 				}
 			}
 			if best < 0 {
@@ -298,12 +426,50 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, cands []candidate, limit i
 				saturated[c.key] = true
 				continue
 			}
-			if !full {
-				rows[best].available--
-				plan.debits[shardKey{c.key, rows[best].shard}]++
-				plan.admitted = append(plan.admitted, admitted{id: c.id, shard: rows[best].shard})
+		}
+		// The queue's budgets.
+		if c.key != "" && cc.perKey != nil && keyActive[c.key]+keyTaken[c.key] >= int(*cc.perKey) {
+			plan.blocked = append(plan.blocked, c.id)
+			continue
+		}
+		if len(plan.admitted) >= cc.limit || (hasPolicy && active+len(plan.admitted) >= int(*cc.maxActive)) {
+			continue // full: the row stays ready
+		}
+		// The rate limit.
+		var bucket string
+		if c.rate != nil {
+			bucket = c.rate.BucketFor(c.key)
+			bk := c.rate.Refill(buckets[bucket], cc.now)
+			buckets[bucket] = bk
+			if c.rate.Tokens(bk) < 1 {
+				waiting[bucket]++
+				plan.throttled = append(plan.throttled, c.id)
+				plan.throttledAt = append(plan.throttledAt, c.rate.Due(bk, waiting[bucket]))
+				continue
 			}
 		}
+		// Every limit admits the row: debit them all.
+		shard := -1
+		switch {
+		case c.key == "":
+		case c.limit == nil:
+			taken[c.key] = true
+		default:
+			rows := slots[c.key]
+			rows[best].available--
+			inUse[c.key]++
+			shard = rows[best].shard
+			plan.debits[shardKey{c.key, shard}]++
+		}
+		if c.rate != nil {
+			bk := buckets[bucket]
+			bk.Credit -= c.rate.TokenCredit()
+			buckets[bucket], plan.buckets[bucket] = bk, bk
+		}
+		if c.key != "" {
+			keyTaken[c.key]++
+		}
+		plan.admitted = append(plan.admitted, admitted{id: c.id, shard: shard})
 	}
 	for k := range saturated {
 		plan.saturated = append(plan.saturated, k)

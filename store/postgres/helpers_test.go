@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -14,7 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(fleetChildEnv) != "" {
+		runFleetChild()
+	}
+	pgtest.Main(m)
+}
 
 // env is a migrated store on a fresh schema.
 type env struct {
@@ -33,7 +39,7 @@ var migrated = pgtest.NewSchemas(
 		return err
 	},
 	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history RESTART IDENTITY")
+		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history, rate_limits, rate_buckets, queue_policies RESTART IDENTITY")
 		return err
 	})
 

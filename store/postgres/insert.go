@@ -81,9 +81,10 @@ type insertPlan struct {
 }
 
 type insertRow struct {
-	idx   int // index in results
-	in    store.NewInstance
-	scope []string
+	idx     int // index in results
+	in      store.NewInstance
+	scope   []string
+	joinGen int // the parent's spawn a child belongs to
 }
 
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
@@ -219,6 +220,7 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		uniques   = make([]string, n)
 		scopes    = make([]string, n)
 		parents   = make([]*string, n)
+		joinGens  = make([]int32, n)
 	)
 	for i, r := range rows {
 		in := r.in
@@ -229,9 +231,10 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		if in.ParentID != "" {
 			parents[i] = &in.ParentID
 		}
+		joinGens[i] = int32(r.joinGen)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel}
+		uniques, scopes, parents, s.channel, joinGens}
 }
 
 func insertError(err error) error {

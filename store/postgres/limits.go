@@ -2,34 +2,64 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 )
 
-// SyncLimits replaces the stored limits with limits and reports how they
-// differ from the ones stored before (see store.Store). Limits omitted are
-// removed. Existing counters of a changed name are resized in the same
-// transaction, keeping the slots in use: a key never has more free slots
-// than its new limit minus the rows its counters hold. Counters of a name
-// that lost its limit are deleted (its keys run at K = 1 from the next
-// claim on).
+// SyncLimits stores the concurrency limits of store.DefaultNamespace, its
+// rate limits unchanged (see store.Store).
 func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.LimitsResult, error) {
+	return s.syncKeyLimits(ctx, store.DefaultNamespace, limits, nil, store.SyncOptions{})
+}
+
+// SyncKeyLimits makes the key limits namespace owns equal to want, in one
+// transaction (see store.Store). Existing counters of a changed name are
+// resized in the same transaction, keeping the slots in use: a key never
+// has more free slots than its new limit minus the rows its counters hold.
+// Counters of a name that lost its limit are deleted (its keys run at K = 1
+// from the next claim on). Buckets of a name whose rate limit changed keep
+// their tokens; they are deleted when it lost its rate limit or changed
+// scope.
+func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
+	rates := want.RateLimits
+	if rates == nil {
+		rates = []gate.RateLimit{}
+	}
+	return s.syncKeyLimits(ctx, namespace, want.Limits, rates, store.MergeSyncOptions(opts))
+}
+
+// ownedLimit and ownedRate are stored limits with their namespace.
+type ownedLimit struct {
+	gate.Limit
+	namespace string
+}
+
+type ownedRate struct {
+	gate.RateLimit
+	namespace string
+}
+
+// syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
+func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
 	if err := s.check(); err != nil {
 		return store.LimitsResult{}, err
 	}
-	newLs, err := gate.NewLimits(limits)
+	if namespace == "" {
+		return store.LimitsResult{}, errors.New("sync limits: empty namespace")
+	}
+	wantLs, err := gate.NewLimits(limits)
 	if err != nil {
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
-	all := newLs.All()
-	names := make([]string, len(all))
-	values := make([]int32, len(all))
-	shards := make([]int32, len(all))
-	for i, l := range all {
-		names[i], values[i], shards[i] = l.Name, int32(l.Limit), int32(l.Shards)
+	wantRs, err := gate.NewRateLimits(rates)
+	if err != nil {
+		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
 
 	var res store.LimitsResult
@@ -37,54 +67,201 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
 			return err
 		}
-		old, err := readLimits(ctx, tx, s.q(sqlLimitsAll))
+		oldLs, oldRs, err := s.readOwned(ctx, tx)
 		if err != nil {
 			return err
 		}
-		oldLs, err := gate.NewLimits(old)
+		for _, l := range wantLs.All() {
+			if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
+				return fmt.Errorf("limit %q: %w %q", l.Name, store.ErrNamespaceConflict, oldLs[i].namespace)
+			}
+		}
+		for _, r := range wantRs.All() {
+			if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
+				return fmt.Errorf("rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, oldRs[i].namespace)
+			}
+		}
+
+		nextLs := desired(oldLs, wantLs.All(), namespace, o.KeepOmitted,
+			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
+			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		before, err := gate.NewLimits(limitsOf(oldLs))
 		if err != nil {
 			return fmt.Errorf("stored limits: %w", err)
 		}
-		if _, err := tx.Exec(ctx, s.q(sqlLimitsReplace), names, values, shards); err != nil {
+		after, err := gate.NewLimits(limitsOf(nextLs))
+		if err != nil {
 			return err
 		}
-		res.Changes = gate.Diff(oldLs, newLs)
-		if len(res.Changes) == 0 {
-			return nil
+		b := &pgx.Batch{}
+		names, values, shards, owners := make([]string, len(nextLs)), make([]int32, len(nextLs)), make([]int32, len(nextLs)), make([]string, len(nextLs))
+		for i, l := range nextLs {
+			names[i], values[i], shards[i], owners[i] = l.Name, int32(l.Limit.Limit), int32(l.Shards), l.namespace
 		}
-		changed := make([]string, len(res.Changes))
-		for i, c := range res.Changes {
-			changed[i] = c.Name
+		b.Queue(s.q(sqlLimitsReplace), names, values, shards, owners)
+		res.Changes = gate.Diff(before, after)
+
+		if rates != nil {
+			nextRs := desired(oldRs, wantRs.All(), namespace, o.KeepOmitted,
+				func(x ownedRate) (string, string) { return x.Name, x.namespace },
+				func(r gate.RateLimit) ownedRate { return ownedRate{r, namespace} })
+			rBefore, err := gate.NewRateLimits(ratesOf(oldRs))
+			if err != nil {
+				return fmt.Errorf("stored rate limits: %w", err)
+			}
+			rAfter, err := gate.NewRateLimits(ratesOf(nextRs))
+			if err != nil {
+				return err
+			}
+			n := len(nextRs)
+			rn, rl, rp, rb, rk, ro := make([]string, n), make([]int32, n), make([]int64, n), make([]int32, n), make([]bool, n), make([]string, n)
+			for i, r := range nextRs {
+				rn[i], rl[i], rp[i], rb[i], rk[i], ro[i] = r.Name, int32(r.Limit), r.TokenCredit(), int32(r.Burst), r.PerKey, r.namespace
+			}
+			b.Queue(s.q(sqlRatesReplace), rn, rl, rp, rb, rk, ro)
+			res.RateChanges = gate.DiffRates(rBefore, rAfter)
 		}
-		return s.resizeCounters(ctx, tx, newLs, changed, &res)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if len(res.Changes)+len(res.RateChanges) > 0 {
+			if err := s.applyLimitChanges(ctx, tx, after, &res); err != nil {
+				return err
+			}
+		}
+		if o.DryRun {
+			return errDryRun
+		}
+		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errDryRun) {
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
 	return res, nil
 }
 
-// resizeCounters re-shapes the counters of keys whose name changed and counts
-// the live instances of those names.
-func (s *Store) resizeCounters(ctx context.Context, tx pgx.Tx, newLs gate.Limits, changed []string, res *store.LimitsResult) error {
-	type counter struct{ capacity, available int }
-	counters := map[string]map[int]counter{}
-	res.Live = map[string]int64{}
+// errDryRun rolls back a sync that only reports.
+var errDryRun = errors.New("dry run")
+
+// readOwned reads every stored limit and rate limit with its owner.
+func (s *Store) readOwned(ctx context.Context, tx pgx.Tx) ([]ownedLimit, []ownedRate, error) {
+	var ls []ownedLimit
+	var rs []ownedRate
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlSlotsOfNames), changed).Query(func(rows pgx.Rows) error {
-		var k string
-		var sh int
-		var c counter
-		_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
-			if counters[k] == nil {
-				counters[k] = map[int]counter{}
-			}
-			counters[k][sh] = c
+	b.Queue(s.q(sqlLimitsOwned)).Query(func(rows pgx.Rows) error {
+		var l ownedLimit
+		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit.Limit, &l.Shards, &l.namespace}, func() error {
+			ls = append(ls, l)
 			return nil
 		})
 		return err
 	})
-	b.Queue(s.q(sqlLiveByName), changed).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlRatesAll)).Query(func(rows pgx.Rows) error {
+		var r ownedRate
+		var periodUS int64
+		_, err := pgx.ForEachRow(rows, []any{&r.Name, &r.Limit, &periodUS, &r.Burst, &r.PerKey, &r.namespace}, func() error {
+			r.Period = time.Duration(periodUS) * time.Microsecond
+			rs = append(rs, r)
+			return nil
+		})
+		return err
+	})
+	return ls, rs, tx.SendBatch(ctx, b).Close()
+}
+
+// desired is the stored set after namespace syncs want: entries of other
+// namespaces stay, the namespace's omitted entries go (unless keep), and
+// want is added or replaces.
+func desired[T, W any](current []T, want []W, namespace string, keep bool, key func(T) (name, owner string), own func(W) T) []T {
+	wanted := map[string]bool{}
+	var out []T
+	for _, w := range want {
+		t := own(w)
+		name, _ := key(t)
+		wanted[name] = true
+		out = append(out, t)
+	}
+	for _, c := range current {
+		name, owner := key(c)
+		if wanted[name] || (owner == namespace && !keep) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func limitsOf(ls []ownedLimit) []gate.Limit {
+	out := make([]gate.Limit, len(ls))
+	for i, l := range ls {
+		out[i] = l.Limit
+	}
+	return out
+}
+
+func ratesOf(rs []ownedRate) []gate.RateLimit {
+	out := make([]gate.RateLimit, len(rs))
+	for i, r := range rs {
+		out[i] = r.RateLimit
+	}
+	return out
+}
+
+// applyLimitChanges re-shapes the counters of keys whose limit changed,
+// adjusts the buckets of names whose rate limit changed, and counts the
+// live instances of every changed name.
+func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult) error {
+	type counter struct{ capacity, available int }
+	counters := map[string]map[int]counter{}
+	res.Live = map[string]int64{}
+	var changed, allChanged []string
+	for _, c := range res.Changes {
+		changed = append(changed, c.Name)
+	}
+	var drop, rescale []string
+	var oldTC, newTC, caps []int64
+	for _, c := range res.RateChanges {
+		switch {
+		case !c.OldSet:
+		case !c.NewSet || c.Old.PerKey != c.New.PerKey:
+			drop = append(drop, c.Name)
+		default:
+			rescale = append(rescale, c.Name)
+			oldTC, newTC, caps = append(oldTC, c.Old.TokenCredit()), append(newTC, c.New.TokenCredit()), append(caps, c.New.Capacity())
+		}
+		allChanged = append(allChanged, c.Name)
+	}
+	allChanged = append(allChanged, changed...)
+	slices.Sort(allChanged)
+	allChanged = slices.Compact(allChanged)
+	for _, n := range allChanged {
+		res.Live[n] = 0
+	}
+
+	b := &pgx.Batch{}
+	if len(changed) > 0 {
+		b.Queue(s.q(sqlSlotsOfNames), changed).Query(func(rows pgx.Rows) error {
+			var k string
+			var sh int
+			var c counter
+			_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
+				if counters[k] == nil {
+					counters[k] = map[int]counter{}
+				}
+				counters[k][sh] = c
+				return nil
+			})
+			return err
+		})
+	}
+	// Buckets are locked after counters, as in a claim.
+	if len(drop) > 0 {
+		b.Queue(s.q(sqlBucketsDrop), drop)
+	}
+	if len(rescale) > 0 {
+		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
+	}
+	b.Queue(s.q(sqlLiveByName), allChanged).Query(func(rows pgx.Rows) error {
 		var name string
 		var n int64
 		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
@@ -97,26 +274,23 @@ func (s *Store) resizeCounters(ctx context.Context, tx pgx.Tx, newLs gate.Limits
 	var (
 		setKeys                   []string
 		setShards, setCaps, setAv []int32
-		drop                      []string
+		dropKeys                  []string
 	)
 	for k, byShard := range counters {
 		l, limited := newLs.Lookup(gate.NameOf(k))
 		if !limited {
-			drop = append(drop, k)
+			dropKeys = append(dropKeys, k)
 			continue
 		}
 		used := map[int]int{}
+		var existing []int
 		for sh, c := range byShard {
+			existing = append(existing, sh)
 			if u := c.capacity - c.available; u > 0 {
 				used[sh] = u
 			}
 		}
-		target := shareSlots(l.ShardCapacities(), used)
-		for sh := range byShard {
-			if _, ok := target[sh]; !ok {
-				target[sh] = slotTarget{}
-			}
-		}
+		target := resizeShards(l.ShardCapacities(), used, existing)
 		for sh, t := range target {
 			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
 			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
@@ -126,8 +300,8 @@ func (s *Store) resizeCounters(ctx context.Context, tx pgx.Tx, newLs gate.Limits
 	if len(setKeys) > 0 {
 		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
 	}
-	if len(drop) > 0 {
-		b.Queue(s.q(sqlSlotsDelete), drop)
+	if len(dropKeys) > 0 {
+		b.Queue(s.q(sqlSlotsDelete), dropKeys)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -145,6 +319,29 @@ func (s *Store) Limits(ctx context.Context) ([]gate.Limit, error) {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
 	return ls, nil
+}
+
+// RateLimits returns the stored rate limits sorted by name.
+func (s *Store) RateLimits(ctx context.Context) ([]gate.RateLimit, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlRatesAll))
+	if err != nil {
+		return nil, fmt.Errorf("rate limits: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gate.RateLimit, error) {
+		var rl gate.RateLimit
+		var periodUS int64
+		var ns string
+		err := r.Scan(&rl.Name, &rl.Limit, &periodUS, &rl.Burst, &rl.PerKey, &ns)
+		rl.Period = time.Duration(periodUS) * time.Microsecond
+		return rl, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rate limits: %w", err)
+	}
+	return out, nil
 }
 
 func readLimits(ctx context.Context, q querier, stmt string) ([]gate.Limit, error) {

@@ -87,8 +87,12 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	var freed []freedSlot
 	queues := map[string]bool{}
 	n := 0
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
 		var f freedSlot
 		var q string
@@ -100,10 +104,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return 0, err
 	}
 	if n == 0 {
@@ -112,10 +113,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	b = &pgx.Batch{}
 	s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -126,10 +124,8 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 // terminal rows last changed more than retention ago (see store.Store).
 //
 // Counters are recomputed as capacity − executing rows per (key, shard),
-// with capacities from the stored limits; rows a shard can no longer hold
-// (its capacity shrank, or it is beyond the limit's shard count, or the row
-// was admitted at K = 1 before its name got a limit) are charged to the
-// key's other shards, so that the key never admits more than its limit.
+// with capacities from the stored limits (see resizeShards for shards that
+// hold more rows than a lowered limit gives them).
 func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time.Time) (store.ReconcileReport, error) {
 	if err := s.check(); err != nil {
 		return store.ReconcileReport{}, err
@@ -180,6 +176,17 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 			return tx.SendBatch(ctx, b).Close()
 		}); err != nil {
 			return rep, fmt.Errorf("reconcile: keys: %w", err)
+		}
+	}
+
+	for {
+		tag, err := s.pool.Exec(ctx, s.q(sqlBucketsCollect), tsArg(now), sweepChunk)
+		if err != nil {
+			return rep, fmt.Errorf("reconcile: rate buckets: %w", err)
+		}
+		rep.BucketsDeleted += int(tag.RowsAffected())
+		if tag.RowsAffected() < sweepChunk {
+			break
 		}
 	}
 
@@ -267,18 +274,17 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 			}
 			continue
 		}
-		target := shareSlots(l.ShardCapacities(), inUse[k])
+		var existing []int
 		for sh := range counters[k] {
-			if _, ok := target[sh]; !ok {
-				target[sh] = slotTarget{} // a shard the limit no longer has
-			}
+			existing = append(existing, sh)
 		}
+		target := resizeShards(l.ShardCapacities(), inUse[k], existing)
 		free := 0
 		busy := len(inUse[k]) > 0
 		for sh, t := range target {
 			free += t.available
 			old, ok := counters[k][sh]
-			if ok && old == (counter{t.capacity, t.available}) {
+			if ok && old == counter(t) {
 				continue
 			}
 			rep.CountersRepaired++
@@ -336,41 +342,34 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 // slotTarget is what a counter should hold.
 type slotTarget struct{ capacity, available int }
 
-// shareSlots computes a key's counters from its shard capacities and the
-// executing rows per shard (shard -1: rows holding the key without a
-// shard). Rows a shard cannot hold are charged to the shards with the most
-// room, so the total free never exceeds limit − executing. Shards beyond
-// the capacities get capacity 0 (they are kept while rows hold them).
-func shareSlots(caps []int, inUse map[int]int) map[int]slotTarget {
+// resizeShards computes a key's counters from its limit's shard capacities
+// and the slots in use per shard (shard -1: rows holding the key without a
+// shard, admitted before its name had a limit, charged to shard 0). A shard
+// keeps at least the capacity its holders use, so that no counter goes
+// negative and every credit finds its slot; shards beyond the limit's count
+// keep exactly what their holders use (nothing once they are empty) and
+// claims no longer draw from them. A claim admits only while the key's
+// slots in use over all its counters are below the limit, so a lowered
+// limit holds while the rows admitted under the old one finish.
+func resizeShards(caps []int, used map[int]int, existing []int) map[int]slotTarget {
 	out := make(map[int]slotTarget, len(caps))
-	excess := 0
 	for sh, c := range caps {
-		u := inUse[sh]
-		out[sh] = slotTarget{capacity: c, available: max(0, c-u)}
-		excess += max(0, u-c)
+		u := used[sh]
+		if sh == 0 {
+			u += used[-1]
+		}
+		capacity := max(c, u)
+		out[sh] = slotTarget{capacity: capacity, available: capacity - u}
 	}
-	for sh, u := range inUse {
-		if sh < 0 || sh >= len(caps) {
-			excess += u
-			if sh >= len(caps) {
-				out[sh] = slotTarget{}
-			}
+	for sh, u := range used {
+		if sh >= len(caps) {
+			out[sh] = slotTarget{capacity: u}
 		}
 	}
-	for excess > 0 {
-		best := -1
-		for sh := range caps {
-			if out[sh].available > 0 && (best < 0 || out[sh].available > out[best].available) {
-				best = sh
-			}
+	for _, sh := range existing {
+		if _, ok := out[sh]; !ok {
+			out[sh] = slotTarget{}
 		}
-		if best < 0 {
-			break
-		}
-		t := out[best]
-		t.available--
-		out[best] = t
-		excess--
 	}
 	return out
 }

@@ -88,18 +88,13 @@ func TestMigratorRejectsBadFiles(t *testing.T) {
 	}
 }
 
-func TestShareSlots(t *testing.T) {
-	// 4 shards of 10/4 = [3 3 2 2]; shard 0 holds 5 (it had capacity 5 before a
-	// resize): the 2 it cannot hold are charged to the shards with most room.
-	got := shareSlots([]int{3, 3, 2, 2}, map[int]int{0: 5, 1: 1})
-	free := 0
-	for _, s := range got {
-		free += s.available
-	}
-	require.Equal(t, 10-6, free, "free slots are the limit minus the rows held")
-	require.Equal(t, slotTarget{3, 0}, got[0])
-	// Rows of a shard beyond the new count and rows admitted at K = 1.
-	got = shareSlots([]int{2}, map[int]int{3: 1, -1: 1})
-	require.Equal(t, slotTarget{2, 0}, got[0])
-	require.Equal(t, slotTarget{0, 0}, got[3])
+func TestResizeShards(t *testing.T) {
+	// Limit 10 in 4 shards is [3 3 2 2]; shard 0 holds 5 rows (it had
+	// capacity 5 before the resize): it keeps capacity 5, with no slot free.
+	got := resizeShards([]int{3, 3, 2, 2}, map[int]int{0: 5, 1: 1}, []int{0, 1})
+	require.Equal(t, map[int]slotTarget{0: {5, 0}, 1: {3, 2}, 2: {2, 2}, 3: {2, 2}}, got)
+	// Shards beyond the new count keep what their rows use; rows without a
+	// shard are charged to shard 0; an empty extra shard is emptied.
+	got = resizeShards([]int{2}, map[int]int{3: 1, -1: 1}, []int{0, 1, 3})
+	require.Equal(t, map[int]slotTarget{0: {2, 1}, 1: {0, 0}, 3: {1, 0}}, got)
 }

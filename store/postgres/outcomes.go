@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +22,15 @@ type applied struct {
 	oldShard int
 	status   string
 	parentID string
+	joinGen  int // the parent's spawn this row belongs to
+	spawnGen int // this row's spawns, counting this outcome's
 	queue    string
+}
+
+// join is a parent's spawn that children count against.
+type join struct {
+	parentID string
+	gen      int
 }
 
 // Complete commits a batch of outcomes in one transaction (see
@@ -48,24 +57,25 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var done []applied
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("complete: %w", err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now)...).Query(func(rows pgx.Rows) error {
 		var a applied
-		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.queue}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue}, func() error {
 			done = append(done, a)
 			return nil
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return nil, fmt.Errorf("complete: %w", refused(err))
 	}
 	if len(done) == 0 {
-		return results, nil
+		return results, nil // nothing changed: end rolls the empty transaction back
 	}
 	slices.SortFunc(done, func(a, b applied) int { return a.ord - b.ord })
 
@@ -76,17 +86,19 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		sigOwners, parked    []string
 		children             []store.NewInstance
 		spawned              = map[string]int{} // parent id -> children planned
-		parentQueue          = map[string]string{}
-		terminalChildren     = map[string]int{} // parent id -> children that just ended
+		spawnGen             = map[string]int{} // parent id -> the spawn its children join
+		terminalChildren     = map[join]int{}   // children that just ended
 		histIDs, histSteps   []string
 		histKeys, histWorker []string
 		histOutcomes, histEr []string
 		histAttempts         []int32
 		histStart, histEnd   []*time.Time
 	)
+	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
+		leftQueues[a.queue] = true
 		if a.oldKey != "" {
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
@@ -98,7 +110,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 			parked = append(parked, o.ID)
 		case store.OutcomeSpawn:
 			spawned[o.ID] = len(o.Children)
-			parentQueue[o.ID] = a.queue
+			spawnGen[o.ID] = a.spawnGen
 			for _, c := range o.Children {
 				c.ParentID = o.ID
 				if c.Queue == "" {
@@ -108,7 +120,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 			}
 		case store.OutcomeDone, store.OutcomeFailed:
 			if a.parentID != "" {
-				terminalChildren[a.parentID]++
+				terminalChildren[join{a.parentID, a.joinGen}]++
 			}
 		}
 		if h := o.History; h != nil && s.history {
@@ -120,11 +132,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	s.queueFree(b, freed, true, now)
+	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
 	if len(spawned) > 0 {
-		inserted, err := s.queueChildren(ctx, tx, b, children)
+		inserted, err := s.queueChildren(ctx, tx.q(), b, children, spawnGen)
 		if err != nil {
 			return nil, fmt.Errorf("complete: %w", refused(err))
 		}
@@ -140,40 +153,43 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 	}
 	if len(terminalChildren) > 0 {
-		ids := make([]string, 0, len(terminalChildren))
-		for id := range terminalChildren {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		ns := make([]int32, len(ids))
-		for i, id := range ids {
-			ns[i] = int32(terminalChildren[id])
-		}
-		b.Queue(s.q(sqlLockParents), ids)
-		b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), s.channel)
+		s.queueJoins(b, terminalChildren, now)
 	}
 	if len(parked) > 0 {
 		b.Queue(s.q(sqlRecheckInbox), parked, tsArg(now), s.channel)
 	}
 	if len(histIDs) > 0 {
 		b.Queue(s.q(sqlHistoryInsert), histIDs, histSteps, histAttempts, histKeys, histWorker,
-			histStart, histEnd, histOutcomes, histEr)
+			histStart, histEnd, histOutcomes, histEr, tsArg(now))
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("complete: commit: %w", err)
+	if err := tx.send(ctx, b, true); err != nil {
+		return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	return results, nil
+}
+
+// queueJoins queues the counting of ended children against their parents'
+// joins, parents locked in id order.
+func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
+	joins := make([]join, 0, len(ended))
+	for j := range ended {
+		joins = append(joins, j)
+	}
+	slices.SortFunc(joins, func(a, b join) int { return cmp.Or(cmp.Compare(a.parentID, b.parentID), a.gen-b.gen) })
+	ids := make([]string, len(joins))
+	ns := make([]int32, len(joins))
+	gens := make([]int32, len(joins))
+	for i, j := range joins {
+		ids[i], ns[i], gens[i] = j.parentID, int32(ended[j]), int32(j.gen)
+	}
+	b.Queue(s.q(sqlLockParents), ids)
+	b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), s.channel, gens)
 }
 
 // queueChildren inserts spawned children: queued on b when none has a
 // unique key, else at once (the unique check needs its own round trip). It
 // returns, per parent, how many children were inserted.
-func (s *Store) queueChildren(ctx context.Context, tx pgx.Tx, b *pgx.Batch, children []store.NewInstance) (map[string]int, error) {
+func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int) (map[string]int, error) {
 	inserted := map[string]int{}
 	if len(children) == 0 {
 		return inserted, nil
@@ -181,6 +197,9 @@ func (s *Store) queueChildren(ctx context.Context, tx pgx.Tx, b *pgx.Batch, chil
 	p, err := prepareInsert(children)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	for i := range p.rows {
+		p.rows[i].joinGen = gens[p.rows[i].in.ParentID]
 	}
 	if p.unique {
 		if err := s.insertUnique(ctx, tx, p); err != nil {
@@ -332,8 +351,12 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	}
 	var freed []freedSlot
 	queues := map[string]bool{}
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	defer tx.end()
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(s.q(sqlRelease), worker, ids, fences, tsArg(now)).Query(func(rows pgx.Rows) error {
 		var f freedSlot
 		var q string
@@ -344,10 +367,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		})
 		return err
 	})
-	br := s.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := br.Close(); err != nil {
+	if err := tx.send(ctx, b, false); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	if len(queues) == 0 {
@@ -356,10 +376,10 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	b = &pgx.Batch{}
 	s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // Cancel cancels a non-terminal instance (see store.Store): an executing
@@ -375,8 +395,8 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var oldStatus, oldKey, parentID string
-		var oldShard int
-		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID)
+		var oldShard, joinGen int
+		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.whyNot(ctx, tx, "cancel", id)
 		}
@@ -396,8 +416,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel)
 		}
 		if parentID != "" {
-			b.Queue(s.q(sqlLockParents), []string{parentID})
-			b.Queue(s.q(sqlJoinParents), []string{parentID}, []int32{1}, tsArg(now), s.channel)
+			s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
 		}
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -461,7 +480,7 @@ func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
 }
 
-func mapKeys(m map[string]bool) []string {
+func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -190,8 +190,17 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(e.ctx)
 	got := make(chan string, 100)
+	pings := make(chan struct{}, 100)
 	stopped := make(chan error, 1)
-	go func() { stopped <- e.s.Listen(ctx, func(q string) { got <- q }) }()
+	go func() {
+		stopped <- e.s.Listen(ctx, func(q string) {
+			if q == "ping" { // late answers to the connection pokes below
+				pings <- struct{}{}
+				return
+			}
+			got <- q
+		})
+	}()
 
 	// Wait until the listener is connected: poke the channel until it hears.
 	deadline := time.After(10 * time.Second)
@@ -199,8 +208,8 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 		_, err := e.pool.Exec(e.ctx, `SELECT pg_notify($1, 'ping')`, postgres.Channel(e.schema))
 		require.NoError(t, err)
 		select {
-		case q := <-got:
-			ready = q == "ping"
+		case <-pings:
+			ready = true
 		case <-time.After(20 * time.Millisecond):
 		case <-deadline:
 			t.Fatal("listener never connected")
@@ -337,4 +346,91 @@ func TestKeyBacklogLeavesThePickPath(t *testing.T) {
 	require.EqualValues(t, 0, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'ready'`),
 		"the hot key's backlog is off the pick path")
 	require.EqualValues(t, 2999, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'blocked'`))
+}
+
+// A child of an earlier spawn does not count against its parent's later
+// join (the parent was canceled and retried meanwhile); a retried child of
+// the current spawn counts again.
+func TestChildJoinsOnlyItsOwnSpawn(t *testing.T) {
+	e := newEnv(t)
+	parent := e.insert(newInstance(""))[0]
+	spawn := func(n int) []store.Claimed {
+		t.Helper()
+		c := e.claim("w", 1)[0]
+		require.Equal(t, parent, c.ID)
+		var kids []store.NewInstance
+		for range n {
+			k := newInstance("")
+			k.Queue = "kids"
+			kids = append(kids, k)
+		}
+		res := e.complete("w", store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "joined", Children: kids})
+		require.False(t, res[0].Stale)
+		got, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "kids", Worker: "w", Limit: n})
+		require.NoError(t, err)
+		require.Len(t, got.Claimed, n)
+		return got.Claimed
+	}
+	first := spawn(1)[0]
+	require.NoError(t, e.s.Cancel(e.ctx, parent, time.Time{}))
+	require.NoError(t, e.s.Retry(e.ctx, parent, time.Time{}))
+	second := spawn(2)
+
+	e.complete("w", done(first))
+	p := e.get(parent)
+	require.Equal(t, store.StatusChildren, p.Status, "a child of the earlier spawn ended the later join")
+	require.Equal(t, 2, p.PendingChildren)
+
+	// One current child fails and is retried: it counts in the join again.
+	e.complete("w", store.Outcome{ID: second[0].ID, Fence: second[0].Fence, Kind: store.OutcomeFailed, Error: "x"})
+	require.Equal(t, 1, e.get(parent).PendingChildren)
+	require.NoError(t, e.s.Retry(e.ctx, second[0].ID, time.Time{}))
+	require.Equal(t, 2, e.get(parent).PendingChildren)
+	e.complete("w", done(second[1]))
+	require.Equal(t, store.StatusChildren, e.get(parent).Status)
+	again, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "kids", Worker: "w", Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, again.Claimed, 1)
+	e.complete("w", done(again.Claimed[0]))
+	require.Equal(t, store.StatusReady, e.get(parent).Status, "the parent wakes when its last child of this spawn ends")
+}
+
+// A batch of many unique keys takes a bounded number of locks: 20,000
+// distinct unique keys insert in one call (one lock each would exceed the
+// default lock table).
+func TestManyUniqueKeysInOneBatch(t *testing.T) {
+	e := newEnv(t)
+	ins := make([]store.NewInstance, 20_000)
+	for i := range ins {
+		ins[i] = newInstance("")
+		ins[i].UniqueKey = uuid.NewString()
+	}
+	res, err := e.s.Insert(e.ctx, ins)
+	require.NoError(t, err)
+	require.Len(t, res, len(ins))
+	res, err = e.s.Insert(e.ctx, ins[:10])
+	require.NoError(t, err)
+	for _, r := range res {
+		require.True(t, r.Duplicate)
+	}
+}
+
+func TestHistoryDefaultsToTheClaimTimes(t *testing.T) {
+	e := newEnv(t)
+	id := e.insert(newInstance("acct:1"))[0]
+	claimAt := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+	res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Now: claimAt})
+	require.NoError(t, err)
+	c := res.Claimed[0]
+	o := done(c)
+	o.History = &store.HistoryEntry{Step: "start", Attempt: 0, Key: "acct:1", Outcome: "done"}
+	_, err = e.s.Complete(e.ctx, "w", []store.Outcome{o}, claimAt.Add(time.Second))
+	require.NoError(t, err)
+	h, err := e.s.History(e.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, h, 1)
+	require.Equal(t, store.HistoryEntry{InstanceID: id, Step: "start", Key: "acct:1", Worker: "w",
+		StartedAt: claimAt, FinishedAt: claimAt.Add(time.Second), Outcome: "done"},
+		store.HistoryEntry{InstanceID: h[0].InstanceID, Step: h[0].Step, Key: h[0].Key, Worker: h[0].Worker,
+			StartedAt: h[0].StartedAt.UTC(), FinishedAt: h[0].FinishedAt.UTC(), Outcome: h[0].Outcome})
 }

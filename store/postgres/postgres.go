@@ -7,8 +7,21 @@
 // capacity), debited in the claim's transaction.
 //
 // The tables live in one schema (Options.Schema, default "durable"), created
-// and upgraded by Migrate. All SQL is in sql.go; the admission rules are in
-// admission.go.
+// and upgraded by Migrate (or `durable migrate`). All SQL is in sql.go; the
+// admission rules are in admission.go.
+//
+// Operating notes:
+//   - Every method that takes a time uses it as "now" in SQL
+//     (coalesce($now, now())); a zero time is the database clock.
+//   - Workers are woken through LISTEN/NOTIFY on the channel Channel(schema),
+//     with the queue name as payload. Listen holds one connection of its own.
+//   - A claim holds one advisory lock per distinct K = 1 key in its window,
+//     and an outcome batch one per K = 1 key it frees; unique-key inserts
+//     take at most 1024. Very large windows or batches with many concurrent
+//     transactions may need a larger max_locks_per_transaction.
+//   - Crash paths (Reap, ReclaimWorker) do not credit gate slots; Reconcile
+//     recomputes every counter from the executing rows, promotes blocked
+//     rows whose key has room and deletes idle counters. Run it periodically.
 package postgres
 
 import (
@@ -52,6 +65,7 @@ type Store struct {
 	// and unique keys, so that schemas sharing a database do not contend.
 	keySalt    int64
 	uniqueSalt int64
+	queueSalt  int64
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
 }
@@ -92,6 +106,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		channel:    Channel(opts.Schema),
 		keySalt:    lockSalt(opts.Schema, saltKeys),
 		uniqueSalt: lockSalt(opts.Schema, saltUnique),
+		queueSalt:  lockSalt(opts.Schema, saltQueues),
 	}, nil
 }
 
@@ -133,11 +148,13 @@ func Channel(schema string) string {
 
 // Advisory lock purposes; each salts the lock hashes differently.
 const (
-	saltKeys    = "keys"
-	saltUnique  = "unique"
-	saltMigrate = "migrate"
-	saltLimits  = "limits"
-	saltChannel = "channel"
+	saltKeys     = "keys"
+	saltUnique   = "unique"
+	saltMigrate  = "migrate"
+	saltLimits   = "limits"
+	saltChannel  = "channel"
+	saltPolicies = "policies"
+	saltQueues   = "queues"
 )
 
 // lockSalt derives a stable 64-bit value from a schema and a purpose.

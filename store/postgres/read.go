@@ -107,8 +107,9 @@ func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, e
 const maxHolders = 1000
 
 // KeyInfo explains a key: its K, its holders (at most 1000), its waiting
-// rows (ready, delayed and blocked), the next in line and, for a gate, its
-// free slots (the whole limit when no counter exists yet).
+// rows (ready, delayed and blocked), the next in line, the longest waiting
+// and, for a gate, the slots a claim could take now (the limit less its
+// holders when no counter exists yet).
 func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
 	if err := s.check(); err != nil {
 		return store.KeyInfo{}, err
@@ -119,9 +120,8 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	info := store.KeyInfo{Key: key, K: 1}
 	var (
 		limit, shards *int32
-		counters      int
-		available     int64
-		next          []store.Instance
+		counters      []slotRow
+		next, oldest  []store.Instance
 	)
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlLimitOf), gate.NameOf(key)).Query(func(rows pgx.Rows) error {
@@ -139,17 +139,59 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		next, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
 		return err
 	})
-	b.Queue(s.q(sqlKeySlots), key).QueryRow(func(row pgx.Row) error { return row.Scan(&counters, &available) })
+	b.Queue(s.q(sqlKeyOldest), key).Query(func(rows pgx.Rows) error {
+		var err error
+		oldest, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
+		return err
+	})
+	b.Queue(s.q(sqlKeySlots), key).Query(func(rows pgx.Rows) error {
+		var r slotRow
+		_, err := pgx.ForEachRow(rows, []any{&r.shard, &r.capacity, &r.available}, func() error {
+			counters = append(counters, r)
+			return nil
+		})
+		return err
+	})
+	b.Queue(s.q(sqlKeyRate), key).Query(func(rows pgx.Rows) error {
+		var (
+			limit, burst int
+			periodUS     int64
+			perKey       bool
+			credit       *int64
+			at           *time.Time
+		)
+		_, err := pgx.ForEachRow(rows, []any{&limit, &periodUS, &burst, &perKey, &credit, &at}, func() error {
+			info.RateLimit = &gate.RateLimit{Name: gate.NameOf(key), Limit: limit, Period: time.Duration(periodUS) * time.Microsecond,
+				Burst: burst, PerKey: perKey}
+			if credit != nil {
+				info.Bucket = &gate.Bucket{Credit: *credit, At: *at}
+			}
+			return nil
+		})
+		return err
+	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.KeyInfo{}, fmt.Errorf("key info: %w", err)
 	}
 	if len(next) > 0 {
 		info.NextInLine = &next[0]
 	}
+	if len(oldest) > 0 {
+		info.OldestWaiting = &oldest[0]
+	}
 	if limit != nil {
 		info.K, info.Shards = int(*limit), int(*shards)
-		if counters > 0 {
-			info.Available = int(available)
+		if len(counters) > 0 {
+			// What a claim could admit now: free slots of the limit's shards,
+			// and no more than the limit minus the slots in use.
+			free, used := 0, 0
+			for _, r := range counters {
+				used += r.capacity - r.available
+				if r.shard < info.Shards {
+					free += r.available
+				}
+			}
+			info.Available = max(0, min(free, info.K-used))
 		} else {
 			info.Available = max(0, info.K-len(info.Holders))
 		}

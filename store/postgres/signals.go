@@ -12,7 +12,8 @@ import (
 
 // Signal stores a signal and wakes the instance if it awaits that name (see
 // store.Store). Both statements travel in one round trip and commit
-// together. The first locks the instance row, so a concurrent Complete that
+// together. The first locks the instance row (FOR KEY SHARE, which
+// conflicts with the FOR UPDATE of a park), so a concurrent Complete that
 // parks the instance either commits before it (and the second statement
 // sees the parked row and wakes it) or waits for it (and its inbox re-check
 // sees the stored signal): the lost wake-up cannot happen.

@@ -110,3 +110,45 @@ func TestSignalWaitsForAnUncommittedPark(t *testing.T) {
 	require.Equal(t, store.SignalResult{Woke: true}, <-sent)
 	require.Equal(t, store.StatusReady, statusOf(t, s, c.ID))
 }
+
+// A signal in flight to a blocked row must not make the promotion skip it:
+// the holder's outcome promotes the blocked row while the signal's
+// transaction still holds its lock on that row.
+func TestPromotionDoesNotSkipARowBeingSignalled(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	mk := func() store.NewInstance {
+		return store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: "acct:1"}
+	}
+	holder, waiter := mk(), mk()
+	for _, in := range []store.NewInstance{holder, waiter} {
+		_, err := s.Insert(ctx, []store.NewInstance{in})
+		require.NoError(t, err)
+	}
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, store.StatusBlocked, statusOf(t, s, waiter.ID))
+
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, s.q(sqlSignalStore), waiter.ID, "go", nil, "", nil)
+	require.NoError(t, err)
+
+	c := res.Claimed[0]
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outcome waits for the signal's transaction")
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, store.StatusReady, statusOf(t, s, waiter.ID), "the blocked row was skipped: its key is free and nobody will promote it")
+}

@@ -30,7 +30,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		case f.shard < 0:
 			one = append(one, f.key)
 		case credit:
-			gates[shardKey{f.key, f.shard}]++
+			gates[shardKey(f)]++
 		}
 	}
 	slices.Sort(one)

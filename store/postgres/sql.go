@@ -7,10 +7,11 @@ package postgres
 // reaches SQL as a nullable parameter: coalesce($now, now()).
 //
 // Lock order, followed by every transaction so that none can deadlock with
-// another: (1) the instance rows being transitioned, by id; (2) K = 1 key
-// advisory locks, by key (claims only try them and never wait); (3) gate
-// counter rows, by (key, shard); (4) other instance rows: blocked rows being
-// promoted (SKIP LOCKED) and parents, by id.
+// another: (1) the instance rows being transitioned, by id (claims take
+// ready rows SKIP LOCKED and never wait); (2) K = 1 key advisory locks, by
+// key (claims only try them and never wait); (3) gate counter rows, by
+// (key, shard); (4) other instance rows: blocked rows being promoted (SKIP
+// LOCKED, see sqlPromote) and parents, by id.
 
 // Migrator bookkeeping.
 const (
@@ -47,28 +48,48 @@ const (
 	// received due rows. $14 is the notification channel.
 	sqlInsert = `
 WITH t AS (SELECT now() AS now),
+x AS (
+    SELECT x.*, coalesce(x.run_at, t.now) AS at, coalesce(x.run_at, t.now) <= t.now AS due
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[])
+         WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, ord)
+    CROSS JOIN t
+),
+b AS (
+    SELECT g.queue, g.priority, g.key, {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+    FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
+),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-        key, key_intent, run_at, unique_key, unique_statuses, parent_id, created_at, updated_at)
+        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
-           CASE WHEN coalesce(x.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END,
-           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, coalesce(x.run_at, t.now),
+           CASE WHEN x.due THEN 'ready' ELSE 'scheduled' END,
+           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
+           CASE WHEN NOT x.due THEN NULL
+                WHEN x.key = '' THEN b.base
+                ELSE b.base + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1
+           END,
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
-           x.parent_id, t.now, t.now
-    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
-                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[])
-         WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, ord)
-    CROSS JOIN t
+           x.parent_id, x.join_gen, t.now, t.now
+    FROM x CROSS JOIN t
+    LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
     ORDER BY x.ord
     RETURNING queue, status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
 
-	// sqlUniqueLock serializes inserts of the same unique keys ($1, sorted).
-	sqlUniqueLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
+	// share 1024 lock buckets, taken in order, so that a batch of any size
+	// takes a bounded number of locks (the lock table is finite) and
+	// concurrent batches cannot deadlock; unrelated keys in one bucket only
+	// serialize.
+	sqlUniqueLock = `
+SELECT pg_advisory_xact_lock(b) FROM (
+    SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
+    ORDER BY b) s`
 
 	// sqlUniqueExisting returns, per unique key and status, one instance
 	// holding the key (bounded: at most one row per status).
@@ -83,36 +104,105 @@ CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
 
 // Claim: the statements of the admission transaction (see admission.go).
 const (
-	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick path.
+	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick
+	// path, giving each a round unless it kept one (a row rescheduled for a
+	// rate limit token): rows of one key take consecutive rounds.
 	sqlPromoteScheduled = `
-UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id FROM {schema}.instances
-      WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-      ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
-WHERE i.id = d.id`
+WITH d AS MATERIALIZED (
+    SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
+    WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+    ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
+b AS (
+    SELECT g.priority, g.key, {schema}.fresh_round($1, g.priority, g.key) AS base
+    FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
+),
+r AS (
+    SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
+               row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1 END) AS round
+    FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
+)
+UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
+FROM r WHERE i.id = r.id AND i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
 	sqlFireQueueTimers = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
+      AND timeout_at <= coalesce($2::timestamptz, now())
+    ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id FROM {schema}.instances
-      WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
-        AND timeout_at <= coalesce($2::timestamptz, now())
-      ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED) d
-WHERE i.id = d.id`
+    round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
-	// queue in admission order, with their key's limit (NULL: K = 1).
+	// queue in claim order, with their key's limit (NULL: K = 1) and rate
+	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
+	// capacity) and keyed rows ($4) are read from their own indexes and
+	// merged, so that keyed rows waiting for their keys never push keyless
+	// rows out of the window.
 	sqlClaimCandidates = `
-SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards
-FROM (SELECT id, key, key_name, priority, run_at, seq FROM {schema}.instances
-      WHERE status = 'ready' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
-        AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
-      ORDER BY priority, run_at, seq
-      LIMIT $4 FOR UPDATE SKIP LOCKED) c
+WITH free AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $5 FOR UPDATE SKIP LOCKED),
+keyed AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $4 FOR UPDATE SKIP LOCKED)
+SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
+FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
-ORDER BY c.priority, c.run_at, c.seq`
+LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
+ORDER BY c.priority, c.round, c.run_at, c.seq`
+
+	// sqlClaimContext returns the claim's now and the queue's policy (NULLs: none).
+	sqlClaimContext = `
+SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key
+FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
+
+	// sqlQueueLock serializes the claims of a queue that has a policy, so
+	// that each counts the executing rows the others committed.
+	sqlQueueLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, $2::bigint))`
+
+	// sqlQueueActive counts the executing rows of a queue and, per key of
+	// $2, of that key in the queue. It runs after sqlQueueLock, as its own
+	// statement, so that its snapshot sees every claim committed before.
+	sqlQueueActive = `
+SELECT '', (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing')
+UNION ALL
+SELECT k, (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing' AND key = k)
+FROM unnest($2::text[]) AS k`
+
+	// sqlBucketsLock creates missing rate buckets (full, as of $3) and locks
+	// every bucket of the list, in list order (sorted by the caller).
+	sqlBucketsLock = `
+INSERT INTO {schema}.rate_buckets AS b (bucket, credit, updated_at)
+SELECT x.bucket, x.credit, $3::timestamptz
+FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS x(bucket, credit, ord)
+ORDER BY x.ord
+ON CONFLICT (bucket) DO UPDATE SET credit = b.credit WHERE false`
+
+	// sqlBucketsRead reads the buckets this transaction has locked.
+	sqlBucketsRead = `SELECT bucket, credit, updated_at FROM {schema}.rate_buckets WHERE bucket = ANY ($1::text[])`
+
+	// sqlBucketsSet stores the buckets a claim took tokens from.
+	sqlBucketsSet = `
+UPDATE {schema}.rate_buckets b SET credit = d.credit, updated_at = d.at
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS d(bucket, credit, at)
+WHERE b.bucket = d.bucket`
+
+	// sqlThrottle reschedules window rows that found their rate bucket
+	// empty to when their token is due; they keep their round.
+	sqlThrottle = `
+UPDATE {schema}.instances i SET status = 'scheduled', run_at = d.at, updated_at = $3::timestamptz
+FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
+WHERE i.id = d.id AND i.status = 'ready'`
 
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
@@ -150,18 +240,19 @@ WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
 	// key ($1) off the pick path, so that a key's backlog beyond the window
 	// does not keep filling the window.
 	sqlBlockBacklog = `
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b)
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
-FROM (SELECT b.id FROM unnest($1::text[]) AS k
-      CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                          WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
-                          ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b) d
-WHERE i.id = d.id`
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlDebit takes slots from counters this transaction has locked.
 	sqlDebit = `
 UPDATE {schema}.key_slots s SET available = s.available - d.n
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlClaim moves the admitted rows to executing with a new fence and
 	// returns them in admission order, each with the oldest unconsumed signal
@@ -174,7 +265,7 @@ c AS (
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.status = 'ready'
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
     RETURNING i.*, a.ord
 )
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
@@ -211,18 +302,24 @@ ORDER BY key, shard FOR UPDATE`
 	sqlCredit = `
 UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues.
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks (a claim holding a row this promotion would wait for may
+	// itself wait for the promoter's counters), so it skips locked rows; and
+	// it must not skip a row that still needs promoting, so it locks FOR NO
+	// KEY UPDATE, which a signal's FOR KEY SHARE does not block. The rows it
+	// can skip are being promoted, claimed or canceled by someone else.
 	sqlPromote = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = f.key AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = f.key AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT f.n FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -233,8 +330,9 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 const (
 	// sqlCompleteApply applies a batch of outcomes, each guarded by the
 	// claim: worker, fence and status executing. A stale outcome matches no
-	// row and changes nothing. Rows are locked in id order. It returns the
-	// key and shard each row held, for crediting.
+	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
+	// that a signal being stored for the row (FOR KEY SHARE) and a park
+	// serialize. It returns the key and shard each row held, for crediting.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -259,6 +357,10 @@ UPDATE {schema}.instances i SET
     result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
+    round = CASE WHEN o.kind = 1 AND coalesce(o.run_at, t.now) <= t.now
+                 THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
+            END,
+    spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
 FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
@@ -268,25 +370,27 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
                                 key_intent, await_signal, timeout_at, result, error, children, ord)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($3::uuid[])
       ORDER BY c.id
       FOR UPDATE OF c) o, t
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($3::uuid[])
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
-          coalesce(i.parent_id::text, ''), i.queue`
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
 
 	// sqlConsumeSignals marks the signals committed outcomes consumed.
 	sqlConsumeSignals = `
 UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
 FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
-WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+WHERE s.id = c.id AND s.id = ANY ($1::bigint[]) AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
 
 	// sqlLockParents locks parents in id order before their join counters change.
 	sqlLockParents = `
 SELECT id FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND status = 'awaiting_children'
 ORDER BY id FOR UPDATE`
 
-	// sqlJoinParents counts terminal children against their parents' joins
-	// and wakes a parent whose last child finished.
+	// sqlJoinParents counts terminal children ($2[i] of parent $1[i], of
+	// its spawn $5[i]) against their parents' joins and wakes a parent whose
+	// last child finished. A child of an earlier spawn does not count.
 	sqlJoinParents = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -294,9 +398,10 @@ w AS (
     SET pending_children = greatest(0, p.pending_children - d.n),
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
         updated_at = t.now
-    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -310,9 +415,10 @@ w AS (
     UPDATE {schema}.instances p
     SET pending_children = d.n,
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
-        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END
+        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -324,7 +430,7 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        updated_at = coalesce($2::timestamptz, now())
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
@@ -333,11 +439,17 @@ WITH w AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
-	// sqlHistoryInsert records step runs.
+	// sqlHistoryInsert records step runs; a run's start defaults to its
+	// claim's and its end to now.
 	sqlHistoryInsert = `
 INSERT INTO {schema}.history (instance_id, step, attempt, key, worker, started_at, finished_at, outcome, error)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
-                     $7::timestamptz[], $8::text[], $9::text[])`
+SELECT x.id, x.step, x.attempt, x.key, x.worker, coalesce(x.started_at, i.started_at),
+       coalesce(x.finished_at, $10::timestamptz, now()), x.outcome, x.error
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
+            $7::timestamptz[], $8::text[], $9::text[])
+     WITH ORDINALITY AS x(id, step, attempt, key, worker, started_at, finished_at, outcome, error, ord)
+JOIN {schema}.instances i ON i.id = x.id
+ORDER BY x.ord`
 
 	// sqlHeartbeat extends the leases of claims the worker still holds,
 	// locking the rows in id order like every other multi-row transition (a
@@ -363,8 +475,9 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
-WHERE i.id = o.id
+WHERE i.id = o.id AND i.id = ANY ($2::uuid[])
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
@@ -374,21 +487,28 @@ SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NUL
     updated_at = coalesce($2::timestamptz, now())
 FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
-WHERE i.id = o.id AND o.old_status NOT IN ('done', 'failed', 'canceled')
-RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, '')`
+WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
+RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
 	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
 
 	// sqlRetry makes a failed or canceled instance ready at its current step.
+	// A child whose parent still joins its spawn counts in the join again.
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
     SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
-        await_signal = NULL, result = NULL, updated_at = coalesce($2::timestamptz, now())
+        await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
+        updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
-    RETURNING queue
+    RETURNING queue, parent_id, join_gen
+),
+j AS (
+    UPDATE {schema}.instances p SET pending_children = p.pending_children + 1
+    FROM w
+    WHERE p.id = w.parent_id AND p.status = 'awaiting_children' AND p.spawn_gen = w.join_gen
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
@@ -396,12 +516,14 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 // Signals.
 const (
-	// sqlSignalStore locks the instance (so that a concurrent park either
-	// commits first or waits for this signal) and stores the signal unless
-	// the instance is terminal or the dedup key was seen. It returns the
-	// status and whether the signal was stored; no row means no instance.
+	// sqlSignalStore locks the instance FOR KEY SHARE, which conflicts with
+	// the FOR UPDATE lock of a park (sqlCompleteApply): a concurrent park
+	// either commits first or waits for this signal. The weak mode leaves
+	// blocked rows promotable (sqlPromote). It stores the signal unless the
+	// instance is terminal or the dedup key was seen, and returns the status
+	// and whether the signal was stored; no row means no instance.
 	sqlSignalStore = `
-WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR UPDATE),
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR KEY SHARE),
 ins AS (
     INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
     SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
@@ -417,7 +539,7 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        updated_at = coalesce($2::timestamptz, now())
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
@@ -431,14 +553,15 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 const (
 	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
 	sqlFireTimers = `
-WITH w AS (
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
+    ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        updated_at = coalesce($1::timestamptz, now())
-    FROM (SELECT id FROM {schema}.instances
-          WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
-          ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
-    WHERE i.id = d.id
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($1::timestamptz, now())
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
@@ -446,25 +569,36 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
 	sqlReap = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
-      ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
 	sqlReclaimWorker = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND worker = $1
+    ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-      WHERE status = 'executing' AND worker = $1
-      ORDER BY id FOR UPDATE) o
-WHERE i.id = o.id
+FROM o
+WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+
+	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
+	// rows of theirs left executing, so capacity may have freed for claims
+	// waiting in other engines.
+	sqlNotifyPolicyQueues = `
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = q)`
 
 	// sqlNotifyQueues notifies each queue of $1.
 	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
@@ -480,12 +614,6 @@ WHERE status = 'executing' AND key_shard IS NOT NULL GROUP BY key, key_shard
 UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
-
-	// sqlSlotsSet overwrites counters (the caller holds their locks).
-	sqlSlotsSet = `
-UPDATE {schema}.key_slots s SET capacity = d.capacity, available = d.available
-FROM unnest($1::text[], $2::int[], $3::int[], $4::int[]) AS d(key, shard, capacity, available)
-WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
 	sqlSlotsInsert = `
@@ -525,21 +653,23 @@ WHERE k.key IS NOT NULL`
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet).
+	// Like sqlPromote it skips rows locked FOR NO KEY UPDATE or stronger.
 	sqlPromoteIfRoom = `
-WITH p AS (
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN l.name IS NULL THEN
+                    CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                      WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+               ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+               END AS room) r
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
-    FROM (SELECT b.id FROM unnest($1::text[]) AS k
-          LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
-          CROSS JOIN LATERAL (
-              SELECT CASE WHEN l.name IS NULL THEN
-                          CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
-                                            WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
-                     ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
-                     END AS room) r
-          CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                              WHERE key = k AND status = 'blocked'
-                              ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR UPDATE SKIP LOCKED) b) d
-    WHERE i.id = d.id
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
@@ -553,17 +683,43 @@ DELETE FROM {schema}.instances WHERE id IN (
     LIMIT $2)`
 )
 
-// Limits.
+// Limits, rate limits and queue policies: desired state per namespace.
 const (
 	sqlLimitsLock = `SELECT pg_advisory_xact_lock($1::bigint)`
 
 	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
 
+	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
+
+	// sqlLimitsReplace makes the stored limits exactly the given list.
 	sqlLimitsReplace = `
 WITH d AS (DELETE FROM {schema}.limits WHERE name <> ALL ($1::text[]))
-INSERT INTO {schema}.limits (name, "limit", shards)
-SELECT * FROM unnest($1::text[], $2::int[], $3::int[])
-ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards`
+INSERT INTO {schema}.limits (name, "limit", shards, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
+
+	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
+
+	// sqlRatesReplace makes the stored rate limits exactly the given list.
+	sqlRatesReplace = `
+WITH d AS (DELETE FROM {schema}.rate_limits WHERE name <> ALL ($1::text[]))
+INSERT INTO {schema}.rate_limits (name, "limit", period_us, burst, per_key, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::int[], $5::bool[], $6::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", period_us = excluded.period_us,
+    burst = excluded.burst, per_key = excluded.per_key, namespace = excluded.namespace`
+
+	// sqlBucketsDrop deletes the buckets of names ($1) whose rate limit went
+	// away or changed scope.
+	sqlBucketsDrop = `DELETE FROM {schema}.rate_buckets WHERE split_part(bucket, ':', 1) = ANY ($1::text[])`
+
+	// sqlBucketsRescale keeps the tokens of the buckets of a name whose rate
+	// limit changed: credit × new token credit / old token credit, rounded
+	// down, at most the new capacity (see gate.RateLimit.Rescale).
+	sqlBucketsRescale = `
+UPDATE {schema}.rate_buckets b
+SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigint
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
+WHERE split_part(b.bucket, ':', 1) = d.name`
 
 	// sqlSlotsOfNames locks the counters of keys with the given names, in order.
 	sqlSlotsOfNames = `
@@ -574,6 +730,40 @@ WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 SELECT key_name, count(*) FROM {schema}.instances
 WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
+
+	sqlPoliciesAll = `
+SELECT queue, namespace, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies ORDER BY queue`
+
+	// sqlPoliciesSync deletes the namespace's ($1) policies not in the list
+	// (unless $5, keep omitted) and upserts the list.
+	sqlPoliciesSync = `
+WITH d AS (DELETE FROM {schema}.queue_policies
+           WHERE namespace = $1 AND NOT $5::bool AND queue <> ALL ($2::text[]))
+INSERT INTO {schema}.queue_policies (queue, namespace, max_active, max_active_per_key, updated_at)
+SELECT q, $1, m, nullif(k, 0), now() FROM unnest($2::text[], $3::int[], $4::int[]) AS x(q, m, k)
+ON CONFLICT (queue) DO UPDATE SET max_active = excluded.max_active,
+    max_active_per_key = excluded.max_active_per_key, updated_at = now()
+WHERE queue_policies.namespace = $1 AND (queue_policies.max_active, queue_policies.max_active_per_key)
+      IS DISTINCT FROM (excluded.max_active, excluded.max_active_per_key)`
+
+	// sqlBlockedKeysIn lists the distinct keys with blocked rows in the given queues.
+	sqlBlockedKeysIn = `
+SELECT DISTINCT i.key, l."limit" IS NOT NULL FROM {schema}.instances i
+LEFT JOIN {schema}.limits l ON l.name = i.key_name
+WHERE i.status = 'blocked' AND i.queue = ANY ($1::text[]) ORDER BY i.key`
+
+	// sqlBucketsCollect deletes up to $2 buckets that are full at $1 (a
+	// missing bucket starts full: deleting grants nothing unearned) or whose
+	// name has no rate limit of the bucket's scope.
+	sqlBucketsCollect = `
+DELETE FROM {schema}.rate_buckets WHERE bucket IN (
+    SELECT b.bucket FROM {schema}.rate_buckets b
+    LEFT JOIN {schema}.rate_limits r
+           ON r.name = split_part(b.bucket, ':', 1) AND r.per_key = (strpos(b.bucket, ':') > 0)
+    WHERE r.name IS NULL
+       OR b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($1::timestamptz, now()) - b.updated_at) * 1000000))
+              * r."limit" >= r.burst::numeric * r.period_us
+    LIMIT $2)`
 )
 
 // Reads.
@@ -610,8 +800,117 @@ SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
 ORDER BY priority, run_at, seq LIMIT 1`
 
-	sqlKeySlots = `
-SELECT count(*), coalesce(sum(available), 0) FROM {schema}.key_slots WHERE key = $1`
+	sqlKeyOldest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
+ORDER BY run_at, seq LIMIT 1`
+
+	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
+
+	// sqlKeyRate is the rate limit of a key's name and the bucket the key draws from.
+	sqlKeyRate = `
+SELECT r."limit", r.period_us, r.burst, r.per_key, b.credit, b.updated_at
+FROM {schema}.rate_limits r
+LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
+WHERE r.name = split_part($1, ':', 1)`
 
 	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+)
+
+// Health: every statement reads through a partial index, so terminal rows
+// other than failed ones are never read. They run in one read-only
+// snapshot (see health.go).
+const (
+	// sqlHealthReady counts the ready and delayed rows of each queue, split
+	// at $1 (NULL: the transaction's now()), with the oldest due run time.
+	// Each part reads one partial index (index only): the keyless and keyed
+	// pick indexes and the delayed rows' index.
+	sqlHealthReady = `
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) FILTER (WHERE run_at <= coalesce($1::timestamptz, now())),
+       count(*) FILTER (WHERE run_at > coalesce($1::timestamptz, now())),
+       min(run_at) FILTER (WHERE run_at <= coalesce($1::timestamptz, now()))
+FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
+
+	// sqlHealthNow is the time Health measures ages from: $1, or the
+	// transaction's now().
+	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthPolicies lists the queue policies.
+	sqlHealthPolicies = `SELECT queue, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies`
+
+	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
+	// read that runs often and must not take cores from the claims.
+	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+
+	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	sqlHealthStatuses = `
+SELECT queue, status, count(*) FROM {schema}.instances
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+UNION ALL
+SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthBlockedByName counts blocked rows per key name (through the
+	// waiting index: the name is computed from the key).
+	sqlHealthBlockedByName = `
+SELECT split_part(key, ':', 1), count(*) FROM {schema}.instances
+WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+GROUP BY 1`
+
+	// sqlHealthGates aggregates, per limited name, the executing rows of its
+	// keys: how many, the most on one key, and how many keys have no room:
+	// what a claim could admit (see admission.go: the free slots of the
+	// limit's shards, no more than the limit less the slots in use), or the
+	// limit less the executing rows when the key has no counter yet.
+	sqlHealthGates = `
+WITH e AS (
+    SELECT key, key_name, count(*) AS active FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+),
+r AS (
+    SELECT e.key_name, e.active,
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
+    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    CROSS JOIN LATERAL (SELECT count(*) AS n,
+                               coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
+                               coalesce(sum(capacity - available), 0) AS used
+                        FROM {schema}.key_slots WHERE key = e.key) s
+)
+SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthRates reports, per rate limit, its stored buckets and those
+	// with no whole token at $2, over at most $1 buckets of the name (the
+	// primary key index, in bucket order).
+	sqlHealthRates = `
+SELECT r.name, r."limit", r.period_us, r.burst, r.per_key, x.n, x.empty
+FROM {schema}.rate_limits r
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           count(*) FILTER (WHERE b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($2::timestamptz, now()) - b.updated_at) * 1000000))
+                                  * r."limit" < r.period_us) AS empty
+    FROM (SELECT bucket, credit, updated_at FROM {schema}.rate_buckets
+          WHERE CASE WHEN r.per_key THEN bucket >= r.name || ':' AND bucket < r.name || ';' ELSE bucket = r.name END
+          ORDER BY bucket LIMIT $1 + 1) b) x
+ORDER BY r.name`
+
+	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
+	// of the executing rows and of the first $1 waiting rows in key order
+	// (the order of the waiting index, so that the scan stops after $1 rows
+	// however many terminal rows the table holds).
+	sqlHealthIntents = `
+SELECT DISTINCT key_name, key_intent FROM (
+    SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL
+    (SELECT key_name, key_intent FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
+) x WHERE key_intent <> ''`
 )

@@ -13,9 +13,6 @@ import (
 // the future. It is reported as store.StatusReady.
 const statusScheduled = "scheduled"
 
-// nonTerminal are the stored statuses a row moves between before it ends.
-var nonTerminal = []string{"ready", statusScheduled, "blocked", "executing", "awaiting", "awaiting_children"}
-
 // publicStatus maps a stored status to the contract's.
 func publicStatus(s string) store.Status {
 	if s == statusScheduled {

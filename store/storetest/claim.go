@@ -87,12 +87,3 @@ func (h *harness) insertSeq(nis ...store.NewInstance) {
 		h.insert(ni)
 	}
 }
-
-// countBy counts strings.
-func countBy[T any](xs []T, key func(T) string) map[string]int {
-	m := map[string]int{}
-	for _, x := range xs {
-		m[key(x)]++
-	}
-	return m
-}

@@ -158,7 +158,7 @@ var insertTests = []test{
 				h.t.Fatalf("result %d = %+v, want id %s", i, r, nis[i].ID)
 			}
 		}
-		require.Len(h.t, h.list(store.ListFilter{Queue: "bulk"}), n)
+		require.Len(h.t, h.list(store.ListFilter{Queue: "bulk", Limit: n + 1}), n)
 		require.Equal(h.t, "tiny", h.get(nis[n-1].ID).Workflow)
 	}},
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -15,7 +16,7 @@ func spawnOutcome(c store.Claimed, n int, k string) (store.Outcome, []string) {
 	var ids []string
 	for i := range n {
 		child := store.NewInstance{ID: uuid.NewString(), Workflow: "child", Version: 1, Queue: queue, Step: "start",
-			State: json.RawMessage(`{"i":` + string(rune('0'+i)) + `}`)}
+			State: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
 		if i == n-1 {
 			child.Key = k
 		}

@@ -1,10 +1,23 @@
 // Package storetest is the conformance suite of the store contract: every
 // rule of store.Store stated as a test. A backend is correct when Run passes
-// against it, unchanged. The suite never relies on the wall clock except
-// where it tests that a zero time means the store's clock: it passes
-// explicit times (a fixed base plus offsets, truncated to the microsecond)
-// and compares JSON semantically, so a backend that stores microseconds and
-// reorders object keys passes.
+// against it, unchanged:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store {
+//			s := open(t) // a fresh, empty store
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+//
+// Each subtest is named after the rule it checks ("keys/a saturated key does
+// not block other keys") and gets its own store, so a failure names the rule
+// broken. The suite never relies on the wall clock except where it tests
+// that a zero time means the store's clock: it passes explicit times (a fixed
+// base in 2030 plus offsets, truncated to the microsecond) and compares JSON
+// semantically, so a backend that stores microseconds and reorders object
+// keys passes. Subtests run one after another; the ones named races/ and
+// random/ drive the store from several goroutines.
 package storetest
 
 import (
@@ -24,7 +37,7 @@ import (
 // must return a fresh, empty store and arrange its cleanup with t.Cleanup.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	groups := [][]test{insertTests, claimTests, keyTests, signalTests, scheduleTests,
-		spawnTests, claimLifeTests, maintenanceTests, queryTests, randomTests}
+		spawnTests, claimLifeTests, maintenanceTests, queryTests, healthTests, policyTests, raceTests, randomTests}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {

@@ -58,6 +58,9 @@ func (c *Clock) Set(t time.Time) {
 type Options struct {
 	// Limits are the named key limits, as in durable.Config.
 	Limits []gate.Limit
+	// RateLimits are the rate limits by key name, as in durable.Config;
+	// their buckets refill on the fake clock.
+	RateLimits []gate.RateLimit
 	// Queues and their executor counts (default {"default": 10}): how many
 	// rows of a queue one round may claim.
 	Queues map[string]int
@@ -108,7 +111,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	}
 	clock := NewClock(opts.Start)
 	st := memory.New(memory.Options{Clock: clock.Now})
-	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, Strict: opts.Strict,
+	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
 		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest"})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
@@ -120,7 +123,8 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
-	if _, err := st.SyncLimits(context.Background(), limits.All()); err != nil {
+	if _, err := st.SyncKeyLimits(context.Background(), store.DefaultNamespace,
+		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
 	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}}

@@ -31,6 +31,10 @@ CREATE TABLE {schema}.instances (
     last_error       text,
     parent_id        uuid,
     pending_children int         NOT NULL DEFAULT 0,
+    -- spawn_gen counts a parent's spawns; join_gen is the spawn of its parent
+    -- a child belongs to. A child ends its parent's join only for that spawn.
+    spawn_gen        int         NOT NULL DEFAULT 0,
+    join_gen         int         NOT NULL DEFAULT 0,
     unique_key       text,
     unique_statuses  text[],
     -- unique_slot holds unique_key while the row is in its occupied scope. It
@@ -50,8 +54,12 @@ CREATE TABLE {schema}.instances (
     CONSTRAINT instances_shard_check CHECK (key_shard IS NULL OR (key IS NOT NULL AND status = 'executing'))
 );
 
--- The pick: due ready rows of a queue in admission order.
-CREATE INDEX instances_pick ON {schema}.instances (queue, priority, run_at, seq) WHERE status = 'ready';
+-- The pick: due ready rows of a queue in admission order, keyless and keyed
+-- apart, so that a key's backlog never stands in front of keyless work.
+CREATE INDEX instances_pick_free ON {schema}.instances (queue, priority, run_at, seq)
+    WHERE status = 'ready' AND key IS NULL;
+CREATE INDEX instances_pick_keyed ON {schema}.instances (queue, priority, run_at, seq)
+    WHERE status = 'ready' AND key IS NOT NULL;
 -- Delayed rows, promoted to ready when due; also answers NextDue.
 CREATE INDEX instances_scheduled ON {schema}.instances (queue, run_at) WHERE status = 'scheduled';
 -- K = 1: a second executing row of a key is uncommittable.

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/godurable/godurable/store"
+)
+
+// table writes aligned columns; call flush when done.
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// age is a duration for people: whole seconds above a second, "-" for zero.
+func age(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Second && d > -time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// when is a time with how far it is from now ("-" for the zero time).
+func when(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(now)
+	rel := "now"
+	switch {
+	case d > 0:
+		rel = "in " + age(d)
+	case d < 0:
+		rel = age(-d) + " ago"
+	}
+	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), rel)
+}
+
+// orDash is s, or "-" when empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// instanceView is the JSON form of an instance in `ls -json` and
+// `show -json`: every field of store.Instance, in snake_case. Times that
+// do not apply are null.
+type instanceView struct {
+	ID              string          `json:"id"`
+	Workflow        string          `json:"workflow"`
+	Version         int             `json:"version"`
+	Queue           string          `json:"queue"`
+	Priority        int             `json:"priority"`
+	Status          store.Status    `json:"status"`
+	Step            string          `json:"step"`
+	State           json.RawMessage `json:"state"`
+	Attempt         int             `json:"attempt"`
+	Key             string          `json:"key"`
+	KeyIntent       string          `json:"key_intent"`
+	RunAt           *time.Time      `json:"run_at"`
+	AwaitSignal     string          `json:"await_signal"`
+	TimeoutAt       *time.Time      `json:"timeout_at"`
+	Worker          string          `json:"worker"`
+	LeaseExpiresAt  *time.Time      `json:"lease_expires_at"`
+	StartedAt       *time.Time      `json:"started_at"`
+	Result          json.RawMessage `json:"result"`
+	LastError       string          `json:"last_error"`
+	ParentID        string          `json:"parent_id"`
+	PendingChildren int             `json:"pending_children"`
+	UniqueKey       string          `json:"unique_key"`
+	CreatedAt       *time.Time      `json:"created_at"`
+	UpdatedAt       *time.Time      `json:"updated_at"`
+}
+
+func viewOf(in store.Instance) instanceView {
+	ts := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	raw := func(m json.RawMessage) json.RawMessage {
+		if len(m) == 0 {
+			return json.RawMessage("null")
+		}
+		return m
+	}
+	return instanceView{ID: in.ID, Workflow: in.Workflow, Version: in.Version, Queue: in.Queue, Priority: in.Priority,
+		Status: in.Status, Step: in.Step, State: raw(in.State), Attempt: in.Attempt, Key: in.Key,
+		KeyIntent: string(in.KeyIntent), RunAt: ts(in.RunAt), AwaitSignal: in.AwaitSignal, TimeoutAt: ts(in.TimeoutAt),
+		Worker: in.Worker, LeaseExpiresAt: ts(in.LeaseExpiresAt), StartedAt: ts(in.StartedAt), Result: raw(in.Result),
+		LastError: in.LastError, ParentID: in.ParentID, PendingChildren: in.PendingChildren, UniqueKey: in.UniqueKey,
+		CreatedAt: ts(in.CreatedAt), UpdatedAt: ts(in.UpdatedAt)}
+}
+
+// historyView is the JSON form of one recorded step run.
+type historyView struct {
+	Step       string     `json:"step"`
+	Attempt    int        `json:"attempt"`
+	Key        string     `json:"key"`
+	Worker     string     `json:"worker"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Outcome    string     `json:"outcome"`
+	Error      string     `json:"error"`
+}

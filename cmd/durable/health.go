@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/godurable/godurable/store"
+)
+
+// healthReport is the JSON form of `durable health`: the store's Health
+// (see store.Health for every field) and the time it was taken.
+type healthReport struct {
+	At time.Time `json:"at"`
+	store.Health
+}
+
+// health prints queue and gate pressure and the prefix-capture warnings.
+func health(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON (the fields of store.Health, and at)")
+	if _, err := parse(fs, args, 0, 0, ""); err != nil {
+		return err
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	defer closeStore()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	h, err := st.Health(ctx, now)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, healthReport{At: now, Health: h})
+	}
+	printHealth(stdout, h)
+	return nil
+}
+
+func printHealth(w io.Writer, h store.Health) {
+	tw := table(w)
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tBLOCKED\tEXECUTING\tAWAITING\tFAILED\tOLDEST READY\tACTIVE/MAX")
+	for _, q := range h.Queues {
+		maxActive := "-"
+		if q.MaxActive > 0 {
+			maxActive = fmt.Sprint(q.MaxActive)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d/%s\n", q.Queue, q.Ready, q.Scheduled, q.Blocked,
+			q.Executing, q.Awaiting, q.Failed, age(q.OldestReady), q.Active, maxActive)
+	}
+	if len(h.Queues) == 0 {
+		fmt.Fprintln(tw, "(no live rows)")
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "GATE\tLIMIT\tSHARDS\tACTIVE\tBLOCKED\tSATURATED KEYS\tHIGHEST KEY ACTIVE")
+	for _, g := range h.Gates {
+		sat := fmt.Sprint(g.SaturatedKeys)
+		if g.SaturatedKeysCapped {
+			sat += "+"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\n", g.Name, g.Limit, g.Shards, g.Active, g.BlockedReady, sat, g.HighestKeyActive)
+	}
+	if len(h.Gates) == 0 {
+		fmt.Fprintln(tw, "(no limits configured: every key runs at K = 1)")
+	}
+	tw.Flush()
+
+	if len(h.RateLimits) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "RATE LIMIT	RATE	BURST	SCOPE	BUCKETS	EMPTY (THROTTLED)")
+		for _, r := range h.RateLimits {
+			scope, buckets, empty := "name", fmt.Sprint(r.Buckets), fmt.Sprint(r.EmptyBuckets)
+			if r.Limit.PerKey {
+				scope = "key"
+			}
+			if r.BucketsCapped {
+				buckets, empty = buckets+"+", empty+"+"
+			}
+			fmt.Fprintf(tw, "%s	%d per %s	%d	%s	%s	%s\n", r.Limit.Name, r.Limit.Limit, r.Limit.Period, r.Limit.Burst, scope, buckets, empty)
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	if len(h.Warnings) == 0 {
+		fmt.Fprintln(w, "warnings: none")
+		return
+	}
+	fmt.Fprintln(w, "WARNINGS")
+	for _, wn := range h.Warnings {
+		fmt.Fprintf(w, "  %s %s: %s\n", wn.Kind, wn.Name, wn.Message)
+	}
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/store"
+)
+
+var statuses = []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting,
+	store.StatusChildren, store.StatusDone, store.StatusFailed, store.StatusCanceled}
+
+// list prints instances matching the filters, one page at a time.
+func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	var f store.ListFilter
+	var status string
+	fs.StringVar(&f.Workflow, "workflow", "", "only instances of this workflow")
+	fs.StringVar(&status, "status", "", "only instances in this status (ready includes scheduled rows)")
+	fs.StringVar(&f.Key, "key", "", "only instances holding this concurrency key (name:id)")
+	fs.StringVar(&f.Queue, "queue", "", "only instances on this queue")
+	fs.StringVar(&f.AfterID, "after", "", "page: only ids after this one (the last id of the previous page)")
+	fs.IntVar(&f.Limit, "limit", 50, "page size")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parse(fs, args, 0, 0, ""); err != nil {
+		return err
+	}
+	if status != "" {
+		f.Status = store.Status(status)
+		if !slices.Contains(statuses, f.Status) {
+			return usagef("ls: unknown status %q: want one of %v", status, statuses)
+		}
+	}
+	if f.Limit < 1 {
+		return usagef("ls: -limit must be at least 1")
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("ls: %w", err)
+	}
+	defer closeStore()
+	// One more than the page tells whether there is a next page.
+	page := f
+	page.Limit = f.Limit + 1
+	ins, err := st.List(ctx, page)
+	if err != nil {
+		return fmt.Errorf("ls: %w", err)
+	}
+	more := len(ins) > f.Limit
+	if more {
+		ins = ins[:f.Limit]
+	}
+	if *asJSON {
+		out := struct {
+			Instances []instanceView `json:"instances"`
+			// Next is the -after of the next page ("" on the last page).
+			Next string `json:"next_after"`
+		}{Instances: []instanceView{}}
+		for _, in := range ins {
+			out.Instances = append(out.Instances, viewOf(in))
+		}
+		if more {
+			out.Next = ins[len(ins)-1].ID
+		}
+		return writeJSON(stdout, out)
+	}
+	now := time.Now()
+	tw := table(stdout)
+	fmt.Fprintln(tw, "ID\tSTATUS\tWORKFLOW\tSTEP\tATTEMPT\tQUEUE\tKEY\tUPDATED")
+	for _, in := range ins {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", in.ID, in.Status, in.Workflow, in.Step, in.Attempt,
+			in.Queue, orDash(in.Key), age(now.Sub(in.UpdatedAt))+" ago")
+	}
+	tw.Flush()
+	switch {
+	case len(ins) == 0:
+		fmt.Fprintln(stdout, "(no instances match)")
+	case more:
+		fmt.Fprintf(stdout, "more: durable ls %s-after %s\n", filterArgs(f), ins[len(ins)-1].ID)
+	}
+	return nil
+}
+
+// filterArgs repeats the filters of f for the next-page hint.
+func filterArgs(f store.ListFilter) string {
+	var b strings.Builder
+	for _, kv := range [][2]string{{"workflow", f.Workflow}, {"status", string(f.Status)}, {"key", f.Key}, {"queue", f.Queue}} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "-%s %q ", kv[0], kv[1])
+		}
+	}
+	if f.Limit != 50 {
+		fmt.Fprintf(&b, "-limit %d ", f.Limit)
+	}
+	return b.String()
+}
+
+// showReport is the JSON form of `durable show`.
+type showReport struct {
+	Instance instanceView  `json:"instance"`
+	History  []historyView `json:"history"`
+}
+
+// show prints one instance and the step runs recorded for it.
+func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 1, 0, "ID")
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
+	defer closeStore()
+	in, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("show: %w", explainErr(id, err))
+	}
+	hist, err := st.History(ctx, id)
+	if err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
+	if *asJSON {
+		rep := showReport{Instance: viewOf(in), History: []historyView{}}
+		for _, h := range hist {
+			var started, finished *time.Time
+			if !h.StartedAt.IsZero() {
+				started = &h.StartedAt
+			}
+			if !h.FinishedAt.IsZero() {
+				finished = &h.FinishedAt
+			}
+			rep.History = append(rep.History, historyView{Step: h.Step, Attempt: h.Attempt, Key: h.Key, Worker: h.Worker,
+				StartedAt: started, FinishedAt: finished, Outcome: h.Outcome, Error: h.Error})
+		}
+		return writeJSON(stdout, rep)
+	}
+	now := time.Now()
+	tw := table(stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", in.ID)
+	row("workflow", fmt.Sprintf("%s (version %d)", in.Workflow, in.Version))
+	row("status", string(in.Status))
+	row("step", in.Step)
+	row("attempt", fmt.Sprint(in.Attempt))
+	row("queue", fmt.Sprintf("%s (priority %d)", in.Queue, in.Priority))
+	key := orDash(in.Key)
+	if in.KeyIntent != "" {
+		key += fmt.Sprintf(" (%s)", in.KeyIntent)
+	}
+	row("key", key)
+	switch in.Status {
+	case store.StatusReady, store.StatusBlocked:
+		row("run at", when(in.RunAt, now))
+	case store.StatusExecuting:
+		row("worker", in.Worker)
+		row("started", when(in.StartedAt, now))
+		row("lease expires", when(in.LeaseExpiresAt, now))
+	case store.StatusAwaiting:
+		row("awaiting", orDash(in.AwaitSignal))
+		row("times out", when(in.TimeoutAt, now))
+	case store.StatusChildren:
+		row("children left", fmt.Sprint(in.PendingChildren))
+	}
+	if in.LastError != "" {
+		row("last error", in.LastError)
+	}
+	if in.ParentID != "" {
+		row("parent", in.ParentID)
+	}
+	row("created", when(in.CreatedAt, now))
+	row("updated", when(in.UpdatedAt, now))
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nstate:\n%s\n", indentJSON(in.State))
+	if len(in.Result) > 0 {
+		fmt.Fprintf(stdout, "\nresult:\n%s\n", indentJSON(in.Result))
+	}
+	fmt.Fprintln(stdout)
+	if len(hist) == 0 {
+		fmt.Fprintln(stdout, "history: none recorded (workers record it with postgres.Options.History)")
+		return nil
+	}
+	fmt.Fprintln(stdout, "history:")
+	tw = table(stdout)
+	fmt.Fprintln(tw, "  STEP\tATTEMPT\tOUTCOME\tWORKER\tSTARTED\tTOOK\tERROR")
+	for _, h := range hist {
+		took := "-"
+		if !h.StartedAt.IsZero() && !h.FinishedAt.IsZero() {
+			took = age(h.FinishedAt.Sub(h.StartedAt))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\n", h.Step, h.Attempt, h.Outcome, orDash(h.Worker),
+			h.StartedAt.UTC().Format(time.RFC3339), took, orDash(firstLine(h.Error)))
+	}
+	tw.Flush()
+	return nil
+}
+
+func indentJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "  null"
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "  ", "  "); err != nil {
+		return "  " + string(raw)
+	}
+	return "  " + b.String()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+// sendSignal stores a signal for an instance, waking it if it awaits that name.
+func sendSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("signal", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	dedup := fs.String("dedup", "", "dedup key: a second signal with the same key is a no-op")
+	pos, err := parse(fs, args, 2, 1, "ID NAME [JSON]")
+	if err != nil {
+		return err
+	}
+	id, name := pos[0], pos[1]
+	var payload json.RawMessage
+	if len(pos) == 3 {
+		if !json.Valid([]byte(pos[2])) {
+			return usagef("signal: the payload %q is not valid JSON (quote strings: '\"text\"')", pos[2])
+		}
+		payload = json.RawMessage(pos[2])
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("signal: %w", err)
+	}
+	defer closeStore()
+	res, err := st.Signal(ctx, store.SignalRequest{InstanceID: id, Name: name, Payload: payload, DedupKey: *dedup})
+	if err != nil {
+		return fmt.Errorf("signal: %w", explainErr(id, err))
+	}
+	switch {
+	case res.Duplicate:
+		fmt.Fprintf(stdout, "signal %s to %s: duplicate dedup key %q, nothing sent\n", name, id, *dedup)
+	case res.Woke:
+		fmt.Fprintf(stdout, "signal %s sent to %s: it was awaiting it and is ready again\n", name, id)
+	default:
+		fmt.Fprintf(stdout, "signal %s stored for %s: delivered at its next await of %s\n", name, id, name)
+	}
+	return nil
+}
+
+// cancel cancels a non-terminal instance.
+func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	pos, err := parse(fs, args, 1, 0, "ID")
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	defer closeStore()
+	before, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("cancel: %w", explainErr(id, err))
+	}
+	if err := st.Cancel(ctx, id, time.Time{}); err != nil {
+		return fmt.Errorf("cancel: %w", explainErr(id, err))
+	}
+	msg := fmt.Sprintf("canceled %s (was %s at step %s)", id, before.Status, before.Step)
+	if before.Status == store.StatusExecuting {
+		msg += fmt.Sprintf("; worker %s's running step is stopped at its next heartbeat and its outcome discarded", before.Worker)
+	}
+	fmt.Fprintln(stdout, msg)
+	return nil
+}
+
+// retry makes a failed or canceled instance ready again at its step.
+func retry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	pos, err := parse(fs, args, 1, 0, "ID")
+	if err != nil {
+		return err
+	}
+	id := pos[0]
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("retry: %w", err)
+	}
+	defer closeStore()
+	before, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("retry: %w", explainErr(id, err))
+	}
+	if err := st.Retry(ctx, id, time.Time{}); err != nil {
+		if !before.Status.Terminal() || before.Status == store.StatusDone {
+			return fmt.Errorf("retry: instance %s is %s: only failed or canceled instances can be retried", id, before.Status)
+		}
+		if errors.Is(err, store.ErrDuplicate) {
+			return fmt.Errorf("retry: %s: another live instance holds its unique key: %w", id, err)
+		}
+		return fmt.Errorf("retry: %w", explainErr(id, err))
+	}
+	fmt.Fprintf(stdout, "retrying %s (was %s): ready at step %s, attempt 0\n", id, before.Status, before.Step)
+	return nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// limitsFile is the file `durable limits sync` reads: either this object
+// or a bare JSON array of limits.
+type limitsFile struct {
+	// Limits are the named key limits (gates): {"name", "limit", "shards"}.
+	Limits []gate.Limit `json:"limits"`
+	// RateLimits are the rate limits by key name: {"name", "limit",
+	// "period" ("1s", "1m"), "burst", "per_key"}. When the file has this
+	// field, sync makes the namespace's rate limits equal to it too;
+	// without it they are left alone.
+	RateLimits []gate.RateLimit `json:"rate_limits,omitempty"`
+}
+
+// limits dispatches `limits ls` and `limits sync FILE`.
+func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("limits: want a subcommand: ls or sync FILE")
+	}
+	switch args[0] {
+	case "ls":
+		return limitsList(ctx, args[1:], stdout, stderr)
+	case "sync":
+		return limitsSync(ctx, args[1:], stdout, stderr)
+	default:
+		return usagef("limits: unknown subcommand %q: want ls or sync FILE", args[0])
+	}
+}
+
+func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("limits ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON (the format limits sync reads)")
+	if _, err := parse(fs, args, 0, 0, ""); err != nil {
+		return err
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("limits ls: %w", err)
+	}
+	defer closeStore()
+	ls, err := st.Limits(ctx)
+	if err != nil {
+		return fmt.Errorf("limits ls: %w", err)
+	}
+	rates, err := st.RateLimits(ctx)
+	if err != nil {
+		return fmt.Errorf("limits ls: %w", err)
+	}
+	if *asJSON {
+		if ls == nil {
+			ls = []gate.Limit{}
+		}
+		return writeJSON(stdout, limitsFile{Limits: ls, RateLimits: rates})
+	}
+	if len(ls) == 0 {
+		fmt.Fprintln(stdout, "no limits: every key runs at K = 1 (strict mutual exclusion per key)")
+	} else {
+		tw := table(stdout)
+		fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
+		for _, l := range ls {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", l.Name, l.Limit, l.Shards)
+		}
+		tw.Flush()
+		fmt.Fprintln(stdout, "keys of any other name run at K = 1")
+	}
+	if len(rates) > 0 {
+		fmt.Fprintln(stdout)
+		tw := table(stdout)
+		fmt.Fprintln(tw, "RATE LIMIT\tRATE\tBURST\tBUCKET PER")
+		for _, r := range rates {
+			scope := "name"
+			if r.PerKey {
+				scope = "key"
+			}
+			fmt.Fprintf(tw, "%s\t%d per %s\t%d\t%s\n", r.Name, r.Limit, r.Period, r.Burst, scope)
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("limits sync", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	namespace := fs.String("namespace", store.DefaultNamespace, "the namespace that owns the limits")
+	pos, err := parse(fs, args, 1, 0, "FILE")
+	if err != nil {
+		return err
+	}
+	file, err := readLimits(pos[0])
+	if err != nil {
+		return fmt.Errorf("limits sync: %w", err)
+	}
+	want := file.Limits
+	if _, err := gate.NewLimits(want); err != nil {
+		return fmt.Errorf("limits sync: %s: %w", pos[0], err)
+	}
+	if _, err := gate.NewRateLimits(file.RateLimits); err != nil {
+		return fmt.Errorf("limits sync: %s: %w", pos[0], err)
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("limits sync: %w", err)
+	}
+	defer closeStore()
+	var res store.LimitsResult
+	if file.RateLimits != nil || *namespace != store.DefaultNamespace {
+		rates := file.RateLimits
+		if rates == nil {
+			rates = []gate.RateLimit{}
+		}
+		res, err = st.SyncKeyLimits(ctx, *namespace, store.KeyLimits{Limits: want, RateLimits: rates})
+	} else {
+		res, err = st.SyncLimits(ctx, want)
+	}
+	if err != nil {
+		return fmt.Errorf("limits sync: %w", err)
+	}
+	fmt.Fprintf(stdout, "limits synced: %d stored, %d changed\n", len(want), len(res.Changes))
+	for _, c := range res.Changes {
+		from, to := "K = 1 (no limit)", "K = 1 (no limit)"
+		if c.OldSet {
+			from = fmt.Sprintf("K = %d", c.OldK)
+		}
+		if c.NewSet {
+			to = fmt.Sprintf("K = %d", c.NewK)
+		}
+		line := fmt.Sprintf("  %s: %s -> %s", c.Name, from, to)
+		if n := res.Live[c.Name]; n > 0 {
+			line += fmt.Sprintf("  WARNING: %d live instance(s) hold keys of this name and change semantics", n)
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	for _, c := range res.RateChanges {
+		w := c.LiveWarning(res.Live[c.Name])
+		line := "  " + w.Message
+		if res.Live[c.Name] > 0 {
+			line = "  WARNING: " + w.Message
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	fmt.Fprintln(stdout, "note: an engine started with Config.Limits stores its own limits at Start, replacing these")
+	return nil
+}
+
+// readLimits reads a limits file ("-": stdin).
+func readLimits(path string) (limitsFile, error) {
+	var b []byte
+	var err error
+	if path == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return limitsFile{}, err
+	}
+	b = bytes.TrimSpace(b)
+	dec := func(v any) error {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		return d.Decode(v)
+	}
+	if len(b) > 0 && b[0] == '[' {
+		var ls []gate.Limit
+		if err := dec(&ls); err != nil {
+			return limitsFile{}, fmt.Errorf("%s: %w", path, err)
+		}
+		return limitsFile{Limits: ls}, nil
+	}
+	var f limitsFile
+	if err := dec(&f); err != nil {
+		return limitsFile{}, fmt.Errorf("%s: want {\"limits\": [{\"name\": ..., \"limit\": ..., \"shards\": ...}], \"rate_limits\": [...]}: %w", path, err)
+	}
+	return f, nil
+}

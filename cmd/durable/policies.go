@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/godurable/godurable/store"
+)
+
+// policiesFile is the file `durable policies sync` reads and `policies ls
+// -json` writes: a namespace's queue policies.
+type policiesFile struct {
+	// Policies are {"queue", "max_active", "max_active_per_key"}.
+	Policies []store.ConcurrencyPolicy `json:"policies"`
+}
+
+// policies dispatches `policies ls` and `policies sync FILE`.
+func policies(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("policies: want a subcommand: ls or sync FILE")
+	}
+	switch args[0] {
+	case "ls":
+		return policiesList(ctx, args[1:], stdout, stderr)
+	case "sync":
+		return policiesSync(ctx, args[1:], stdout, stderr)
+	default:
+		return usagef("policies: unknown subcommand %q: want ls or sync FILE", args[0])
+	}
+}
+
+func policiesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("policies ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parse(fs, args, 0, 0, ""); err != nil {
+		return err
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("policies ls: %w", err)
+	}
+	defer closeStore()
+	ps, err := st.ListConcurrencyPolicies(ctx)
+	if err != nil {
+		return fmt.Errorf("policies ls: %w", err)
+	}
+	if *asJSON {
+		return writeJSON(stdout, policiesFile{Policies: ps})
+	}
+	if len(ps) == 0 {
+		fmt.Fprintln(stdout, "no queue policies: each worker's executors are the only limit of a queue")
+		return nil
+	}
+	tw := table(stdout)
+	fmt.Fprintln(tw, "QUEUE\tNAMESPACE\tMAX ACTIVE\tMAX ACTIVE PER KEY")
+	for _, p := range ps {
+		perKey := "-"
+		if p.MaxActivePerKey > 0 {
+			perKey = fmt.Sprint(p.MaxActivePerKey)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Queue, p.Namespace, p.MaxActive, perKey)
+	}
+	return tw.Flush()
+}
+
+func policiesSync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("policies sync", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	namespace := fs.String("namespace", store.DefaultNamespace, "the namespace that owns the policies")
+	keep := fs.Bool("keep-omitted", false, "keep the namespace's policies the file omits (default: delete them)")
+	dry := fs.Bool("dry-run", false, "print what would be stored, store nothing")
+	pos, err := parse(fs, args, 1, 0, "FILE")
+	if err != nil {
+		return err
+	}
+	var b []byte
+	if pos[0] == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(pos[0])
+	}
+	if err != nil {
+		return fmt.Errorf("policies sync: %w", err)
+	}
+	var f policiesFile
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&f); err != nil {
+		return fmt.Errorf("policies sync: %s: want {\"policies\": [{\"queue\": ..., \"max_active\": ..., \"max_active_per_key\": ...}]}: %w", pos[0], err)
+	}
+	if err := store.ValidatePolicies(*namespace, f.Policies); err != nil {
+		return fmt.Errorf("policies sync: %s: %w", pos[0], err)
+	}
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("policies sync: %w", err)
+	}
+	defer closeStore()
+	got, err := st.SyncConcurrencyPolicies(ctx, *namespace, f.Policies, store.SyncOptions{KeepOmitted: *keep, DryRun: *dry})
+	if err != nil {
+		return fmt.Errorf("policies sync: %w", err)
+	}
+	verb := "synced"
+	if *dry {
+		verb = "would store (dry run)"
+	}
+	fmt.Fprintf(stdout, "policies of namespace %q %s: %d\n", *namespace, verb, len(got))
+	for _, p := range got {
+		fmt.Fprintf(stdout, "  %s: max active %d, per key %d\n", p.Queue, p.MaxActive, p.MaxActivePerKey)
+	}
+	fmt.Fprintln(stdout, "every worker applies them from its next claim")
+	return nil
+}

@@ -1,0 +1,204 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// Health is what an operator needs to see at a glance: the store's queue and
+// gate pressure, every prefix-capture warning, what the last reconciler
+// sweep repaired and how many outcomes came back stale. Its JSON form is
+// stable: every field is always present (lists as [], LastReconcile as
+// null before the first sweep), durations are integer nanoseconds, and no
+// field carries a key's id or an instance id.
+type Health struct {
+	// At is when the snapshot was taken (the engine's clock).
+	At time.Time `json:"at"`
+	// Queues and Gates are the store's (see store.Health): per queue its
+	// ready, scheduled, blocked, executing, awaiting and failed rows, the
+	// age of its oldest ready row and its fleet limit; per configured limit
+	// its K, shards, active rows, blocked rows, saturated keys and the most
+	// active rows on one key.
+	Queues []store.QueueHealth `json:"queues"`
+	Gates  []store.GateHealth  `json:"gates"`
+	// RateLimits are the store's rate limits with their buckets, empty ones
+	// (throttled keys) counted (see store.RateHealth).
+	RateLimits []store.RateHealth `json:"rate_limits"`
+	// Warnings are the prefix-capture warnings the store finds among live
+	// rows merged with those this engine has seen (Engine.Warnings), one per
+	// kind and key name, sorted by kind then name.
+	Warnings []gate.Warning `json:"warnings"`
+	// LastReconcile is what the most recent reconciler sweep of this engine
+	// did (nil until one ran); ReconcileTotals adds up every sweep since the
+	// engine was created.
+	LastReconcile   *ReconcileHealth `json:"last_reconcile"`
+	ReconcileTotals ReconcileHealth  `json:"reconcile_totals"`
+	// StaleOutcomes counts this engine's outcomes that committed nothing
+	// because their claim had been reaped or cancelled.
+	StaleOutcomes int64 `json:"stale_outcomes"`
+}
+
+// ReconcileHealth is what reconciler sweeps did (see store.ReconcileReport).
+type ReconcileHealth struct {
+	// At is when the sweep ran (zero in totals).
+	At time.Time `json:"at"`
+	// CountersRepaired counts gate counter rows whose free slots did not
+	// match their capacity minus their executing rows; Drift is the total
+	// correction, in slots. Non-zero drift means a crash path (a reaped
+	// lease, a lost outcome) under-credited a gate, which ran stricter than
+	// its limit until the sweep.
+	CountersRepaired int `json:"counters_repaired"`
+	Drift            int `json:"drift"`
+	// Promoted counts blocked rows made ready because their key had room.
+	Promoted int `json:"promoted"`
+	// CountersDeleted and InstancesDeleted are idle counters and expired
+	// terminal rows removed.
+	CountersDeleted  int `json:"counters_deleted"`
+	InstancesDeleted int `json:"instances_deleted"`
+	// BucketsDeleted counts idle rate buckets removed (full, so nothing
+	// unearned is granted when they are created again).
+	BucketsDeleted int `json:"buckets_deleted"`
+}
+
+func (r *ReconcileHealth) add(o ReconcileHealth) {
+	r.CountersRepaired += o.CountersRepaired
+	r.Drift += o.Drift
+	r.Promoted += o.Promoted
+	r.CountersDeleted += o.CountersDeleted
+	r.InstancesDeleted += o.InstancesDeleted
+	r.BucketsDeleted += o.BucketsDeleted
+}
+
+// reconcileState is the record of this engine's sweeps.
+type reconcileState struct {
+	mu     sync.Mutex
+	last   *ReconcileHealth
+	totals ReconcileHealth
+}
+
+func (s *reconcileState) record(at time.Time, rep store.ReconcileReport) {
+	r := ReconcileHealth{At: at, CountersRepaired: rep.CountersRepaired, Drift: rep.Drift, Promoted: rep.Promoted,
+		CountersDeleted: rep.CountersDeleted, InstancesDeleted: rep.InstancesDeleted, BucketsDeleted: rep.BucketsDeleted}
+	s.mu.Lock()
+	s.last = &r
+	s.totals.add(r)
+	s.mu.Unlock()
+}
+
+func (s *reconcileState) snapshot() (*ReconcileHealth, ReconcileHealth) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		return nil, s.totals
+	}
+	last := *s.last
+	return &last, s.totals
+}
+
+// Health takes a snapshot of the store's pressure (one store.Health call,
+// bounded in cost as the store documents) and adds what this engine knows:
+// its warnings, its last reconciler sweep and its stale outcomes. It works
+// whether or not the engine is started.
+func (e *Engine) Health(ctx context.Context) (Health, error) {
+	at := e.cfg.Clock.Now()
+	sh, err := e.st.Health(ctx, e.storeNow())
+	if err != nil {
+		return Health{}, fmt.Errorf("durable: health: %w", err)
+	}
+	h := Health{At: at, Queues: sh.Queues, Gates: sh.Gates, StaleOutcomes: e.staleOutcomes.Load()}
+	if h.Queues == nil {
+		h.Queues = []store.QueueHealth{}
+	}
+	if h.Gates == nil {
+		h.Gates = []store.GateHealth{}
+	}
+	h.RateLimits = sh.RateLimits
+	if h.RateLimits == nil {
+		h.RateLimits = []store.RateHealth{}
+	}
+	h.Warnings = mergeWarnings(sh.Warnings, e.Warnings())
+	h.LastReconcile, h.ReconcileTotals = e.reconciled.snapshot()
+	return h, nil
+}
+
+// mergeWarnings keeps one warning per kind and name (the first seen),
+// sorted by kind then name.
+func mergeWarnings(lists ...[]gate.Warning) []gate.Warning {
+	out := []gate.Warning{}
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, w := range l {
+			k := string(w.Kind) + "/" + w.Name
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, w)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b gate.Warning) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// Reconcile runs one reconciler sweep now, as the background loop of a
+// started engine does every ReconcileInterval: gate counters are repaired
+// from the executing rows, blocked rows whose key has room are promoted,
+// idle counters and terminal rows older than Retention are deleted. The
+// sweep is recorded in Health.
+func (e *Engine) Reconcile(ctx context.Context) (store.ReconcileReport, error) {
+	if err := e.checkOpen(); err != nil {
+		return store.ReconcileReport{}, err
+	}
+	return e.reconcile(ctx)
+}
+
+// reconcile runs and records one sweep (the maintenance loop's entry).
+func (e *Engine) reconcile(ctx context.Context) (store.ReconcileReport, error) {
+	retention := max(e.cfg.Retention, 0)
+	rep, err := e.st.Reconcile(ctx, retention, e.storeNow())
+	if err != nil {
+		return rep, fmt.Errorf("durable: reconcile: %w", err)
+	}
+	e.reconciled.record(e.cfg.Clock.Now(), rep)
+	if rep.CountersRepaired > 0 || rep.Promoted > 0 {
+		e.log.Info("reconciled", "counters_repaired", rep.CountersRepaired, "drift", rep.Drift, "promoted", rep.Promoted)
+		e.wakeAll()
+	}
+	return rep, nil
+}
+
+// healthCache serves the gauges: a Health snapshot reused for up to
+// Config.HealthInterval, so that frequent metric collections cost one
+// store Health call per interval, not one each.
+type healthCache struct {
+	mu    sync.Mutex
+	taken time.Time // wall clock, not the engine's (a fake clock may stand still)
+	h     Health
+	ok    bool
+}
+
+// get returns a snapshot no older than ttl, taking a new one when needed.
+// Concurrent callers wait for the one refresh in flight. A failed refresh
+// returns false (and is retried at the next collection).
+func (c *healthCache) get(ctx context.Context, ttl time.Duration, take func(context.Context) (Health, error)) (Health, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && time.Since(c.taken) < ttl {
+		return c.h, true
+	}
+	h, err := take(ctx)
+	if err != nil {
+		return Health{}, false
+	}
+	c.h, c.taken, c.ok = h, time.Now(), true
+	return h, true
+}

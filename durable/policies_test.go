@@ -1,0 +1,20 @@
+package durable_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/godurable/godurable/internal/enginetest"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
+)
+
+func TestMaxActiveAcrossEngines(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.MaxActiveAcrossEngines(t, func() store.Store { return st })
+}
+
+func TestRateLimitAcrossEngines(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.RateAcrossEngines(t, func() store.Store { return st }, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+}

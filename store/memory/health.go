@@ -1,0 +1,142 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// Health reports queue and gate pressure at now (zero: the store's clock).
+// The memory store walks its rows under its lock: its cost grows with the
+// rows it holds, which is fine for the tests and demos it serves. Its
+// numbers are those the PostgreSQL backend reports for the same state,
+// except that it looks for warnings among every waiting row, not only the
+// first store.HealthScanLimit.
+func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error) {
+	if err := s.lock(); err != nil {
+		return store.Health{}, err
+	}
+	defer s.unlock(nil)
+	now = s.now(now)
+	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}}
+
+	queues := map[string]*store.QueueHealth{}
+	oldest := map[string]time.Time{}
+	qh := func(name string) *store.QueueHealth {
+		q := queues[name]
+		if q == nil {
+			q = &store.QueueHealth{Queue: name}
+			queues[name] = q
+		}
+		return q
+	}
+	gates := map[string]*store.GateHealth{}
+	for _, l := range s.limits.All() {
+		gates[l.Name] = &store.GateHealth{Name: l.Name, Limit: l.Limit, Shards: l.Shards}
+	}
+	warnings := map[string]gate.Warning{}
+	warn := func(r *row) {
+		k, err := gate.ParseWithIntent(r.inst.Key, r.inst.KeyIntent)
+		if err != nil {
+			return
+		}
+		if w, ok := s.limits.Check(k); ok {
+			warnings[string(w.Kind)+"/"+w.Name] = w
+		}
+	}
+	for _, r := range s.rows {
+		in := &r.inst
+		switch in.Status {
+		case store.StatusReady:
+			q := qh(in.Queue)
+			if in.RunAt.After(now) {
+				q.Scheduled++
+				continue
+			}
+			q.Ready++
+			if o, ok := oldest[in.Queue]; !ok || in.RunAt.Before(o) {
+				oldest[in.Queue] = in.RunAt
+			}
+		case store.StatusBlocked:
+			qh(in.Queue).Blocked++
+			if g := gates[gate.NameOf(in.Key)]; g != nil {
+				g.BlockedReady++
+			}
+		case store.StatusExecuting:
+			q := qh(in.Queue)
+			q.Executing++
+			q.Active++
+		case store.StatusAwaiting, store.StatusChildren:
+			qh(in.Queue).Awaiting++
+		case store.StatusFailed:
+			qh(in.Queue).Failed++
+		}
+		if in.Key == "" {
+			continue
+		}
+		switch in.Status {
+		case store.StatusExecuting, store.StatusReady, store.StatusBlocked:
+			warn(r)
+		}
+	}
+	for name, p := range s.policies {
+		q := qh(name)
+		q.MaxActive, q.MaxActivePerKey = p.MaxActive, p.MaxActivePerKey
+	}
+	for name, q := range queues {
+		if o, ok := oldest[name]; ok {
+			q.OldestReady = now.Sub(o)
+		}
+		h.Queues = append(h.Queues, *q)
+	}
+	slices.SortFunc(h.Queues, func(a, b store.QueueHealth) int { return strings.Compare(a.Queue, b.Queue) })
+
+	for k, ks := range s.keys {
+		g := gates[gate.NameOf(k)]
+		if g == nil || ks.executing == 0 {
+			continue
+		}
+		g.Active += int64(ks.executing)
+		g.HighestKeyActive = max(g.HighestKeyActive, ks.executing)
+		if s.room(k, ks) == 0 {
+			if g.SaturatedKeys < store.HealthScanLimit {
+				g.SaturatedKeys++
+			} else {
+				g.SaturatedKeysCapped = true
+			}
+		}
+	}
+	for _, l := range s.limits.All() {
+		h.Gates = append(h.Gates, *gates[l.Name])
+	}
+	for _, w := range warnings {
+		h.Warnings = append(h.Warnings, w)
+	}
+	h.RateLimits = []store.RateHealth{}
+	for _, rate := range s.rates.All() {
+		rh := store.RateHealth{Limit: rate}
+		for id, b := range s.buckets {
+			if gate.NameOf(id) != rate.Name || rate.PerKey != strings.Contains(id, ":") {
+				continue
+			}
+			if rh.Buckets == store.HealthScanLimit {
+				rh.BucketsCapped = true
+				break
+			}
+			rh.Buckets++
+			if rate.Tokens(rate.Refill(b, now)) < 1 {
+				rh.EmptyBuckets++
+			}
+		}
+		h.RateLimits = append(h.RateLimits, rh)
+	}
+	slices.SortFunc(h.Warnings, func(a, b gate.Warning) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))
+	})
+	return h, nil
+}

@@ -1,0 +1,63 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// batchTx is a READ COMMITTED transaction driven by batches: its BEGIN
+// travels with the first batch and its COMMIT with the last, so that a
+// transaction of n dependent steps costs n round trips (pgx.Tx would add
+// one for the COMMIT).
+type batchTx struct {
+	conn  *pgxpool.Conn
+	begun bool
+}
+
+const (
+	sqlBegin  = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	sqlCommit = `COMMIT`
+)
+
+func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &batchTx{conn: c}, nil
+}
+
+// send runs b in the transaction, beginning it first if this is the first
+// batch, and committing it after b's statements if last is set. Any error
+// leaves the transaction to be rolled back by end.
+func (t *batchTx) send(ctx context.Context, b *pgx.Batch, last bool) error {
+	if !t.begun {
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: sqlBegin}}, b.QueuedQueries...)
+		t.begun = true
+	}
+	if last {
+		b.Queue(sqlCommit)
+	}
+	return t.conn.SendBatch(ctx, b).Close()
+}
+
+// q is the transaction's connection, for steps that need their own calls.
+func (t *batchTx) q() querier { return t.conn }
+
+// end rolls back a transaction still open (after an error) and releases
+// the connection. Deferred by every user.
+func (t *batchTx) end() {
+	if status := t.conn.Conn().PgConn().TxStatus(); status != 'I' && !t.conn.Conn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := t.conn.Exec(ctx, "ROLLBACK")
+		cancel()
+		if err != nil {
+			// The pool destroys a connection left in a transaction.
+			_ = t.conn.Conn().Close(context.Background())
+		}
+	}
+	t.conn.Release()
+}

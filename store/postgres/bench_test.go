@@ -1,0 +1,197 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/pgtest"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/postgres"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// benchStore is a migrated store whose pool commits durably (fsync) unless
+// nosync is set.
+func benchStore(b *testing.B, nosync bool) *env {
+	b.Helper()
+	ctx := context.Background()
+	scratch := pgtest.Pool(b) // a fresh schema, dropped at cleanup
+	schema := pgtest.SchemaOf(scratch)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+	require.NoError(b, err)
+	cfg.MaxConns = 16
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if !nosync {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	} else {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	_, err = postgres.Migrate(ctx, pool, schema)
+	require.NoError(b, err)
+	s, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.NoError(b, err)
+	return &env{t: b, ctx: ctx, pool: pool, schema: schema, s: s}
+}
+
+// BenchmarkClaimComplete measures claim + complete throughput: 4 workers,
+// each claiming up to 32 rows and completing them as done in one batch,
+// until b.N rows are done.
+//
+//	go test ./store/postgres -run '^$' -bench ClaimComplete -benchtime 20000x
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, sync := range []string{"fsync", "nosync"} {
+		for _, kind := range []string{"nokey", "k1", "gate"} {
+			b.Run(kind+"/"+sync, func(b *testing.B) {
+				benchClaimComplete(b, kind, sync == "nosync")
+			})
+		}
+	}
+}
+
+func benchClaimComplete(b *testing.B, kind string, nosync bool) {
+	workers, batch := benchWorkers, 32
+	e := benchStore(b, nosync)
+	if kind == "gate" {
+		_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 64, Shards: 8}})
+		require.NoError(b, err)
+	}
+	ins := make([]store.NewInstance, b.N)
+	for i := range ins {
+		key := ""
+		switch kind {
+		case "k1":
+			key = fmt.Sprintf("acct:%d", i%2000) // 2000 keys, ~N/2000 rows each
+		case "gate":
+			key = fmt.Sprintf("api:%d", i%4) // 4 gate keys of K = 64
+		}
+		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s",
+			State: json.RawMessage(`{"n":1}`), Key: key}
+	}
+	for i := 0; i < len(ins); i += 10_000 {
+		_, err := e.s.Insert(e.ctx, ins[i:min(i+10_000, len(ins))])
+		require.NoError(b, err)
+	}
+	_, err := e.pool.Exec(e.ctx, "ANALYZE instances")
+	require.NoError(b, err)
+
+	var done, claims, completes atomic.Int64
+	var claimNs, completeNs atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			worker := fmt.Sprintf("w%d", w)
+			for done.Load() < int64(b.N) {
+				t0 := time.Now()
+				res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: batch, Lease: time.Minute})
+				claimNs.Add(int64(time.Since(t0)))
+				claims.Add(1)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(res.Claimed) == 0 {
+					time.Sleep(200 * time.Microsecond)
+					continue
+				}
+				outs := make([]store.Outcome, len(res.Claimed))
+				for i, c := range res.Claimed {
+					outs[i] = store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}
+				}
+				t0 = time.Now()
+				if _, err := e.s.Complete(e.ctx, worker, outs, time.Time{}); err != nil {
+					b.Error(err)
+					return
+				}
+				completeNs.Add(int64(time.Since(t0)))
+				completes.Add(1)
+				done.Add(int64(len(outs)))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	if n := claims.Load(); n > 0 {
+		b.ReportMetric(float64(claimNs.Load())/float64(n)/1e6, "ms/claim")
+	}
+	if n := completes.Load(); n > 0 {
+		b.ReportMetric(float64(completeNs.Load())/float64(n)/1e6, "ms/complete")
+		b.ReportMetric(float64(b.N)/float64(n), "rows/complete")
+	}
+}
+
+// BenchmarkSaturatedBacklog measures how long keyless work waits behind a
+// saturated key: 100,000 ready rows of one K = 1 key (its first row
+// executing) are ahead of 10,000 keyless rows in the pick order. It reports
+// the claims and the time to claim all keyless rows in batches of 50.
+//
+//	go test ./store/postgres -run '^$' -bench SaturatedBacklog -benchtime 1x
+func BenchmarkSaturatedBacklog(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		e := benchStore(b, true)
+		const hot, cold = 100_000, 10_000
+		ins := make([]store.NewInstance, 0, hot+cold)
+		base := time.Now().Add(-time.Hour)
+		for i := range hot + cold {
+			key := "tenant:hot"
+			if i >= hot {
+				key = ""
+			}
+			ins = append(ins, store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s",
+				State: json.RawMessage(`{}`), Key: key, RunAt: base.Add(time.Duration(i) * time.Microsecond)})
+		}
+		for i := 0; i < len(ins); i += 10_000 {
+			_, err := e.s.Insert(e.ctx, ins[i:i+10_000])
+			require.NoError(b, err)
+		}
+		_, err := e.pool.Exec(e.ctx, "ANALYZE instances")
+		require.NoError(b, err)
+		b.StartTimer()
+
+		start := time.Now()
+		got, claims := 0, 0
+		var first time.Duration
+		for got < cold {
+			res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 50, Lease: time.Hour})
+			require.NoError(b, err)
+			claims++
+			for _, c := range res.Claimed {
+				if c.Key == "" {
+					if got == 0 {
+						first = time.Since(start)
+					}
+					got++
+				}
+			}
+			require.Less(b, claims, 10_000)
+		}
+		b.ReportMetric(float64(claims), "claims")
+		b.ReportMetric(float64(first.Milliseconds()), "ms-to-first-keyless")
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms-to-all-keyless")
+		b.ReportMetric(float64(e.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked'`)), "blocked")
+	}
+}
+
+// benchWorkers is the number of claiming workers of BenchmarkClaimComplete
+// (BENCH_WORKERS overrides it).
+var benchWorkers = func() int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("BENCH_WORKERS"), &n); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}()

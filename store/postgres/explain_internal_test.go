@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHotPathPlansUseIndexes guards the plans of the hot statements: on a
+// table of 5,000 rows (small enough that a missing index path shows as a
+// sequential scan) none of them may scan the whole instances table,
+// with custom plans or with the generic plans PostgreSQL switches prepared
+// statements to.
+func TestHotPathPlansUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 5_000)
+	for i := range ins {
+		key := ""
+		if i%2 == 0 {
+			key = "acct:" + uuid.NewString()[:4]
+		}
+		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: key}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+
+	ids := make([]string, 32)
+	fences := make([]int64, 32)
+	shards := make([]int32, 32)
+	for i := range ids {
+		ids[i], shards[i] = ins[i].ID, -1
+	}
+	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
+	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"promote scheduled": {sqlPromoteScheduled, []any{"q", nil, 1000}},
+		"fire queue timers": {sqlFireQueueTimers, []any{"q", nil, 1000}},
+		"candidates":        {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32}},
+		"key busy":          {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
+		"next due":          {sqlNextDue, []any{"q"}},
+		"claim":             {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
+		"block backlog":     {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil}},
+		"complete apply":    {sqlCompleteApply, complete},
+		"promote":           {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c"}},
+		"heartbeat":         {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
+		"release":           {sqlRelease, []any{"w", ids, fences, nil}},
+		"recheck inbox":     {sqlRecheckInbox, []any{ids, nil, "c"}},
+		"reap":              {sqlReap, []any{nil, 1000}},
+		"signal wake":       {sqlSignalWake, []any{ids[0], nil, "c"}},
+	} {
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			tx, err := s.pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			var plan []string
+			// Prepared, so that force_generic_plan applies.
+			sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(q.sql))
+			require.NoError(t, err, name)
+			rows, err := tx.Query(ctx, sd.SQL, q.args...)
+			require.NoError(t, err, name)
+			for rows.Next() {
+				var l string
+				require.NoError(t, rows.Scan(&l))
+				plan = append(plan, l)
+			}
+			require.NoError(t, rows.Err(), name)
+			_ = tx.Rollback(ctx)
+			text := strings.Join(plan, "\n")
+			require.NotContains(t, text, "Seq Scan on instances", "%s (%s) scans the table:\n%s", name, mode, text)
+		}
+	}
+}

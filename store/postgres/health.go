@@ -1,0 +1,195 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// Health reports queue and gate pressure at now (zero: the database clock)
+// from one read-only snapshot. Every count reads a partial index of its
+// status, so the terminal rows of the retention window (other than failed
+// ones) are never read; per-key work is bounded by the executing rows and
+// store.HealthScanLimit waiting rows (see store.Health).
+func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error) {
+	if err := s.check(); err != nil {
+		return store.Health{}, err
+	}
+	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}, RateLimits: []store.RateHealth{}}
+	queues := map[string]*store.QueueHealth{}
+	qh := func(name string) *store.QueueHealth {
+		q := queues[name]
+		if q == nil {
+			q = &store.QueueHealth{Queue: name}
+			queues[name] = q
+		}
+		return q
+	}
+	oldest := map[string]time.Time{}
+	var at time.Time
+	var limits []gate.Limit
+	blocked := map[string]int64{}
+	type gateRow struct {
+		active            int64
+		highest, saturate int
+	}
+	gates := map[string]gateRow{}
+	type intent struct{ name, intent string }
+	var intents []intent
+
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(sqlHealthSerial)
+		b.Queue(s.q(sqlHealthNow), tsArg(now)).QueryRow(func(row pgx.Row) error { return row.Scan(&at) })
+		b.Queue(s.q(sqlHealthReady), tsArg(now)).Query(func(rows pgx.Rows) error {
+			var (
+				name             string
+				ready, scheduled int64
+				min              *time.Time
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &ready, &scheduled, &min}, func() error {
+				q := qh(name)
+				q.Ready += ready
+				q.Scheduled += scheduled
+				if o, ok := oldest[name]; min != nil && (!ok || min.Before(o)) {
+					oldest[name] = *min
+				}
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthStatuses)).Query(func(rows pgx.Rows) error {
+			var (
+				name, status string
+				n            int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &status, &n}, func() error {
+				q := qh(name)
+				switch status {
+				case "blocked":
+					q.Blocked += n
+				case "awaiting", "awaiting_children":
+					q.Awaiting += n
+				case "failed":
+					q.Failed += n
+				case "executing":
+					q.Executing += n
+					q.Active += n
+				}
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
+			var l gate.Limit
+			_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
+				limits = append(limits, l)
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthBlockedByName)).Query(func(rows pgx.Rows) error {
+			var (
+				name string
+				n    int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+				blocked[name] = n
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthGates)).Query(func(rows pgx.Rows) error {
+			var (
+				name string
+				g    gateRow
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &g.active, &g.highest, &g.saturate}, func() error {
+				gates[name] = g
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthPolicies)).Query(func(rows pgx.Rows) error {
+			var (
+				name              string
+				maxActive, perKey int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &maxActive, &perKey}, func() error {
+				q := qh(name)
+				q.MaxActive, q.MaxActivePerKey = maxActive, perKey
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthRates), store.HealthScanLimit, tsArg(now)).Query(func(rows pgx.Rows) error {
+			var (
+				rate     gate.RateLimit
+				periodUS int64
+				n, empty int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&rate.Name, &rate.Limit, &periodUS, &rate.Burst, &rate.PerKey, &n, &empty}, func() error {
+				rate.Period = time.Duration(periodUS) * time.Microsecond
+				h.RateLimits = append(h.RateLimits, store.RateHealth{Limit: rate, Buckets: min(n, store.HealthScanLimit),
+					EmptyBuckets: min(empty, store.HealthScanLimit), BucketsCapped: n > store.HealthScanLimit})
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthIntents), store.HealthScanLimit).Query(func(rows pgx.Rows) error {
+			var in intent
+			_, err := pgx.ForEachRow(rows, []any{&in.name, &in.intent}, func() error {
+				intents = append(intents, in)
+				return nil
+			})
+			return err
+		})
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return store.Health{}, fmt.Errorf("health: %w", err)
+	}
+
+	for name, q := range queues {
+		if o, ok := oldest[name]; ok {
+			q.OldestReady = max(0, at.Sub(o))
+		}
+		h.Queues = append(h.Queues, *q)
+	}
+	slices.SortFunc(h.Queues, func(a, b store.QueueHealth) int { return strings.Compare(a.Queue, b.Queue) })
+
+	ls, err := gate.NewLimits(limits)
+	if err != nil {
+		return store.Health{}, fmt.Errorf("health: stored limits: %w", err)
+	}
+	for _, l := range ls.All() {
+		g := gates[l.Name]
+		h.Gates = append(h.Gates, store.GateHealth{
+			Name: l.Name, Limit: l.Limit, Shards: l.Shards, Active: g.active, BlockedReady: blocked[l.Name],
+			SaturatedKeys: min(g.saturate, store.HealthScanLimit), SaturatedKeysCapped: g.saturate > store.HealthScanLimit,
+			HighestKeyActive: g.highest,
+		})
+	}
+	seen := map[string]bool{}
+	for _, in := range intents {
+		k, err := gate.New(in.name, "x", gate.Intent(in.intent))
+		if err != nil {
+			continue
+		}
+		if w, ok := ls.Check(k); ok && !seen[string(w.Kind)+"/"+w.Name] {
+			seen[string(w.Kind)+"/"+w.Name] = true
+			h.Warnings = append(h.Warnings, w)
+		}
+	}
+	slices.SortFunc(h.Warnings, func(a, b gate.Warning) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))
+	})
+	return h, nil
+}

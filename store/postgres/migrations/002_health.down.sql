@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS {schema}.instances_queue_status;
