@@ -214,8 +214,9 @@ type Engine struct {
 
 	staleOutcomes atomic.Int64
 	reconciled    reconcileState
+	skew          skewState
 	healthCache   healthCache
-	outage  *storeOutage
+	outage        *storeOutage
 	// stopDone is closed when the first Stop has finished.
 	stopDone chan struct{}
 }

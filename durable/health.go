@@ -44,6 +44,58 @@ type Health struct {
 	// StaleOutcomes counts this engine's outcomes that committed nothing
 	// because their claim had been reaped or cancelled.
 	StaleOutcomes int64 `json:"stale_outcomes"`
+	// Skipped is the deployment skew this engine met: instances it claimed
+	// and handed back, unchanged, because it does not know their workflow
+	// version or step (a newer worker inserted them), per workflow, version
+	// and step, sorted. Instances of a workflow it does not know at all are
+	// never claimed by it; they show as ready rows (and the age of the
+	// oldest) in Queues until a worker that knows them takes them.
+	Skipped []SkewHealth `json:"skipped"`
+}
+
+// SkewHealth counts the hand-backs of one unknown workflow version or step.
+type SkewHealth struct {
+	Workflow string `json:"workflow"`
+	Version  int    `json:"version"`
+	// Step is the unknown step ("" when the whole version is unknown).
+	Step  string    `json:"step"`
+	Count int64     `json:"count"`
+	Last  time.Time `json:"last"`
+}
+
+// skewState records the hand-backs of this engine.
+type skewState struct {
+	mu   sync.Mutex
+	seen map[SkewHealth]*SkewHealth // keyed by workflow, version, step
+}
+
+func (s *skewState) record(workflow string, version int, step string, at time.Time) {
+	k := SkewHealth{Workflow: workflow, Version: version, Step: step}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[SkewHealth]*SkewHealth{}
+	}
+	h := s.seen[k]
+	if h == nil {
+		h = &SkewHealth{Workflow: workflow, Version: version, Step: step}
+		s.seen[k] = h
+	}
+	h.Count++
+	h.Last = at
+}
+
+func (s *skewState) snapshot() []SkewHealth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SkewHealth, 0, len(s.seen))
+	for _, h := range s.seen {
+		out = append(out, *h)
+	}
+	slices.SortFunc(out, func(a, b SkewHealth) int {
+		return cmp.Or(cmp.Compare(a.Workflow, b.Workflow), cmp.Compare(a.Version, b.Version), cmp.Compare(a.Step, b.Step))
+	})
+	return out
 }
 
 // ReconcileHealth is what reconciler sweeps did (see store.ReconcileReport).
@@ -126,6 +178,7 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	}
 	h.Warnings = mergeWarnings(sh.Warnings, e.Warnings())
 	h.LastReconcile, h.ReconcileTotals = e.reconciled.snapshot()
+	h.Skipped = e.skew.snapshot()
 	return h, nil
 }
 

@@ -121,7 +121,9 @@ func (e *Engine) ListConcurrencyPolicies(ctx context.Context) ([]store.Concurren
 // Stop stops claiming, releases claimed rows that have not started, lets
 // running steps finish until ctx's deadline (then cancels them and releases
 // their claims), commits their outcomes, and closes nothing else: the store
-// stays open for its owner to close. Calling Stop again, even concurrently,
+// stays open for its owner to close. Stop returns by ctx's deadline even if
+// the store is unreachable; outcomes it could not commit are not lost but
+// re-run (their claims expire and the reaper retries the steps). Calling Stop again, even concurrently,
 // waits for the first call to finish (or for its own ctx) and returns nil.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()

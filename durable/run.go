@@ -51,11 +51,13 @@ func (e *Engine) run(ctx context.Context, c store.Claimed) (out store.Outcome, l
 	if def == nil {
 		// Deployment skew: leave it for a worker that knows this version.
 		msg := fmt.Sprintf("%v %q version %d is not registered on worker %s", ErrUnknownWorkflow, c.Workflow, c.Version, e.cfg.WorkerID)
+		e.skew.record(c.Workflow, c.Version, "", e.cfg.Clock.Now())
 		return e.unchanged(c, msg), "skipped", msg
 	}
 	sd := def.steps[c.Step]
 	if sd == nil {
 		msg := fmt.Sprintf("step %q of %s v%d is not registered on worker %s", c.Step, c.Workflow, c.Version, e.cfg.WorkerID)
+		e.skew.record(c.Workflow, c.Version, c.Step, e.cfg.Clock.Now())
 		return e.unchanged(c, msg), "skipped", msg
 	}
 	sctx := e.newStepContext(ctx, c, def)

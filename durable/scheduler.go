@@ -145,7 +145,21 @@ func (s *scheduler) stop(ctx context.Context) error {
 		}
 	}
 	close(s.flushCh)
-	s.flushWG.Wait()
+	// The last outcomes are committed before Stop returns, unless the store
+	// stays unreachable past the deadline: then the flush is abandoned (the
+	// steps run again after their leases expire: at-least-once) rather than
+	// Stop hanging for as long as the outage lasts.
+	flushed := make(chan struct{})
+	go func() { s.flushWG.Wait(); close(flushed) }()
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		s.hardStop()
+		<-flushed
+		if err == nil {
+			err = fmt.Errorf("durable: stop: outcomes not committed by the deadline; their steps will run again after their leases expire: %w", ctx.Err())
+		}
+	}
 	s.bgStop()
 	s.bgWG.Wait()
 	s.hardStop()

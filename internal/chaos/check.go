@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -44,6 +46,10 @@ type logEvent struct {
 // stateCarrying are the history outcomes of runs that committed a state
 // (every run of the workload appends its token to the state it returns).
 var stateCarrying = map[string]bool{"next": true, "retry": true, "await": true, "sleep": true, "spawn": true, "done": true}
+
+// rateSlack is the most a recorded start may trail its claim (the rate
+// limit is charged at the claim).
+const rateSlack = 500 * time.Millisecond
 
 var tokenInError = regexp.MustCompile(`token=([0-9a-f]{16})`)
 
@@ -382,6 +388,36 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 	for _, o := range sweep(recs, limits, func(tok string, r *StepRun) bool { return r.End != 0 }) {
 		if o.over != nil {
 			rep.StaleOverlapKeys++
+		}
+	}
+
+	// The rate limit: admitted claims of "bulk" keys never outrun the bucket,
+	// so neither do the starts of their bodies, give or take the time from
+	// claim to start (rateSlack).
+	var starts []int64
+	for _, r := range recs.Runs {
+		if r.Key != "" && gate.NameOf(r.Key) == "bulk" {
+			starts = append(starts, r.Start)
+		}
+	}
+	slices.Sort(starts)
+	rep.BulkStarts = len(starts)
+	bestExcess := math.Inf(-1)
+windows:
+	for j := range starts {
+		for i := 0; i <= j; i++ {
+			n := j - i + 1
+			span := time.Duration(starts[j] - starts[i])
+			bound := float64(BulkRate)*(span+rateSlack).Seconds() + BulkBurst
+			if excess := float64(n) - bound; excess > bestExcess {
+				bestExcess = excess
+				rep.BulkPeak = fmt.Sprintf("%d starts in %s (bound %.1f)", n, span.Round(time.Millisecond), bound)
+			}
+			if float64(n) > bound {
+				a.fail("rate limit: %d bulk steps started within %s, more than %d/s × (%s + %s slack) + burst %d",
+					n, span, BulkRate, span, rateSlack, BulkBurst)
+				break windows // one report is enough
+			}
 		}
 	}
 

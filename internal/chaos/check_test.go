@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,4 +248,24 @@ func TestRecorderFileRoundTrip(t *testing.T) {
 	require.Len(t, recs.Bad, 1)
 	assert.Contains(t, recs.Bad[0], "something odd")
 	assert.Equal(t, 1, recs.Torn, "the torn line is counted, not parsed")
+}
+
+func TestCheckFindsStartsBeyondTheRateLimit(t *testing.T) {
+	w := newWorld(t)
+	for i := range 8 { // within the burst and the rate
+		tok := fmt.Sprintf("r%015d", i)
+		w.run(tok, "p1", "i"+tok, "bulk:a", 0, "", i*200, i*200+5, "done")
+		w.done("i"+tok, tok)
+	}
+	rep, v := w.check()
+	assert.Empty(t, v)
+	assert.Equal(t, 8, rep.BulkStarts)
+
+	for i := range 12 { // twelve more within 60 ms: over 8/s × (0.06 s + slack) + 4
+		tok := fmt.Sprintf("s%015d", i)
+		w.run(tok, "p2", "i"+tok, "bulk:b", 0, "", 5000+i*5, 5000+i*5+1, "done")
+		w.done("i"+tok, tok)
+	}
+	_, v = w.check()
+	assert.Contains(t, joined(v), "bulk steps started within")
 }

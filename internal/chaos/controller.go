@@ -174,6 +174,11 @@ type Report struct {
 	MaxByName        map[string]int
 	KByName          map[string]int
 
+	// BulkStarts are the recorded starts of "bulk" steps; BulkPeak is the
+	// window with the most of them against the rate limit's bound.
+	BulkStarts int
+	BulkPeak   string
+
 	Samples, OverAdmitted, UnderCredited int
 	Counters                             int
 	CountersRepaired, Drift              int
@@ -221,6 +226,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "outside recorder: %d keys, %d ever over K; most at once per name (seen/K): %s; keys over K only if stale runs are counted: %d\n",
 		r.Keys, r.KViolations, strings.Join(parts, ", "), r.StaleOverlapKeys)
+	fmt.Fprintf(w, "rate limit (bulk: %d/s, burst %d): %d steps started; busiest window %s\n", BulkRate, BulkBurst, r.BulkStarts, r.BulkPeak)
 	fmt.Fprintf(w, "gate counters: %d samples, %d over-admitted, %d under-credited (the safe direction); at the end %d counters, all equal to the executing-rows truth: %v; reconciler repaired %d counters (drift %d) and promoted %d blocked rows\n",
 		r.Samples, r.OverAdmitted, r.UnderCredited, r.Counters, !r.hasCounterViolation(), r.CountersRepaired, r.Drift, r.ReconcilerPromoted)
 	fmt.Fprintf(w, "stale outcomes: %d discarded by fences, 0 committed expected: %d history rows checked (no two committed runs of an instance overlap; every chain complete)\n",
@@ -443,16 +449,13 @@ func (r *runner) setupDatabase(ctx context.Context) error {
 		return err
 	}
 	// An engine that is never started: it inserts and signals.
-	r.eng, err = durable.New(durable.Config{Store: st, Limits: Limits, WorkerID: "chaos-controller",
+	r.eng, err = durable.New(durable.Config{Store: st, Limits: Limits, RateLimits: RateLimits, WorkerID: "chaos-controller",
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
 	parent, child := Workflows(nopRecorder{}, r.cfg.Keys)
 	if err := r.eng.Register(parent, child); err != nil {
-		return err
-	}
-	if _, err := st.SyncLimits(ctx, Limits); err != nil {
 		return err
 	}
 	return nil

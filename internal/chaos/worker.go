@@ -111,7 +111,7 @@ func RunWorker(ctx context.Context, c WorkerConfig) error {
 		}
 		if e == nil {
 			eng, err := durable.New(durable.Config{Store: st, Queues: map[string]int{"default": c.Executors},
-				Limits: Limits, WorkerID: c.WorkerID, Lease: c.Lease, HeartbeatInterval: c.Heartbeat,
+				Limits: Limits, RateLimits: RateLimits, WorkerID: c.WorkerID, Lease: c.Lease, HeartbeatInterval: c.Heartbeat,
 				PollInterval: 100 * time.Millisecond, ReaperInterval: c.Reaper, ReconcileInterval: c.Reconcile,
 				Retention: -1, Logger: log})
 			if err != nil {

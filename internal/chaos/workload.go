@@ -61,6 +61,18 @@ const KeyIDMarker = "sid-"
 // so run at K = 1.
 var Limits = []gate.Limit{{Name: "api", Limit: 3, Shards: 2}, {Name: "bulk", Limit: 5, Shards: 3}}
 
+// RateLimits are the flow caps of the workload: steps of all "bulk" keys
+// together start at most BulkRate per second after a burst of BulkBurst,
+// on top of their gate (a stock cap). The checker verifies the bound from
+// the recorded starts.
+var RateLimits = []gate.RateLimit{{Name: "bulk", Limit: BulkRate, Period: time.Second, Burst: BulkBurst}}
+
+// The "bulk" rate limit.
+const (
+	BulkRate  = 8
+	BulkBurst = 4
+)
+
 // KeySpace sizes the keys the workload draws from.
 type KeySpace struct {
 	Acct, API, Bulk int

@@ -35,6 +35,7 @@ func TestDatabaseOutage(t *testing.T) {
 	c := throwaway(t)
 	t.Run("engine resumes", func(t *testing.T) { engineSurvivesOutage(t, c) })
 	t.Run("wait rides it out", func(t *testing.T) { waitRidesOutOutage(t, c) })
+	t.Run("stop keeps its deadline", func(t *testing.T) { stopDuringOutage(t, c) })
 }
 
 func engineSurvivesOutage(t *testing.T, c *pgcluster.Cluster) {
@@ -162,4 +163,53 @@ func waitRidesOutOutage(t *testing.T, c *pgcluster.Cluster) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "with the database down, Wait waits until its context ends")
 	assert.Contains(t, err.Error(), "last store error", "and says why it could not tell")
 	require.NoError(t, c.StartServer(ctx))
+}
+
+// stopDuringOutage stops an engine whose last outcome cannot be committed
+// because the database is down: Stop must return by its deadline with an
+// error (it used to retry the flush for as long as the outage lasted), and
+// the step must run again, on another engine, once the database is back.
+func stopDuringOutage(t *testing.T, c *pgcluster.Cluster) {
+	ctx := waitCtx(t, 90*time.Second)
+	pool, err := pgxpool.New(ctx, c.URL(""))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = postgres.Migrate(ctx, pool, "stop")
+	require.NoError(t, err)
+	st, err := postgres.New(ctx, pool, postgres.Options{Schema: "stop"})
+	require.NoError(t, err)
+	running := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	wf := durable.NewWorkflow[outageState]("stopper", "work", durable.WorkflowOptions{})
+	wf.Step("work", func(ctx steps.Context, s outageState) (transitions.Transition, error) {
+		if runs.Add(1) == 1 {
+			running <- struct{}{}
+			<-release
+		}
+		return transitions.Done(5), nil
+	})
+	first := engine(t, durable.Config{Store: st, WorkerID: "first", Lease: 2 * time.Second}, wf)
+	require.NoError(t, first.Start(ctx))
+	id, err := first.Insert(ctx, "stopper", outageState{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	<-running
+	require.NoError(t, c.StopServer())
+	close(release) // the step finishes while the database is down
+
+	stopCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	began := time.Now()
+	err = first.Stop(stopCtx)
+	require.Error(t, err, "the outcome could not be committed")
+	assert.Contains(t, err.Error(), "not committed by the deadline")
+	assert.Less(t, time.Since(began), 5*time.Second, "Stop kept its deadline")
+
+	require.NoError(t, c.StartServer(ctx))
+	second := engine(t, durable.Config{Store: st, WorkerID: "second", Lease: 2 * time.Second}, wf)
+	startEngine(t, second)
+	n, err := durable.Result[int](ctx, second, id)
+	require.NoError(t, err, "the step runs again once its lease expired")
+	assert.Equal(t, 5, n)
+	assert.Equal(t, int64(2), runs.Load(), "at-least-once: the uncommitted run was repeated")
 }

@@ -96,6 +96,18 @@ func TestDeploymentSkew(t *testing.T) {
 	h, err := st.History(ctx, v2)
 	require.NoError(t, err)
 	assert.Equal(t, "skipped", h[0].Outcome)
+	health, err := old.Health(ctx)
+	require.NoError(t, err)
+	require.Len(t, health.Skipped, 1, "Health shows the skew")
+	assert.Equal(t, "skew", health.Skipped[0].Workflow)
+	assert.Equal(t, 2, health.Skipped[0].Version)
+	assert.Empty(t, health.Skipped[0].Step, "the whole version is unknown")
+	assert.Positive(t, health.Skipped[0].Count)
+	for _, q := range health.Queues {
+		if q.Queue == durable.DefaultQueue {
+			assert.Positive(t, q.Ready+q.Scheduled, "what nobody here can run shows as waiting work")
+		}
+	}
 	in, err = st.Get(ctx, unknown)
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusReady, in.Status, "a workflow the old worker does not know is never claimed by it")
