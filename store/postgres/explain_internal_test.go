@@ -59,6 +59,16 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"recheck inbox":     {sqlRecheckInbox, []any{ids, nil, "c"}},
 		"reap":              {sqlReap, []any{nil, 1000}},
 		"signal wake":       {sqlSignalWake, []any{ids[0], nil, "c"}},
+		"queue active":      {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
+		"throttle":          {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
+		// The statements of fresh_round (migration 003), as it runs them.
+		"fresh round: head of keyless": {`SELECT r.round FROM {schema}.instances r
+			WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},
+		"fresh round: head of keyed": {`SELECT r.round FROM {schema}.instances r
+			WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},
+		"fresh round: key's last": {`SELECT r.round + 1 FROM {schema}.instances r
+			WHERE r.key = $3 AND r.queue = $1 AND r.priority = $2 AND r.status IN ('ready', 'blocked')
+			ORDER BY r.round DESC LIMIT 1`, []any{"q", 0, "acct:abcd"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			tx, err := s.pool.Begin(ctx)

@@ -195,14 +195,14 @@ ON CONFLICT (bucket) DO UPDATE SET credit = b.credit WHERE false`
 	sqlBucketsSet = `
 UPDATE {schema}.rate_buckets b SET credit = d.credit, updated_at = d.at
 FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS d(bucket, credit, at)
-WHERE b.bucket = d.bucket`
+WHERE b.bucket = d.bucket AND b.bucket = ANY ($1::text[])`
 
 	// sqlThrottle reschedules window rows that found their rate bucket
 	// empty to when their token is due; they keep their round.
 	sqlThrottle = `
 UPDATE {schema}.instances i SET status = 'scheduled', run_at = d.at, updated_at = $3::timestamptz
 FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
-WHERE i.id = d.id AND i.status = 'ready'`
+WHERE i.id = d.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'`
 
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`

@@ -37,9 +37,9 @@ SELECT greatest(
         (SELECT r.round FROM {schema}.instances r
          WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = q AND r.priority = p
          ORDER BY r.round LIMIT 1)), 0),
-    (SELECT max(r.round) + 1 FROM {schema}.instances r
-     WHERE k IS NOT NULL AND r.key = k AND r.queue = q AND r.priority = p
-       AND r.status IN ('ready', 'blocked')))
+    (SELECT r.round + 1 FROM {schema}.instances r
+     WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')
+     ORDER BY r.round DESC LIMIT 1))
 $$;
 
 -- The namespace owning each key limit.
