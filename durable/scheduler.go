@@ -183,7 +183,6 @@ type storeOutage struct {
 	since    time.Time
 	lastFail time.Time
 	failed   int
-	outages  int64
 }
 
 // outageSettle is how long the store must answer without a failure before
@@ -208,7 +207,6 @@ func (o *storeOutage) fail(loop string, err error) {
 	}
 	o.isDown.Store(true)
 	o.since = o.lastFail
-	o.outages++
 	o.log.Error("store unavailable; retrying with backoff until it is back", "loop", loop, "err", err)
 }
 
@@ -225,13 +223,6 @@ func (o *storeOutage) ok() {
 	o.isDown.Store(false)
 	o.log.Info("store available again", "down_for", o.lastFail.Sub(o.since).Round(time.Millisecond).String(), "failed_calls", o.failed)
 	o.failed = 0
-}
-
-// count returns how many outages began so far.
-func (o *storeOutage) count() int64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.outages
 }
 
 // retrier is one loop's exponential backoff (cenkalti/backoff) over the
