@@ -1,0 +1,354 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+)
+
+type scenario struct {
+	name string
+	run  func(ctx context.Context, b *bench) (*result, error)
+}
+
+var allScenarios = []scenario{
+	{"plain no-key 1-step", scenarioPlain},
+	{"K=1, 500 keys, 1 ms steps", scenarioK1},
+	{"gate limit 10, one key, 1 ms", scenarioGate10},
+	{"gate limit 1000/10 shards, 1 ms", scenarioGate1000},
+	{"no-key work behind a K=1 backlog", scenarioBacklog},
+	{"pick cost, small vs large ready set", scenarioPick},
+	{"3 steps, await + signal between", scenarioThree},
+	{"batch insert", scenarioInsert},
+	{"idle insert→start latency", scenarioIdle},
+}
+
+// scaled is n × -n, at least min.
+func (b *bench) scaled(n, least int) int { return max(least, int(float64(n)*b.o.scale)) }
+
+// workload is what a burn-down or continuous run inserts and counts.
+type workload struct {
+	name   string
+	limits []gate.Limit
+	keys   int // keys the concurrency recorder tracks
+	k      int // K every tracked key must respect (0: no check)
+	// n counted instances made by gen, and a backlog of backlogN (not
+	// counted) made by backlogGen; made in chunks as they are inserted, so
+	// that the harness holds none of them while the engines run.
+	n          int
+	gen        func(i int) durable.InsertRequest
+	backlogN   int
+	backlogGen func(i int) durable.InsertRequest
+	workflow   string // the counted rows' workflow
+	stepsPer   int
+	// backlogAfter inserts the backlog after the counted rows (scenario 6).
+	backlogAfter bool
+}
+
+// plainReq is counted instance i (-1: not counted) of the no-key one-step workflow.
+func plainReq(i int) durable.InsertRequest {
+	return req("noop", state{I: i, K: -1}, gate.ConcurrencyKey{})
+}
+
+func req(workflow string, s state, key gate.ConcurrencyKey) durable.InsertRequest {
+	return durable.InsertRequest{Workflow: workflow, State: s, Options: durable.InsertOptions{Key: key}}
+}
+
+// measure runs a workload in the configured mode.
+func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
+	e, err := b.newEnv(ctx, w.name, w.n, max(w.keys, 1), w.limits)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close(ctx)
+	if !w.backlogAfter {
+		if err := e.insertGen(ctx, 0, w.backlogN, w.backlogGen, 5000); err != nil {
+			return nil, fmt.Errorf("insert backlog: %w", err)
+		}
+	}
+	n := w.n
+	continuous := b.o.mode == "continuous"
+	if !continuous {
+		if err := e.insertGen(ctx, 0, n, w.gen, 1000); err != nil {
+			return nil, fmt.Errorf("insert: %w", err)
+		}
+	}
+	if w.backlogAfter {
+		if err := e.insertGen(ctx, 0, w.backlogN, w.backlogGen, 5000); err != nil {
+			return nil, fmt.Errorf("insert backlog: %w", err)
+		}
+	}
+	runtime.GC()
+	b.tracer.reset()
+	if err := b.obs.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.start(ctx); err != nil {
+		return nil, err
+	}
+	inserted := make(chan error, 1)
+	if continuous {
+		go func() { inserted <- e.insertAtRate(ctx, n, w.gen, b.o.rate) }()
+	} else {
+		inserted <- nil
+	}
+	at, failed, err := e.waitTerminal(ctx, w.workflow, n, 10*time.Minute)
+	obs := b.obs.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := <-inserted; err != nil {
+		return nil, err
+	}
+	r := &result{N: n, Steps: int64(n * w.stepsPer), Elapsed: at.Sub(e.t0DB), Failed: failed, Unit: "steps/s",
+		K: w.k, MaxPerKey: e.rec.maxPerKey(), Obs: obs}
+	r.Rate = float64(r.Steps) / r.Elapsed.Seconds()
+	floor := e.t0
+	if continuous {
+		floor = time.Time{}
+	}
+	lat := e.rec.latencies(n, floor)
+	r.P50, r.P99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	return r, nil
+}
+
+// insertAtRate inserts n instances made by gen at rate per second, in a
+// batch every 10 ms.
+func (e *env) insertAtRate(ctx context.Context, n int, gen func(int) durable.InsertRequest, rate float64) error {
+	start := time.Now()
+	done := 0
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for done < n {
+		due := min(n, int(time.Since(start).Seconds()*rate)+1)
+		if due > done {
+			if err := e.insertGen(ctx, done, due, gen, due-done); err != nil {
+				return err
+			}
+			done = due
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func scenarioPlain(ctx context.Context, b *bench) (*result, error) {
+	w := workload{name: "s1", workflow: "noop", stepsPer: 1, n: b.scaled(20000, 100), gen: plainReq}
+	return b.measure(ctx, w)
+}
+
+func scenarioK1(ctx context.Context, b *bench) (*result, error) {
+	n, keys := b.scaled(5000, 100), 500
+	w := workload{name: "s2", workflow: "work", stepsPer: 1, keys: keys, k: 1, n: n,
+		gen: func(i int) durable.InsertRequest {
+			k := i % keys
+			return req("work", state{I: i, K: k, D: time.Millisecond}, gate.Identity("acct", strconv.Itoa(k)))
+		}}
+	r, err := b.measure(ctx, w)
+	if r != nil {
+		r.Note = fmt.Sprintf("%d instances per key", n/keys)
+	}
+	return r, err
+}
+
+func gateWorkload(b *bench, name string, n, limit, shards int) workload {
+	return workload{name: name, workflow: "work", stepsPer: 1, keys: 1, k: limit, n: n,
+		limits: []gate.Limit{{Name: "api", Limit: limit, Shards: shards}},
+		gen: func(i int) durable.InsertRequest {
+			return req("work", state{I: i, K: 0, D: time.Millisecond}, gate.Gate("api", "1"))
+		}}
+}
+
+func scenarioGate10(ctx context.Context, b *bench) (*result, error) {
+	return b.measure(ctx, gateWorkload(b, "s3", b.scaled(5000, 100), 10, 1))
+}
+
+func scenarioGate1000(ctx context.Context, b *bench) (*result, error) {
+	r, err := b.measure(ctx, gateWorkload(b, "s4", b.scaled(20000, 100), 1000, 10))
+	if r != nil && b.o.engines*b.o.executors < 1000 {
+		r.Note = fmt.Sprintf("the gate admits up to 1000; the engines run at most %d at once", b.o.engines*b.o.executors)
+	}
+	return r, err
+}
+
+func scenarioBacklog(ctx context.Context, b *bench) (*result, error) {
+	n, hot := b.scaled(10000, 100), b.scaled(100000, 1000)
+	plain := workload{name: "s5a", workflow: "noop", stepsPer: 1, keys: 1, k: 1, n: n, gen: plainReq}
+	loaded := plain
+	loaded.name, loaded.backlogN = "s5b", hot
+	loaded.backlogGen = func(int) durable.InsertRequest {
+		return req("work", state{I: -1, K: 0, D: time.Millisecond}, gate.Identity("hot", "1"))
+	}
+	r, err := b.compare(ctx, plain, loaded)
+	if err != nil {
+		return nil, err
+	}
+	r.Note = fmt.Sprintf("%d no-key instances behind %d of key hot:1 (K=1, 1 ms) vs. alone; %s", n, hot, r.Note)
+	return r, nil
+}
+
+// compare measures base and other alternately -rounds times and returns
+// other's median round, with Ratio the median of other's rates over the
+// median of base's (alternating spreads the machine's drift over both).
+func (b *bench) compare(ctx context.Context, base, other workload) (*result, error) {
+	var baseRates, otherRates []float64
+	var rs []*result
+	for i := 0; i < max(b.o.rounds, 1); i++ {
+		rb, err := b.measure(ctx, base)
+		if err != nil {
+			return nil, err
+		}
+		ro, err := b.measure(ctx, other)
+		if err != nil {
+			return nil, err
+		}
+		baseRates, otherRates = append(baseRates, rb.Rate), append(otherRates, ro.Rate)
+		rs = append(rs, ro)
+	}
+	slices.SortFunc(rs, func(x, y *result) int { return cmp.Compare(x.Rate, y.Rate) })
+	r := rs[len(rs)/2]
+	mb, mo := median(baseRates), median(otherRates)
+	r.Ratio = mo / mb
+	r.Note = fmt.Sprintf("median of %d alternating rounds: %.0f vs %.0f steps/s (rounds: %s vs %s)", len(rs), mo, mb,
+		fmtRates(otherRates), fmtRates(baseRates))
+	return r, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtRates(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, "/")
+}
+
+func scenarioPick(ctx context.Context, b *bench) (*result, error) {
+	n := b.scaled(10000, 100)
+	run := func(name string, total int) workload {
+		return workload{name: name, workflow: "noop", stepsPer: 1, backlogAfter: true, n: n, gen: plainReq,
+			backlogN: total - n, backlogGen: func(int) durable.InsertRequest { return plainReq(-1) }}
+	}
+	big := max(b.o.pickRows, n)
+	r, err := b.compare(ctx, run("s6a", n), run("s6b", big))
+	if err != nil {
+		return nil, err
+	}
+	r.Note = fmt.Sprintf("%d steps with %d ready rows vs %d (heap max of the bench process %.0f MB); %s",
+		n, big, n, r.Obs.HeapMaxMB, r.Note)
+	return r, nil
+}
+
+func scenarioThree(ctx context.Context, b *bench) (*result, error) {
+	n := b.scaled(5000, 100)
+	w := workload{name: "s7", workflow: "three", stepsPer: 3, n: n,
+		gen: func(i int) durable.InsertRequest { return req("three", state{I: i, K: -1}, gate.ConcurrencyKey{}) }}
+	r, err := b.measure(ctx, w)
+	if r != nil {
+		r.Note = fmt.Sprintf("%d signals sent by 16 client goroutines while the steps ran", 2*n)
+	}
+	return r, err
+}
+
+func scenarioInsert(ctx context.Context, b *bench) (*result, error) {
+	n := b.scaled(50000, 1000)
+	e, err := b.newEnv(ctx, "s8", n, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close(ctx)
+	reqs := make([]durable.InsertRequest, n)
+	for i := range reqs {
+		reqs[i] = req("noop", state{I: i, K: -1}, gate.ConcurrencyKey{})
+	}
+	if err := b.obs.start(ctx); err != nil {
+		return nil, err
+	}
+	const batch = 1000
+	var lat []time.Duration
+	t0 := time.Now()
+	for from := 0; from < n; from += batch {
+		t := time.Now()
+		if _, err := e.client.InsertMany(ctx, reqs[from:min(from+batch, n)]); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	elapsed := time.Since(t0)
+	obs := b.obs.stop()
+	// One at a time, for comparison.
+	singles := min(1000, n)
+	t1 := time.Now()
+	for i := 0; i < singles; i++ {
+		if _, err := e.client.Insert(ctx, "noop", state{I: -1, K: -1}, durable.InsertOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	single := time.Since(t1)
+	slices.Sort(lat)
+	return &result{N: n, Steps: int64(n), Elapsed: elapsed, Rate: float64(n) / elapsed.Seconds(), Unit: "rows/s",
+		P50: percentile(lat, 0.5), P99: percentile(lat, 0.99), Obs: obs,
+		Note: fmt.Sprintf("batches of %d rows (p50/p99 are per batch); one row per call: %.0f rows/s", batch,
+			float64(singles)/single.Seconds())}, nil
+}
+
+func scenarioIdle(ctx context.Context, b *bench) (*result, error) {
+	n := b.scaled(200, 50)
+	e, err := b.newEnv(ctx, "s9", n, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close(ctx)
+	if err := e.start(ctx); err != nil {
+		return nil, err
+	}
+	time.Sleep(200 * time.Millisecond) // idle: every pick loop is waiting
+	b.tracer.reset()
+	if err := b.obs.start(ctx); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		at := time.Now()
+		e.rec.inserted(i, i+1, at)
+		if _, err := e.client.Insert(ctx, "noop", state{I: i, K: -1}, durable.InsertOptions{}); err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.rec.finished.Load() < int64(i+1) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("instance %d did not start within 10s", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		// Let the outcome commit and the engine go idle again.
+		time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond)
+	}
+	elapsed := time.Since(t0)
+	obs := b.obs.stop()
+	lat := e.rec.latencies(n, time.Time{})
+	return &result{N: n, Steps: int64(n), Elapsed: elapsed, Unit: "", P50: percentile(lat, 0.5),
+		P99: percentile(lat, 0.99), Obs: obs,
+		Note: "one insert at a time into idle engines; latency from before the Insert call to the step body"}, nil
+}
