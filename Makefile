@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 
 GO          ?= go
-TEST_TIMEOUT ?= 10m
+TEST_TIMEOUT ?= 30m
 FUZZTIME    ?= 10s
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
