@@ -188,6 +188,7 @@ func TestFleetStressWithKilledProcess(t *testing.T) {
 	byKey := map[string][]event{}
 	rows, err := admin.Query(ctx, "SELECT key, worker, started, ended FROM fleet_log")
 	require.NoError(t, err)
+	defer rows.Close()
 	var logged, open int
 	for rows.Next() {
 		var key, worker string
