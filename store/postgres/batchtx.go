@@ -18,8 +18,16 @@ type batchTx struct {
 }
 
 const (
-	sqlBegin  = `BEGIN ISOLATION LEVEL READ COMMITTED`
-	sqlCommit = `COMMIT`
+	sqlBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	// sqlNoSeqScan keeps the planner on the indexes for the rest of the
+	// transaction. The hot statements join a batch (unnest of arrays) to
+	// instances by id; with the statistics of a table whose statuses churn
+	// by the thousand per second, the planner can judge a sequential scan of
+	// the whole table cheaper than one index probe per batch row, which is
+	// then thousands of times slower. Every statement of these transactions
+	// has an index path.
+	sqlNoSeqScan = `SET LOCAL enable_seqscan = off`
+	sqlCommit    = `COMMIT`
 )
 
 func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {
@@ -35,7 +43,7 @@ func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {
 // leaves the transaction to be rolled back by end.
 func (t *batchTx) send(ctx context.Context, b *pgx.Batch, last bool) error {
 	if !t.begun {
-		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: sqlBegin}}, b.QueuedQueries...)
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: sqlBegin}, {SQL: sqlNoSeqScan}}, b.QueuedQueries...)
 		t.begun = true
 	}
 	if last {

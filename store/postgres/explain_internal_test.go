@@ -16,7 +16,9 @@ import (
 // table of 5,000 rows (small enough that a missing index path shows as a
 // sequential scan) none of them may scan the whole instances table,
 // with custom plans or with the generic plans PostgreSQL switches prepared
-// statements to.
+// statements to. Statements that run in the store's batch transactions are
+// explained under the setting those transactions carry (sqlNoSeqScan); the
+// others (heartbeat and the signal's implicit transaction) as they run.
 func TestHotPathPlansUseIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
@@ -41,6 +43,8 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	}
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
+	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
+	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true}
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
@@ -75,6 +79,10 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
 			require.NoError(t, err)
+			if !outsideBatch[name] {
+				_, err = tx.Exec(ctx, sqlNoSeqScan)
+				require.NoError(t, err)
+			}
 			var plan []string
 			// Prepared, so that force_generic_plan applies.
 			sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(q.sql))

@@ -122,7 +122,7 @@ r AS (
     FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
 )
 UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
-FROM r WHERE i.id = r.id AND i.id = ANY (ARRAY(SELECT id FROM d))`
+FROM r WHERE i.id = r.id`
 
 	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
 	sqlFireQueueTimers = `
@@ -195,14 +195,14 @@ ON CONFLICT (bucket) DO UPDATE SET credit = b.credit WHERE false`
 	sqlBucketsSet = `
 UPDATE {schema}.rate_buckets b SET credit = d.credit, updated_at = d.at
 FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS d(bucket, credit, at)
-WHERE b.bucket = d.bucket AND b.bucket = ANY ($1::text[])`
+WHERE b.bucket = d.bucket`
 
 	// sqlThrottle reschedules window rows that found their rate bucket
 	// empty to when their token is due; they keep their round.
 	sqlThrottle = `
 UPDATE {schema}.instances i SET status = 'scheduled', run_at = d.at, updated_at = $3::timestamptz
 FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
-WHERE i.id = d.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'`
+WHERE i.id = d.id AND i.status = 'ready'`
 
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
@@ -252,7 +252,7 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	sqlDebit = `
 UPDATE {schema}.key_slots s SET available = s.available - d.n
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
+WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlClaim moves the admitted rows to executing with a new fence and
 	// returns them in admission order, each with the oldest unconsumed signal
@@ -265,7 +265,7 @@ c AS (
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
+    WHERE i.id = a.id AND i.status = 'ready'
     RETURNING i.*, a.ord
 )
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
@@ -302,7 +302,7 @@ ORDER BY key, shard FOR UPDATE`
 	sqlCredit = `
 UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
 FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard AND s.key = ANY ($1::text[])`
+WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
 	// (priority, then FIFO) ready and notifies their queues. It must not wait
@@ -363,17 +363,17 @@ UPDATE {schema}.instances i SET
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
 FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
-      FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
+      FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[])
-           WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
-                                key_intent, await_signal, timeout_at, result, error, children, ord)
-      JOIN {schema}.instances c
-        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
-      WHERE c.id = ANY ($3::uuid[])
-      ORDER BY c.id
-      FOR UPDATE OF c) o, t
-WHERE i.id = o.id AND i.id = ANY ($3::uuid[])
+                WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
+                                     key_intent, await_signal, timeout_at, result, error, children, ord)
+            ORDER BY x.id) x
+      CROSS JOIN LATERAL (
+          SELECT c.key, c.key_shard FROM {schema}.instances c
+          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+          FOR UPDATE) c) o, t
+WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
           coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
 
@@ -381,7 +381,7 @@ RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
 	sqlConsumeSignals = `
 UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
 FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
-WHERE s.id = c.id AND s.id = ANY ($1::bigint[]) AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
 
 	// sqlLockParents locks parents in id order before their join counters change.
 	sqlLockParents = `
@@ -401,7 +401,7 @@ w AS (
         round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
-    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
+    WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -418,7 +418,7 @@ w AS (
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
-    WHERE p.id = d.id AND p.id = ANY ($1::uuid[]) AND p.status = 'awaiting_children'
+    WHERE p.id = d.id AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
@@ -477,7 +477,7 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
-WHERE i.id = o.id AND i.id = ANY ($2::uuid[])
+WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
@@ -577,7 +577,7 @@ UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
 FROM o
-WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
+WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
@@ -590,7 +590,7 @@ UPDATE {schema}.instances i
 SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
 FROM o
-WHERE i.id = o.id AND i.id = ANY (ARRAY(SELECT id FROM o))
+WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
 
 	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:

@@ -274,6 +274,20 @@ func TestConcurrentClaimersNeverExceedK(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	if ctx.Err() != nil {
+		rows, err := e.pool.Query(e.ctx, `SELECT i.id::text, i.status, coalesce(i.key, ''), i.step, coalesce(i.await_signal, ''),
+			(SELECT count(*) FROM signals s WHERE s.instance_id = i.id AND s.consumed_at IS NULL),
+			(SELECT count(*) FROM instances x WHERE x.key = i.key AND x.status = 'executing')
+			FROM instances i WHERE i.status <> 'done'`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id, st, key, step, aw string
+			var sigs, exec int
+			require.NoError(t, rows.Scan(&id, &st, &key, &step, &aw, &sigs, &exec))
+			t.Logf("unfinished: %s status=%s key=%q step=%s await=%q unconsumed signals=%d executing rows of key=%d", id, st, key, step, aw, sigs, exec)
+		}
+		rows.Close()
+	}
 	require.NoError(t, ctx.Err(), "work did not drain: %d of %d finished (a lost promotion?)", finished.Load(), total)
 	require.EqualValues(t, total, e.scalar(`SELECT count(*) FROM instances WHERE status = 'done'`))
 	require.Zero(t, e.scalar(`SELECT count(*) FROM key_slots WHERE available <> capacity`),
