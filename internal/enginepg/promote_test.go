@@ -1,30 +1,21 @@
 package enginepg
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/store"
 )
 
-// TestPromotionSkippedUnderASignalIsHealedByTheReconciler frees a K = 1 key
-// while its only blocked row is locked by a concurrent signal (Signal locks
-// the instance row to serialize with a park). The promotion skips locked
-// rows (SKIP LOCKED, which avoids deadlocks with claims), so the freed slot
-// promotes nothing and the key sits idle: found by the chaos run, whose
-// signaller makes this common. Waiting for the lock instead deadlocked with
-// claims that hold such a row's lock after re-checking it (tried, reverted).
-// What must hold meanwhile is the safety net: the next reconciler sweep
-// promotes the row. Until the promotion itself is fixed, a key can stall for
-// up to Config.ReconcileInterval (30 s by default) after such a race.
-func TestPromotionSkippedUnderASignalIsHealedByTheReconciler(t *testing.T) {
-	st, pool := pgStore(t)
-	ctx := waitCtx(t, 30*time.Second)
+// blockedBehindRunning inserts two rows of one K = 1 key and claims: the
+// first runs, the second is blocked behind it.
+func blockedBehindRunning(t *testing.T, ctx context.Context, st store.Store) (running store.Claimed, blocked string) {
+	t.Helper()
 	a := store.NewInstance{ID: uuid.NewString(), Workflow: "w", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: "acct:1"}
 	b := store.NewInstance{ID: uuid.NewString(), Workflow: "w", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: "acct:1"}
 	_, err := st.Insert(ctx, []store.NewInstance{a})
@@ -37,26 +28,68 @@ func TestPromotionSkippedUnderASignalIsHealedByTheReconciler(t *testing.T) {
 	in, err := st.Get(ctx, b.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.StatusBlocked, in.Status)
+	return res.Claimed[0], b.ID
+}
 
-	tx, err := pool.Begin(ctx) // a signal to b, in flight
+// TestPromotionWaitsForARowAClaimHolds frees a K = 1 key while its only
+// blocked row is row-locked by another transaction, as a claim's window
+// leaves it: under READ COMMITTED, FOR UPDATE SKIP LOCKED keeps the lock of
+// a row it found ready in its snapshot but blocked when it locked it (the
+// row fails the recheck and is not returned). The promotion used to skip
+// locked rows, so the freed slot promoted nothing and the key sat idle until
+// the reconciler's sweep (a lost promotion; the stress test caught it under
+// load). It now waits for the lock and promotes the row when the holder
+// ends.
+func TestPromotionWaitsForARowAClaimHolds(t *testing.T) {
+	st, pool := pgStore(t)
+	ctx := waitCtx(t, 30*time.Second)
+	c, blocked := blockedBehindRunning(t, ctx, st)
+
+	tx, err := pool.Begin(ctx) // the claim that holds the blocked row's lock
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM instances WHERE id = $1 FOR UPDATE", b.ID)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM instances WHERE id = $1 FOR UPDATE", blocked)
 	require.NoError(t, err)
-	c := res.Claimed[0]
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`1`)}}, time.Time{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the outcome committed while the blocked row was locked (err %v): it skipped the promotion", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-done)
+	requireStatus(t, ctx, st, blocked, store.StatusReady)
+}
+
+// TestPromotionDoesNotWaitForASignal checks the other holder of a blocked
+// row's lock: a signal being stored locks its instance FOR KEY SHARE (to
+// serialize with a park), which the promotion's FOR NO KEY UPDATE does not
+// wait for, so freeing the key neither waits for the signal nor skips the
+// row.
+func TestPromotionDoesNotWaitForASignal(t *testing.T) {
+	st, pool := pgStore(t)
+	ctx := waitCtx(t, 30*time.Second)
+	c, blocked := blockedBehindRunning(t, ctx, st)
+
+	tx, err := pool.Begin(ctx) // a signal to the blocked row, in flight
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM instances WHERE id = $1 FOR KEY SHARE", blocked)
+	require.NoError(t, err)
 	_, err = st.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`1`)}}, time.Time{})
 	require.NoError(t, err)
+	requireStatus(t, ctx, st, blocked, store.StatusReady)
 	require.NoError(t, tx.Commit(ctx))
+}
 
-	in, err = st.Get(ctx, b.ID)
+func requireStatus(t *testing.T, ctx context.Context, st store.Store, id string, want store.Status) {
+	t.Helper()
+	in, err := st.Get(ctx, id)
 	require.NoError(t, err)
-	if in.Status == store.StatusReady {
-		t.Log("the promotion no longer skips a row a signal holds: update this test's comment")
-		return
-	}
-	rep, err := st.Reconcile(ctx, 0, time.Time{})
-	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Promoted)
-	in, err = st.Get(ctx, b.ID)
-	require.NoError(t, err)
-	assert.Equal(t, store.StatusReady, in.Status, "the reconciler promotes what the outcome could not")
+	require.Equal(t, want, in.Status)
 }

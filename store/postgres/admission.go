@@ -32,7 +32,10 @@ import (
 //     when it has a policy, then its executing rows are counted (a new
 //     statement, so it sees every claim committed before the lock); the
 //     K = 1 keys' advisory locks (tried, never waited for); gate counters
-//     in (key, shard) order; rate buckets in bucket order.
+//     in (key, shard) order (tried too: FOR UPDATE SKIP LOCKED); rate
+//     buckets in bucket order. A claim never waits for a lock that a
+//     transaction freeing slots holds, so such a transaction may wait for
+//     the row locks a claim holds (see sqlPromote).
 //  4. Admission, walking the window in order; a row is admitted only when
 //     every limit admits it, and only then is anything debited:
 //     - a row without a key needs nothing of its own;
@@ -41,9 +44,10 @@ import (
 //     next claim) and only if no row of the key is executing; the first
 //     row of the key is admitted and the rest of the key's rows become
 //     blocked;
-//     - a gated key needs a shard with a free slot while the key's slots in
-//     use over all its counters are below its limit, and is blocked
-//     otherwise;
+//     - a gated key whose counters this claim could not all lock is left
+//     ready for the next claim; otherwise it needs a shard with a free slot
+//     while the key's slots in use over all its counters are below its
+//     limit, and is blocked otherwise;
 //     - with a MaxActivePerKey, a keyed row is blocked while that many rows
 //     of its key execute in the queue (admitted ones included);
 //     - with a MaxActive, rows stay ready once that many rows of the queue
@@ -295,6 +299,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 	locked := map[string]bool{}   // K = 1 keys whose advisory lock this claim holds
 	busy := map[string]bool{}     // K = 1 keys with an executing row
 	slots := map[string][]slotRow{}
+	heldGate := map[string]bool{} // gate keys with a counter another transaction holds
 	buckets := map[string]gate.Bucket{}
 	b := &pgx.Batch{}
 	if hasPolicy {
@@ -347,12 +352,23 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 				keys, shards, caps = append(keys, k), append(shards, int32(i)), append(caps, int32(c))
 			}
 		}
-		b.Queue(s.q(sqlSlotsLock), keys, shards, caps)
-		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
+		b.Queue(s.q(sqlSlotsEnsure), keys, shards, caps)
+		b.Queue(s.q(sqlSlotsTryLock), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
 			var r slotRow
 			_, err := pgx.ForEachRow(rows, []any{&k, &r.shard, &r.capacity, &r.available}, func() error {
 				slots[k] = append(slots[k], r)
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlSlotsCount), gateKeys).Query(func(rows pgx.Rows) error {
+			var k string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
+				if len(slots[k]) < int(n) {
+					heldGate[k] = true
+				}
 				return nil
 			})
 			return err
@@ -412,6 +428,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 				continue
 			}
 		default:
+			if heldGate[c.key] {
+				continue // a transaction freeing or taking its slots holds a counter: leave the row ready
+			}
 			lim := gateLimit[c.key]
 			rows := slots[c.key]
 			if inUse[c.key] < lim.Limit {

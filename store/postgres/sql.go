@@ -215,21 +215,28 @@ SELECT k FROM unnest($1::text[]) AS k
 WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NULL)
    OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NOT NULL)`
 
-	// sqlSlotsLock creates missing counters and locks every counter of the
-	// given (key, shard) list, in list order (sorted by the caller). A
-	// conflicting row is locked without being changed (DO UPDATE ... WHERE
-	// false locks it all the same).
-	sqlSlotsLock = `
+	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
+	// list (sorted by the caller). Existing counters are neither changed nor
+	// locked, so that a claim never waits for a transaction that frees slots.
+	sqlSlotsEnsure = `
 INSERT INTO {schema}.key_slots AS s (key, shard, capacity, available)
 SELECT x.key, x.shard, x.capacity, x.capacity
 FROM unnest($1::text[], $2::int[], $3::int[]) WITH ORDINALITY AS x(key, shard, capacity, ord)
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.key_slots e WHERE e.key = x.key AND e.shard = x.shard)
 ORDER BY x.ord
-ON CONFLICT (key, shard) DO UPDATE SET available = s.available WHERE false`
+ON CONFLICT (key, shard) DO NOTHING`
 
-	// sqlSlotsRead reads the counters of keys this transaction has locked.
-	sqlSlotsRead = `
+	// sqlSlotsTryLock locks and reads the counters of the given keys that no
+	// other transaction holds, in (key, shard) order, with how many counters
+	// each key has: a key with fewer rows locked than it has is held by a
+	// transaction that frees or takes its slots, and is left for a later
+	// claim. The count is a second statement's snapshot, so it sees any
+	// counter created before the locks were taken.
+	sqlSlotsTryLock = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
-WHERE key = ANY ($1::text[]) ORDER BY key, shard`
+WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED`
+	sqlSlotsCount = `
+SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
 
 	// sqlBlock takes rows of saturated keys off the pick path.
 	sqlBlock = `
@@ -305,18 +312,23 @@ FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
 WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues. It must not wait
-	// for row locks (a claim holding a row this promotion would wait for may
-	// itself wait for the promoter's counters), so it skips locked rows; and
-	// it must not skip a row that still needs promoting, so it locks FOR NO
-	// KEY UPDATE, which a signal's FOR KEY SHARE does not block. The rows it
-	// can skip are being promoted, claimed or canceled by someone else.
+	// (priority, then FIFO) ready and notifies their queues. It waits for
+	// row locks rather than skipping locked rows: under READ COMMITTED a
+	// claim's FOR UPDATE SKIP LOCKED window keeps the lock of a row it found
+	// ready in its snapshot but blocked by the time it locked it (the row
+	// fails the recheck and is not returned, but stays locked until the claim
+	// ends), and skipping such a row would leave the key's slot free with its
+	// backlog blocked: a lost promotion. Waiting cannot deadlock, because a
+	// claim never waits for what a freeing transaction holds: it tries K = 1
+	// locks and gate counters (sqlKeyTryLock, sqlSlotsTryLock) and skips
+	// locked rows. FOR NO KEY UPDATE does not wait for a signal's FOR KEY
+	// SHARE.
 	sqlPromote = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = f.key AND status = 'blocked'
-                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
