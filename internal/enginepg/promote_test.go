@@ -31,16 +31,17 @@ func blockedBehindRunning(t *testing.T, ctx context.Context, st store.Store) (ru
 	return res.Claimed[0], b.ID
 }
 
-// TestPromotionWaitsForARowAClaimHolds frees a K = 1 key while its only
-// blocked row is row-locked by another transaction, as a claim's window
-// leaves it: under READ COMMITTED, FOR UPDATE SKIP LOCKED keeps the lock of
-// a row it found ready in its snapshot but blocked when it locked it (the
-// row fails the recheck and is not returned). The promotion used to skip
-// locked rows, so the freed slot promoted nothing and the key sat idle until
-// the reconciler's sweep (a lost promotion; the stress test caught it under
-// load). It now waits for the lock and promotes the row when the holder
-// ends.
-func TestPromotionWaitsForARowAClaimHolds(t *testing.T) {
+// TestSkippedPromotionIsRetried frees a K = 1 key while its only blocked row
+// is row-locked by another transaction, as a claim's window leaves it: under
+// READ COMMITTED, FOR UPDATE SKIP LOCKED keeps the lock of a row it found
+// ready in its snapshot but blocked when it locked it (the row fails the
+// recheck and is not returned). The promotion skips locked rows (waiting
+// for them deadlocked with outcome batches), so it promotes nothing; the
+// outcome batch finds the key stranded and retries its promotion after
+// committing, and the retry promotes the row once the lock is gone. Before,
+// the key sat idle until the reconciler's sweep (the stress test caught it
+// under load).
+func TestSkippedPromotionIsRetried(t *testing.T) {
 	st, pool := pgStore(t)
 	ctx := waitCtx(t, 30*time.Second)
 	c, blocked := blockedBehindRunning(t, ctx, st)
@@ -56,13 +57,33 @@ func TestPromotionWaitsForARowAClaimHolds(t *testing.T) {
 		_, err := st.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`1`)}}, time.Time{})
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		t.Fatalf("the outcome committed while the blocked row was locked (err %v): it skipped the promotion", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	time.Sleep(20 * time.Millisecond) // the outcome commits and its first retries find the row still locked
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-done)
+	requireStatus(t, ctx, st, blocked, store.StatusReady)
+}
+
+// TestStrandedKeyBeyondTheRetriesIsHealedByTheReconciler holds the blocked
+// row's lock past every retry: the key stays stranded until the
+// reconciler's sweep, which promotes the row.
+func TestStrandedKeyBeyondTheRetriesIsHealedByTheReconciler(t *testing.T) {
+	st, pool := pgStore(t)
+	ctx := waitCtx(t, 30*time.Second)
+	c, blocked := blockedBehindRunning(t, ctx, st)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM instances WHERE id = $1 FOR UPDATE", blocked)
+	require.NoError(t, err)
+	_, err = st.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`1`)}}, time.Time{})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	requireStatus(t, ctx, st, blocked, store.StatusBlocked)
+
+	rep, err := st.Reconcile(ctx, 0, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Promoted)
 	requireStatus(t, ctx, st, blocked, store.StatusReady)
 }
 

@@ -44,10 +44,12 @@ import (
 //     next claim) and only if no row of the key is executing; the first
 //     row of the key is admitted and the rest of the key's rows become
 //     blocked;
-//     - a gated key whose counters this claim could not all lock is left
-//     ready for the next claim; otherwise it needs a shard with a free slot
-//     while the key's slots in use over all its counters are below its
-//     limit, and is blocked otherwise;
+//     - a gated key needs a shard with a free slot while the key's slots in
+//     use over all its counters are below its limit, and is blocked
+//     otherwise. When another transaction holds some of its counters, it
+//     may still take a slot of a locked shard if the key's shards are clean
+//     (see cleanShards), but it is never blocked: the holder may be freeing
+//     a slot, and its promotion might not see the row;
 //     - with a MaxActivePerKey, a keyed row is blocked while that many rows
 //     of its key execute in the queue (admitted ones included);
 //     - with a MaxActive, rows stay ready once that many rows of the queue
@@ -299,7 +301,8 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 	locked := map[string]bool{}   // K = 1 keys whose advisory lock this claim holds
 	busy := map[string]bool{}     // K = 1 keys with an executing row
 	slots := map[string][]slotRow{}
-	heldGate := map[string]bool{} // gate keys with a counter another transaction holds
+	heldGate := map[string]bool{}    // gate keys with a counter another transaction holds
+	gateCounters := map[string]int{} // how many counters each held gate key has
 	buckets := map[string]gate.Bucket{}
 	b := &pgx.Batch{}
 	if hasPolicy {
@@ -368,6 +371,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
 				if len(slots[k]) < int(n) {
 					heldGate[k] = true
+					gateCounters[k] = int(n)
 				}
 				return nil
 			})
@@ -428,12 +432,17 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 				continue
 			}
 		default:
-			if heldGate[c.key] {
-				continue // a transaction freeing or taking its slots holds a counter: leave the row ready
-			}
 			lim := gateLimit[c.key]
 			rows := slots[c.key]
-			if inUse[c.key] < lim.Limit {
+			held := heldGate[c.key]
+			if held && !cleanShards(lim, rows, gateCounters[c.key]) {
+				continue // mid re-shard with a counter held elsewhere: leave the row ready
+			}
+			// With every counter locked, the slots in use over all of them
+			// must be below the limit; with some held elsewhere the shards
+			// are clean (their capacities add up to the limit), so each
+			// locked shard's own capacity bounds it.
+			if held || inUse[c.key] < lim.Limit {
 				for i, r := range rows {
 					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
 						best = i
@@ -441,6 +450,11 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 				}
 			}
 			if best < 0 {
+				if held {
+					// The holder may be freeing a slot, and its promotion may
+					// not see a row blocked now: leave the row ready.
+					continue
+				}
 				plan.blocked = append(plan.blocked, c.id)
 				saturated[c.key] = true
 				continue
@@ -495,6 +509,26 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 	}
 	slices.Sort(plan.saturated)
 	return plan, nil
+}
+
+// cleanShards reports whether a gate key's counters are as its limit makes
+// them: n counters in all (locked or not), one per shard, and each locked
+// one with its shard's capacity. Their capacities then add up to the limit,
+// so admitting on the locked shards alone, each within its own capacity,
+// cannot exceed the limit whatever the others hold. A limit change rewrites
+// every counter in one transaction (SyncKeyLimits), so the locked counters
+// show the same state as the others.
+func cleanShards(lim gate.Limit, locked []slotRow, n int) bool {
+	caps := lim.ShardCapacities()
+	if n != len(caps) {
+		return false
+	}
+	for _, r := range locked {
+		if r.shard >= len(caps) || r.capacity != caps[r.shard] {
+			return false
+		}
+	}
+	return true
 }
 
 // shardCounts flattens per-(key, shard) counts into sorted arrays.

@@ -58,6 +58,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"block backlog":     {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil}},
 		"complete apply":    {sqlCompleteApply, complete},
 		"promote":           {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c"}},
+		"stranded":          {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
 		"heartbeat":         {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
 		"release":           {sqlRelease, []any{"w", ids, fences, nil}},
 		"recheck inbox":     {sqlRecheckInbox, []any{ids, nil, "c"}},

@@ -197,7 +197,8 @@ func TestFleetStressWithKilledProcess(t *testing.T) {
 		require.NoError(t, rows.Scan(&key, &worker, &started, &ended))
 		logged++
 		if ended == nil {
-			require.Equal(t, "child", worker, "only the killed process leaves a step open")
+			require.Equal(t, "child", worker, "only the killed process leaves a step open (key %s, started %s, killed at %s)",
+				key, started.Format(time.StampMicro), killedAt.Format(time.StampMicro))
 			open++
 			ended = &killedAt
 		}

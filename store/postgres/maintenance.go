@@ -111,11 +111,12 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 		return 0, nil
 	}
 	b = &pgx.Batch{}
-	s.queueFree(b, freed, false, now)
+	stranded := s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
 	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}
+	s.heal(ctx, stranded, now)
 	return n, nil
 }
 
@@ -168,7 +169,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		if err := s.inTx(ctx, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
+			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel, false).Query(func(rows pgx.Rows) error {
 				n, err := sumQueueCounts(rows)
 				rep.Promoted += n
 				return err

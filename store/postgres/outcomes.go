@@ -131,7 +131,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 	}
 
-	s.queueFree(b, freed, true, now)
+	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
@@ -165,6 +165,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	if err := tx.send(ctx, b, true); err != nil {
 		return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
+	s.heal(ctx, stranded, now)
 	return results, nil
 }
 
@@ -374,11 +375,12 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		return nil
 	}
 	b = &pgx.Batch{}
-	s.queueFree(b, freed, true, now)
+	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
 	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	s.heal(ctx, stranded, now)
 	return nil
 }
 
@@ -393,7 +395,8 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	var stranded *strandedKeys
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var oldStatus, oldKey, parentID string
 		var oldShard, joinGen int
 		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen)
@@ -407,13 +410,13 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		switch {
 		case oldKey == "":
 		case oldStatus == "executing":
-			s.queueFree(b, []freedSlot{{key: oldKey, shard: oldShard}}, true, now)
+			stranded = s.queueFree(b, []freedSlot{{key: oldKey, shard: oldShard}}, true, now)
 		case oldStatus == "ready" || oldStatus == statusScheduled:
 			// The row may be the one a freed slot promoted: pass the
 			// promotion on so that the key's blocked rows do not wait
 			// for the reconciler.
 			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel)
+			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
 		}
 		if parentID != "" {
 			s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
@@ -425,6 +428,10 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		}
 		return nil
 	})
+	if err == nil {
+		s.heal(ctx, stranded, now)
+	}
+	return err
 }
 
 // ErrNotRetryable is returned by Retry for an instance that is neither

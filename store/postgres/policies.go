@@ -140,10 +140,10 @@ func (s *Store) promoteBlockedIn(ctx context.Context, queues []string, now time.
 		b := &pgx.Batch{}
 		if len(one) > 0 {
 			b.Queue(s.q(sqlKeyLock), one, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), one, 1, tsArg(now), s.channel)
+			b.Queue(s.q(sqlPromoteIfRoom), one, 1, tsArg(now), s.channel, false)
 		}
 		if len(gated) > 0 {
-			b.Queue(s.q(sqlPromoteIfRoom), gated, maxWindow, tsArg(now), s.channel)
+			b.Queue(s.q(sqlPromoteIfRoom), gated, maxWindow, tsArg(now), s.channel, false)
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})

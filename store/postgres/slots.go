@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -21,7 +22,10 @@ type freedSlot struct {
 // order), and the promotion of each key's first blocked rows, one per freed
 // slot. Reaped claims do not credit gates (under-credit is the safe
 // direction; the reconciler repairs it) and so promote only K = 1 keys.
-func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time.Time) {
+// The returned keys, filled when b runs, are the ones the promotion left
+// stranded (see sqlStranded): the caller passes them to heal once it has
+// committed.
+func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time.Time) *strandedKeys {
 	var one []string
 	gates := map[shardKey]int{}
 	for _, f := range freed {
@@ -36,7 +40,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	slices.Sort(one)
 	one = slices.Compact(one)
 	if len(one) == 0 && len(gates) == 0 {
-		return
+		return nil
 	}
 	if len(one) > 0 {
 		b.Queue(s.q(sqlKeyLock), one, s.keySalt)
@@ -63,4 +67,91 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		ns[i] = int32(promote[k])
 	}
 	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel)
+	isOne := make([]bool, len(keys))
+	for i, k := range keys {
+		_, isOne[i] = slices.BinarySearch(one, k)
+	}
+	st := &strandedKeys{}
+	s.queueStranded(b, keys, isOne, st)
+	return st
+}
+
+// strandedKeys are keys a freeing transaction left with a free slot and
+// only blocked rows, all of them skipped by its promotion because someone
+// held their row locks (see sqlPromote).
+type strandedKeys struct {
+	keys []string
+	one  []bool // K = 1 key
+}
+
+func (s *Store) queueStranded(b *pgx.Batch, keys []string, one []bool, st *strandedKeys) {
+	isOne := map[string]bool{}
+	for i, k := range keys {
+		isOne[k] = one[i]
+	}
+	st.keys, st.one = nil, nil
+	b.Queue(s.q(sqlStranded), keys, one).Query(func(rows pgx.Rows) error {
+		var k string
+		_, err := pgx.ForEachRow(rows, []any{&k}, func() error {
+			st.keys, st.one = append(st.keys, k), append(st.one, isOne[k])
+			return nil
+		})
+		return err
+	})
+}
+
+// healAttempts bounds how often heal retries a stranded key; the waits
+// double from 1 ms, about a quarter of a second in all. The locks that make
+// a promotion skip a row are held by a claim or another freeing transaction
+// for a few milliseconds; past this, the reconciler's sweep promotes the key.
+const healAttempts = 8
+
+// heal retries the promotion of the keys a committed freeing transaction
+// left stranded, each attempt a transaction of its own that takes the keys'
+// locks (K = 1 advisory locks, waiting) and promotes a key's first blocked
+// row where the key still has room and no ready row. It gives up silently:
+// the reconciler is the safety net.
+func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
+	if st == nil {
+		return
+	}
+	keys, one := st.keys, st.one
+	wait := time.Millisecond
+	for attempt := 0; attempt < healAttempts && len(keys) > 0; attempt++ {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait *= 2
+		next := &strandedKeys{}
+		if err := s.healOnce(ctx, keys, one, next, now); err != nil {
+			return
+		}
+		keys, one = next.keys, next.one
+	}
+}
+
+func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *strandedKeys, now time.Time) error {
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
+	var oneKeys []string
+	for i, k := range keys {
+		if one[i] {
+			oneKeys = append(oneKeys, k)
+		}
+	}
+	slices.Sort(oneKeys) // advisory locks in key order, like every freeing path
+	b := &pgx.Batch{}
+	if len(oneKeys) > 0 {
+		b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
+	}
+	b.Queue(s.q(sqlPromoteIfRoom), keys, promoteChunk, tsArg(now), s.channel, true)
+	s.queueStranded(b, keys, one, next)
+	return tx.send(ctx, b, true)
 }

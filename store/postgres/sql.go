@@ -312,23 +312,22 @@ FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
 WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues. It waits for
-	// row locks rather than skipping locked rows: under READ COMMITTED a
-	// claim's FOR UPDATE SKIP LOCKED window keeps the lock of a row it found
-	// ready in its snapshot but blocked by the time it locked it (the row
-	// fails the recheck and is not returned, but stays locked until the claim
-	// ends), and skipping such a row would leave the key's slot free with its
-	// backlog blocked: a lost promotion. Waiting cannot deadlock, because a
-	// claim never waits for what a freeing transaction holds: it tries K = 1
-	// locks and gate counters (sqlKeyTryLock, sqlSlotsTryLock) and skips
-	// locked rows. FOR NO KEY UPDATE does not wait for a signal's FOR KEY
-	// SHARE.
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks, so it skips locked rows: under READ COMMITTED a row lock
+	// is also left on rows that failed a locking statement's recheck (a
+	// claim's window keeps the lock of a row it saw ready but found blocked;
+	// this very statement keeps the lock of a row it saw blocked but found
+	// claimed), and waiting for such locks deadlocked with outcome batches.
+	// It locks FOR NO KEY UPDATE, which a signal's FOR KEY SHARE does not
+	// block. A key whose only blocked rows were skipped is left stranded;
+	// sqlStranded finds it and the freeing call retries it after its commit
+	// (see heal).
 	sqlPromote = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = f.key AND status = 'blocked'
-                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE) b),
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
@@ -662,16 +661,30 @@ SELECT k.key, l."limit", l.shards
 FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
 WHERE k.key IS NOT NULL`
 
+	// sqlStranded returns the keys of $1 left stranded by a freeing
+	// transaction, as it sees them after its promotion: a blocked row and no
+	// ready row, and for a K = 1 key ($2[i]) no executing row either. Their
+	// blocked rows were skipped (locked by someone), and nothing else would
+	// promote them before the reconciler's sweep.
+	sqlStranded = `
+SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one)
+WHERE EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
+  AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
+  AND (NOT f.one OR NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing'))`
+
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
-	// advisory lock), or a gate key with free slots (or no counters yet).
-	// Like sqlPromote it skips rows locked FOR NO KEY UPDATE or stronger.
+	// advisory lock), or a gate key with free slots (or no counters yet);
+	// with $5, only a key that has no ready row. Like sqlPromote it skips
+	// rows locked FOR NO KEY UPDATE or stronger.
 	sqlPromoteIfRoom = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
     LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN l.name IS NULL THEN
+        SELECT CASE WHEN $5::bool AND EXISTS (SELECT 1 FROM {schema}.instances x
+                                              WHERE x.key = k AND x.status = 'ready') THEN 0
+                    WHEN l.name IS NULL THEN
                     CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
                                       WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
                ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
