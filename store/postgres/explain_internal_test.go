@@ -63,7 +63,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"release":           {sqlRelease, []any{"w", ids, fences, nil}},
 		"recheck inbox":     {sqlRecheckInbox, []any{ids, nil, "c"}},
 		"reap":              {sqlReap, []any{nil, 1000}},
-		"signal wake":       {sqlSignalWake, []any{ids[0], nil, "c"}},
+		"signal wake":       {sqlSignalWake, []any{ids[0], nil}},
 		"queue active":      {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
 		"throttle":          {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
 		// The statements of fresh_round (migration 003), as it runs them.

@@ -240,6 +240,25 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 
+	// A signal that wakes a parked instance notifies its queue (after the
+	// signal's commit, from the store's coalescing sender).
+	parked := newInstance("")
+	parked.Queue = "q"
+	e.insert(parked)
+	require.Equal(t, "q", <-got) // the insert's
+	c := e.claim("w", 1)
+	require.Len(t, c, 1)
+	e.complete("w", store.Outcome{ID: c[0].ID, Fence: c[0].Fence, Kind: store.OutcomeAwait, Step: "wait", Attempt: 1, AwaitSignal: "go"})
+	res, err := e.s.Signal(e.ctx, store.SignalRequest{InstanceID: parked.ID, Name: "go"})
+	require.NoError(t, err)
+	require.True(t, res.Woke)
+	select {
+	case q := <-got:
+		require.Equal(t, "q", q)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for a signal that woke an instance")
+	}
+
 	cancel()
 	select {
 	case err := <-stopped:

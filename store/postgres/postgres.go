@@ -68,6 +68,7 @@ type Store struct {
 	queueSalt  int64
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
+	wakes      wakeSender
 }
 
 var (

@@ -46,15 +46,21 @@ func (s *Store) Signal(ctx context.Context, req store.SignalRequest) (store.Sign
 			}
 			return rows.Err()
 		})
-	b.Queue(s.q(sqlSignalWake), req.InstanceID, tsArg(req.Now), s.channel).Query(func(rows pgx.Rows) error {
+	var wokeQueues []string
+	b.Queue(s.q(sqlSignalWake), req.InstanceID, tsArg(req.Now)).Query(func(rows pgx.Rows) error {
 		var q string
 		var n int64
-		_, err := pgx.ForEachRow(rows, []any{&q, &n}, func() error { woke += n; return nil })
+		_, err := pgx.ForEachRow(rows, []any{&q, &n}, func() error {
+			woke += n
+			wokeQueues = append(wokeQueues, q)
+			return nil
+		})
 		return err
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, refused(err))
 	}
+	s.wakeAfterCommit(wokeQueues) // not in the signal's transaction: see wakeSender
 	switch {
 	case !found:
 		return store.SignalResult{}, fmt.Errorf("signal %s: %w", req.InstanceID, store.ErrNotFound)

@@ -69,7 +69,7 @@ func TestParkWaitsForAnUncommittedSignal(t *testing.T) {
 		t.Fatalf("the park committed while a signal to its row was in flight (err %v)", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	_, err = tx.Exec(ctx, s.q(sqlSignalWake), c.ID, nil, s.channel)
+	_, err = tx.Exec(ctx, s.q(sqlSignalWake), c.ID, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	select {

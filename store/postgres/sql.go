@@ -556,8 +556,7 @@ WITH w AS (
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
     RETURNING i.queue
 )
-SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+SELECT queue, count(*) AS n FROM w GROUP BY queue`
 )
 
 // Timers, reaper, reconciler.
