@@ -42,7 +42,8 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-## bench: the throughput benchmark (cmd/durable-bench, wired by the lead)
+## bench: the throughput benchmark (cmd/durable-bench): nine scenarios against PostgreSQL
+## (DATABASE_URL or the local server) in a database it creates and drops; see BENCHMARKS.md
 bench:
 	$(GO) run ./cmd/durable-bench
 
