@@ -123,6 +123,26 @@ func (o *observer) stop() observation {
 	return obs
 }
 
+// record adds one sample: the wait states seen, and the first CPU reading
+// of backends seen for the first time (stop reads the end).
+func (o *observer) record(states []string, pids map[int]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range states {
+		o.waits[k]++
+	}
+	o.samples++
+	for pid := range pids {
+		if o.pgPids[pid] {
+			continue
+		}
+		if cpu, ok := procCPU(pid); ok {
+			o.pgPids[pid] = true
+			o.pgCPU0[pid] = cpu
+		}
+	}
+}
+
 // sampleWaits samples what the backends of the bench database do, and
 // tracks their CPU time from /proc (PostgreSQL runs on the same machine).
 func (o *observer) sampleWaits(ctx context.Context, conn *pgx.Conn) {
@@ -149,22 +169,9 @@ FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND backend
 				}
 				return nil
 			})
-			o.mu.Lock()
-			for _, k := range local {
-				o.waits[k]++
+			if err == nil { // a sample cut short by an error is not counted
+				o.record(local, seen)
 			}
-			o.samples++
-			for pid := range seen {
-				if o.pgPids[pid] {
-					continue
-				}
-				// First sight: the CPU it used before; stop reads the end.
-				if cpu, ok := procCPU(pid); ok {
-					o.pgPids[pid] = true
-					o.pgCPU0[pid] = cpu
-				}
-			}
-			o.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
