@@ -661,15 +661,19 @@ FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
 WHERE k.key IS NOT NULL`
 
 	// sqlStranded returns the keys of $1 left stranded by a freeing
-	// transaction, as it sees them after its promotion: a blocked row and no
-	// ready row, and for a K = 1 key ($2[i]) no executing row either. Their
-	// blocked rows were skipped (locked by someone), and nothing else would
-	// promote them before the reconciler's sweep.
+	// transaction, as it sees them after its promotion: a blocked row, no
+	// ready row, and room: for a K = 1 key ($2[i]) no executing row, for a
+	// gate key a free slot on its counters (or no counters). Their blocked
+	// rows were skipped (locked by someone), and nothing else would promote
+	// them before the reconciler's sweep. A gate whose slots are all taken
+	// is saturated, not stranded.
 	sqlStranded = `
 SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one)
 WHERE EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
   AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
-  AND (NOT f.one OR NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing'))`
+  AND CASE WHEN f.one
+           THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
