@@ -17,20 +17,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/godurable/godurable/internal/pgcluster"
 )
 
 // DefaultURL is tried when DATABASE_URL is not set.
@@ -43,7 +38,7 @@ var (
 	once    sync.Once
 	baseURL string
 	baseErr error
-	cluster *throwaway
+	cluster *pgcluster.Cluster
 )
 
 // Pool returns a pool whose connections use a new, empty schema as their
@@ -217,7 +212,7 @@ func Run(m *testing.M) int {
 	}
 	reusable.Unlock()
 	if cluster != nil {
-		cluster.stop()
+		cluster.Remove()
 	}
 	return code
 }
@@ -256,13 +251,15 @@ func findServer() (string, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", DefaultURL, err))
 		}
 	}
-	c, err := startThrowaway()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"synchronous_commit": "off"}})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("throwaway cluster: %w", err))
 		return "", errors.Join(errs...)
 	}
 	cluster = c
-	return c.url, nil
+	return c.URL(""), nil
 }
 
 func ping(url string) error {
@@ -274,126 +271,6 @@ func ping(url string) error {
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	return conn.Ping(ctx)
-}
-
-// throwaway is a PostgreSQL cluster in a temporary directory.
-type throwaway struct {
-	dir string
-	cmd *exec.Cmd
-	url string
-}
-
-func startThrowaway() (*throwaway, error) {
-	bin, err := findBinDir()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "pgtest-")
-	if err != nil {
-		return nil, err
-	}
-	c := &throwaway{dir: dir}
-	cred, err := credential(dir)
-	if err != nil {
-		c.stop()
-		return nil, err
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("initdb: %v: %s", err, out)
-	}
-	port, err := freePort()
-	if err != nil {
-		c.stop()
-		return nil, err
-	}
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200")
-	// The server dies with the test process even when Main is not used.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-	if err := c.cmd.Start(); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	c.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err = ping(c.url); err == nil {
-			return c, nil
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("postgres did not start: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (c *throwaway) stop() {
-	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-		done := make(chan struct{})
-		go func() { _ = c.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-		}
-	}
-	_ = os.RemoveAll(c.dir)
-}
-
-// credential runs the server as the postgres user when the tests run as
-// root (initdb refuses root), giving it the directory.
-func credential(dir string) (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root and no postgres user to run the server as: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return nil, err
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func findBinDir() (string, error) {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		dir := filepath.Dir(p)
-		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
-			return dir, nil
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(dirs, func(a, b string) int { return versionOf(b) - versionOf(a) })
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, nil
-		}
-	}
-	return "", errors.New("initdb not found in PATH or /usr/lib/postgresql/*/bin")
-}
-
-func versionOf(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {
