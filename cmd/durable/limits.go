@@ -27,17 +27,7 @@ type limitsFile struct {
 
 // limits dispatches `limits ls` and `limits sync FILE`.
 func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("limits: want a subcommand: ls or sync FILE")
-	}
-	switch args[0] {
-	case "ls":
-		return limitsList(ctx, args[1:], stdout, stderr)
-	case "sync":
-		return limitsSync(ctx, args[1:], stdout, stderr)
-	default:
-		return usagef("limits: unknown subcommand %q: want ls or sync FILE", args[0])
-	}
+	return lsOrSync(ctx, "limits", args, stdout, stderr, limitsList, limitsSync)
 }
 
 func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -161,32 +151,52 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // readLimits reads a limits file ("-": stdin).
 func readLimits(path string) (limitsFile, error) {
-	var b []byte
-	var err error
-	if path == "-" {
-		b, err = io.ReadAll(os.Stdin)
-	} else {
-		b, err = os.ReadFile(path)
-	}
+	b, err := readInput(path)
 	if err != nil {
 		return limitsFile{}, err
 	}
 	b = bytes.TrimSpace(b)
-	dec := func(v any) error {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.DisallowUnknownFields()
-		return d.Decode(v)
-	}
 	if len(b) > 0 && b[0] == '[' {
 		var ls []gate.Limit
-		if err := dec(&ls); err != nil {
+		if err := decodeStrict(b, &ls); err != nil {
 			return limitsFile{}, fmt.Errorf("%s: %w", path, err)
 		}
 		return limitsFile{Limits: ls}, nil
 	}
 	var f limitsFile
-	if err := dec(&f); err != nil {
+	if err := decodeStrict(b, &f); err != nil {
 		return limitsFile{}, fmt.Errorf("%s: want {\"limits\": [{\"name\": ..., \"limit\": ..., \"shards\": ...}], \"rate_limits\": [...]}: %w", path, err)
 	}
 	return f, nil
+}
+
+// lsOrSync dispatches the `ls` and `sync FILE` subcommands of command name.
+func lsOrSync(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
+	ls, sync func(ctx context.Context, args []string, stdout, stderr io.Writer) error) error {
+	if len(args) == 0 {
+		return usagef("%s: want a subcommand: ls or sync FILE", name)
+	}
+	switch args[0] {
+	case "ls":
+		return ls(ctx, args[1:], stdout, stderr)
+	case "sync":
+		return sync(ctx, args[1:], stdout, stderr)
+	default:
+		return usagef("%s: unknown subcommand %q: want ls or sync FILE", name, args[0])
+	}
+}
+
+// readInput reads the file at path, or standard input when path is "-".
+func readInput(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(path)
+}
+
+// decodeStrict decodes JSON b into v, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	return d.Decode(v)
 }

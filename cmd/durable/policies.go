@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/godurable/godurable/store"
 )
@@ -21,17 +18,7 @@ type policiesFile struct {
 
 // policies dispatches `policies ls` and `policies sync FILE`.
 func policies(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("policies: want a subcommand: ls or sync FILE")
-	}
-	switch args[0] {
-	case "ls":
-		return policiesList(ctx, args[1:], stdout, stderr)
-	case "sync":
-		return policiesSync(ctx, args[1:], stdout, stderr)
-	default:
-		return usagef("policies: unknown subcommand %q: want ls or sync FILE", args[0])
-	}
+	return lsOrSync(ctx, "policies", args, stdout, stderr, policiesList, policiesSync)
 }
 
 func policiesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -81,19 +68,12 @@ func policiesSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	var b []byte
-	if pos[0] == "-" {
-		b, err = io.ReadAll(os.Stdin)
-	} else {
-		b, err = os.ReadFile(pos[0])
-	}
+	b, err := readInput(pos[0])
 	if err != nil {
 		return fmt.Errorf("policies sync: %w", err)
 	}
 	var f policiesFile
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&f); err != nil {
+	if err := decodeStrict(b, &f); err != nil {
 		return fmt.Errorf("policies sync: %s: want {\"policies\": [{\"queue\": ..., \"max_active\": ..., \"max_active_per_key\": ...}]}: %w", pos[0], err)
 	}
 	if err := store.ValidatePolicies(*namespace, f.Policies); err != nil {
