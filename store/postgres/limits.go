@@ -211,8 +211,7 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 // adjusts the buckets of names whose rate limit changed, and counts the
 // live instances of every changed name.
 func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult) error {
-	type counter struct{ capacity, available int }
-	counters := map[string]map[int]counter{}
+	counters := map[string]map[int]slotTarget{}
 	res.Live = map[string]int64{}
 	var changed, allChanged []string
 	for _, c := range res.Changes {
@@ -240,19 +239,7 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 
 	b := &pgx.Batch{}
 	if len(changed) > 0 {
-		b.Queue(s.q(sqlSlotsOfNames), changed).Query(func(rows pgx.Rows) error {
-			var k string
-			var sh int
-			var c counter
-			_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
-				if counters[k] == nil {
-					counters[k] = map[int]counter{}
-				}
-				counters[k][sh] = c
-				return nil
-			})
-			return err
-		})
+		b.Queue(s.q(sqlSlotsOfNames), changed).Query(scanCounters(counters))
 	}
 	// Buckets are locked after counters, as in a claim.
 	if len(drop) > 0 {

@@ -208,24 +208,11 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 }
 
 func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
-	type counter struct{ capacity, available int }
-	counters := map[string]map[int]counter{} // key -> shard -> counter
+	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}        // key -> shard (-1: admitted at K = 1) -> executing rows
 	limits := map[string]gate.Limit{}
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlSlotsLockAll)).Query(func(rows pgx.Rows) error {
-		var k string
-		var sh int
-		var c counter
-		_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
-			if counters[k] == nil {
-				counters[k] = map[int]counter{}
-			}
-			counters[k][sh] = c
-			return nil
-		})
-		return err
-	})
+	b.Queue(s.q(sqlSlotsLockAll)).Query(scanCounters(counters))
 	b.Queue(s.q(sqlGateHolders)).Query(func(rows pgx.Rows) error {
 		var k string
 		var sh int
@@ -285,7 +272,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 		for sh, t := range target {
 			free += t.available
 			old, ok := counters[k][sh]
-			if ok && old == counter(t) {
+			if ok && old == t {
 				continue
 			}
 			rep.CountersRepaired++
@@ -340,8 +327,25 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// slotTarget is what a counter should hold.
+// slotTarget is what a counter holds, or should hold.
 type slotTarget struct{ capacity, available int }
+
+// scanCounters reads rows of (key, shard, capacity, available) into into.
+func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var k string
+		var sh int
+		var c slotTarget
+		_, err := pgx.ForEachRow(rows, []any{&k, &sh, &c.capacity, &c.available}, func() error {
+			if into[k] == nil {
+				into[k] = map[int]slotTarget{}
+			}
+			into[k][sh] = c
+			return nil
+		})
+		return err
+	}
+}
 
 // resizeShards computes a key's counters from its limit's shard capacities
 // and the slots in use per shard (shard -1: rows holding the key without a
