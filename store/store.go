@@ -447,6 +447,23 @@ func (p ConcurrencyPolicy) Validate() error {
 	return nil
 }
 
+// ValidateKeyLimits checks a namespace and its key and rate limit
+// definitions, and returns them as gate's indexes.
+func ValidateKeyLimits(namespace string, limits []gate.Limit, rates []gate.RateLimit) (gate.Limits, gate.RateLimits, error) {
+	if namespace == "" {
+		return gate.Limits{}, gate.RateLimits{}, errors.New("sync limits: empty namespace")
+	}
+	ls, err := gate.NewLimits(limits)
+	if err != nil {
+		return gate.Limits{}, gate.RateLimits{}, fmt.Errorf("sync limits: %w", err)
+	}
+	rs, err := gate.NewRateLimits(rates)
+	if err != nil {
+		return gate.Limits{}, gate.RateLimits{}, fmt.Errorf("sync limits: %w", err)
+	}
+	return ls, rs, nil
+}
+
 // ValidatePolicies checks a namespace and its policy definitions (no queue twice).
 func ValidatePolicies(namespace string, defs []ConcurrencyPolicy) error {
 	if namespace == "" {

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,16 +35,9 @@ func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.
 
 // syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
 func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
-	if namespace == "" {
-		return store.LimitsResult{}, errors.New("sync limits: empty namespace")
-	}
-	wantLs, err := gate.NewLimits(limits)
+	wantLs, wantRs, err := store.ValidateKeyLimits(namespace, limits, rates)
 	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
-	}
-	wantRs, err := gate.NewRateLimits(rates)
-	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+		return store.LimitsResult{}, err
 	}
 	if err := s.lock(); err != nil {
 		return store.LimitsResult{}, err

@@ -50,16 +50,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	if err := s.check(); err != nil {
 		return store.LimitsResult{}, err
 	}
-	if namespace == "" {
-		return store.LimitsResult{}, errors.New("sync limits: empty namespace")
-	}
-	wantLs, err := gate.NewLimits(limits)
+	wantLs, wantRs, err := store.ValidateKeyLimits(namespace, limits, rates)
 	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
-	}
-	wantRs, err := gate.NewRateLimits(rates)
-	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+		return store.LimitsResult{}, err
 	}
 
 	var res store.LimitsResult
