@@ -209,7 +209,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 
 func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
-	inUse := map[string]map[int]int{}        // key -> shard (-1: admitted at K = 1) -> executing rows
+	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
 	limits := map[string]gate.Limit{}
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlSlotsLockAll)).Query(scanCounters(counters))
