@@ -57,7 +57,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"claim":             {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
 		"block backlog":     {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil}},
 		"complete apply":    {sqlCompleteApply, complete},
-		"promote":           {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c"}},
+		"promote":           {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
 		"stranded":          {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
 		"heartbeat":         {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
 		"release":           {sqlRelease, []any{"w", ids, fences, nil}},

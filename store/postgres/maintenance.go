@@ -303,8 +303,10 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
 	}
 	if len(promoteKeys) > 0 {
-		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), s.channel).Query(func(rows pgx.Rows) error {
-			n, err := sumQueueCounts(rows)
+		// Gate keys only; a key this sweep leaves stranded is the next sweep's.
+		gates := make([]bool, len(promoteKeys))
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), s.channel, gates).Query(func(rows pgx.Rows) error {
+			n, err := scanPromoted(rows, func(string) {})
 			rep.Promoted += n
 			return err
 		})

@@ -66,14 +66,35 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	for i, k := range keys {
 		ns[i] = int32(promote[k])
 	}
-	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel)
 	isOne := make([]bool, len(keys))
 	for i, k := range keys {
 		_, isOne[i] = slices.BinarySearch(one, k)
 	}
 	st := &strandedKeys{}
-	s.queueStranded(b, keys, isOne, st)
+	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel, isOne).Query(func(rows pgx.Rows) error {
+		_, err := scanPromoted(rows, func(k string) {
+			i, _ := slices.BinarySearch(keys, k)
+			st.keys, st.one = append(st.keys, k), append(st.one, isOne[i])
+		})
+		return err
+	})
 	return st
+}
+
+// scanPromoted reads sqlPromote's rows: it returns how many rows were
+// promoted and calls stranded with each key left stranded.
+func scanPromoted(rows pgx.Rows, stranded func(key string)) (int, error) {
+	total := 0
+	var q, k string
+	var n int64
+	_, err := pgx.ForEachRow(rows, []any{&q, &n, &k}, func() error {
+		total += int(n)
+		if k != "" {
+			stranded(k)
+		}
+		return nil
+	})
+	return total, err
 }
 
 // strandedKeys are keys a freeing transaction left with a free slot and

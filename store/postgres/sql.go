@@ -319,12 +319,15 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// this very statement keeps the lock of a row it saw blocked but found
 	// claimed), and waiting for such locks deadlocked with outcome batches.
 	// It locks FOR NO KEY UPDATE, which a signal's FOR KEY SHARE does not
-	// block. A key whose only blocked rows were skipped is left stranded;
-	// sqlStranded finds it and the freeing call retries it after its commit
-	// (see heal).
+	// block. It returns a row (queue, n, '') per notified queue, and a row
+	// ('', 0, key) per key it left stranded: a key ($5[i]: K = 1) of which
+	// it promoted nothing although it has room and blocked rows (see
+	// strandedWhere), because all of them were locked; the freeing call
+	// retries those after its commit (see heal).
 	sqlPromote = `
-WITH d AS MATERIALIZED (
-    SELECT b.id FROM unnest($1::text[], $2::int[]) AS f(key, n)
+WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, one)),
+d AS MATERIALIZED (
+    SELECT f.key, b.id FROM f
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = f.key AND status = 'blocked'
                         ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
@@ -333,8 +336,11 @@ p AS (
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )
-SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x
+UNION ALL
+SELECT '', 0, f.key FROM f
+WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
 )
 
 // Outcomes.
@@ -660,20 +666,23 @@ SELECT k.key, l."limit", l.shards
 FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
 WHERE k.key IS NOT NULL`
 
-	// sqlStranded returns the keys of $1 left stranded by a freeing
-	// transaction, as it sees them after its promotion: a blocked row, no
-	// ready row, and room: for a K = 1 key ($2[i]) no executing row, for a
-	// gate key a free slot on its counters (or no counters). Their blocked
-	// rows were skipped (locked by someone), and nothing else would promote
-	// them before the reconciler's sweep. A gate whose slots are all taken
-	// is saturated, not stranded.
+	// sqlStranded returns the keys of $1 still stranded after a heal
+	// attempt's promotion (see strandedWhere; $2[i]: K = 1).
 	sqlStranded = `
-SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one)
-WHERE EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
-  AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
-  AND CASE WHEN f.one
-           THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
-           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
+SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strandedWhere
+
+	// strandedWhere is the condition on f(key, one) of sqlStranded and
+	// sqlPromote: the key has a blocked row, no ready row, and room (for a
+	// K = 1 key no executing row, for a gate key a free slot on its counters
+	// or no counters). Its blocked rows were skipped (locked by someone),
+	// and nothing else would promote them before the reconciler's sweep. A
+	// gate whose slots are all taken is saturated, not stranded.
+	strandedWhere = `
+    EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
+    AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
+    AND CASE WHEN f.one
+             THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+             ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
