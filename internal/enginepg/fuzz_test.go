@@ -15,6 +15,7 @@ import (
 
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/pgstoretest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
 )
@@ -26,7 +27,7 @@ import (
 // fuzzStore is one migrated schema for a whole fuzz run (the schemas of
 // pgStore are per test, and a fuzz function is one test).
 func fuzzStore(f *testing.F) (*postgres.Store, *durable.Engine, *pgxpool.Pool) {
-	pool := migrated.Pool(f)
+	pool := pgstoretest.Migrated.Pool(f)
 	st, err := postgres.New(context.Background(), pool, postgres.Options{Schema: pool.Config().ConnConfig.RuntimeParams["search_path"]})
 	if err != nil {
 		f.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/internal/pgcluster"
+	"github.com/godurable/godurable/internal/pgstoretest"
 	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store/postgres"
@@ -22,22 +23,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// migrated hands out migrated schemas on the shared test server, emptied
-// between tests.
-var migrated = pgtest.NewSchemas(
-	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := postgres.Migrate(ctx, pool, schema)
-		return err
-	},
-	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history, rate_limits, rate_buckets, queue_policies RESTART IDENTITY")
-		return err
-	})
-
 // pgStore returns a store (with history) on a migrated schema of the shared server.
 func pgStore(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
 	t.Helper()
-	pool := migrated.Pool(t)
+	pool := pgstoretest.Migrated.Pool(t)
 	s, err := postgres.New(context.Background(), pool, postgres.Options{Schema: pgtest.SchemaOf(pool), History: true})
 	require.NoError(t, err)
 	return s, pool

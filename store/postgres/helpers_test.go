@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godurable/godurable/internal/pgstoretest"
 	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
@@ -31,21 +32,9 @@ type env struct {
 	s      *postgres.Store
 }
 
-// migrated hands out migrated schemas, emptied between tests (migrating a
-// fresh schema per test would dominate the package's run time).
-var migrated = pgtest.NewSchemas(
-	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := postgres.Migrate(ctx, pool, schema)
-		return err
-	},
-	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history, rate_limits, rate_buckets, queue_policies RESTART IDENTITY")
-		return err
-	})
-
 func newEnv(t testing.TB, opts ...func(*postgres.Options)) *env {
 	t.Helper()
-	pool := migrated.Pool(t)
+	pool := pgstoretest.Migrated.Pool(t)
 	schema := pgtest.SchemaOf(pool)
 	ctx := context.Background()
 	o := postgres.Options{Schema: schema, History: true}
