@@ -91,7 +91,11 @@ type Config struct {
 	WorkerID string
 	// Lease is how long a claim holds without a heartbeat (default 30s).
 	Lease time.Duration
-	// HeartbeatInterval is how often leases are extended (default Lease/3).
+	// HeartbeatInterval is how often leases are extended (default Lease/3;
+	// at most Lease/2). A claim whose lease this engine has not renewed
+	// for about a lease (the store is unreachable) is given up: its step's
+	// context is cancelled shortly before the lease ends, by this engine's
+	// clock, so that the step has stopped before another engine may run it.
 	HeartbeatInterval time.Duration
 	// PollInterval bounds how long an idle queue waits before claiming again
 	// when no notification arrives (default 1s; notifications usually wake it
@@ -161,6 +165,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.HeartbeatInterval > c.Lease/2 {
+		return fmt.Errorf("durable: heartbeat interval %v must be at most half the lease %v: a claim not renewed in time is given up", c.HeartbeatInterval, c.Lease)
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
@@ -553,14 +560,24 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 	return nil
 }
 
-// Cancel makes a non-terminal instance canceled. A running step's context is
-// cancelled at its next heartbeat and its outcome is discarded.
+// Cancel makes a non-terminal instance canceled. A step of it that is
+// running keeps its key's slot until it returns (or its lease expires): its
+// context is cancelled at once (by a notification when another engine runs
+// it, at that engine's next heartbeat at the latest), and its outcome, unless
+// it finished the instance, makes the instance canceled. Until then Get
+// shows it executing with CancelRequested set.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
 	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
 		return fmt.Errorf("durable: cancel %s: %w", id, err)
+	}
+	e.mu.RLock()
+	s := e.sched
+	e.mu.RUnlock()
+	if s != nil {
+		s.canceled(id, nil)
 	}
 	e.wakeAll()
 	return nil

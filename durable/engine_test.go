@@ -342,3 +342,9 @@ func textLogger(w io.Writer) *slog.Logger {
 		return a
 	}}))
 }
+
+func TestWallClockMemory(t *testing.T) {
+	enginetest.WallClock(t, enginetest.WallClockOptions{
+		NewStore: func(t *testing.T) store.Store { return memory.New(memory.Options{}) },
+	})
+}

@@ -208,7 +208,7 @@ func TestEngineHealthCountsStaleOutcomes(t *testing.T) {
 		var running atomic.Int32
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, HeartbeatInterval: time.Hour}, gateWorkflow(release, &running))
+		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, Lease: 2 * time.Hour, HeartbeatInterval: time.Hour}, gateWorkflow(release, &running))
 		start(t, e)
 		id, err := e.Insert(ctx, "hold", counter{}, durable.InsertOptions{})
 		require.NoError(t, err)

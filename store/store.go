@@ -62,6 +62,19 @@
 // release names the worker and the fence; one that does not match the row's
 // current claim (the lease was reaped, the instance was cancelled) commits
 // nothing and is reported stale.
+//
+// # Cancel
+//
+// A step that is still running holds its slot, whatever happens to its row.
+// Cancel of an executing row therefore does not free its slot: it marks the
+// claim cancel-requested (Instance.CancelRequested), tells the worker (a
+// Notification, and the next Heartbeat), and the row stays executing until
+// it leaves executing by one of the usual ways, each of which then makes it
+// canceled instead: a Complete whose outcome is not terminal (its state
+// and step are kept, children are not spawned, nothing is parked), a
+// Release, or the reaper when the lease expires. A done or failed outcome
+// commits as it is: the step finished first. Only then is the slot freed
+// and, for a child, the parent's join counted.
 package store
 
 import (
@@ -185,6 +198,10 @@ type Instance struct {
 	UpdatedAt       time.Time
 	// StartedAt is when the current claim began (executing rows).
 	StartedAt time.Time
+	// CancelRequested is set on an executing row that Cancel was called
+	// for: the row becomes canceled when its step's claim ends (see Cancel
+	// in the package doc).
+	CancelRequested bool
 }
 
 // ClaimRequest asks for up to Limit rows of Queue.
@@ -311,6 +328,18 @@ type OutcomeResult struct {
 type ClaimRef struct {
 	ID    string
 	Fence int64
+}
+
+// HeartbeatResult is what a Heartbeat found, claim by claim (each as it was
+// sent, fence included, so that a worker that claimed the same instance
+// again meanwhile does not mistake its new claim for the lost one).
+type HeartbeatResult struct {
+	// Lost are the claims the worker no longer holds: their outcomes will
+	// be stale and their steps should stop.
+	Lost []ClaimRef
+	// Canceled are held claims whose instance was canceled: the step
+	// should stop; its outcome makes the instance canceled.
+	Canceled []ClaimRef
 }
 
 // HistoryEntry is one run of a step.
@@ -538,8 +567,9 @@ type Store interface {
 	// the row's slot, and a terminal child updates its parent's join.
 	Complete(ctx context.Context, worker string, outcomes []Outcome, now time.Time) ([]OutcomeResult, error)
 	// Heartbeat extends the leases of worker's claims to now + lease and
-	// returns the ids of claims it no longer holds.
-	Heartbeat(ctx context.Context, worker string, claims []ClaimRef, lease time.Duration, now time.Time) (lost []string, err error)
+	// reports the claims it no longer holds and the held claims whose
+	// instance was canceled.
+	Heartbeat(ctx context.Context, worker string, claims []ClaimRef, lease time.Duration, now time.Time) (HeartbeatResult, error)
 	// Release returns claims that never ran to ready (attempt unchanged),
 	// crediting their slots. Used at graceful shutdown for buffered claims.
 	Release(ctx context.Context, worker string, claims []ClaimRef, now time.Time) error
@@ -547,8 +577,10 @@ type Store interface {
 	// Signal stores a signal and wakes the instance if it awaits that name.
 	// A signal to a terminal instance is ErrTerminal, to a missing one ErrNotFound.
 	Signal(ctx context.Context, req SignalRequest) (SignalResult, error)
-	// Cancel makes a non-terminal instance canceled, crediting its slot if it
-	// was executing (the worker's later outcome is stale).
+	// Cancel makes a non-terminal instance canceled. An executing row is
+	// only marked cancel-requested and keeps its slot until its claim ends
+	// (see Cancel in the package doc); its worker is notified. Canceling a
+	// row whose cancel is already requested does nothing.
 	Cancel(ctx context.Context, id string, now time.Time) error
 	// Retry makes a failed or canceled instance ready again at its current step, attempt 0.
 	Retry(ctx context.Context, id string, now time.Time) error
@@ -589,11 +621,21 @@ type Store interface {
 }
 
 // Notifier is implemented by stores that can wake idle engines when work may
-// have become ready (an insert, a signal, a freed slot), in this process or
-// in another. Engines poll as a fallback, so a notification may be lost
-// without losing work.
+// have become ready (an insert, a signal, a freed slot), and tell them when
+// an instance one of them runs was canceled, in this process or in another.
+// Engines poll and heartbeat as a fallback, so a notification may be lost
+// without losing work or a cancel.
 type Notifier interface {
-	// Listen calls fn with the queue name whenever work may be ready there,
-	// until ctx is done. fn must not block.
-	Listen(ctx context.Context, fn func(queue string)) error
+	// Listen calls fn for every notification until ctx is done. fn must not
+	// block.
+	Listen(ctx context.Context, fn func(Notification)) error
+}
+
+// Notification is one message of a Notifier: exactly one field is set.
+type Notification struct {
+	// Queue: work may be ready in this queue.
+	Queue string
+	// Canceled: the instance with this id was canceled while a claim of it
+	// executes; the worker holding the claim should stop its step.
+	Canceled string
 }

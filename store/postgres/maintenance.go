@@ -82,7 +82,7 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 }
 
 // takeBack runs a reaping statement and frees the K = 1 keys it released,
-// in one transaction.
+// in one transaction; a child it ended canceled counts for its parent.
 func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args ...any) (int, error) {
 	var freed []freedSlot
 	queues := map[string]bool{}
@@ -93,16 +93,13 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	}
 	defer tx.end()
 	b := &pgx.Batch{}
+	ended := map[join]int{}
 	b.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
-		var f freedSlot
-		var q string
-		_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q}, func() error {
+		return scanTakenBack(rows, func(f freedSlot, q string) {
 			n++
 			freed = append(freed, f)
 			queues[q] = true
-			return nil
-		})
-		return err
+		}, ended)
 	})
 	if err := tx.send(ctx, b, false); err != nil {
 		return 0, err
@@ -113,6 +110,9 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	b = &pgx.Batch{}
 	stranded := s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	if len(ended) > 0 {
+		s.queueJoins(b, ended, now)
+	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}

@@ -193,7 +193,8 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 	pings := make(chan struct{}, 100)
 	stopped := make(chan error, 1)
 	go func() {
-		stopped <- e.s.Listen(ctx, func(q string) {
+		stopped <- e.s.Listen(ctx, func(n store.Notification) {
+			q := n.Queue
 			if q == "ping" { // late answers to the connection pokes below
 				pings <- struct{}{}
 				return
@@ -273,7 +274,7 @@ func TestListenReconnects(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	got := make(chan string, 100)
-	go func() { _ = e.s.Listen(ctx, func(q string) { got <- q }) }()
+	go func() { _ = e.s.Listen(ctx, func(n store.Notification) { got <- n.Queue }) }()
 	waitFor := func(payload string) {
 		t.Helper()
 		deadline := time.After(15 * time.Second)

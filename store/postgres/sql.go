@@ -40,7 +40,7 @@ const instanceColumns = `id::text, workflow, version, queue, priority, status, s
 	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
 	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
 	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-	coalesce(unique_key, ''), created_at, updated_at, started_at`
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested`
 
 // Insert.
 const (
@@ -358,7 +358,8 @@ UPDATE {schema}.instances i SET
         WHEN 2 THEN 'awaiting'
         WHEN 3 THEN 'awaiting_children'
         WHEN 4 THEN 'done'
-        ELSE 'failed' END,
+        WHEN 5 THEN 'failed'
+        ELSE 'canceled' END,
     step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
     state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
     attempt = o.attempt,
@@ -366,7 +367,7 @@ UPDATE {schema}.instances i SET
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
-    await_signal = nullif(o.await_signal, ''),
+    await_signal = CASE WHEN o.kind = 2 THEN nullif(o.await_signal, '') END,
     timeout_at = CASE WHEN o.kind = 2 THEN o.timeout_at END,
     timed_out = false,
     worker = NULL,
@@ -379,7 +380,12 @@ UPDATE {schema}.instances i SET
             END,
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
-FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
+FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.run_at, x.set_key, x.key, x.key_intent,
+             x.await_signal, x.timeout_at, x.result, x.error, x.children, x.ord,
+             -- A row canceled while its step ran ends canceled (kind 6)
+             -- unless the step finished it (done, failed).
+             CASE WHEN c.cancel_requested AND x.kind IN (1, 2, 3) THEN 6 ELSE x.kind END AS kind,
+             c.key AS old_key, c.key_shard AS old_shard
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[])
@@ -387,7 +393,7 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
                                      key_intent, await_signal, timeout_at, result, error, children, ord)
             ORDER BY x.id) x
       CROSS JOIN LATERAL (
-          SELECT c.key, c.key_shard FROM {schema}.instances c
+          SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
@@ -480,13 +486,15 @@ FROM (SELECT c.id
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
-RETURNING i.id::text`
+RETURNING i.id::text, i.cancel_requested`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
-	// (run_at) and attempt. It returns the key and shard each row held.
+	// (run_at) and attempt; a claim whose cancel was requested ends
+	// canceled. It returns the key and shard each row held, and what a
+	// canceled child needs for its parent's join.
 	sqlRelease = `
 UPDATE {schema}.instances i
-SET status = 'ready', worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END, worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
     updated_at = coalesce($4::timestamptz, now())
 FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
@@ -495,17 +503,27 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
+	// An executing row keeps its claim and slot: it is only marked, and
+	// its worker told on the cancel channel; its claim's end makes it
+	// canceled (see store.Store).
 	sqlCancel = `
 UPDATE {schema}.instances i
-SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NULL,
+SET status = CASE WHEN o.old_status = 'executing' THEN 'executing' ELSE 'canceled' END,
+    cancel_requested = (o.old_status = 'executing'),
     updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
+FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
 WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
+  AND NOT o.was_requested
 RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlNotifyCancel tells the workers that the cancel of executing
+	// instance $2 was requested, on the schema's cancel channel $1.
+	sqlNotifyCancel = `SELECT pg_notify($1, $2::text)`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
 	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
@@ -515,7 +533,7 @@ RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coal
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
-    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL,
+    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL, cancel_requested = false,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
         updated_at = coalesce($2::timestamptz, now())
@@ -584,30 +602,35 @@ SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
+	// A claim whose cancel was requested ends canceled.
 	sqlReap = `
 WITH o AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
-SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
 FROM o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
-	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
+	// sqlReclaimWorker takes back every claim of a worker, like sqlReap.
 	sqlReclaimWorker = `
 WITH o AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND worker = $1
     ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
-SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
 FROM o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
 	// rows of theirs left executing, so capacity may have freed for claims

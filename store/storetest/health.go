@@ -161,6 +161,7 @@ var healthTests = []test{
 		h.commit("w", at(time.Second), done(cs[0]),
 			store.Outcome{ID: cs[1].ID, Fence: cs[1].Fence, Kind: store.OutcomeFailed, Error: "boom"})
 		require.NoError(h.t, h.s.Cancel(h.ctx, cs[2].ID, at(time.Second)))
+		h.commit("w", at(time.Second), next(cs[2], "more")) // the canceled step returns
 		hl := h.health(at(time.Second))
 		require.Len(h.t, hl.Queues, 1, "a queue with only failed rows is listed")
 		q := h.queueHealth(hl, queue)

@@ -16,9 +16,9 @@ var maintenanceTests = []test{
 		cs := h.claim("w", 4, at(0))
 		require.Len(h.t, cs, 4)
 		// Keep two claims alive; the other two are reaped without credit.
-		lost, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[0]), ref(cs[1])}, time.Hour, at(time.Second))
+		hb, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[0]), ref(cs[1])}, time.Hour, at(time.Second))
 		require.NoError(h.t, err)
-		require.Empty(h.t, lost)
+		require.Empty(h.t, hb.Lost)
 		require.Equal(h.t, 2, h.reap(at(2*lease)))
 		require.Equal(h.t, 1, h.available("stripe:a"))
 
