@@ -213,7 +213,7 @@ type Engine struct {
 	mu      sync.RWMutex
 	defs    map[string]map[int]*definition // name → version → definition
 	latest  map[string]*definition
-	state   int // 0 new, 1 started, 2 stopped
+	state   lifecycle
 	warned  map[string]bool
 	sched   *scheduler
 	flushed chan struct{} // closed and replaced after every committed flush
@@ -271,11 +271,19 @@ func (e *Engine) Store() store.Store { return e.st }
 // WorkerID returns the id this engine claims under.
 func (e *Engine) WorkerID() string { return e.cfg.WorkerID }
 
+// ErrStarted is returned by Register on an engine that was started: its
+// workers claim only the workflows registered before Start.
+var ErrStarted = errors.New("engine already started")
+
 // Register adds workflow definitions. Several versions of one name may be
-// registered; new instances start on the highest.
+// registered; new instances start on the highest. Register every
+// definition before Start: afterwards it is ErrStarted.
 func (e *Engine) Register(defs ...Definition) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.state != stateNew {
+		return fmt.Errorf("durable: register: %w (register every workflow before Start)", ErrStarted)
+	}
 	for _, d := range defs {
 		def := d.definition()
 		if err := def.validate(); err != nil {
@@ -321,7 +329,7 @@ func (e *Engine) storeNow() time.Time {
 func (e *Engine) checkOpen() error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.state == 2 {
+	if e.state == stateStopped {
 		return ErrStopped
 	}
 	return nil

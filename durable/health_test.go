@@ -210,10 +210,14 @@ func TestEngineHealthCountsStaleOutcomes(t *testing.T) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, Lease: 2 * time.Hour, HeartbeatInterval: time.Hour}, gateWorkflow(release, &running))
 		start(t, e)
-		id, err := e.Insert(ctx, "hold", counter{}, durable.InsertOptions{})
+		_, err := e.Insert(ctx, "hold", counter{}, durable.InsertOptions{})
 		require.NoError(t, err)
 		eventually(t, "the step to run", func() bool { return running.Load() == 1 })
-		require.NoError(t, e.Cancel(ctx, id))
+		// The claim is reaped (as if its lease had expired): the running
+		// step's outcome is stale.
+		n, err := st.Reap(ctx, time.Now().Add(3*time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
 		close(release)
 		eventually(t, "the stale outcome", func() bool { return e.StaleOutcomes() == 1 })
 		h, err := e.Health(ctx)

@@ -10,20 +10,52 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
+// lifecycle is where an engine is in its life.
+type lifecycle int
+
+const (
+	stateNew      lifecycle = iota // registering; Tick may drive it
+	stateStarting                  // Start is syncing limits and reclaiming
+	stateRunning                   // the scheduler runs
+	stateStopped                   // Stop was called; final
+)
+
 // Start syncs the configured limits to the store, reclaims claims left by a
 // dead predecessor with the same WorkerID, and starts the scheduler. A limit
 // change that alters keys held by live instances is logged with the number
-// of instances affected, or refused in Strict mode.
+// of instances affected, or refused in Strict mode. A Stop that comes while
+// Start runs wins: Start then returns ErrStopped and starts nothing.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
-	if e.state != 0 {
+	switch e.state {
+	case stateNew:
+	case stateStopped:
 		e.mu.Unlock()
-		if e.state == 2 {
-			return ErrStopped
-		}
-		return fmt.Errorf("durable: engine already started")
+		return ErrStopped
+	default:
+		e.mu.Unlock()
+		return fmt.Errorf("durable: %w", ErrStarted)
 	}
+	e.state = stateStarting
 	e.mu.Unlock()
+	err := e.prepareStart(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.state == stateStopped:
+		return ErrStopped
+	case err != nil:
+		e.state = stateNew // Start may be tried again
+		return err
+	}
+	s := newScheduler(e)
+	e.sched, e.state = s, stateRunning
+	s.start()
+	return nil
+}
+
+// prepareStart is the store work of Start before the scheduler runs.
+func (e *Engine) prepareStart(ctx context.Context) error {
 	if err := e.syncLimits(ctx); err != nil {
 		return err
 	}
@@ -32,11 +64,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	} else if n > 0 {
 		e.log.Warn("reclaimed claims of a previous run of this worker", "n", n)
 	}
-	s := newScheduler(e)
-	e.mu.Lock()
-	e.sched, e.state = s, 1
-	e.mu.Unlock()
-	s.start()
 	return nil
 }
 
@@ -127,7 +154,7 @@ func (e *Engine) ListConcurrencyPolicies(ctx context.Context) ([]store.Concurren
 // waits for the first call to finish (or for its own ctx) and returns nil.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
-	if e.state == 2 {
+	if e.state == stateStopped {
 		done := e.stopDone
 		e.mu.Unlock()
 		if done != nil {
@@ -140,7 +167,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		return nil
 	}
 	s := e.sched
-	e.state = 2
+	e.state = stateStopped
 	done := make(chan struct{})
 	e.stopDone = done
 	e.mu.Unlock()
@@ -182,7 +209,7 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	e.mu.RLock()
 	state := e.state
 	e.mu.RUnlock()
-	if state != 0 {
+	if state != stateNew {
 		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
 	fired, err := e.st.FireTimers(ctx, e.storeNow())
