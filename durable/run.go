@@ -36,7 +36,6 @@ func (e *TransitionError) Error() string { return e.Msg }
 // step whose transition was a TransitionError.
 const OutcomeInvalidTransition = "invalid transition"
 
-
 // skewDelay is how long a row this worker cannot run (unknown version or
 // step) waits before it is offered again, to a worker that may know it.
 const skewDelay = 30 * time.Second

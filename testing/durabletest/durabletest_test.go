@@ -225,7 +225,9 @@ type errorsT struct {
 	errs []string
 }
 
-func (e *errorsT) Errorf(format string, args ...any) { e.errs = append(e.errs, fmt.Sprintf(format, args...)) }
+func (e *errorsT) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
 
 func TestTransitionToUnknownStepFailsAtOnceAndIsFlagged(t *testing.T) {
 	var runs int
