@@ -374,7 +374,7 @@ func (s *slowSyncStore) SyncKeyLimits(ctx context.Context, ns string, want store
 
 func TestStopDuringStartWins(t *testing.T) {
 	st := &slowSyncStore{Store: memory.New(memory.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
-	e := newEngine(t, durable.Config{Store: st}, counterWorkflow())
+	e := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 2}}}, counterWorkflow())
 	started := make(chan error, 1)
 	go func() { started <- e.Start(context.Background()) }()
 	<-st.entered

@@ -70,15 +70,27 @@ func (e *Engine) prepareStart(ctx context.Context) error {
 // syncLimits stores the configured limits and rate limits as the
 // namespace's desired state and warns, per key name, about changes that
 // alter live keys. In Strict mode such a change is refused before anything
-// is stored (a dry run of the same sync finds it).
+// is stored (a dry run of the same sync finds it). A configuration that
+// leaves Limits and RateLimits nil syncs nothing: an inserter, an admin
+// tool or a worker of another service never wipes the fleet's gates.
 func (e *Engine) syncLimits(ctx context.Context) error {
-	want := store.KeyLimits{Limits: e.limits.All(), RateLimits: e.rates.All()}
+	defer e.forgetStoredLimits()
+	if e.cfg.Limits == nil && e.cfg.RateLimits == nil {
+		return nil
+	}
+	var want store.KeyLimits
+	if e.cfg.Limits != nil {
+		want.Limits = append([]gate.Limit{}, e.limits.All()...)
+	}
+	if e.cfg.RateLimits != nil {
+		want.RateLimits = append([]gate.RateLimit{}, e.rates.All()...)
+	}
 	if e.cfg.Strict {
 		res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want, store.SyncOptions{DryRun: true})
 		if err != nil {
 			return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 		}
-		for _, w := range liveWarnings(res) {
+		for _, w := range store.LiveChangeWarnings(res) {
 			return fmt.Errorf("durable: start: %w", w.Error())
 		}
 	}
@@ -86,34 +98,11 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 	}
-	for _, w := range liveWarnings(res) {
+	for _, w := range store.LiveChangeWarnings(res) {
 		e.recordWarning(w)
 		e.log.Warn("limit change alters live keys", "name", w.Name, "live_instances", w.Live, "detail", w.Message)
 	}
 	return nil
-}
-
-// liveWarnings lists, by key name, the changes of res that affect live instances.
-func liveWarnings(res store.LimitsResult) []gate.Warning {
-	var out []gate.Warning
-	for _, c := range res.Changes {
-		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
-		}
-	}
-	for _, c := range res.RateChanges {
-		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
-		}
-	}
-	return out
-}
-
-// recordWarning remembers a live-keys warning for Warnings.
-func (e *Engine) recordWarning(w gate.Warning) {
-	e.mu.Lock()
-	e.warned[string(w.Kind)+"/"+w.Name] = true
-	e.mu.Unlock()
 }
 
 // SyncConcurrencyPolicies stores defs as the queue policies of the

@@ -31,8 +31,11 @@ type Health struct {
 	// the executing rows and the waiting (ready or blocked) keyed rows, of
 	// which a backend may look at only HealthScanLimit: a key
 	// declared as an identity whose name has a limit (IdentityCaptured), a
-	// key declared as a gate whose name has none (GateWithoutLimit). They
-	// name key names, never key ids.
+	// key declared as a gate whose name has none (GateWithoutLimit); and
+	// the limit syncs of the last LiveChangeFor that changed the semantics
+	// of keys live instances held (LiveKeysChanged, with their count at the
+	// sync), whichever engine or tool made them. They name key names, never
+	// key ids.
 	Warnings []gate.Warning `json:"warnings"`
 	// RateLimits, sorted by name: every stored rate limit.
 	RateLimits []RateHealth `json:"rate_limits"`

@@ -411,6 +411,27 @@ type LimitsResult struct {
 	Live map[string]int64
 }
 
+// LiveChangeFor is how long Health keeps reporting a limit sync that
+// changed the semantics of keys live instances held (gate.LiveKeysChanged).
+const LiveChangeFor = 24 * time.Hour
+
+// LiveChangeWarnings lists, by key name, the changes of res that affect
+// live instances, with their counts.
+func LiveChangeWarnings(res LimitsResult) []gate.Warning {
+	var out []gate.Warning
+	for _, c := range res.Changes {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
+		}
+	}
+	for _, c := range res.RateChanges {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
+		}
+	}
+	return out
+}
+
 // DefaultNamespace owns the limits stored by SyncLimits, and is an engine's
 // namespace when its configuration names none.
 const DefaultNamespace = "default"
@@ -439,7 +460,9 @@ func MergeSyncOptions(opts []SyncOptions) SyncOptions {
 	return o
 }
 
-// KeyLimits is the desired state of the key limits one namespace owns.
+// KeyLimits is the desired state of the key limits one namespace owns. A
+// nil slice leaves that kind of limit as stored; an empty one removes the
+// namespace's limits of that kind.
 type KeyLimits struct {
 	// Limits are concurrency limits (gates) by key name.
 	Limits []gate.Limit `json:"limits"`
@@ -538,7 +561,8 @@ type Store interface {
 	// Limits returns the stored limits of every namespace, sorted by name.
 	Limits(ctx context.Context) ([]gate.Limit, error)
 	// SyncKeyLimits makes the concurrency and rate limits namespace owns
-	// equal to want, atomically, and reports how the stored limits changed.
+	// equal to want (a nil slice of want leaves that kind alone),
+	// atomically, and reports how the stored limits changed.
 	// Limits the namespace owns and want omits are deleted (unless
 	// KeepOmitted). A name whose limit of that kind another namespace owns
 	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,

@@ -117,6 +117,11 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	for _, w := range warnings {
 		h.Warnings = append(h.Warnings, w)
 	}
+	for _, c := range s.liveChanges {
+		if now.Sub(c.at) < store.LiveChangeFor {
+			h.Warnings = append(h.Warnings, c.w)
+		}
+	}
 	h.RateLimits = []store.RateHealth{}
 	for _, rate := range s.rates.All() {
 		rh := store.RateHealth{Limit: rate}

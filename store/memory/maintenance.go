@@ -94,6 +94,11 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	n := &notes{}
 	defer s.unlock(n)
 	now = s.now(now)
+	for name, c := range s.liveChanges {
+		if now.Sub(c.at) >= store.LiveChangeFor {
+			delete(s.liveChanges, name)
+		}
+	}
 	var rep store.ReconcileReport
 	for _, k := range s.sortedKeys() {
 		ks := s.keys[k]

@@ -44,8 +44,11 @@ type Store struct {
 	// limitOwner and rateOwner name the namespace owning each limit.
 	limitOwner map[string]string
 	rateOwner  map[string]string
-	buckets    map[string]gate.Bucket             // rate bucket id -> state
-	policies   map[string]store.ConcurrencyPolicy // queue -> policy
+	buckets    map[string]gate.Bucket // rate bucket id -> state
+	// liveChanges are the last syncs, per key name, that changed the
+	// semantics of live keys (see store.Health).
+	liveChanges map[string]liveChange
+	policies    map[string]store.ConcurrencyPolicy // queue -> policy
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -73,22 +76,29 @@ func New(opts Options) *Store {
 	limits, _ := gate.NewLimits(nil)
 	rates, _ := gate.NewRateLimits(nil)
 	return &Store{
-		clock:      clock,
-		limits:     limits,
-		rates:      rates,
-		limitOwner: map[string]string{},
-		rateOwner:  map[string]string{},
-		buckets:    map[string]gate.Bucket{},
-		policies:   map[string]store.ConcurrencyPolicy{},
-		rows:       map[string]*row{},
-		queues:     map[string]*queueState{},
-		keys:       map[string]*keyState{},
-		executing:  map[string]*row{},
-		unique:     map[string]map[string]*row{},
-		children:   map[string][]*row{},
-		signals:    map[int64]*signal{},
-		listeners:  map[int64]func(store.Notification){},
+		clock:       clock,
+		limits:      limits,
+		rates:       rates,
+		limitOwner:  map[string]string{},
+		rateOwner:   map[string]string{},
+		buckets:     map[string]gate.Bucket{},
+		liveChanges: map[string]liveChange{},
+		policies:    map[string]store.ConcurrencyPolicy{},
+		rows:        map[string]*row{},
+		queues:      map[string]*queueState{},
+		keys:        map[string]*keyState{},
+		executing:   map[string]*row{},
+		unique:      map[string]map[string]*row{},
+		children:    map[string][]*row{},
+		signals:     map[int64]*signal{},
+		listeners:   map[int64]func(store.Notification){},
 	}
+}
+
+// liveChange is a limit sync that changed the semantics of live keys.
+type liveChange struct {
+	w  gate.Warning
+	at time.Time
 }
 
 // row is one instance and its place in the indexes.

@@ -43,6 +43,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	gates := map[string]gateRow{}
 	type intent struct{ name, intent string }
 	var intents []intent
+	var changes []gate.Warning // limit changes that altered live keys
 
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
@@ -152,11 +153,20 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
+		b.Queue(s.q(sqlHealthLimitChanges), tsArg(now), micros(store.LiveChangeFor)).Query(func(rows pgx.Rows) error {
+			w := gate.Warning{Kind: gate.LiveKeysChanged}
+			_, err := pgx.ForEachRow(rows, []any{&w.Name, &w.Message, &w.Live}, func() error {
+				changes = append(changes, w)
+				return nil
+			})
+			return err
+		})
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return store.Health{}, fmt.Errorf("health: %w", err)
 	}
+	h.Warnings = append(h.Warnings, changes...)
 
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {

@@ -191,6 +191,10 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		}
 	}
 
+	if _, err := s.pool.Exec(ctx, s.q(sqlLimitChangesCollect), tsArg(now), micros(store.LiveChangeFor)); err != nil {
+		return rep, fmt.Errorf("reconcile: limit changes: %w", err)
+	}
+
 	if retention > 0 {
 		cutoff := cmp.Or(now, time.Now()).Add(-retention)
 		for {

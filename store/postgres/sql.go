@@ -969,3 +969,24 @@ SELECT DISTINCT key_name, key_intent FROM (
      WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
 ) x WHERE key_intent <> ''`
 )
+
+// Limit changes that altered live keys (see store.Health).
+const (
+	// sqlLimitChangesRecord records, per key name, the last sync that
+	// changed the semantics of live keys.
+	sqlLimitChangesRecord = `
+INSERT INTO {schema}.limit_changes (name, message, live, changed_at)
+SELECT x.name, x.message, x.live, coalesce($4::timestamptz, now())
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(name, message, live)
+ON CONFLICT (name) DO UPDATE SET message = excluded.message, live = excluded.live, changed_at = excluded.changed_at`
+
+	// sqlHealthLimitChanges reads the changes recorded in the $2 µs before $1.
+	sqlHealthLimitChanges = `
+SELECT name, message, live FROM {schema}.limit_changes
+WHERE changed_at > coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' ORDER BY name`
+
+	// sqlLimitChangesCollect deletes changes recorded more than $2 µs before $1.
+	sqlLimitChangesCollect = `
+DELETE FROM {schema}.limit_changes
+WHERE changed_at <= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`
+)

@@ -232,7 +232,7 @@ var policyTests = []test{
 		// KeepOmitted keeps; a plain sync prunes the namespace's own only.
 		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{{Name: "twilio", Limit: 1}}}, store.SyncOptions{KeepOmitted: true})
 		require.Len(h.t, h.limits(), 4)
-		h.syncKeyLimits("a", store.KeyLimits{})
+		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{}, RateLimits: []gate.RateLimit{}})
 		require.Equal(h.t, []string{"account", "openai"}, limitNames(h.limits()))
 		rates, err = h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
@@ -267,6 +267,46 @@ var policyTests = []test{
 		require.NoError(h.t, err)
 		require.Equal(h.t, []store.ConcurrencyPolicy{{Queue: "b", Namespace: "ns", MaxActive: 2}}, got, "what the sync would store")
 		require.Equal(h.t, []string{"a"}, policyQueues(h.policies()))
+	}},
+	{"sync/a nil kind of limits is left as stored, an empty one is removed", func(h *harness) {
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 3}},
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}})
+		res := h.syncKeyLimits("ns", store.KeyLimits{})
+		require.Empty(h.t, res.Changes)
+		require.Empty(h.t, res.RateChanges)
+		require.Equal(h.t, []string{"api"}, limitNames(h.limits()), "nil limits: left alone")
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{}})
+		require.Empty(h.t, h.limits(), "an empty set removes the namespace's limits")
+		rates, err := h.s.RateLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Len(h.t, rates, 1, "nil rate limits: left alone")
+		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})
+		rates, err = h.s.RateLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Empty(h.t, rates)
+	}},
+	{"health/a sync that changed live keys is reported with its count, to everyone", func(h *harness) {
+		h.insertKeyed("order:1", 2)
+		h.insertKeyed("order:2", 1)
+		h.insertKeyed("idle:1", 1)
+		res := h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}, {Name: "spare", Limit: 2}}})
+		require.Equal(h.t, int64(3), res.Live["order"])
+		var live []gate.Warning
+		for _, w := range h.health(time.Time{}).Warnings {
+			if w.Kind == gate.LiveKeysChanged {
+				live = append(live, w)
+			}
+		}
+		require.Len(h.t, live, 1, "only the change that altered live keys")
+		require.Equal(h.t, "order", live[0].Name)
+		require.Equal(h.t, int64(3), live[0].Live)
+		require.Contains(h.t, live[0].Message, "from 1 to 5")
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "spare", Limit: 2}}}, store.SyncOptions{DryRun: true})
+		for _, w := range h.health(time.Time{}).Warnings {
+			if w.Kind == gate.LiveKeysChanged {
+				require.Equal(h.t, int64(3), w.Live, "a dry run records nothing")
+			}
+		}
 	}},
 	{"rate/sync reports changes and the live instances they affect", func(h *harness) {
 		h.insertKeyed("api:1", 2)
@@ -371,7 +411,7 @@ var policyTests = []test{
 			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
 		h.insertKeyed("api:x", 3)
 		require.Len(h.t, h.claim("w", 10, at(0)), 1)
-		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}})
+		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}, RateLimits: []gate.RateLimit{}})
 		require.Len(h.t, h.claim("w", 10, at(2*time.Hour)), 2, "rescheduled rows run once due, unthrottled")
 		require.Zero(h.t, h.reconcile(0, at(time.Hour)).BucketsDeleted, "the sync already dropped the name's buckets")
 	}},
