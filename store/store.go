@@ -344,7 +344,10 @@ type KeyInfo struct {
 	// OldestWaiting is the waiting row with the earliest run time, ties in
 	// insertion order (nil when none): the one that has waited longest.
 	OldestWaiting *Instance
-	// Available is the sum of free slots over the key's counters (gates only).
+	// Available is how many more rows of the key a claim could admit now:
+	// for a gate, the free slots over the key's counters (no more than K
+	// less the slots in use); for a K = 1 key, 1 while none of its rows
+	// executes, else 0. Never negative.
 	Available int
 	// RateLimit is the rate limit of the key's name (nil: none). Bucket is
 	// the stored state of the bucket the key draws from (nil: none stored,

@@ -460,7 +460,7 @@ func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	assert.Equal(t, 2, x.Waiting.Count)
 	assert.Equal(t, s.acctWaiting[0], x.Waiting.Next.ID)
 	assert.Equal(t, []limitCheck{
-		{Kind: "concurrency", Applies: true, Limit: 1, InUse: 1, Blocking: true, Detail: `no limit configured for "account": K = 1, one at a time per key`},
+		{Kind: "concurrency", Applies: true, Limit: 1, InUse: 1, Blocking: true, Detail: `no limit configured for "account": K = 1, one at a time per key; 1 held, 0 free`},
 		{Kind: "rate", Detail: `no rate limit for "account"`},
 		{Kind: "fleet", Detail: `no policy for queue "default"`},
 	}, x.Limits)
@@ -535,6 +535,40 @@ func TestCLIErrors(t *testing.T) {
 	_, errOut, code = runBinary(t, nil, "health", "-bogus")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "flag provided but not defined: -bogus")
+}
+
+// TestCLIExplainFreeK1Key explains a K = 1 key whose rows wait for an
+// executor while none of them runs: the key's one slot is free, so nothing
+// blocks it, and nothing is said to have leaked.
+func TestCLIExplainFreeK1Key(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	idle := newEngine(t, s.st)
+	for range 2 {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: gate.Identity("account", "9")})
+		require.NoError(t, err)
+	}
+
+	out := s.ok(t, "explain", "account:9")
+	t.Log("\n" + out)
+	assert.Contains(t, out, "holders: none")
+	assert.Contains(t, out, "waiting: 2 (0 blocked)")
+	assert.Equal(t, []string{"concurrency", "0/1", "in", "use", "ok"}, line(t, out, "concurrency")[:5])
+	assert.Contains(t, out, "blocking now: none\nnot blocked by any limit: the ready rows of account:9 wait for a free executor on queue default")
+	assert.NotContains(t, out, "leaked")
+
+	var x explanation
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "explain", "account:9", "-json")), &x))
+	assert.Empty(t, x.Blocking)
+	assert.Equal(t, limitCheck{Kind: "concurrency", Applies: true, Limit: 1,
+		Detail: `no limit configured for "account": K = 1, one at a time per key; 0 held, 1 free`}, x.Limits[0])
 }
 
 // TestCLIExplainRateAndFleet explains a key throttled by its rate limit and
