@@ -506,6 +506,10 @@ type Store interface {
 	// a new shard count binds the next claim: rows already executing keep
 	// running and count against the new limit, so no new row of the key is
 	// admitted until the key is under it, with or without a Reconcile between.
+	// As those rows finish, the key's counters return to the new limit's
+	// shape (a shard the limit no longer has is dropped once empty), so
+	// that Reconcile finds nothing to repair on this path: drift is only
+	// ever the mark of a crash path.
 	// It is SyncKeyLimits for DefaultNamespace with that namespace's stored
 	// rate limits left as they are.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
