@@ -946,6 +946,30 @@ r AS (
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
 
+	// sqlHealthPolicyKeys counts, per queue whose policy has a
+	// MaxActivePerKey, the keys at that budget with work waiting: keys with
+	// at least MaxActivePerKey executing rows in the queue (read through
+	// the executing rows' index, so bounded by a fleet's executors) and a
+	// row of the queue waiting for them: blocked, or ready (or delayed) and
+	// due at $1 (NULL: the transaction's now()). It counts at most $2 + 1
+	// keys per queue; the caller caps the count at $2.
+	sqlHealthPolicyKeys = `
+SELECT p.queue, x.n FROM {schema}.queue_policies p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT e.key FROM (
+            SELECT key FROM {schema}.instances
+            WHERE status = 'executing' AND queue = p.queue AND key IS NOT NULL
+            GROUP BY key HAVING count(*) >= p.max_active_per_key) e
+        WHERE EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.key = e.key AND w.status IN ('ready', 'blocked') AND w.queue = p.queue
+                        AND (w.status = 'blocked' OR w.run_at <= (SELECT coalesce($1::timestamptz, now()))))
+           OR EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.status = 'scheduled' AND w.queue = p.queue AND w.key = e.key
+                        AND w.run_at <= (SELECT coalesce($1::timestamptz, now())))
+        LIMIT $2 + 1) k) x
+WHERE p.max_active_per_key > 0`
+
 	// sqlHealthRates reports, per rate limit, its stored buckets and those
 	// with no whole token at $2, over at most $1 buckets of the name (the
 	// primary key index, in bucket order).
