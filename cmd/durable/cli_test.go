@@ -619,6 +619,56 @@ func TestCLIExplainRateAndFleet(t *testing.T) {
 	assert.Equal(t, []string{"rate", "-", "not", "configured"}, line(t, out, "rate")[:4])
 }
 
+// TestCLIHealthPolicyPressure shows a queue policy's pressure: the ready
+// rows a full MaxActive holds back and the keys at MaxActivePerKey with
+// work waiting, in text and JSON, without key ids.
+func TestCLIHealthPolicyPressure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	_, err = s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}})
+	require.NoError(t, err)
+	idle := newEngine(t, s.st)
+	insert := func(k gate.ConcurrencyKey) {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: k, Queue: "mail"})
+		require.NoError(t, err)
+	}
+	insert(gate.Identity("account", "secret-1"))
+	insert(gate.Identity("account", "secret-1"))
+	for range 3 {
+		insert(gate.ConcurrencyKey{})
+	}
+	res, err := s.st.Claim(ctx, store.ClaimRequest{Queue: "mail", Worker: "worker-a", Limit: 10, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 2, "MaxActive 2")
+
+	out := s.ok(t, "health")
+	t.Log("\n" + out)
+	assert.Equal(t, []string{"POLICY", "MAX", "ACTIVE", "ACTIVE", "BLOCKED", "READY", "MAX", "PER", "KEY", "SATURATED", "KEYS"},
+		line(t, out, "POLICY"))
+	policies := strings.SplitN(out, "POLICY", 2)
+	require.Len(t, policies, 2, "a policy section:\n%s", out)
+	// policy max-active active blocked-ready max-per-key saturated-keys
+	assert.Equal(t, []string{"mail", "2", "2", "2", "1", "1"}, line(t, policies[1], "mail"))
+	assert.NotContains(t, out, "secret-1", "no key id in health")
+
+	jsonOut := s.ok(t, "health", "-json")
+	assert.NotContains(t, jsonOut, "secret-1", "no key id in health")
+	var h healthReport
+	require.NoError(t, json.Unmarshal([]byte(jsonOut), &h))
+	require.Len(t, h.Queues, 1)
+	assert.Equal(t, store.QueueHealth{Queue: "mail", Ready: 2, Blocked: 1, Executing: 2, OldestReady: h.Queues[0].OldestReady,
+		MaxActive: 2, MaxActivePerKey: 1, Active: 2, BlockedReady: 2, SaturatedKeys: 1}, h.Queues[0])
+	assert.Contains(t, jsonOut, `"blocked_ready": 2`)
+	assert.Contains(t, jsonOut, `"saturated_keys": 1`)
+}
+
 // TestCLIPoliciesAndRateLimits syncs and lists queue policies and rate
 // limits, and finds them in health.
 func TestCLIPoliciesAndRateLimits(t *testing.T) {
