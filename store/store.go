@@ -373,7 +373,10 @@ type KeyInfo struct {
 	// OldestWaiting is the waiting row with the earliest run time, ties in
 	// insertion order (nil when none): the one that has waited longest.
 	OldestWaiting *Instance
-	// Available is the sum of free slots over the key's counters (gates only).
+	// Available is how many more rows of the key a claim could admit now:
+	// for a gate, the free slots over the key's counters (no more than K
+	// less the slots in use); for a K = 1 key, 1 while none of its rows
+	// executes, else 0. Never negative.
 	Available int
 	// RateLimit is the rate limit of the key's name (nil: none). Bucket is
 	// the stored state of the bucket the key draws from (nil: none stored,
@@ -555,6 +558,10 @@ type Store interface {
 	// a new shard count binds the next claim: rows already executing keep
 	// running and count against the new limit, so no new row of the key is
 	// admitted until the key is under it, with or without a Reconcile between.
+	// As those rows finish, the key's counters return to the new limit's
+	// shape (a shard the limit no longer has is dropped once empty), so
+	// that Reconcile finds nothing to repair on this path: drift is only
+	// ever the mark of a crash path.
 	// It is SyncKeyLimits for DefaultNamespace with that namespace's stored
 	// rate limits left as they are.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)

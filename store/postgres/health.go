@@ -17,7 +17,10 @@ import (
 // from one read-only snapshot. Every count reads a partial index of its
 // status, so the terminal rows of the retention window (other than failed
 // ones) are never read; per-key work is bounded by the executing rows and
-// store.HealthScanLimit waiting rows (see store.Health).
+// store.HealthScanLimit waiting rows (see store.Health). A queue policy's
+// BlockedReady comes from the queue's Ready count (capped at
+// store.BlockedReadyLimit); its SaturatedKeys from the queue's executing
+// rows grouped by key, each key at its budget probed for one waiting row.
 func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error) {
 	if err := s.check(); err != nil {
 		return store.Health{}, err
@@ -131,6 +134,18 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
+		b.Queue(s.q(sqlHealthPolicyKeys), tsArg(now), store.HealthScanLimit).Query(func(rows pgx.Rows) error {
+			var (
+				name string
+				n    int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+				q := qh(name)
+				q.SaturatedKeys, q.SaturatedKeysCapped = min(n, store.HealthScanLimit), n > store.HealthScanLimit
+				return nil
+			})
+			return err
+		})
 		b.Queue(s.q(sqlHealthRates), store.HealthScanLimit, tsArg(now)).Query(func(rows pgx.Rows) error {
 			var (
 				rate     gate.RateLimit
@@ -171,6 +186,10 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {
 			q.OldestReady = max(0, at.Sub(o))
+		}
+		if q.MaxActive > 0 && q.Active >= int64(q.MaxActive) {
+			// Ready is counted in full above; the bound is the contract's.
+			q.BlockedReady = min(q.Ready, store.BlockedReadyLimit)
 		}
 		h.Queues = append(h.Queues, *q)
 	}

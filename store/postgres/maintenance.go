@@ -359,7 +359,9 @@ func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
 // keeps at least the capacity its holders use, so that no counter goes
 // negative and every credit finds its slot; shards beyond the limit's count
 // keep exactly what their holders use (nothing once they are empty) and
-// claims no longer draw from them. A claim admits only while the key's
+// claims no longer draw from them. Credits shrink such shards back to
+// these targets as their rows finish (see sqlCredit), so that a sweep after
+// a limit change finds no drift. A claim admits only while the key's
 // slots in use over all its counters are below the limit, so a lowered
 // limit holds while the rows admitted under the old one finish.
 func resizeShards(caps []int, used map[int]int, existing []int) map[int]slotTarget {

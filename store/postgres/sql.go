@@ -305,11 +305,38 @@ SELECT 1 FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
 ORDER BY key, shard FOR UPDATE`
 
-	// sqlCredit returns slots to their shards, never above capacity.
+	// sqlCredit returns $3[i] slots to shard $2[i] of key $1[i], never
+	// above capacity, and shrinks a shard that a lowered limit or shard
+	// count left larger than its name's limit gives it (see resizeShards):
+	// the freed slots of such a shard go back to the limit, not to its
+	// capacity, until it is down to its share (0 for a shard the limit no
+	// longer has). Slots in use become max(0, used − n); capacity becomes
+	// max(min(capacity, share), in use), which is what Reconcile computes
+	// from the executing rows, so no drift appears on this path. A credit
+	// never grows a capacity nor frees more than it returns, so it cannot
+	// admit more than before. Counters of a name with no limit keep their
+	// capacity (SyncKeyLimits deletes them).
 	sqlCredit = `
-UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
-FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WITH x AS (
+    SELECT s.key, s.shard, greatest(0, s.capacity - s.available - d.n) AS used,
+           CASE WHEN l.name IS NULL THEN s.capacity
+                WHEN s.shard >= l.shards THEN 0
+                ELSE least(s.capacity, l."limit" / l.shards + CASE WHEN s.shard < l."limit" % l.shards THEN 1 ELSE 0 END)
+           END AS share
+    FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+    JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
+    LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+)
+UPDATE {schema}.key_slots s
+SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
+FROM x WHERE s.key = x.key AND s.shard = x.shard`
+
+	// sqlSlotsDropEmpty deletes, among the counters a credit touched, those
+	// left with no capacity: shards the limit no longer has, once the last
+	// row they admitted is gone. Claims never create or draw from them.
+	sqlSlotsDropEmpty = `
+DELETE FROM {schema}.key_slots
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
 	// (priority, then FIFO) ready and notifies their queues. It must not wait
@@ -941,6 +968,30 @@ r AS (
                         FROM {schema}.key_slots WHERE key = e.key) s
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthPolicyKeys counts, per queue whose policy has a
+	// MaxActivePerKey, the keys at that budget with work waiting: keys with
+	// at least MaxActivePerKey executing rows in the queue (read through
+	// the executing rows' index, so bounded by a fleet's executors) and a
+	// row of the queue waiting for them: blocked, or ready (or delayed) and
+	// due at $1 (NULL: the transaction's now()). It counts at most $2 + 1
+	// keys per queue; the caller caps the count at $2.
+	sqlHealthPolicyKeys = `
+SELECT p.queue, x.n FROM {schema}.queue_policies p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT e.key FROM (
+            SELECT key FROM {schema}.instances
+            WHERE status = 'executing' AND queue = p.queue AND key IS NOT NULL
+            GROUP BY key HAVING count(*) >= p.max_active_per_key) e
+        WHERE EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.key = e.key AND w.status IN ('ready', 'blocked') AND w.queue = p.queue
+                        AND (w.status = 'blocked' OR w.run_at <= (SELECT coalesce($1::timestamptz, now()))))
+           OR EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.status = 'scheduled' AND w.queue = p.queue AND w.key = e.key
+                        AND w.run_at <= (SELECT coalesce($1::timestamptz, now())))
+        LIMIT $2 + 1) k) x
+WHERE p.max_active_per_key > 0`
 
 	// sqlHealthRates reports, per rate limit, its stored buckets and those
 	// with no whole token at $2, over at most $1 buckets of the name (the

@@ -70,10 +70,11 @@ var healthTests = []test{
 		var fields map[string]any
 		require.NoError(h.t, json.Unmarshal(b, &fields))
 		for _, f := range []string{"queue", "ready", "scheduled", "blocked", "executing", "awaiting", "failed",
-			"oldest_ready_ns", "max_active", "max_active_per_key", "active"} {
+			"oldest_ready_ns", "max_active", "max_active_per_key", "active", "blocked_ready", "saturated_keys",
+			"saturated_keys_capped"} {
 			require.Contains(h.t, fields, f, "queue health JSON field")
 		}
-		require.Len(h.t, fields, 11, "no undocumented queue field: %s", b)
+		require.Len(h.t, fields, 14, "no undocumented queue field: %s", b)
 	}},
 	{"health/ready and scheduled split at now, with the oldest ready age", func(h *harness) {
 		old := inst("")
