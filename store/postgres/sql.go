@@ -689,7 +689,19 @@ UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
 
-	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
+	// sqlSlotsInsert creates counters or overwrites them; the caller holds
+	// the locks of the counters it overwrites (it read them under those
+	// locks, with the holders read after them).
+	//
+	// sqlSlotsCreate creates counters that did not exist when the caller
+	// took its locks, and leaves alone any a claim created meanwhile: that
+	// claim may have debited it after the caller read the executing rows,
+	// and overwriting it from that older read would credit the slot of a
+	// row that still executes.
+	sqlSlotsCreate = `
+INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
+ON CONFLICT (key, shard) DO NOTHING`
 	sqlSlotsInsert = `
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
