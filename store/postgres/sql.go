@@ -816,6 +816,23 @@ WHERE ($1 = '' OR workflow = $1)
   AND ($5::uuid IS NULL OR id > $5::uuid)
 ORDER BY id LIMIT $6`
 
+	// sqlListNewest is sqlList newest first: by seq descending, paged by the
+	// seq of the previous page's last id (none when that row is gone).
+	sqlListNewest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR seq < (SELECT p.seq FROM {schema}.instances p WHERE p.id = $5::uuid))
+ORDER BY seq DESC LIMIT $6`
+
+	// sqlInbox reads an instance's unconsumed signals through signals_inbox.
+	sqlInbox = `
+SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at
+FROM {schema}.signals WHERE instance_id = $1 AND consumed_at IS NULL
+ORDER BY id LIMIT $2`
+
 	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
 	sqlHistory = `
