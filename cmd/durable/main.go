@@ -88,7 +88,7 @@ var commands = map[string]command{
 	"retry":    retry,
 	"limits":   limits,
 	"policies": policies,
-	"explain":  explain,
+	"explain":  explainCmd,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
