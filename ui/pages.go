@@ -56,7 +56,7 @@ var funcs = template.FuncMap{
 		}
 		return "now"
 	},
-	"age": explain.Age,
+	"age":   explain.Age,
 	"i64":   func(n int) int64 { return int64(n) },
 	"barOf": barOf,
 	"orDash": func(s string) string {
