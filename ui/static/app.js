@@ -27,17 +27,15 @@
     history.forEach(function (_, name) { if (!seen.has(name)) history.delete(name); });
   }
 
-  function line(h, pick, cls, top) {
-    var pts = h.map(function (s, i) {
-      var x = 120 - (h.length - 1 - i) * (120 / (keep - 1)); // newest at the right edge
-      var y = 23 - (pick(s) / top) * 21;
-      return x.toFixed(1) + "," + y.toFixed(1);
-    });
-    if (pts.length === 1) pts.unshift("0," + pts[0].split(",")[1]);
-    var pl = document.createElementNS(svgNS, "polyline");
-    pl.setAttribute("points", pts.join(" "));
-    pl.setAttribute("class", cls);
-    return pl;
+  // x spreads the samples so far over the width; y maps 0..top to the
+  // bottom..top of the box, with a margin so a flat line at the top shows.
+  function x(i, n) { return n === 1 ? 120 : (i * 120) / (n - 1); }
+  function y(v, top) { return 22 - (v / top) * 18; }
+
+  function points(h, pick, top) {
+    var pts = h.map(function (s, i) { return x(i, h.length).toFixed(1) + "," + y(pick(s), top).toFixed(1); });
+    if (h.length === 1) pts.unshift("0," + y(pick(h[0]), top).toFixed(1));
+    return pts;
   }
 
   function draw(svg, h) {
@@ -45,8 +43,16 @@
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     var top = 1;
     h.forEach(function (s) { top = Math.max(top, s.a, s.b); });
-    svg.appendChild(line(h, function (s) { return s.b; }, "blocked", top));
-    svg.appendChild(line(h, function (s) { return s.a; }, "active", top));
+    // Blocked rows as a filled area, active rows as a line over it.
+    var area = document.createElementNS(svgNS, "polygon");
+    var b = points(h, function (s) { return s.b; }, top);
+    area.setAttribute("points", "0,22 " + b.join(" ") + " 120,22");
+    area.setAttribute("class", "blocked");
+    svg.appendChild(area);
+    var pl = document.createElementNS(svgNS, "polyline");
+    pl.setAttribute("points", points(h, function (s) { return s.a; }, top).join(" "));
+    pl.setAttribute("class", "active");
+    svg.appendChild(pl);
     var last = h[h.length - 1];
     var t = document.createElementNS(svgNS, "title");
     t.textContent = "now: " + last.a + " active, " + last.b + " blocked (" + h.length + " samples)";
