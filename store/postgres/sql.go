@@ -844,20 +844,28 @@ FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
+	// KeyInfo's waiting rows: the ready and blocked rows of the key through
+	// instances_key_waiting, and its scheduled rows apart (the key index does
+	// not hold them; they are found among the scheduled rows alone), so that
+	// explaining a key never scans the table.
 	sqlKeyWaiting = `
-SELECT count(*) FILTER (WHERE status IN ('ready', 'scheduled', 'blocked')),
-       count(*) FILTER (WHERE status = 'blocked')
-FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')`
+SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
+     + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
+       (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
 
 	sqlKeyNext = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
-WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
-ORDER BY priority, run_at, seq LIMIT 1`
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY priority, run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)
+) w ORDER BY priority, run_at, seq LIMIT 1`
 
 	sqlKeyOldest = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
-WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
-ORDER BY run_at, seq LIMIT 1`
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY run_at, seq LIMIT 1)
+) w ORDER BY run_at, seq LIMIT 1`
 
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
