@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/godurable/godurable/durable"
@@ -150,8 +152,7 @@ type overviewData struct {
 
 // loadOverview reads one Health snapshot (bounded as store.Health
 // documents) and the stored queue policies.
-func (s *server) loadOverview(r *http.Request) (overviewData, error) {
-	ctx := r.Context()
+func (s *server) loadOverview(ctx context.Context) (overviewData, error) {
 	now := s.now()
 	d := overviewData{At: now}
 	if e := s.opts.Engine; e != nil {
@@ -176,8 +177,61 @@ func (s *server) loadOverview(r *http.Request) (overviewData, error) {
 	return d, nil
 }
 
+// snapshot is the overview's last snapshot, shared by every viewer: the
+// page and its refreshes are served from it, and a snapshot older than
+// half the refresh interval is replaced in the background, so a viewer
+// never waits for the store's Health (which counts every ready row: about
+// 90 ms at a million of them) unless nobody looked for two intervals. The
+// page shows when its snapshot was taken.
+type snapshot struct {
+	mu         sync.Mutex
+	d          overviewData
+	taken      time.Time // wall clock
+	ok         bool
+	refreshing bool
+}
+
+// overviewData returns the shared snapshot, taking it now when there is
+// none or it is older than two refresh intervals.
+func (s *server) overviewData(r *http.Request) (overviewData, error) {
+	c := &s.snap
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	age := time.Since(c.taken)
+	if !c.ok || age >= 2*s.opts.Refresh {
+		d, err := s.loadOverview(r.Context())
+		if err != nil {
+			return d, err
+		}
+		c.d, c.taken, c.ok = d, time.Now(), true
+		return d, nil
+	}
+	if age >= s.opts.Refresh/2 && !c.refreshing {
+		c.refreshing = true
+		go s.refreshSnapshot()
+	}
+	return c.d, nil
+}
+
+// refreshSnapshot replaces the snapshot (a failed read keeps the old one:
+// the page shows its time, so its age is visible).
+func (s *server) refreshSnapshot() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := s.loadOverview(ctx)
+	c := &s.snap
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
+	if err != nil {
+		slog.Warn("durable ui: overview refresh", "err", err)
+		return
+	}
+	c.d, c.taken, c.ok = d, time.Now(), true
+}
+
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
-	d, err := s.loadOverview(r)
+	d, err := s.overviewData(r)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "Overview", fmt.Errorf("health: %w", err))
 		return
@@ -188,7 +242,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 // overviewLive is the overview's live section alone, which the page's
 // script fetches every Refresh.
 func (s *server) overviewLive(w http.ResponseWriter, r *http.Request) {
-	d, err := s.loadOverview(r)
+	d, err := s.overviewData(r)
 	if err != nil {
 		http.Error(w, "health: "+err.Error(), http.StatusInternalServerError)
 		return

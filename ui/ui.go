@@ -79,6 +79,7 @@ type server struct {
 	csrf  []byte
 	pages *pages
 	mux   *http.ServeMux
+	snap  snapshot
 }
 
 const (
