@@ -3,7 +3,9 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/godurable/godurable/durable"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -348,4 +350,63 @@ func TestUISecurityHeaders(t *testing.T) {
 	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'")
 	assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
 	assert.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
+}
+
+func TestUIOverviewWithEngineShowsTheLastReconcile(t *testing.T) {
+	st := memory.New(memory.Options{})
+	e, err := durable.New(durable.Config{Store: st, WorkerID: "w", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(ui.Handler(st, ui.Options{Engine: e}))
+	defer srv.Close()
+	_, body := get(t, client(t), srv.URL+"/")
+	assert.Contains(t, body, "This engine has not swept yet.")
+
+	_, err = e.Reconcile(context.Background())
+	require.NoError(t, err)
+	// A new handler: the first one serves its snapshot for a refresh interval.
+	srv2 := httptest.NewServer(ui.Handler(st, ui.Options{Engine: e}))
+	defer srv2.Close()
+	_, body = get(t, client(t), srv2.URL+"/")
+	assert.Contains(t, body, "Last sweep")
+	assert.Contains(t, body, "drift <strong")
+}
+
+func TestUIRetryAndBadInput(t *testing.T) {
+	st := memory.New(memory.Options{})
+	ctx := context.Background()
+	res, err := st.Insert(ctx, []store.NewInstance{{ID: uuid.NewString(), Workflow: "w", Version: 1, Queue: "default",
+		Step: "s", State: json.RawMessage(`{}`)}})
+	require.NoError(t, err)
+	id := res[0].ID
+	cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "default", Worker: "w", Limit: 1, Lease: time.Hour})
+	require.NoError(t, err)
+	_, err = st.Complete(ctx, "w", []store.Outcome{{ID: id, Fence: cl.Claimed[0].Fence, Kind: store.OutcomeFailed, Error: "card declined"}}, time.Time{})
+	require.NoError(t, err)
+
+	srv := httptest.NewServer(ui.Handler(st, ui.Options{}))
+	defer srv.Close()
+	c := client(t)
+	_, page := get(t, c, srv.URL+"/instances/"+id)
+	assert.Contains(t, page, "card declined")
+	assert.Contains(t, page, `id="retry"`)
+	assert.NotContains(t, page, `id="cancel"`, "a failed instance cannot be canceled")
+	tok := csrfOf(t, page)
+
+	resp, _ := post(t, c, srv.URL+"/instances/"+id+"/cancel", url.Values{"csrf": {tok}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "cancel of a terminal instance")
+	resp, _ = post(t, c, srv.URL+"/instances/"+id+"/explode", url.Values{"csrf": {tok}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = post(t, c, srv.URL+"/instances/"+id+"/retry", url.Values{"csrf": {tok}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	in, err := st.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusReady, in.Status)
+	resp, _ = post(t, c, srv.URL+"/instances/"+id+"/retry", url.Values{"csrf": {tok}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "retry of a ready instance")
+
+	code, body := get(t, c, srv.URL+"/key?key="+url.QueryEscape("no-colon"))
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "not a concurrency key")
+	code, _ = get(t, c, srv.URL+"/key")
+	assert.Equal(t, http.StatusOK, code, "the empty form")
 }
