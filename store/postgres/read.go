@@ -51,10 +51,14 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 		}
 		after = &f.AfterID
 	}
+	// The filters are optional ("$1 = '' OR ..."): only a plan made for the
+	// values given can pick the partial index they allow, so List never
+	// runs on a cached generic plan (which scans the table).
+	custom := pgx.QueryExecModeExec
 	if f.Newest {
-		return s.queryInstances(ctx, "list", s.q(sqlListNewest), f.Workflow, statuses, f.Key, f.Queue, after, limit)
+		return s.queryInstances(ctx, "list", s.q(sqlListNewest), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
 	}
-	return s.queryInstances(ctx, "list", s.q(sqlList), f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	return s.queryInstances(ctx, "list", s.q(sqlList), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
 }
 
 // Inbox returns the unconsumed signals of an instance, oldest first, at
