@@ -210,11 +210,16 @@ func (s *server) sign(nonce string) string {
 // checkCSRF reports whether a POST comes from one of this handler's forms:
 // its csrf field is the signature of the browser's CSRF cookie, and the
 // browser does not say the request comes from another site.
+//
+// A browser that sends Sec-Fetch-Site is believed on it (a reverse proxy
+// that rewrites Host does not change it); an older one must send no Origin
+// or the page's own.
 func (s *server) checkCSRF(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		return false
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		if site != "same-origin" && site != "none" {
+			return false
+		}
+	} else if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
 		if err != nil || u.Host != r.Host {
 			return false

@@ -226,10 +226,14 @@ func TestUICancelNeedsCSRFAndConfirmation(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 	resp, _ = post(t, c, cancelURL, url.Values{"confirm": {"yes"}, "csrf": {tok}}, "Sec-Fetch-Site", "cross-site")
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = post(t, c, cancelURL, url.Values{"confirm": {"yes"}, "csrf": {tok}}, "Sec-Fetch-Site", "same-site")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a sibling subdomain is another site to this page")
 	assert.NotEqual(t, store.StatusCanceled, status())
 
-	// Without confirm: a confirmation page, nothing changes.
-	resp, body := post(t, c, cancelURL, url.Values{"csrf": {tok}})
+	// Without confirm: a confirmation page, nothing changes. (Behind a proxy
+	// that rewrites Host, a browser's same-origin post carries another
+	// Origin: Sec-Fetch-Site is believed.)
+	resp, body := post(t, c, cancelURL, url.Values{"csrf": {tok}}, "Sec-Fetch-Site", "same-origin", "Origin", "https://ops.example")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Contains(t, body, `id="confirm-yes"`)
 	assert.NotEqual(t, store.StatusCanceled, status())
