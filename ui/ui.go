@@ -112,7 +112,11 @@ func Handler(st store.Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /instances", s.instances)
 	mux.HandleFunc("GET /instances/{id}", s.instance)
 	mux.HandleFunc("POST /instances/{id}/{action}", s.action)
-	mux.Handle("GET /static/", http.FileServerFS(staticFS))
+	files := http.FileServerFS(staticFS)
+	mux.HandleFunc("GET /static/{file}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=300")
+		files.ServeHTTP(w, r)
+	})
 	s.mux = mux
 	return s
 }

@@ -159,6 +159,8 @@ func TestUIPagesRenderAndEscape(t *testing.T) {
 	code, js := get(t, c, srv.URL+"/static/app.js")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, js, "sparkline")
+	code, _ = get(t, c, srv.URL+"/static/")
+	assert.Equal(t, http.StatusNotFound, code, "no directory listing")
 }
 
 func TestUIInstancesPageByKeyset(t *testing.T) {
