@@ -163,7 +163,9 @@ func TestUIBrowser(t *testing.T) {
 		assert.True(t, eval[bool](t, ctx, `document.querySelector('tr[data-gate="stripe"]').classList.contains("saturated")`))
 		assert.Contains(t, text(t, ctx, "#queues"), "mail")
 		assert.Contains(t, text(t, ctx, "#rates"), "api")
-		assert.Contains(t, text(t, ctx, "#policies"), "billing")
+		policies := text(t, ctx, "#policies")
+		assert.Contains(t, policies, "billing")
+		assert.Contains(t, policies, "2 / 4", "mail's active rows against its MaxActive")
 		assert.Contains(t, text(t, ctx, "#warnings"), "stripe")
 		first := text(t, ctx, "#taken")
 		// Two refreshes later the stamp moved and the sparkline has history.

@@ -139,7 +139,7 @@ type overviewData struct {
 	Queues   []store.QueueHealth
 	Gates    []store.GateHealth
 	Rates    []store.RateHealth
-	Policies []store.ConcurrencyPolicy
+	Policies []policyView
 	Warnings []gate.Warning
 	// Engine is true when an engine gave its own view: the last reconcile
 	// (nil before its first sweep), stale outcomes and deployment skew.
@@ -173,8 +173,37 @@ func (s *server) loadOverview(ctx context.Context) (overviewData, error) {
 	if err != nil {
 		return d, err
 	}
-	d.Policies = pol
+	for _, p := range pol {
+		v := policyView{ConcurrencyPolicy: p}
+		for _, q := range d.Queues {
+			if q.Queue == p.Queue {
+				v.Active, v.BlockedReady, v.SaturatedKeys, v.SaturatedKeysCapped = q.Active, q.BlockedReady, q.SaturatedKeys, q.SaturatedKeysCapped
+				v.BlockedMore = q.BlockedReady >= store.BlockedReadyLimit
+			}
+		}
+		d.Policies = append(d.Policies, v)
+	}
 	return d, nil
+}
+
+// policyView is a stored queue policy with its pressure from Health: the
+// ready rows a full MaxActive holds back (BlockedMore: more than
+// store.BlockedReadyLimit − 1) and the keys at MaxActivePerKey.
+type policyView struct {
+	store.ConcurrencyPolicy
+	Active              int64
+	BlockedReady        int64
+	BlockedMore         bool
+	SaturatedKeys       int
+	SaturatedKeysCapped bool
+}
+
+// BlockedText is BlockedReady as the CLI prints it (">100" past the bound).
+func (p policyView) BlockedText() string {
+	if p.BlockedMore {
+		return fmt.Sprintf(">%d", store.BlockedReadyLimit-1)
+	}
+	return strconv.FormatInt(p.BlockedReady, 10)
 }
 
 // snapshot is the overview's last snapshot, shared by every viewer: the
