@@ -108,3 +108,47 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestListNewestPlansUseIndexes guards the newest-first list of the ui: on
+// 5,000 rows, planned for the values given (as List runs it), the page
+// unfiltered, by key, by a parked status and after a cursor reads an index.
+func TestListNewestPlansUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 5_000)
+	for i := range ins {
+		key := ""
+		if i%2 == 0 {
+			key = "acct:" + uuid.NewString()[:4]
+		}
+		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: key}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	limit := 51
+	for name, args := range map[string][]any{
+		"unfiltered":   {"", []string{}, "", "", nil, limit},
+		"by key":       {"", []string{}, "acct:abcd", "", nil, limit},
+		"failed":       {"", []string{"failed"}, "", "", nil, limit},
+		"after cursor": {"", []string{}, "", "", ins[4000].ID, limit},
+	} {
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan")
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN "+s.q(sqlListNewest), args...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			plan = append(plan, l)
+		}
+		require.NoError(t, rows.Err(), name)
+		_ = tx.Rollback(ctx)
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Seq Scan on instances", "%s scans the table:\n%s", name, text)
+	}
+}
