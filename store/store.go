@@ -550,7 +550,13 @@ type ListFilter struct {
 	Status   Status
 	Key      string
 	Queue    string
-	// AfterID pages: only ids greater than AfterID (results are ordered by id).
+	// Newest orders the results newest first (by insertion, the latest
+	// inserted first) instead of by id.
+	Newest bool
+	// AfterID pages: only instances that come after AfterID in the result
+	// order (ids greater than AfterID; with Newest, instances inserted
+	// before AfterID, and none when AfterID no longer exists). The last id
+	// of one page is the AfterID of the next, so no page skips rows.
 	AfterID string
 	// Limit caps the number of results (0: no limit).
 	Limit int
@@ -625,8 +631,13 @@ type Store interface {
 
 	// Get returns one instance.
 	Get(ctx context.Context, id string) (Instance, error)
-	// List returns instances matching f, ordered by id.
+	// List returns instances matching f, ordered by id (or newest first,
+	// see ListFilter.Newest).
 	List(ctx context.Context, f ListFilter) ([]Instance, error)
+	// Inbox returns the signals sent to an instance and not yet consumed by
+	// a committed step, oldest first, at most limit of them (0: no limit).
+	// A missing instance has an empty inbox.
+	Inbox(ctx context.Context, id string, limit int) ([]Signal, error)
 	// Children returns the children of a parent, ordered by creation.
 	Children(ctx context.Context, parentID string) ([]Instance, error)
 	// History returns the recorded step runs of an instance, oldest first.

@@ -14,6 +14,7 @@
 //	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
 //	durable policies sync FILE -namespace NS    replace a namespace's queue policies
 //	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
+//	durable ui       [-addr A] [-token T] [-read-only]  serve the web page (127.0.0.1:8080)
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
 // (default "durable"); flags may come before or after the arguments.
@@ -62,6 +63,8 @@ commands:
   policies ls          list the stored queue policies (fleet-wide MaxActive, MaxActivePerKey)
   policies sync FILE   replace a namespace's queue policies (-namespace NS, -keep-omitted, -dry-run)
   explain KEY          who holds the key's slots, who waits, which limit blocks it
+  ui                   serve the web page on 127.0.0.1:8080 (-addr, -token or $DURABLE_UI_TOKEN,
+                       required off loopback; -read-only turns the actions off)
 
 every command takes:
   -database-url URL    PostgreSQL connection string (default $DATABASE_URL)
@@ -88,7 +91,8 @@ var commands = map[string]command{
 	"retry":    retry,
 	"limits":   limits,
 	"policies": policies,
-	"explain":  explain,
+	"explain":  explainCmd,
+	"ui":       serveUI,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -44,7 +44,8 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
-	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true}
+	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
+		"key waiting": true, "key next": true, "key oldest": true, "inbox": true}
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
@@ -66,6 +67,11 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"signal wake":       {sqlSignalWake, []any{ids[0], nil}},
 		"queue active":      {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
 		"throttle":          {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
+		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
+		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
+		"key next":    {sqlKeyNext, []any{"acct:abcd"}},
+		"key oldest":  {sqlKeyOldest, []any{"acct:abcd"}},
+		"inbox":       {sqlInbox, []any{ids[0], 100}},
 		// The statements of fresh_round (migration 003), as it runs them.
 		"fresh round: head of keyless": {`SELECT r.round FROM {schema}.instances r
 			WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},
@@ -100,5 +106,49 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			text := strings.Join(plan, "\n")
 			require.NotContains(t, text, "Seq Scan on instances", "%s (%s) scans the table:\n%s", name, mode, text)
 		}
+	}
+}
+
+// TestListNewestPlansUseIndexes guards the newest-first list of the ui: on
+// 5,000 rows, planned for the values given (as List runs it), the page
+// unfiltered, by key, by a parked status and after a cursor reads an index.
+func TestListNewestPlansUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 5_000)
+	for i := range ins {
+		key := ""
+		if i%2 == 0 {
+			key = "acct:" + uuid.NewString()[:4]
+		}
+		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: key}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	limit := 51
+	for name, args := range map[string][]any{
+		"unfiltered":   {"", []string{}, "", "", nil, limit},
+		"by key":       {"", []string{}, "acct:abcd", "", nil, limit},
+		"failed":       {"", []string{"failed"}, "", "", nil, limit},
+		"after cursor": {"", []string{}, "", "", ins[4000].ID, limit},
+	} {
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan")
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN "+s.q(sqlListNewest), args...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			plan = append(plan, l)
+		}
+		require.NoError(t, rows.Err(), name)
+		_ = tx.Rollback(ctx)
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Seq Scan on instances", "%s scans the table:\n%s", name, text)
 	}
 }

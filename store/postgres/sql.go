@@ -886,6 +886,26 @@ WHERE ($1 = '' OR workflow = $1)
   AND ($5::uuid IS NULL OR id > $5::uuid)
 ORDER BY id LIMIT $6`
 
+	// sqlListNewest is sqlList newest first: by seq descending, paged by the
+	// seq of the previous page's last id (none when that row is gone). It
+	// reads instances_newest backwards (instances_key_newest for a key, a
+	// status's partial index for a rare status); a filter on queue or
+	// workflow alone is checked row by row on that walk.
+	sqlListNewest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR seq < (SELECT p.seq FROM {schema}.instances p WHERE p.id = $5::uuid))
+ORDER BY seq DESC LIMIT $6`
+
+	// sqlInbox reads an instance's unconsumed signals through signals_inbox.
+	sqlInbox = `
+SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at
+FROM {schema}.signals WHERE instance_id = $1 AND consumed_at IS NULL
+ORDER BY id LIMIT $2`
+
 	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
 	sqlHistory = `
@@ -897,20 +917,28 @@ FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
+	// KeyInfo's waiting rows: the ready and blocked rows of the key through
+	// instances_key_waiting, and its scheduled rows apart (the key index does
+	// not hold them; they are found among the scheduled rows alone), so that
+	// explaining a key never scans the table.
 	sqlKeyWaiting = `
-SELECT count(*) FILTER (WHERE status IN ('ready', 'scheduled', 'blocked')),
-       count(*) FILTER (WHERE status = 'blocked')
-FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')`
+SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
+     + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
+       (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
 
 	sqlKeyNext = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
-WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
-ORDER BY priority, run_at, seq LIMIT 1`
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY priority, run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)
+) w ORDER BY priority, run_at, seq LIMIT 1`
 
 	sqlKeyOldest = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
-WHERE key = $1 AND status IN ('ready', 'scheduled', 'blocked')
-ORDER BY run_at, seq LIMIT 1`
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY run_at, seq LIMIT 1)
+) w ORDER BY run_at, seq LIMIT 1`
 
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 

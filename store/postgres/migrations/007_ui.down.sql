@@ -1,0 +1,2 @@
+DROP INDEX {schema}.instances_key_newest;
+DROP INDEX {schema}.instances_newest;
