@@ -46,6 +46,7 @@ type Store struct {
 	rateOwner  map[string]string
 	buckets    map[string]gate.Bucket             // rate bucket id -> state
 	policies   map[string]store.ConcurrencyPolicy // queue -> policy
+	schedules  map[string]store.Schedule          // name -> schedule
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -80,6 +81,7 @@ func New(opts Options) *Store {
 		rateOwner:  map[string]string{},
 		buckets:    map[string]gate.Bucket{},
 		policies:   map[string]store.ConcurrencyPolicy{},
+		schedules:  map[string]store.Schedule{},
 		rows:       map[string]*row{},
 		queues:     map[string]*queueState{},
 		keys:       map[string]*keyState{},
