@@ -10,7 +10,7 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-// Start syncs the configured limits to the store, reclaims claims left by a
+// Start syncs the configured limits and schedules to the store, reclaims claims left by a
 // dead predecessor with the same WorkerID, and starts the scheduler. A limit
 // change that alters keys held by live instances is logged with the number
 // of instances affected, or refused in Strict mode.
@@ -26,6 +26,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	if err := e.syncLimits(ctx); err != nil {
 		return err
+	}
+	if _, err := e.SyncSchedules(ctx); err != nil {
+		return fmt.Errorf("durable: start: %w", err)
 	}
 	if n, err := e.st.ReclaimWorker(ctx, e.cfg.WorkerID, e.storeNow()); err != nil {
 		return fmt.Errorf("durable: start: reclaim: %w", err)
@@ -166,13 +169,15 @@ type TickReport struct {
 	Stale int
 	// Fired counts await timeouts that fired before the claim.
 	Fired int
-	// NextDue is the earliest future time a row becomes eligible or an
-	// await times out, over all queues (zero: none known).
+	// Scheduled counts instances started by due schedule ticks before the claim.
+	Scheduled int
+	// NextDue is the earliest future time a row becomes eligible, an
+	// await times out or a schedule ticks, over all queues (zero: none known).
 	NextDue time.Time
 }
 
 // Tick runs one synchronous scheduling round without goroutines: it fires
-// due timers, claims up to each queue's executor count, runs the claimed
+// due schedule ticks and due timers, claims up to each queue's executor count, runs the claimed
 // steps one after another in claim order, and commits all their outcomes as
 // one batch. The rows of one round held their slots at the same time, as if
 // they ran in parallel. It is the deterministic driver behind durabletest;
@@ -185,6 +190,11 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	if state != 0 {
 		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
+	started, nextTick, err := e.fireSchedules(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("durable: tick: %w", err)
+	}
+	rep.Scheduled, rep.NextDue = started, nextTick
 	fired, err := e.st.FireTimers(ctx, e.storeNow())
 	if err != nil {
 		return rep, fmt.Errorf("durable: tick: %w", err)

@@ -26,6 +26,8 @@ import (
 //	heartbeat loop: extends the leases of every claim not yet committed; a lost
 //	   claim's step context is cancelled and its outcome will be stale.
 //	maintenance loop: fires due await timeouts, reaps expired leases, reconciles counters.
+//	schedule loop: sleeps until the next tick of this engine's schedules, then records
+//	   it and starts its instance (one fleet-wide: see Schedule).
 //
 // Claims are sized to free executor slots, so a claimed row never waits long
 // in the buffer; buffered rows hold their slots (they are claimed), and are
@@ -109,6 +111,10 @@ func (s *scheduler) start() {
 	s.bgWG.Add(2)
 	go s.heartbeatLoop()
 	go s.maintenanceLoop()
+	if len(s.e.schedules) > 0 {
+		s.bgWG.Add(1)
+		go s.scheduleLoop()
+	}
 	if n, ok := s.e.st.(store.Notifier); ok {
 		s.bgWG.Add(1)
 		go func() {
@@ -564,4 +570,33 @@ func (s *scheduler) reconcile() {
 		return
 	}
 	e.outage.ok()
+}
+
+// scheduleLoop fires the engine's due schedule ticks. It wakes at the next
+// tick, and at least every 10 poll intervals to see pauses, resumes and
+// ticks other engines recorded.
+func (s *scheduler) scheduleLoop() {
+	defer s.bgWG.Done()
+	e := s.e
+	longest := 10 * e.cfg.PollInterval
+	for {
+		_, next, err := e.fireSchedules(s.bgCtx)
+		if s.bgCtx.Err() != nil {
+			return
+		}
+		wait := longest
+		if err != nil {
+			e.log.Warn("schedules: could not fire due ticks; retrying", "err", err)
+			wait = e.cfg.PollInterval
+		} else if !next.IsZero() {
+			wait = min(max(next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.bgCtx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

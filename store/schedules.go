@@ -172,3 +172,51 @@ type FireResult struct {
 	// Schedule is the stored schedule after the call.
 	Schedule Schedule
 }
+
+// ScheduleHealth is what an operator sees of one stored schedule.
+type ScheduleHealth struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Workflow  string `json:"workflow"`
+	Cron      string `json:"cron"`
+	TimeZone  string `json:"time_zone"`
+	Paused    bool   `json:"paused"`
+	// LastTick is the last tick recorded, fired or skipped (null: none).
+	LastTick *time.Time `json:"last_tick"`
+	// LastFiredAt is when the last tick's instance was started (null: never).
+	LastFiredAt *time.Time `json:"last_fired_at"`
+	// NextFire is the next tick to fire: the first due one when overdue
+	// (null: the expression no longer parses, or never fires again).
+	NextFire *time.Time `json:"next_fire"`
+	// Late is true when a tick is due for longer than its grace and no
+	// engine recorded it: no engine that runs the schedule is up, or they
+	// cannot reach the store. A paused schedule is never late.
+	Late bool `json:"late"`
+	// Error is why NextFire is unknown ("" when known).
+	Error string `json:"error,omitempty"`
+}
+
+// SchedulesHealth reports every schedule of scs at now, in their order.
+func SchedulesHealth(scs []Schedule, now time.Time) []ScheduleHealth {
+	out := make([]ScheduleHealth, 0, len(scs))
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	for _, sc := range scs {
+		h := ScheduleHealth{Name: sc.Name, Namespace: sc.Namespace, Workflow: sc.Workflow, Cron: sc.Cron,
+			TimeZone: sc.TimeZone, Paused: sc.Paused, LastTick: opt(sc.LastTick), LastFiredAt: opt(sc.LastFiredAt)}
+		spec, err := sc.Spec()
+		if err != nil {
+			h.Error = err.Error()
+		} else {
+			next, late := spec.Status(sc.LastTick, sc.Anchor, now, sc.Grace)
+			h.NextFire, h.Late = opt(next), late && !sc.Paused
+		}
+		out = append(out, h)
+	}
+	return out
+}
