@@ -64,7 +64,9 @@ type Schedule struct {
 	// records the tick without starting it, OverlapQueue starts it under
 	// the schedule's concurrency key (Key, default
 	// gate.Identity(ScheduleKeyName, Name)), so it runs once the previous
-	// one lets go of the key.
+	// one lets go of the key. A key is let go while its instance awaits or
+	// sleeps, so OverlapQueue serializes the steps, not the whole runs, of
+	// a workflow that parks; use OverlapSkip to keep whole runs apart.
 	Overlap periodic.Overlap
 	// CatchUp is what missed ticks do: CatchUpSkip (default) waits for the
 	// next tick, CatchUpOnce starts one instance for the whole missed window.
@@ -204,6 +206,8 @@ func (e *Engine) fireSchedules(ctx context.Context) (int, time.Time, error) {
 
 // fireTick records one planned tick.
 func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule, plan periodic.Plan) (int, error) {
+	// The instance runs at its tick by the store's clock (RunAt): an engine
+	// whose clock runs ahead of the database's never starts one early.
 	req := store.FireRequest{Name: sc.Name, Epoch: sc.Epoch, Tick: plan.Tick, Now: e.storeNow(),
 		SkipIfRunning: sc.Overlap == periodic.OverlapSkip}
 	var rows []store.NewInstance
@@ -225,7 +229,7 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 			scope = allStatuses
 		}
 		rows, err = e.prepareInserts([]InsertRequest{{Workflow: sc.Workflow, State: state, Options: InsertOptions{
-			Key: key, Queue: sc.Queue, Priority: sc.Priority,
+			Key: key, Queue: sc.Queue, Priority: sc.Priority, RunAt: plan.Tick,
 			UniqueKey: periodic.TickKey(sc.Name, plan.Tick), UniqueStatuses: scope}}}, "")
 		if err != nil {
 			return 0, fmt.Errorf("schedule %q: %w", sc.Name, err)

@@ -155,6 +155,13 @@ type FireRequest struct {
 	Now time.Time
 }
 
+// Accepts reports whether a fire request may record its tick on s: s is
+// still at the request's Epoch, not paused, and the tick is after its last.
+// Both stores decide with it, under the schedule's lock.
+func (s Schedule) Accepts(req FireRequest) bool {
+	return s.Epoch == req.Epoch && !s.Paused && req.Tick.After(s.LastTick)
+}
+
 // FireResult is what FireSchedule did.
 type FireResult struct {
 	// Stale is true when nothing was recorded: the schedule's Epoch was no

@@ -97,7 +97,7 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 	if !ok {
 		return store.FireResult{}, fmt.Errorf("fire schedule %q: %w", req.Name, store.ErrScheduleNotFound)
 	}
-	if sc.Epoch != req.Epoch || sc.Paused || !req.Tick.After(sc.LastTick) {
+	if !sc.Accepts(req) {
 		return store.FireResult{Stale: true, Schedule: cloneSchedule(sc)}, nil
 	}
 	now := s.now(req.Now)

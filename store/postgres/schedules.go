@@ -145,7 +145,7 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 		if err != nil {
 			return err
 		}
-		if sc.Epoch != req.Epoch || sc.Paused || !req.Tick.After(sc.LastTick) {
+		if !sc.Accepts(req) {
 			res.Stale, res.Schedule = true, sc
 			return nil
 		}
