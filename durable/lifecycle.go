@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -190,11 +191,11 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	if state != 0 {
 		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
-	started, nextTick, err := e.fireSchedules(ctx)
-	if err != nil {
+	round := e.fireSchedules(ctx)
+	if err := errors.Join(round.storeErr, round.errs); err != nil {
 		return rep, fmt.Errorf("durable: tick: %w", err)
 	}
-	rep.Scheduled, rep.NextDue = started, nextTick
+	rep.Scheduled, rep.NextDue = round.started, round.next
 	fired, err := e.st.FireTimers(ctx, e.storeNow())
 	if err != nil {
 		return rep, fmt.Errorf("durable: tick: %w", err)

@@ -580,16 +580,24 @@ func (s *scheduler) scheduleLoop() {
 	e := s.e
 	longest := 10 * e.cfg.PollInterval
 	for {
-		_, next, err := e.fireSchedules(s.bgCtx)
+		r := e.fireSchedules(s.bgCtx)
 		if s.bgCtx.Err() != nil {
 			return
 		}
+		if r.storeErr != nil {
+			e.outage.fail("schedules", r.storeErr)
+		} else {
+			e.outage.ok()
+		}
+		if r.errs != nil {
+			e.log.Error("schedules: due ticks could not fire; retrying", "err", r.errs)
+		}
 		wait := longest
-		if err != nil {
-			e.log.Warn("schedules: could not fire due ticks; retrying", "err", err)
+		switch {
+		case r.storeErr != nil:
 			wait = e.cfg.PollInterval
-		} else if !next.IsZero() {
-			wait = min(max(next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
+		case !r.next.IsZero():
+			wait = min(max(r.next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -160,22 +160,34 @@ func (e *Engine) ListSchedules(ctx context.Context) ([]store.Schedule, error) {
 	return out, nil
 }
 
+// scheduleRound is what one fireSchedules did.
+type scheduleRound struct {
+	// started counts the instances started.
+	started int
+	// next is when a schedule is next due (zero: none).
+	next time.Time
+	// storeErr is the first store call that failed (the loop retries with
+	// the engine's outage handling); errs are the schedules that could not
+	// fire for another reason (their state, an unknown workflow).
+	storeErr error
+	errs     error
+}
+
 // fireSchedules fires the due ticks of this engine's schedules: for each
 // stored schedule of its namespace that its Config names and that is not
 // paused, it plans from the stored last tick (periodic.Spec.PlanAt) and
-// records the plan with store.FireSchedule. It returns how many instances
-// it started and when a schedule is next due (zero: none).
-func (e *Engine) fireSchedules(ctx context.Context) (int, time.Time, error) {
+// records the plan with store.FireSchedule.
+func (e *Engine) fireSchedules(ctx context.Context) scheduleRound {
+	var r scheduleRound
 	if len(e.schedules) == 0 {
-		return 0, time.Time{}, nil
+		return r
 	}
 	stored, err := e.st.ListSchedules(ctx)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("schedules: %w", err)
+		r.storeErr = fmt.Errorf("schedules: %w", err)
+		return r
 	}
 	now := e.cfg.Clock.Now()
-	var next time.Time
-	started := 0
 	var errs []error
 	for _, sc := range stored {
 		local, ok := e.schedules[sc.Name]
@@ -190,22 +202,32 @@ func (e *Engine) fireSchedules(ctx context.Context) (int, time.Time, error) {
 		plan := spec.PlanAt(sc.LastTick, sc.Anchor, now, sc.CatchUp, sc.Grace)
 		due := plan.Next
 		if !plan.Tick.IsZero() {
-			n, err := e.fireTick(ctx, sc, local, plan)
-			started += n
+			n, storeErr, err := e.fireTick(ctx, sc, local, plan)
+			r.started += n
+			if storeErr != nil && r.storeErr == nil {
+				r.storeErr = storeErr
+			}
 			if err != nil {
 				errs = append(errs, err)
+			}
+			switch {
+			case storeErr != nil:
 				due = now.Add(e.cfg.PollInterval)
+			case err != nil: // a bug to fix, not a blip: retried, and logged, less often
+				due = now.Add(10 * e.cfg.PollInterval)
 			}
 		}
-		if !due.IsZero() && (next.IsZero() || due.Before(next)) {
-			next = due
+		if !due.IsZero() && (r.next.IsZero() || due.Before(r.next)) {
+			r.next = due
 		}
 	}
-	return started, next, errors.Join(errs...)
+	r.errs = errors.Join(errs...)
+	return r
 }
 
-// fireTick records one planned tick.
-func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule, plan periodic.Plan) (int, error) {
+// fireTick records one planned tick. It returns the instances it started,
+// a failed store call, or another reason the tick could not fire.
+func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule, plan periodic.Plan) (int, error, error) {
 	// The instance runs at its tick by the store's clock (RunAt): an engine
 	// whose clock runs ahead of the database's never starts one early.
 	req := store.FireRequest{Name: sc.Name, Epoch: sc.Epoch, Tick: plan.Tick, Now: e.storeNow(),
@@ -216,13 +238,13 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 		if local.StateAt != nil {
 			s, err := local.StateAt(plan.Tick)
 			if err != nil {
-				return 0, fmt.Errorf("schedule %q: state of tick %s: %w", sc.Name, plan.Tick.Format(time.RFC3339), err)
+				return 0, nil, fmt.Errorf("schedule %q: state of tick %s: %w", sc.Name, plan.Tick.Format(time.RFC3339), err)
 			}
 			state = s
 		}
 		key, err := gate.ParseWithIntent(sc.Key, sc.KeyIntent)
 		if err != nil {
-			return 0, fmt.Errorf("schedule %q: %w", sc.Name, err)
+			return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
 		}
 		scope := sc.UniqueStatuses
 		if len(scope) == 0 {
@@ -232,16 +254,19 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 			Key: key, Queue: sc.Queue, Priority: sc.Priority, RunAt: plan.Tick,
 			UniqueKey: periodic.TickKey(sc.Name, plan.Tick), UniqueStatuses: scope}}}, "")
 		if err != nil {
-			return 0, fmt.Errorf("schedule %q: %w", sc.Name, err)
+			return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
 		}
 		req.Instance = &rows[0]
 	}
 	res, err := e.st.FireSchedule(ctx, req)
+	if errors.Is(err, store.ErrInvalid) {
+		return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("schedule %q: %w", sc.Name, err)
+		return 0, fmt.Errorf("schedule %q: %w", sc.Name, err), nil
 	}
 	if res.Stale {
-		return 0, nil // another engine recorded it, or the schedule changed: plan again
+		return 0, nil, nil // another engine recorded it, or the schedule changed: plan again
 	}
 	tick := plan.Tick.Format(time.RFC3339)
 	switch {
@@ -252,12 +277,12 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 	}
 	if res.SkippedRunning {
 		e.log.Info("schedule tick skipped: the previous run is still going", "schedule", sc.Name, "tick", tick, "running", res.Schedule.LastInstance)
-		return 0, nil
+		return 0, nil, nil
 	}
 	if res.Inserted == "" || res.Duplicate {
-		return 0, nil
+		return 0, nil, nil
 	}
 	e.log.Debug("schedule fired", "schedule", sc.Name, "tick", tick, "instance", res.Inserted)
 	e.wakeQueues(rows)
-	return 1, nil
+	return 1, nil, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/testing/durabletest"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -101,4 +102,38 @@ func TestScheduleSyncLeavesStoredSchedulesAloneWhenNotMentioned(t *testing.T) {
 
 	_, err = empty.PauseSchedule(ctx, "a", false)
 	require.True(t, errors.Is(err, store.ErrScheduleNotFound), "%v", err)
+}
+
+func TestScheduleStateErrorLeavesTheTickUnrecorded(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := durabletest.NewClock(t0)
+	fail := true
+	e := newEngine(t, durable.Config{Store: memory.New(memory.Options{Clock: clock.Now}), Clock: clock,
+		Schedules: []durable.Schedule{{Name: "s", Workflow: "wf", Cron: "@every 1s",
+			StateAt: func(time.Time) (any, error) {
+				if fail {
+					return nil, errors.New("no report data yet")
+				}
+				return counter{N: 1}, nil
+			}}}}, noopWorkflow("wf"))
+	_, err := e.SyncSchedules(ctx)
+	require.NoError(t, err)
+
+	clock.Set(t0.Add(time.Second))
+	_, err = e.Tick(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `schedule "s": state of tick 2030-01-01T00:00:01Z: no report data yet`)
+	scs, err := e.ListSchedules(ctx)
+	require.NoError(t, err)
+	assert.True(t, scs[0].LastTick.IsZero(), "the tick is not recorded")
+
+	fail = false
+	rep, err := e.Tick(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Scheduled, "the tick fires once its state can be made")
+	assert.Len(t, rep.Claimed, 1)
+	scs, err = e.ListSchedules(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(time.Second), scs[0].LastTick)
 }
