@@ -85,7 +85,8 @@ func (s Schedule) SameDefinition(o Schedule) bool {
 // Definition returns the fields of s a sync sets, the defaults filled in.
 func (s Schedule) Definition() Schedule {
 	d := Schedule{Name: s.Name, Workflow: s.Workflow, Cron: s.Cron, TimeZone: s.TimeZone, Queue: s.Queue,
-		Priority: s.Priority, Key: s.Key, KeyIntent: s.KeyIntent, Overlap: s.Overlap, CatchUp: s.CatchUp, Grace: s.Grace}
+		Priority: s.Priority, Key: s.Key, KeyIntent: s.KeyIntent, Overlap: s.Overlap, CatchUp: s.CatchUp,
+		Grace: s.Grace.Truncate(time.Microsecond)} // what PostgreSQL keeps
 	if len(s.UniqueStatuses) > 0 {
 		d.UniqueStatuses = append([]Status(nil), s.UniqueStatuses...)
 	}

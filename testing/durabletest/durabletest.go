@@ -280,7 +280,13 @@ func (e *Env) sendDue() {
 // the instance can never finish (parked with no timer and no scheduled signal).
 func (e *Env) RunUntilDone(id string) store.Instance {
 	e.t.Helper()
-	for {
+	for jumps := 0; ; jumps++ {
+		if jumps >= e.opts.MaxRounds {
+			// A schedule always has a next tick: an instance that waits for
+			// something that never comes would jump the clock forever.
+			in := e.Get(id)
+			e.t.Fatalf("durabletest: instance %s is still %s at step %q after %d clock jumps (to %s)", id, in.Status, in.Step, jumps, e.Clock.Now().Format(time.RFC3339))
+		}
 		_, due := e.runIdle()
 		in := e.Get(id)
 		if in.Status.Terminal() {
