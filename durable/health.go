@@ -160,7 +160,8 @@ func (s *reconcileState) snapshot() (*ReconcileHealth, ReconcileHealth) {
 }
 
 // Health takes a snapshot of the store's pressure (one store.Health call,
-// bounded in cost as the store documents) and adds what this engine knows:
+// bounded in cost as the store documents, and one read of the stored
+// schedules) and adds what this engine knows:
 // its warnings, its last reconciler sweep and its stale outcomes. It works
 // whether or not the engine is started.
 func (e *Engine) Health(ctx context.Context) (Health, error) {
