@@ -202,19 +202,26 @@ func (e *Engine) fireSchedules(ctx context.Context) scheduleRound {
 		plan := spec.PlanAt(sc.LastTick, sc.Anchor, now, sc.CatchUp, sc.Grace)
 		due := plan.Next
 		if !plan.Tick.IsZero() {
-			n, storeErr, err := e.fireTick(ctx, sc, local, plan)
-			r.started += n
-			if storeErr != nil && r.storeErr == nil {
-				r.storeErr = storeErr
+			out := e.fireTick(ctx, sc, local, plan)
+			if out.started {
+				r.started++
 			}
-			if err != nil {
-				errs = append(errs, err)
+			if out.storeErr != nil && r.storeErr == nil {
+				r.storeErr = out.storeErr
+			}
+			if out.err != nil {
+				errs = append(errs, out.err)
 			}
 			switch {
-			case storeErr != nil:
+			case out.storeErr != nil:
 				due = now.Add(e.cfg.PollInterval)
-			case err != nil: // a bug to fix, not a blip: retried, and logged, less often
+			case out.err != nil: // a bug to fix, not a blip: retried, and logged, less often
 				due = now.Add(10 * e.cfg.PollInterval)
+			case out.stale:
+				// Another engine recorded the tick, or the schedule changed
+				// under this plan: read it again at once rather than at the
+				// next tick, so that a change never costs a tick.
+				due = now
 			}
 		}
 		if !due.IsZero() && (r.next.IsZero() || due.Before(r.next)) {
@@ -225,9 +232,19 @@ func (e *Engine) fireSchedules(ctx context.Context) scheduleRound {
 	return r
 }
 
-// fireTick records one planned tick. It returns the instances it started,
-// a failed store call, or another reason the tick could not fire.
-func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule, plan periodic.Plan) (int, error, error) {
+// tickOutcome is what fireTick did.
+type tickOutcome struct {
+	// started is true when the tick's instance was inserted.
+	started bool
+	// stale is true when the store refused the plan (see store.FireResult).
+	stale bool
+	// storeErr is a failed store call; err another reason the tick could
+	// not fire.
+	storeErr, err error
+}
+
+// fireTick records one planned tick.
+func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule, plan periodic.Plan) tickOutcome {
 	// The instance runs at its tick by the store's clock (RunAt): an engine
 	// whose clock runs ahead of the database's never starts one early.
 	req := store.FireRequest{Name: sc.Name, Epoch: sc.Epoch, Tick: plan.Tick, Now: e.storeNow(),
@@ -238,13 +255,13 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 		if local.StateAt != nil {
 			s, err := local.StateAt(plan.Tick)
 			if err != nil {
-				return 0, nil, fmt.Errorf("schedule %q: state of tick %s: %w", sc.Name, plan.Tick.Format(time.RFC3339), err)
+				return tickOutcome{err: fmt.Errorf("schedule %q: state of tick %s: %w", sc.Name, plan.Tick.Format(time.RFC3339), err)}
 			}
 			state = s
 		}
 		key, err := gate.ParseWithIntent(sc.Key, sc.KeyIntent)
 		if err != nil {
-			return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+			return tickOutcome{err: fmt.Errorf("schedule %q: %w", sc.Name, err)}
 		}
 		scope := sc.UniqueStatuses
 		if len(scope) == 0 {
@@ -254,19 +271,19 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 			Key: key, Queue: sc.Queue, Priority: sc.Priority, RunAt: plan.Tick,
 			UniqueKey: periodic.TickKey(sc.Name, plan.Tick), UniqueStatuses: scope}}}, "")
 		if err != nil {
-			return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+			return tickOutcome{err: fmt.Errorf("schedule %q: %w", sc.Name, err)}
 		}
 		req.Instance = &rows[0]
 	}
 	res, err := e.st.FireSchedule(ctx, req)
 	if errors.Is(err, store.ErrInvalid) {
-		return 0, nil, fmt.Errorf("schedule %q: %w", sc.Name, err)
+		return tickOutcome{err: fmt.Errorf("schedule %q: %w", sc.Name, err)}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("schedule %q: %w", sc.Name, err), nil
+		return tickOutcome{storeErr: fmt.Errorf("schedule %q: %w", sc.Name, err)}
 	}
 	if res.Stale {
-		return 0, nil, nil // another engine recorded it, or the schedule changed: plan again
+		return tickOutcome{stale: true} // another engine recorded it, or the schedule changed
 	}
 	tick := plan.Tick.Format(time.RFC3339)
 	switch {
@@ -277,12 +294,12 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 	}
 	if res.SkippedRunning {
 		e.log.Info("schedule tick skipped: the previous run is still going", "schedule", sc.Name, "tick", tick, "running", res.Schedule.LastInstance)
-		return 0, nil, nil
+		return tickOutcome{}
 	}
 	if res.Inserted == "" || res.Duplicate {
-		return 0, nil, nil
+		return tickOutcome{}
 	}
 	e.log.Debug("schedule fired", "schedule", sc.Name, "tick", tick, "instance", res.Inserted)
 	e.wakeQueues(rows)
-	return 1, nil, nil
+	return tickOutcome{started: true}
 }
