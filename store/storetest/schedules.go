@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -190,6 +191,35 @@ var scheduleDefTests = []test{
 		third := h.fire(store.FireRequest{Name: "r", Epoch: second.Schedule.Epoch, Tick: t3, Instance: tickInstance("r", t3), SkipIfRunning: true})
 		require.False(h.t, third.SkippedRunning)
 		require.NotEmpty(h.t, third.Inserted, "the previous one is done: the tick starts")
+	}},
+	{"schedules/concurrent fires of one tick record it once", func(h *harness) {
+		sc := h.syncSchedules("workers", every5("r"))[0]
+		tick := at(5 * time.Minute)
+		const n = 8
+		results := make([]store.FireResult, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = h.s.FireSchedule(h.ctx, store.FireRequest{Name: "r", Epoch: sc.Epoch, Tick: tick,
+					Instance: tickInstance("r", tick)})
+			}()
+		}
+		wg.Wait()
+		recorded := 0
+		for i := range n {
+			require.NoError(h.t, errs[i])
+			if !results[i].Stale {
+				recorded++
+				require.NotEmpty(h.t, results[i].Inserted)
+			}
+		}
+		require.Equal(h.t, 1, recorded, "one engine records the tick")
+		list, err := h.s.List(h.ctx, store.ListFilter{Workflow: "wf"})
+		require.NoError(h.t, err)
+		require.Len(h.t, list, 1, "one instance for the tick")
 	}},
 	{"schedules/pause survives syncs, refuses fires, and resume anchors at now", func(h *harness) {
 		sc := h.syncSchedules("workers", every5("r"))[0]
