@@ -114,12 +114,84 @@ func (s Spec) Zone() string { return s.zone }
 
 // Next returns the first tick strictly after t, in UTC (zero: none within
 // five years).
+//
+// Daylight-saving changes follow the classic cron rule for expressions
+// with a fixed hour (any hour field but "*", and @daily, @weekly, ...): a
+// time that falls in the hour skipped when clocks go forward fires once,
+// at the first instant after the jump (02:30 on a spring-forward night is
+// 03:00 new time), and a time in the hour repeated when clocks go back
+// fires once, the first time. An expression with every hour ("30 * * * *",
+// @hourly) follows elapsed time: it fires at each wall-clock match that
+// exists, so once an hour either way.
 func (s Spec) Next(t time.Time) time.Time {
-	n := s.sched.Next(t)
-	if n.IsZero() {
-		return n
+	ss, ok := s.sched.(*cron.SpecSchedule)
+	if !ok || ss.Hour&anyHour != 0 {
+		return utc(s.sched.Next(t))
 	}
-	return n.UTC()
+	for {
+		n := ss.Next(t)
+		if n.IsZero() {
+			return n
+		}
+		if g := skippedTick(ss, t, n); !g.IsZero() {
+			return g.UTC()
+		}
+		if !repeated(ss.Location, n) {
+			return n.UTC()
+		}
+		t = n
+	}
+}
+
+// anyHour is the bit robfig/cron sets in a field parsed from "*" (or "?").
+const anyHour = 1 << 63
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// skippedTick returns the first instant after a forward jump of the clocks
+// between t and n (exclusive of t, up to n) whose skipped wall-clock times
+// include one the expression names (zero: none).
+func skippedTick(ss *cron.SpecSchedule, t, n time.Time) time.Time {
+	for cur := t; ; {
+		_, end := cur.In(ss.Location).ZoneBounds()
+		if end.IsZero() || end.After(n) {
+			return time.Time{}
+		}
+		_, before := end.Add(-time.Second).In(ss.Location).Zone()
+		_, after := end.In(ss.Location).Zone()
+		if after > before {
+			// The wall clock jumps from end (read at the old offset) by
+			// after − before; the expression's fields are read in a zone
+			// frozen at the old offset to see whether it names one of them.
+			frozen := *ss
+			frozen.Location = time.FixedZone("", before)
+			first := end.In(frozen.Location)
+			for w := first; w.Before(first.Add(time.Duration(after-before) * time.Second)); w = w.Add(time.Minute) {
+				if frozen.Next(w.Add(-time.Second)).Equal(w) {
+					return end
+				}
+			}
+		}
+		cur = end
+	}
+}
+
+// repeated reports whether the wall-clock time of n in loc already
+// happened once, earlier, before the clocks went back.
+func repeated(loc *time.Location, n time.Time) bool {
+	_, now := n.In(loc).Zone()
+	_, earlier := n.Add(-6 * time.Hour).In(loc).Zone()
+	if earlier <= now {
+		return false
+	}
+	first := n.Add(-time.Duration(earlier-now) * time.Second)
+	a, b := first.In(loc), n.In(loc)
+	return a.Year() == b.Year() && a.YearDay() == b.YearDay() && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
 }
 
 // Grace is how late a tick may fire and still be on time: grace when

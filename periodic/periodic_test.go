@@ -99,3 +99,35 @@ func TestTickKey(t *testing.T) {
 	ny, _ := time.LoadLocation("America/New_York")
 	require.Equal(t, "schedule:report:2030-01-01T05:00:00Z", periodic.TickKey("report", time.Date(2030, 1, 1, 0, 0, 0, 0, ny)))
 }
+
+// Fixed-hour expressions fire once on both daylight-saving nights; an
+// every-hour one follows elapsed time.
+func TestNextAcrossDaylightSavingChanges(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	walk := func(expr string, from time.Time, n int) []string {
+		s, err := periodic.Parse(expr, "America/New_York")
+		require.NoError(t, err)
+		var out []string
+		for tk := from; len(out) < n; {
+			tk = s.Next(tk)
+			out = append(out, tk.In(ny).Format("01-02 15:04 MST"))
+		}
+		return out
+	}
+	spring, fall := time.Date(2026, 3, 6, 12, 0, 0, 0, ny), time.Date(2026, 10, 30, 12, 0, 0, 0, ny)
+
+	require.Equal(t, []string{"03-07 02:30 EST", "03-08 03:00 EDT", "03-09 02:30 EDT"}, walk("30 2 * * *", spring, 3),
+		"02:30 does not exist on 03-08: it fires once, when the clocks jump")
+	require.Equal(t, []string{"10-31 02:30 EDT", "11-01 02:30 EST", "11-02 02:30 EST"}, walk("30 2 * * *", fall, 3))
+	require.Equal(t, []string{"10-31 01:30 EDT", "11-01 01:30 EDT", "11-02 01:30 EST"}, walk("30 1 * * *", fall, 3),
+		"01:30 happens twice on 11-01: it fires the first time only")
+	require.Equal(t, []string{"03-07 01:30 EST", "03-08 01:30 EST", "03-09 01:30 EDT"}, walk("30 1 * * *", spring, 3))
+	require.Equal(t, []string{"03-07 00:00 EST", "03-08 00:00 EST", "03-09 00:00 EDT"}, walk("@daily", spring, 3))
+	require.Equal(t, []string{"03-08 03:00 EDT", "03-08 03:30 EDT"}, walk("*/30 2,3 * * *", time.Date(2026, 3, 8, 1, 0, 0, 0, ny), 2),
+		"a jump over several named times fires once")
+
+	require.Equal(t, []string{"03-08 01:30 EST", "03-08 03:30 EDT", "03-08 04:30 EDT"}, walk("30 * * * *", time.Date(2026, 3, 8, 1, 0, 0, 0, ny), 3),
+		"every hour follows elapsed time")
+	require.Equal(t, []string{"11-01 01:30 EDT", "11-01 01:30 EST", "11-01 02:30 EST"}, walk("30 * * * *", time.Date(2026, 11, 1, 1, 0, 0, 0, ny), 3))
+}

@@ -52,22 +52,26 @@ func TestDailyScheduleAcrossDaylightSavingChanges(t *testing.T) {
 		{"spring forward (2026-03-08)", time.Date(2026, 3, 5, 12, 0, 0, 0, ny)},
 		{"fall back (2026-11-01)", time.Date(2026, 10, 29, 12, 0, 0, 0, ny)},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			env := durabletest.New(t, durabletest.Options{Start: c.start, Schedules: []durable.Schedule{
-				// 01:30 exists twice on the fall-back day and 02:30 not at
-				// all on the spring-forward one; 09:00 is unambiguous.
-				{Name: "morning", Workflow: "report", Cron: "0 9 * * *", TimeZone: "America/New_York", StateAt: tickOf},
-			}}, reportWorkflow())
-			env.Advance(7 * 24 * time.Hour)
-			got := env.Scheduled("morning")
-			require.Len(t, got, 7, "once a day for a week")
-			for i, in := range got {
-				tick := durabletest.State[report](env, in.ID).Tick.In(ny)
-				require.Equal(t, 9, tick.Hour(), "09:00 local on day %d (%s)", i, tick)
-				require.Equal(t, 0, tick.Minute())
-				require.Equal(t, c.start.AddDate(0, 0, i+1).Day(), tick.Day(), "one per calendar day")
-			}
-		})
+		// 09:00 is unambiguous; 02:30 does not exist on the spring-forward
+		// night and 01:30 happens twice on the fall-back one.
+		for _, expr := range []string{"0 9 * * *", "30 2 * * *", "30 1 * * *", "@daily"} {
+			t.Run(c.name+" "+expr, func(t *testing.T) {
+				env := durabletest.New(t, durabletest.Options{Start: c.start, Schedules: []durable.Schedule{
+					{Name: "daily", Workflow: "report", Cron: expr, TimeZone: "America/New_York", StateAt: tickOf},
+				}}, reportWorkflow())
+				env.Advance(7 * 24 * time.Hour)
+				got := env.Scheduled("daily")
+				require.Len(t, got, 7, "once a day for a week")
+				for i, in := range got {
+					tick := durabletest.State[report](env, in.ID).Tick.In(ny)
+					day := c.start.AddDate(0, 0, i+1)
+					require.Equal(t, day.Format("2006-01-02"), tick.Format("2006-01-02"), "one per calendar day (%s)", tick)
+					if expr == "0 9 * * *" {
+						require.Equal(t, "09:00", tick.Format("15:04"), "09:00 local on %s", tick)
+					}
+				}
+			})
+		}
 	}
 }
 
