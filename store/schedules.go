@@ -194,7 +194,8 @@ type ScheduleHealth struct {
 	// LastFiredAt is when the last tick's instance was started (null: never).
 	LastFiredAt *time.Time `json:"last_fired_at"`
 	// NextFire is the next tick to fire: the first due one when overdue
-	// (null: the expression no longer parses, or never fires again).
+	// (null: paused, the expression no longer parses, or it never fires
+	// again). A resumed schedule fires from the first tick after its resume.
 	NextFire *time.Time `json:"next_fire"`
 	// Late is true when a tick is due for longer than its grace and no
 	// engine recorded it: no engine that runs the schedule is up, or they
@@ -218,11 +219,12 @@ func SchedulesHealth(scs []Schedule, now time.Time) []ScheduleHealth {
 		h := ScheduleHealth{Name: sc.Name, Namespace: sc.Namespace, Workflow: sc.Workflow, Cron: sc.Cron,
 			TimeZone: sc.TimeZone, Paused: sc.Paused, LastTick: opt(sc.LastTick), LastFiredAt: opt(sc.LastFiredAt)}
 		spec, err := sc.Spec()
-		if err != nil {
+		switch {
+		case err != nil:
 			h.Error = err.Error()
-		} else {
+		case !sc.Paused:
 			next, late := spec.Status(sc.LastTick, sc.Anchor, now, sc.Grace)
-			h.NextFire, h.Late = opt(next), late && !sc.Paused
+			h.NextFire, h.Late = opt(next), late
 		}
 		out = append(out, h)
 	}
