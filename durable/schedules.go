@@ -119,6 +119,9 @@ func validateSchedules(namespace string, scs []Schedule) (map[string]Schedule, e
 // schedules leaves the stored ones alone (it returns nil). A schedule of a
 // workflow that is not registered is an error wrapping ErrUnknownWorkflow.
 func (e *Engine) SyncSchedules(ctx context.Context) ([]store.Schedule, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
 	if e.cfg.Schedules == nil {
 		return nil, nil
 	}
@@ -144,6 +147,9 @@ func (e *Engine) SyncSchedules(ctx context.Context) ([]store.Schedule, error) {
 // a resumed schedule fires from the next tick after now (the ticks of the
 // pause are not missed ticks). A missing name is store.ErrScheduleNotFound.
 func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (store.Schedule, error) {
+	if err := e.checkOpen(); err != nil {
+		return store.Schedule{}, err
+	}
 	sc, err := e.st.PauseSchedule(ctx, name, paused, e.storeNow())
 	if err != nil {
 		return store.Schedule{}, fmt.Errorf("durable: %w", err)
