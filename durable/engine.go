@@ -70,15 +70,21 @@ type Config struct {
 	// same namespace; another namespace cannot take over what this one owns.
 	Namespace string
 	// Limits are the named key limits (gates). A key whose name has no limit
-	// runs at K = 1. With RateLimits they are the namespace's desired state,
-	// stored with SyncKeyLimits at Start (limits the namespace owned and
-	// the configuration no longer names are removed), so every engine
-	// sharing the store enforces the last synced numbers.
+	// runs at K = 1. They are the namespace's desired state, stored with
+	// SyncKeyLimits at Start (limits the namespace owned and the
+	// configuration no longer names are removed), so every engine sharing
+	// the store enforces the last synced numbers. Syncing is deliberate: nil
+	// (the zero Config) leaves the stored limits alone, so an inserter or an
+	// admin tool never wipes the fleet's gates; an empty, non-nil slice
+	// removes the namespace's limits. Checks that depend on a key's K
+	// (Strict, warnings) read the fleet's stored limits (with these over
+	// them), so an engine without this field judges keys as the fleet runs them.
 	Limits []gate.Limit
 	// RateLimits are token buckets by key name (a flow cap: how many steps
 	// of such keys start per period, fleet-wide, per name or per key). A
 	// step is admitted only when its key passes its gate and its rate limit,
-	// and neither is debited when the other refuses.
+	// and neither is debited when the other refuses. Synced at Start like
+	// Limits, and like them left alone when nil.
 	RateLimits []gate.RateLimit
 	// Schedules are the namespace's periodic workflows (see Schedule). Like
 	// Limits they are desired state, synced to the store at Start: the
@@ -101,7 +107,11 @@ type Config struct {
 	WorkerID string
 	// Lease is how long a claim holds without a heartbeat (default 30s).
 	Lease time.Duration
-	// HeartbeatInterval is how often leases are extended (default Lease/3).
+	// HeartbeatInterval is how often leases are extended (default Lease/3;
+	// at most Lease/2). A claim whose lease this engine has not renewed
+	// for about a lease (the store is unreachable) is given up: its step's
+	// context is cancelled shortly before the lease ends, by this engine's
+	// clock, so that the step has stopped before another engine may run it.
 	HeartbeatInterval time.Duration
 	// PollInterval bounds how long an idle queue waits before claiming again
 	// when no notification arrives (default 1s; notifications usually wake it
@@ -172,6 +182,9 @@ func (c *Config) setDefaults() error {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = c.Lease / 3
 	}
+	if c.HeartbeatInterval > c.Lease/2 {
+		return fmt.Errorf("durable: heartbeat interval %v must be at most half the lease %v: a claim not renewed in time is given up", c.HeartbeatInterval, c.Lease)
+	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
 	}
@@ -218,12 +231,13 @@ type Engine struct {
 	mu      sync.RWMutex
 	defs    map[string]map[int]*definition // name → version → definition
 	latest  map[string]*definition
-	state   int // 0 new, 1 started, 2 stopped
-	warned  map[string]bool
+	state   lifecycle
+	warned  map[string]gate.Warning // kind/name -> the warning, as first seen
 	sched   *scheduler
 	flushed chan struct{} // closed and replaced after every committed flush
 	tel     *telemetry
 
+	stored        storedLimits
 	staleOutcomes atomic.Int64
 	reconciled    reconcileState
 	skew          skewState
@@ -259,7 +273,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{tel: tel,
 		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake, schedules: schedules,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
-		warned: map[string]bool{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
+		warned: map[string]gate.Warning{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
 	}
 	if cfg.HealthInterval > 0 {
 		if err := tel.observeHealth(e.gaugeHealth); err != nil {
@@ -280,11 +294,19 @@ func (e *Engine) Store() store.Store { return e.st }
 // WorkerID returns the id this engine claims under.
 func (e *Engine) WorkerID() string { return e.cfg.WorkerID }
 
+// ErrStarted is returned by Register on an engine that was started: its
+// workers claim only the workflows registered before Start.
+var ErrStarted = errors.New("engine already started")
+
 // Register adds workflow definitions. Several versions of one name may be
-// registered; new instances start on the highest.
+// registered; new instances start on the highest. Register every
+// definition before Start: afterwards it is ErrStarted.
 func (e *Engine) Register(defs ...Definition) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.state != stateNew {
+		return fmt.Errorf("durable: register: %w (register every workflow before Start)", ErrStarted)
+	}
 	for _, d := range defs {
 		def := d.definition()
 		if err := def.validate(); err != nil {
@@ -330,7 +352,7 @@ func (e *Engine) storeNow() time.Time {
 func (e *Engine) checkOpen() error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.state == 2 {
+	if e.state == stateStopped {
 		return ErrStopped
 	}
 	return nil
@@ -474,44 +496,119 @@ func truncateForError(s string) string {
 	return s
 }
 
-// checkKey applies the prefix-capture analysis to a key about to be used:
-// a warning is logged once per key name, or returned as an error in Strict mode.
+// checkKey applies the prefix-capture analysis to a key about to be used,
+// against the limits stored for the whole fleet (they decide the key's K,
+// whatever this engine's configuration says): a warning is logged once per
+// key name, or returned as an error in Strict mode.
 func (e *Engine) checkKey(k gate.ConcurrencyKey) error {
-	w, found := e.limits.Check(k)
+	if k.IsZero() {
+		return nil
+	}
+	w, found := e.keyLimits().Check(k)
 	if !found {
 		return nil
 	}
 	if e.cfg.Strict {
 		return w.Error()
 	}
-	e.mu.Lock()
-	seen := e.warned[string(w.Kind)+"/"+w.Name]
-	e.warned[string(w.Kind)+"/"+w.Name] = true
-	e.mu.Unlock()
-	if !seen {
+	if e.recordWarning(w) {
 		e.log.Warn("concurrency key prefix capture", "kind", w.Kind, "name", w.Name, "detail", w.Message)
 	}
 	return nil
 }
 
-// Warnings returns the prefix-capture warnings seen so far (key names only).
+// storedLimits caches the limits stored for the fleet, which decide every
+// key's K.
+type storedLimits struct {
+	mu     sync.Mutex
+	limits gate.Limits
+	ok     bool      // limits were read at least once
+	at     time.Time // when they were last read (or tried)
+}
+
+// storedLimitsTTL is how long the engine's checks reuse the stored limits
+// before reading them again: a limit synced by another process reaches
+// Strict checks and warnings within it.
+const storedLimitsTTL = 5 * time.Second
+
+// keyLimits returns the fleet's stored limits (at most storedLimitsTTL
+// old) with this engine's own configured limits over them; until the store
+// has answered once, the engine's own configuration.
+func (e *Engine) keyLimits() gate.Limits {
+	c := &e.stored
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < storedLimitsTTL {
+		if c.ok {
+			return c.limits
+		}
+		return e.limits
+	}
+	c.at = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ls, err := e.st.Limits(ctx)
+	if err == nil {
+		var gl gate.Limits
+		if gl, err = gate.NewLimits(e.withOwnLimits(ls)); err == nil {
+			c.limits, c.ok = gl, true
+		}
+	}
+	if err != nil {
+		e.log.Debug("read stored limits for key checks", "err", err)
+	}
+	if c.ok {
+		return c.limits
+	}
+	return e.limits
+}
+
+// withOwnLimits overlays this engine's configured limits, which it stores
+// at Start (or has stored), on the stored ones.
+func (e *Engine) withOwnLimits(stored []gate.Limit) []gate.Limit {
+	if e.cfg.Limits == nil {
+		return stored
+	}
+	own := e.limits.All()
+	out := append([]gate.Limit{}, own...)
+	for _, l := range stored {
+		if _, mine := e.limits.Lookup(l.Name); !mine {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// forgetStoredLimits makes the next check read the stored limits again.
+func (e *Engine) forgetStoredLimits() {
+	e.stored.mu.Lock()
+	e.stored.at = time.Time{}
+	e.stored.mu.Unlock()
+}
+
+// recordWarning remembers w for Warnings and reports whether it is new.
+func (e *Engine) recordWarning(w gate.Warning) bool {
+	id := string(w.Kind) + "/" + w.Name
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, seen := e.warned[id]
+	if !seen || w.Live > old.Live {
+		e.warned[id] = w
+	}
+	return !seen
+}
+
+// Warnings returns the prefix-capture warnings this engine has seen (key
+// names only, with the live instances a limit change affected), sorted by
+// kind then name. Health adds those the store finds among live rows, for
+// every engine sharing the store.
 func (e *Engine) Warnings() []gate.Warning {
 	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var out []gate.Warning
-	for k := range e.warned {
-		kind, name, _ := cut(k)
-		var w gate.Warning
-		switch gate.WarningKind(kind) {
-		case gate.IdentityCaptured:
-			w, _ = e.limits.Check(gate.Identity(name, "x"))
-		case gate.GateWithoutLimit:
-			w, _ = e.limits.Check(gate.Gate(name, "x"))
-		default:
-			w = gate.Warning{Kind: gate.WarningKind(kind), Name: name, Message: "live keys changed by a limit change for " + name}
-		}
+	out := make([]gate.Warning, 0, len(e.warned))
+	for _, w := range e.warned {
 		out = append(out, w)
 	}
+	e.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {
 			return out[i].Kind < out[j].Kind
@@ -519,15 +616,6 @@ func (e *Engine) Warnings() []gate.Warning {
 		return out[i].Name < out[j].Name
 	})
 	return out
-}
-
-func cut(s string) (string, string, bool) {
-	for i := range s {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // SignalOptions are the options of Signal.
@@ -569,14 +657,24 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 	return nil
 }
 
-// Cancel makes a non-terminal instance canceled. A running step's context is
-// cancelled at its next heartbeat and its outcome is discarded.
+// Cancel makes a non-terminal instance canceled. A step of it that is
+// running keeps its key's slot until it returns (or its lease expires): its
+// context is cancelled at once (by a notification when another engine runs
+// it, at that engine's next heartbeat at the latest), and its outcome, unless
+// it finished the instance, makes the instance canceled. Until then Get
+// shows it executing with CancelRequested set.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
 	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
 		return fmt.Errorf("durable: cancel %s: %w", id, err)
+	}
+	e.mu.RLock()
+	s := e.sched
+	e.mu.RUnlock()
+	if s != nil {
+		s.canceled(id, nil)
 	}
 	e.wakeAll()
 	return nil

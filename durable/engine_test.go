@@ -342,3 +342,48 @@ func textLogger(w io.Writer) *slog.Logger {
 		return a
 	}}))
 }
+
+func TestWallClockMemory(t *testing.T) {
+	enginetest.WallClock(t, enginetest.WallClockOptions{
+		NewStore: func(t *testing.T) store.Store { return memory.New(memory.Options{}) },
+	})
+}
+
+func TestRegisterAfterStartIsAnError(t *testing.T) {
+	e := newEngine(t, durable.Config{}, counterWorkflow())
+	start(t, e)
+	wf := durable.NewWorkflow[counter]("late", "a", durable.WorkflowOptions{})
+	wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) { return transitions.Done(nil), nil })
+	err := e.Register(wf)
+	require.ErrorIs(t, err, durable.ErrStarted)
+	_, err = e.Insert(t.Context(), "late", counter{}, durable.InsertOptions{})
+	require.ErrorIs(t, err, durable.ErrUnknownWorkflow, "a refused registration leaves nothing behind")
+}
+
+// slowSyncStore holds Start inside its limit sync until released.
+type slowSyncStore struct {
+	store.Store
+	entered, release chan struct{}
+}
+
+func (s *slowSyncStore) SyncKeyLimits(ctx context.Context, ns string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
+	close(s.entered)
+	<-s.release
+	return s.Store.SyncKeyLimits(ctx, ns, want, opts...)
+}
+
+func TestStopDuringStartWins(t *testing.T) {
+	st := &slowSyncStore{Store: memory.New(memory.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEngine(t, durable.Config{Store: st, Limits: []gate.Limit{{Name: "api", Limit: 2}}}, counterWorkflow())
+	started := make(chan error, 1)
+	go func() { started <- e.Start(context.Background()) }()
+	<-st.entered
+	require.NoError(t, e.Stop(context.Background()))
+	close(st.release)
+	require.ErrorIs(t, <-started, durable.ErrStopped, "Start must not bring up an engine stopped meanwhile")
+	_, err := e.Insert(context.Background(), "count", counter{}, durable.InsertOptions{})
+	require.ErrorIs(t, err, durable.ErrStopped)
+	ids, err := st.List(context.Background(), store.ListFilter{})
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}

@@ -24,7 +24,8 @@ type Health struct {
 	At time.Time `json:"at"`
 	// Queues and Gates are the store's (see store.Health): per queue its
 	// ready, scheduled, blocked, executing, awaiting and failed rows, the
-	// age of its oldest ready row and its fleet limit; per configured limit
+	// age of its oldest ready row and its fleet policy's pressure (limit,
+	// active rows, blocked ready rows, saturated keys); per configured limit
 	// its K, shards, active rows, blocked rows, saturated keys and the most
 	// active rows on one key.
 	Queues []store.QueueHealth `json:"queues"`

@@ -209,12 +209,16 @@ func TestEngineHealthCountsStaleOutcomes(t *testing.T) {
 		var running atomic.Int32
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, HeartbeatInterval: time.Hour}, gateWorkflow(release, &running))
+		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, Lease: 2 * time.Hour, HeartbeatInterval: time.Hour}, gateWorkflow(release, &running))
 		start(t, e)
-		id, err := e.Insert(ctx, "hold", counter{}, durable.InsertOptions{})
+		_, err := e.Insert(ctx, "hold", counter{}, durable.InsertOptions{})
 		require.NoError(t, err)
 		eventually(t, "the step to run", func() bool { return running.Load() == 1 })
-		require.NoError(t, e.Cancel(ctx, id))
+		// The claim is reaped (as if its lease had expired): the running
+		// step's outcome is stale.
+		n, err := st.Reap(ctx, time.Now().Add(3*time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
 		close(release)
 		eventually(t, "the stale outcome", func() bool { return e.StaleOutcomes() == 1 })
 		h, err := e.Health(ctx)
@@ -361,4 +365,57 @@ func TestNegativeHealthIntervalRegistersNoGauges(t *testing.T) {
 	assert.Equal(t, 0, st.count(), "no Health call without gauges")
 	_, err = e.Health(ctx)
 	require.NoError(t, err, "Health itself still works")
+}
+
+// TestPolicyGaugesCarryQueueNamesOnly observes a queue policy's pressure
+// as gauges: its limit, active rows, the ready rows its full MaxActive
+// holds back and its keys at MaxActivePerKey with work waiting, each with
+// the queue name as its only attribute.
+func TestPolicyGaugesCarryQueueNamesOnly(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := waitCtx(t)
+		_, err := st.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: durable.DefaultQueue, MaxActive: 2, MaxActivePerKey: 1}})
+		require.NoError(t, err)
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		e := newEngine(t, durable.Config{Store: st, MeterProvider: mp, HealthInterval: time.Hour}, counterWorkflow())
+		const secret = "tenant-secret-4417"
+		for range 2 {
+			_, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("account", secret)})
+			require.NoError(t, err)
+		}
+		// Keyless rows after the keyed ones (priority), so that every
+		// store sees the key's second row before the queue is full.
+		for range 3 {
+			_, err := e.Insert(ctx, "count", counter{}, durable.InsertOptions{Priority: 1})
+			require.NoError(t, err)
+		}
+		res, err := st.Claim(ctx, store.ClaimRequest{Queue: durable.DefaultQueue, Worker: "w", Limit: 10, Lease: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 2, "MaxActive 2: the key's first row and a keyless row")
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		gs := gauges(t, rm)
+		q := durable.AttrQueue.String(durable.DefaultQueue)
+		assert.Equal(t, int64(2), gaugeValue(t, gs, "durable.policy.limit", q))
+		assert.Equal(t, int64(2), gaugeValue(t, gs, "durable.policy.active", q))
+		assert.Equal(t, int64(2), gaugeValue(t, gs, "durable.policy.blocked_ready", q), "two keyless rows wait for MaxActive")
+		assert.Equal(t, int64(1), gaugeValue(t, gs, "durable.policy.saturated_keys", q), "the key at its budget with a row waiting")
+		for _, name := range []string{"durable.policy.limit", "durable.policy.active", "durable.policy.blocked_ready", "durable.policy.saturated_keys"} {
+			require.Len(t, gs[name], 1, "%s: one point, for the one queue with a policy", name)
+			for _, p := range gs[name] {
+				assert.Equal(t, []attribute.KeyValue{q}, p.Attributes.ToSlice(), "%s carries the queue name only", name)
+			}
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				for _, set := range attributeSets(m) {
+					for _, kv := range set.ToSlice() {
+						assert.NotContains(t, kv.Value.String(), secret, "metric %s carries a key id", m.Name)
+					}
+				}
+			}
+		}
+	})
 }

@@ -11,20 +11,52 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
+// lifecycle is where an engine is in its life.
+type lifecycle int
+
+const (
+	stateNew      lifecycle = iota // registering; Tick may drive it
+	stateStarting                  // Start is syncing limits and reclaiming
+	stateRunning                   // the scheduler runs
+	stateStopped                   // Stop was called; final
+)
+
 // Start syncs the configured limits and schedules to the store, reclaims claims left by a
 // dead predecessor with the same WorkerID, and starts the scheduler. A limit
 // change that alters keys held by live instances is logged with the number
-// of instances affected, or refused in Strict mode.
+// of instances affected, or refused in Strict mode. A Stop that comes while
+// Start runs wins: Start then returns ErrStopped and starts nothing.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
-	if e.state != 0 {
+	switch e.state {
+	case stateNew:
+	case stateStopped:
 		e.mu.Unlock()
-		if e.state == 2 {
-			return ErrStopped
-		}
-		return fmt.Errorf("durable: engine already started")
+		return ErrStopped
+	default:
+		e.mu.Unlock()
+		return fmt.Errorf("durable: %w", ErrStarted)
 	}
+	e.state = stateStarting
 	e.mu.Unlock()
+	err := e.prepareStart(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.state == stateStopped:
+		return ErrStopped
+	case err != nil:
+		e.state = stateNew // Start may be tried again
+		return err
+	}
+	s := newScheduler(e)
+	e.sched, e.state = s, stateRunning
+	s.start()
+	return nil
+}
+
+// prepareStart is the store work of Start before the scheduler runs.
+func (e *Engine) prepareStart(ctx context.Context) error {
 	if err := e.syncLimits(ctx); err != nil {
 		return err
 	}
@@ -36,26 +68,33 @@ func (e *Engine) Start(ctx context.Context) error {
 	} else if n > 0 {
 		e.log.Warn("reclaimed claims of a previous run of this worker", "n", n)
 	}
-	s := newScheduler(e)
-	e.mu.Lock()
-	e.sched, e.state = s, 1
-	e.mu.Unlock()
-	s.start()
 	return nil
 }
 
 // syncLimits stores the configured limits and rate limits as the
 // namespace's desired state and warns, per key name, about changes that
 // alter live keys. In Strict mode such a change is refused before anything
-// is stored (a dry run of the same sync finds it).
+// is stored (a dry run of the same sync finds it). A configuration that
+// leaves Limits and RateLimits nil syncs nothing: an inserter, an admin
+// tool or a worker of another service never wipes the fleet's gates.
 func (e *Engine) syncLimits(ctx context.Context) error {
-	want := store.KeyLimits{Limits: e.limits.All(), RateLimits: e.rates.All()}
+	defer e.forgetStoredLimits()
+	if e.cfg.Limits == nil && e.cfg.RateLimits == nil {
+		return nil
+	}
+	var want store.KeyLimits
+	if e.cfg.Limits != nil {
+		want.Limits = append([]gate.Limit{}, e.limits.All()...)
+	}
+	if e.cfg.RateLimits != nil {
+		want.RateLimits = append([]gate.RateLimit{}, e.rates.All()...)
+	}
 	if e.cfg.Strict {
 		res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want, store.SyncOptions{DryRun: true})
 		if err != nil {
 			return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 		}
-		for _, w := range liveWarnings(res) {
+		for _, w := range store.LiveChangeWarnings(res) {
 			return fmt.Errorf("durable: start: %w", w.Error())
 		}
 	}
@@ -63,34 +102,11 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 	}
-	for _, w := range liveWarnings(res) {
+	for _, w := range store.LiveChangeWarnings(res) {
 		e.recordWarning(w)
 		e.log.Warn("limit change alters live keys", "name", w.Name, "live_instances", w.Live, "detail", w.Message)
 	}
 	return nil
-}
-
-// liveWarnings lists, by key name, the changes of res that affect live instances.
-func liveWarnings(res store.LimitsResult) []gate.Warning {
-	var out []gate.Warning
-	for _, c := range res.Changes {
-		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
-		}
-	}
-	for _, c := range res.RateChanges {
-		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
-		}
-	}
-	return out
-}
-
-// recordWarning remembers a live-keys warning for Warnings.
-func (e *Engine) recordWarning(w gate.Warning) {
-	e.mu.Lock()
-	e.warned[string(w.Kind)+"/"+w.Name] = true
-	e.mu.Unlock()
 }
 
 // SyncConcurrencyPolicies stores defs as the queue policies of the
@@ -131,7 +147,7 @@ func (e *Engine) ListConcurrencyPolicies(ctx context.Context) ([]store.Concurren
 // waits for the first call to finish (or for its own ctx) and returns nil.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
-	if e.state == 2 {
+	if e.state == stateStopped {
 		done := e.stopDone
 		e.mu.Unlock()
 		if done != nil {
@@ -144,7 +160,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		return nil
 	}
 	s := e.sched
-	e.state = 2
+	e.state = stateStopped
 	done := make(chan struct{})
 	e.stopDone = done
 	e.mu.Unlock()
@@ -188,7 +204,7 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	e.mu.RLock()
 	state := e.state
 	e.mu.RUnlock()
-	if state != 0 {
+	if state != stateNew {
 		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
 	round := e.fireSchedules(ctx)

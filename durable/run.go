@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/steps"
@@ -21,6 +22,19 @@ type PanicError struct {
 }
 
 func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
+
+// TransitionError is a step's transition that cannot be carried out: a
+// programming error (a next step the workflow does not have, a transition
+// not built with the transitions package). The instance fails at once,
+// without retries: running the step again would return the same
+// transition, side effects and all.
+type TransitionError struct{ Msg string }
+
+func (e *TransitionError) Error() string { return e.Msg }
+
+// OutcomeInvalidTransition is the history outcome (store.HistoryEntry) of a
+// step whose transition was a TransitionError.
+const OutcomeInvalidTransition = "invalid transition"
 
 // skewDelay is how long a row this worker cannot run (unknown version or
 // step) waits before it is offered again, to a worker that may know it.
@@ -102,7 +116,12 @@ func (e *Engine) errorOutcome(sctx *stepContext, c store.Claimed, def *definitio
 	}
 	msg := err.Error()
 	var de *decodeError
-	if errors.As(err, &de) {
+	var te *TransitionError
+	if errors.As(err, &te) {
+		label = OutcomeInvalidTransition
+		sctx.Logger().Error("step returned an invalid transition; the instance fails without retries", "err", msg)
+	}
+	if errors.As(err, &de) || te != nil {
 		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg
 	}
 	var delay time.Duration
@@ -143,7 +162,8 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 	}
 	needStep := func() error {
 		if _, ok := def.steps[t.Step]; !ok {
-			return fmt.Errorf("transition %s to unknown step %q", t.Kind, t.Step)
+			return &TransitionError{Msg: fmt.Sprintf("transition %s from step %q to unknown step %q of %s v%d (steps: %s)",
+				t.Kind, c.Step, t.Step, def.name, def.version, strings.Join(def.stepNames(), ", "))}
 		}
 		out.Step = t.Step
 		return nil
@@ -214,7 +234,7 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		}
 		return out, nil
 	default:
-		return out, fmt.Errorf("invalid transition (kind %d): build it with the transitions package", t.Kind)
+		return out, &TransitionError{Msg: fmt.Sprintf("invalid transition (kind %d) from step %q: build it with the transitions package", t.Kind, c.Step)}
 	}
 	if err := encodeState(); err != nil {
 		return out, err

@@ -24,7 +24,13 @@ import (
 //	   group-commits every outcome that arrived while the previous flush was in flight,
 //	   then wakes the pick loops (a freed slot may admit blocked work).
 //	heartbeat loop: extends the leases of every claim not yet committed; a lost
-//	   claim's step context is cancelled and its outcome will be stale.
+//	   claim's step context is cancelled and its outcome will be stale; a
+//	   canceled instance's step context is cancelled (its outcome cancels it).
+//	   A claim this engine cannot have renewed before its lease ends (by its
+//	   own clock: the store is unreachable) is given up: its step context is
+//	   cancelled before another engine may take the row over.
+//	notifications: work became ready (wake a pick loop), or an instance this
+//	   engine runs was canceled (cancel its step context at once).
 //	maintenance loop: fires due await timeouts, reaps expired leases, reconciles counters.
 //	schedule loop: sleeps until the next tick of this engine's schedules, then records
 //	   it and starts its instance (one fleet-wide: see Schedule).
@@ -56,7 +62,20 @@ type scheduler struct {
 type claimState struct {
 	ref    store.ClaimRef
 	cancel context.CancelFunc
-	lost   bool
+	// lost: the claim is no longer held (or may not be: its lease could not
+	// be renewed in time); canceled: its instance was canceled.
+	lost, canceled bool
+	// validUntil is, by this engine's monotonic clock, the latest time the
+	// lease is sure to hold: the send time of the claim or of the last
+	// heartbeat that renewed it, plus the lease.
+	validUntil time.Time
+}
+
+// stop cancels the claim's step context, if its step has started.
+func (st *claimState) stop() {
+	if st.cancel != nil {
+		st.cancel()
+	}
 }
 
 type queueRunner struct {
@@ -91,6 +110,27 @@ func (s *scheduler) wake(queue string) {
 	}
 }
 
+// notified handles a store notification.
+func (s *scheduler) notified(n store.Notification) {
+	if n.Queue != "" {
+		s.wake(n.Queue)
+	}
+	if n.Canceled != "" {
+		s.canceled(n.Canceled, nil)
+	}
+}
+
+// canceled stops the step of instance id, if this engine runs it (and, when
+// ref is not nil, only under that claim): the instance was canceled.
+func (s *scheduler) canceled(id string, ref *store.ClaimRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.inflight[id]; st != nil && (ref == nil || st.ref == *ref) {
+		st.canceled = true
+		st.stop()
+	}
+}
+
 func (s *scheduler) wakeAll() {
 	for _, q := range s.queues {
 		q.wake()
@@ -108,8 +148,9 @@ func (s *scheduler) start() {
 	}
 	s.flushWG.Add(1)
 	go s.flusher()
-	s.bgWG.Add(2)
+	s.bgWG.Add(3)
 	go s.heartbeatLoop()
+	go s.leaseWatchdog()
 	go s.maintenanceLoop()
 	if len(s.e.schedules) > 0 {
 		s.bgWG.Add(1)
@@ -119,7 +160,7 @@ func (s *scheduler) start() {
 		s.bgWG.Add(1)
 		go func() {
 			defer s.bgWG.Done()
-			err := n.Listen(s.bgCtx, s.wake)
+			err := n.Listen(s.bgCtx, s.notified)
 			if err != nil && s.bgCtx.Err() == nil {
 				s.e.log.Warn("notifications stopped; falling back to polling", "err", err)
 			}
@@ -270,6 +311,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 					e.outage.fail("fire timers", err)
 				}
 			}
+			sent := time.Now()
 			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
 				Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
 			if err != nil {
@@ -280,7 +322,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				for _, c := range res.Claimed {
-					s.track(c)
+					s.track(c, sent.Add(e.cfg.Lease))
 					q.busy.Add(1)
 					q.work <- c
 				}
@@ -303,9 +345,9 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 	}
 }
 
-func (s *scheduler) track(c store.Claimed) {
+func (s *scheduler) track(c store.Claimed, validUntil time.Time) {
 	s.mu.Lock()
-	s.inflight[c.ID] = &claimState{ref: store.ClaimRef{ID: c.ID, Fence: c.Fence}}
+	s.inflight[c.ID] = &claimState{ref: store.ClaimRef{ID: c.ID, Fence: c.Fence}, validUntil: validUntil}
 	s.mu.Unlock()
 }
 
@@ -321,11 +363,13 @@ func (s *scheduler) executor(q *queueRunner) {
 	defer s.execWG.Done()
 	var toRelease []store.ClaimRef
 	for c := range q.work {
+		ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 		s.mu.Lock()
 		st := s.inflight[c.ID]
-		lost := st == nil || st.lost
+		lost := st == nil || st.lost || st.ref != ref
+		canceled := !lost && st.canceled
 		ctx, cancel := context.WithCancel(s.runCtx)
-		if st != nil {
+		if !lost {
 			st.cancel = cancel
 		}
 		s.mu.Unlock()
@@ -333,9 +377,14 @@ func (s *scheduler) executor(q *queueRunner) {
 		case lost:
 			cancel()
 			s.untrack(c.ID, c.Fence)
+		case canceled:
+			// Canceled before it started: releasing the claim cancels the
+			// instance (see store.Store, Cancel).
+			cancel()
+			s.release([]store.ClaimRef{ref})
 		case s.stopping.Load():
 			cancel()
-			toRelease = append(toRelease, store.ClaimRef{ID: c.ID, Fence: c.Fence})
+			toRelease = append(toRelease, ref)
 		default:
 			out := s.e.execute(ctx, c)
 			hard := s.runCtx.Err() != nil
@@ -343,7 +392,7 @@ func (s *scheduler) executor(q *queueRunner) {
 			if hard {
 				// Cut short by the stop deadline: not the step's fault, so the
 				// claim goes back with its attempt unchanged.
-				toRelease = append(toRelease, store.ClaimRef{ID: c.ID, Fence: c.Fence})
+				toRelease = append(toRelease, ref)
 			} else {
 				s.flushCh <- out
 			}
@@ -351,15 +400,21 @@ func (s *scheduler) executor(q *queueRunner) {
 		q.busy.Add(-1)
 		q.wake()
 	}
-	if len(toRelease) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.e.st.Release(ctx, s.e.cfg.WorkerID, toRelease, s.e.storeNow()); err != nil {
-			s.e.log.Warn("release buffered claims; the reaper will take them back", "n", len(toRelease), "err", err)
-		}
-		cancel()
-		for _, r := range toRelease {
-			s.untrack(r.ID, r.Fence)
-		}
+	s.release(toRelease)
+}
+
+// release returns claims that did not run to the store and forgets them.
+func (s *scheduler) release(refs []store.ClaimRef) {
+	if len(refs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.e.st.Release(ctx, s.e.cfg.WorkerID, refs, s.e.storeNow()); err != nil {
+		s.e.log.Warn("release claims; the reaper will take them back", "n", len(refs), "err", err)
+	}
+	cancel()
+	for _, r := range refs {
+		s.untrack(r.ID, r.Fence)
 	}
 }
 
@@ -487,14 +542,17 @@ func (s *scheduler) heartbeatLoop() {
 		s.mu.Lock()
 		refs := make([]store.ClaimRef, 0, len(s.inflight))
 		for _, st := range s.inflight {
-			refs = append(refs, st.ref)
+			if !st.lost {
+				refs = append(refs, st.ref)
+			}
 		}
 		s.mu.Unlock()
 		if len(refs) == 0 {
 			continue
 		}
 		sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
-		lost, err := e.st.Heartbeat(s.bgCtx, e.cfg.WorkerID, refs, e.cfg.Lease, e.storeNow())
+		sent := time.Now()
+		res, err := e.st.Heartbeat(s.bgCtx, e.cfg.WorkerID, refs, e.cfg.Lease, e.storeNow())
 		if err != nil {
 			if s.bgCtx.Err() == nil {
 				out.fail(err) // the ticker paces the next attempt
@@ -502,17 +560,81 @@ func (s *scheduler) heartbeatLoop() {
 			continue
 		}
 		out.ok()
+		s.renewed(refs, res, sent.Add(e.cfg.Lease))
+	}
+}
+
+// renewed applies a heartbeat's answer. Claims are matched by id and fence:
+// this engine may have committed a claim and claimed the same instance
+// again while the heartbeat was in flight, and the answer about the old
+// claim says nothing about the new one.
+func (s *scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, validUntil time.Time) {
+	gone := make(map[store.ClaimRef]bool, len(res.Lost))
+	for _, r := range res.Lost {
+		gone[r] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		st := s.inflight[r.ID]
+		if st == nil || st.ref != r {
+			continue
+		}
+		if gone[r] {
+			st.lost = true
+			st.stop()
+		} else if validUntil.After(st.validUntil) {
+			st.validUntil = validUntil
+		}
+	}
+	for _, r := range res.Canceled {
+		if st := s.inflight[r.ID]; st != nil && st.ref == r {
+			st.canceled = true
+			st.stop()
+		}
+	}
+}
+
+// leaseWatchdog gives up the claims whose lease this engine cannot be sure
+// still holds: the store has not answered a heartbeat for them for about
+// a lease (it is unreachable, or too slow). Their steps are cancelled a
+// margin before the lease ends by this engine's clock, so that a step no
+// longer runs when the reaper of another engine may hand its row on. Their
+// outcomes are still sent: the store commits them if the claim is still
+// current, and discards them as stale otherwise.
+func (s *scheduler) leaseWatchdog() {
+	defer s.bgWG.Done()
+	e := s.e
+	margin := leaseMargin(e.cfg.Lease)
+	tick := time.NewTicker(margin)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case <-tick.C:
+		}
+		deadline := time.Now().Add(2 * margin)
+		n := 0
 		s.mu.Lock()
-		for _, id := range lost {
-			if st := s.inflight[id]; st != nil {
+		for _, st := range s.inflight {
+			if !st.lost && deadline.After(st.validUntil) {
 				st.lost = true
-				if st.cancel != nil {
-					st.cancel()
-				}
+				st.stop()
+				n++
 			}
 		}
 		s.mu.Unlock()
+		if n > 0 {
+			e.log.Error("leases could not be renewed in time; their steps were cancelled and will run again elsewhere", "n", n)
+		}
 	}
+}
+
+// leaseMargin is how often the watchdog looks, and half of how long
+// before a lease ends by this engine's clock it gives a claim up.
+func leaseMargin(lease time.Duration) time.Duration {
+	return max(lease/20, 5*time.Millisecond)
 }
 
 func (s *scheduler) maintenanceLoop() {

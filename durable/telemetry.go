@@ -99,7 +99,10 @@ func (t *telemetry) endStep(ctx context.Context, span trace.Span, c store.Claime
 // observeHealth registers the gauges. Their callback reads snapshot, which
 // returns a cached Health (see Config.HealthInterval) or false when none
 // could be taken (nothing is observed then). Attributes are queue names,
-// gate names and row states: never a key's id.
+// gate names and row states: never a key's id. The durable.policy.* gauges
+// (a queue policy's limit, active rows, blocked ready rows and saturated
+// keys) carry the queue name only, and are observed for queues with a
+// policy.
 func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool)) error {
 	m := t.meter
 	depth, err := m.Int64ObservableGauge("durable.queue.depth",
@@ -132,6 +135,26 @@ func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool))
 	if err != nil {
 		return err
 	}
+	policyLimit, err := m.Int64ObservableGauge("durable.policy.limit",
+		metric.WithDescription("A queue policy's MaxActive: the most rows of the queue executing at once, fleet-wide."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	policyActive, err := m.Int64ObservableGauge("durable.policy.active",
+		metric.WithDescription("Executing rows a queue policy counts against its MaxActive."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	policyBlocked, err := m.Int64ObservableGauge("durable.policy.blocked_ready",
+		metric.WithDescription("Ready rows of a queue held back by its full MaxActive (counted up to a bound)."), metric.WithUnit("{instance}"))
+	if err != nil {
+		return err
+	}
+	policySaturated, err := m.Int64ObservableGauge("durable.policy.saturated_keys",
+		metric.WithDescription("Keys of a queue at its policy's MaxActivePerKey with work waiting (counted up to a bound)."), metric.WithUnit("{key}"))
+	if err != nil {
+		return err
+	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		h, ok := snapshot(ctx)
 		if !ok {
@@ -147,6 +170,13 @@ func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool))
 				o.ObserveInt64(depth, d.n, metric.WithAttributes(qa, AttrState.String(d.state)))
 			}
 			o.ObserveFloat64(oldest, q.OldestReady.Seconds(), metric.WithAttributes(qa))
+			if q.MaxActive > 0 { // the queue has a policy
+				pa := metric.WithAttributes(qa)
+				o.ObserveInt64(policyLimit, int64(q.MaxActive), pa)
+				o.ObserveInt64(policyActive, q.Active, pa)
+				o.ObserveInt64(policyBlocked, q.BlockedReady, pa)
+				o.ObserveInt64(policySaturated, int64(q.SaturatedKeys), pa)
+			}
 		}
 		for _, g := range h.Gates {
 			ga := metric.WithAttributes(AttrGate.String(g.Name))
@@ -156,6 +186,6 @@ func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool))
 			o.ObserveInt64(saturated, int64(g.SaturatedKeys), ga)
 		}
 		return nil
-	}, depth, oldest, limit, active, blocked, saturated)
+	}, depth, oldest, limit, active, blocked, saturated, policyLimit, policyActive, policyBlocked, policySaturated)
 	return err
 }

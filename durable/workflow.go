@@ -3,6 +3,7 @@ package durable
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/godurable/godurable/steps"
@@ -150,4 +151,14 @@ func (w *Workflow[S]) Call(ctx steps.Context, step string, state S) (transitions
 		return transitions.Transition{}, fmt.Errorf("%w state: %v", ErrEncode, err)
 	}
 	return callStep(sd, ctx, raw)
+}
+
+// stepNames returns the definition's step names, sorted.
+func (d *definition) stepNames() []string {
+	names := make([]string, 0, len(d.steps))
+	for n := range d.steps {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -12,6 +12,11 @@ import (
 // Health costs the same with 10 keys or 10 million.
 const HealthScanLimit = 1000
 
+// BlockedReadyLimit bounds QueueHealth.BlockedReady: the ready rows a full
+// MaxActive holds back are counted over at most this many rows, so a value
+// of BlockedReadyLimit reads "more than 100" (the seed's bound).
+const BlockedReadyLimit = 101
+
 // Health is a bounded-cost snapshot of the pressure in a store, taken at
 // one instant. Its JSON form is stable: every field is always present
 // (empty lists as []), durations are integer nanoseconds, and no field ever
@@ -31,8 +36,11 @@ type Health struct {
 	// the executing rows and the waiting (ready or blocked) keyed rows, of
 	// which a backend may look at only HealthScanLimit: a key
 	// declared as an identity whose name has a limit (IdentityCaptured), a
-	// key declared as a gate whose name has none (GateWithoutLimit). They
-	// name key names, never key ids.
+	// key declared as a gate whose name has none (GateWithoutLimit); and
+	// the limit syncs of the last LiveChangeFor that changed the semantics
+	// of keys live instances held (LiveKeysChanged, with their count at the
+	// sync), whichever engine or tool made them. They name key names, never
+	// key ids.
 	Warnings []gate.Warning `json:"warnings"`
 	// RateLimits, sorted by name: every stored rate limit.
 	RateLimits []RateHealth `json:"rate_limits"`
@@ -80,6 +88,22 @@ type QueueHealth struct {
 	MaxActive       int   `json:"max_active"`
 	MaxActivePerKey int   `json:"max_active_per_key"`
 	Active          int64 `json:"active"`
+	// BlockedReady is the ready work the policy holds back: while the
+	// queue has a policy and Active >= MaxActive, its ready rows eligible
+	// now (Ready), counted over at most the first BlockedReadyLimit of them
+	// (101 reads "more than 100"); 0 otherwise, when a claim would take
+	// them. Rows held back by MaxActivePerKey are blocked (see Blocked and
+	// SaturatedKeys), not ready.
+	BlockedReady int64 `json:"blocked_ready"`
+	// SaturatedKeys counts the keys at the policy's MaxActivePerKey: keys
+	// with at least MaxActivePerKey executing rows in the queue and at
+	// least one row of the queue waiting for them (blocked, or ready and
+	// eligible now). The work is bounded by the queue's executing rows; it
+	// counts up to HealthScanLimit keys, and SaturatedKeysCapped is true
+	// when more are saturated. 0 when the policy has no MaxActivePerKey.
+	// Key ids are never reported.
+	SaturatedKeys       int  `json:"saturated_keys"`
+	SaturatedKeysCapped bool `json:"saturated_keys_capped"`
 }
 
 // GateHealth is the state of one configured key limit.

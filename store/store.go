@@ -62,6 +62,19 @@
 // release names the worker and the fence; one that does not match the row's
 // current claim (the lease was reaped, the instance was cancelled) commits
 // nothing and is reported stale.
+//
+// # Cancel
+//
+// A step that is still running holds its slot, whatever happens to its row.
+// Cancel of an executing row therefore does not free its slot: it marks the
+// claim cancel-requested (Instance.CancelRequested), tells the worker (a
+// Notification, and the next Heartbeat), and the row stays executing until
+// it leaves executing by one of the usual ways, each of which then makes it
+// canceled instead: a Complete whose outcome is not terminal (its state
+// and step are kept, children are not spawned, nothing is parked), a
+// Release, or the reaper when the lease expires. A done or failed outcome
+// commits as it is: the step finished first. Only then is the slot freed
+// and, for a child, the parent's join counted.
 package store
 
 import (
@@ -185,6 +198,10 @@ type Instance struct {
 	UpdatedAt       time.Time
 	// StartedAt is when the current claim began (executing rows).
 	StartedAt time.Time
+	// CancelRequested is set on an executing row that Cancel was called
+	// for: the row becomes canceled when its step's claim ends (see Cancel
+	// in the package doc).
+	CancelRequested bool
 }
 
 // ClaimRequest asks for up to Limit rows of Queue.
@@ -313,6 +330,18 @@ type ClaimRef struct {
 	Fence int64
 }
 
+// HeartbeatResult is what a Heartbeat found, claim by claim (each as it was
+// sent, fence included, so that a worker that claimed the same instance
+// again meanwhile does not mistake its new claim for the lost one).
+type HeartbeatResult struct {
+	// Lost are the claims the worker no longer holds: their outcomes will
+	// be stale and their steps should stop.
+	Lost []ClaimRef
+	// Canceled are held claims whose instance was canceled: the step
+	// should stop; its outcome makes the instance canceled.
+	Canceled []ClaimRef
+}
+
 // HistoryEntry is one run of a step.
 type HistoryEntry struct {
 	InstanceID string
@@ -344,7 +373,10 @@ type KeyInfo struct {
 	// OldestWaiting is the waiting row with the earliest run time, ties in
 	// insertion order (nil when none): the one that has waited longest.
 	OldestWaiting *Instance
-	// Available is the sum of free slots over the key's counters (gates only).
+	// Available is how many more rows of the key a claim could admit now:
+	// for a gate, the free slots over the key's counters (no more than K
+	// less the slots in use); for a K = 1 key, 1 while none of its rows
+	// executes, else 0. Never negative.
 	Available int
 	// RateLimit is the rate limit of the key's name (nil: none). Bucket is
 	// the stored state of the bucket the key draws from (nil: none stored,
@@ -382,6 +414,27 @@ type LimitsResult struct {
 	Live map[string]int64
 }
 
+// LiveChangeFor is how long Health keeps reporting a limit sync that
+// changed the semantics of keys live instances held (gate.LiveKeysChanged).
+const LiveChangeFor = 24 * time.Hour
+
+// LiveChangeWarnings lists, by key name, the changes of res that affect
+// live instances, with their counts.
+func LiveChangeWarnings(res LimitsResult) []gate.Warning {
+	var out []gate.Warning
+	for _, c := range res.Changes {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
+		}
+	}
+	for _, c := range res.RateChanges {
+		if n := res.Live[c.Name]; n > 0 {
+			out = append(out, c.LiveWarning(n))
+		}
+	}
+	return out
+}
+
 // DefaultNamespace owns the limits stored by SyncLimits, and is an engine's
 // namespace when its configuration names none.
 const DefaultNamespace = "default"
@@ -410,7 +463,9 @@ func MergeSyncOptions(opts []SyncOptions) SyncOptions {
 	return o
 }
 
-// KeyLimits is the desired state of the key limits one namespace owns.
+// KeyLimits is the desired state of the key limits one namespace owns. A
+// nil slice leaves that kind of limit as stored; an empty one removes the
+// namespace's limits of that kind.
 type KeyLimits struct {
 	// Limits are concurrency limits (gates) by key name.
 	Limits []gate.Limit `json:"limits"`
@@ -503,13 +558,18 @@ type Store interface {
 	// a new shard count binds the next claim: rows already executing keep
 	// running and count against the new limit, so no new row of the key is
 	// admitted until the key is under it, with or without a Reconcile between.
+	// As those rows finish, the key's counters return to the new limit's
+	// shape (a shard the limit no longer has is dropped once empty), so
+	// that Reconcile finds nothing to repair on this path: drift is only
+	// ever the mark of a crash path.
 	// It is SyncKeyLimits for DefaultNamespace with that namespace's stored
 	// rate limits left as they are.
 	SyncLimits(ctx context.Context, limits []gate.Limit) (LimitsResult, error)
 	// Limits returns the stored limits of every namespace, sorted by name.
 	Limits(ctx context.Context) ([]gate.Limit, error)
 	// SyncKeyLimits makes the concurrency and rate limits namespace owns
-	// equal to want, atomically, and reports how the stored limits changed.
+	// equal to want (a nil slice of want leaves that kind alone),
+	// atomically, and reports how the stored limits changed.
 	// Limits the namespace owns and want omits are deleted (unless
 	// KeepOmitted). A name whose limit of that kind another namespace owns
 	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,
@@ -563,8 +623,9 @@ type Store interface {
 	// the row's slot, and a terminal child updates its parent's join.
 	Complete(ctx context.Context, worker string, outcomes []Outcome, now time.Time) ([]OutcomeResult, error)
 	// Heartbeat extends the leases of worker's claims to now + lease and
-	// returns the ids of claims it no longer holds.
-	Heartbeat(ctx context.Context, worker string, claims []ClaimRef, lease time.Duration, now time.Time) (lost []string, err error)
+	// reports the claims it no longer holds and the held claims whose
+	// instance was canceled.
+	Heartbeat(ctx context.Context, worker string, claims []ClaimRef, lease time.Duration, now time.Time) (HeartbeatResult, error)
 	// Release returns claims that never ran to ready (attempt unchanged),
 	// crediting their slots. Used at graceful shutdown for buffered claims.
 	Release(ctx context.Context, worker string, claims []ClaimRef, now time.Time) error
@@ -572,8 +633,10 @@ type Store interface {
 	// Signal stores a signal and wakes the instance if it awaits that name.
 	// A signal to a terminal instance is ErrTerminal, to a missing one ErrNotFound.
 	Signal(ctx context.Context, req SignalRequest) (SignalResult, error)
-	// Cancel makes a non-terminal instance canceled, crediting its slot if it
-	// was executing (the worker's later outcome is stale).
+	// Cancel makes a non-terminal instance canceled. An executing row is
+	// only marked cancel-requested and keeps its slot until its claim ends
+	// (see Cancel in the package doc); its worker is notified. Canceling a
+	// row whose cancel is already requested does nothing.
 	Cancel(ctx context.Context, id string, now time.Time) error
 	// Retry makes a failed or canceled instance ready again at its current step, attempt 0.
 	Retry(ctx context.Context, id string, now time.Time) error
@@ -614,11 +677,21 @@ type Store interface {
 }
 
 // Notifier is implemented by stores that can wake idle engines when work may
-// have become ready (an insert, a signal, a freed slot), in this process or
-// in another. Engines poll as a fallback, so a notification may be lost
-// without losing work.
+// have become ready (an insert, a signal, a freed slot), and tell them when
+// an instance one of them runs was canceled, in this process or in another.
+// Engines poll and heartbeat as a fallback, so a notification may be lost
+// without losing work or a cancel.
 type Notifier interface {
-	// Listen calls fn with the queue name whenever work may be ready there,
-	// until ctx is done. fn must not block.
-	Listen(ctx context.Context, fn func(queue string)) error
+	// Listen calls fn for every notification until ctx is done. fn must not
+	// block.
+	Listen(ctx context.Context, fn func(Notification)) error
+}
+
+// Notification is one message of a Notifier: exactly one field is set.
+type Notification struct {
+	// Queue: work may be ready in this queue.
+	Queue string
+	// Canceled: the instance with this id was canceled while a claim of it
+	// executes; the worker holding the claim should stop its step.
+	Canceled string
 }

@@ -383,11 +383,14 @@ func TestCLISignalCancelRetry(t *testing.T) {
 	out = s.ok(t, "cancel", s.acctWaiting[0])
 	assert.Equal(t, "canceled "+s.acctWaiting[0]+" (was blocked at step fetch)\n", out)
 	out = s.ok(t, "cancel", s.acctHolder)
-	assert.Contains(t, out, "was executing")
-	assert.Contains(t, out, "worker worker-a's running step is stopped")
-	_, errOut, code = s.cli(t, "cancel", s.acctHolder)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "is terminal")
+	assert.Contains(t, out, "cancel requested for "+s.acctHolder)
+	assert.Contains(t, out, "on worker worker-a")
+	assert.Contains(t, out, "keeps its key until it returns")
+	out = s.ok(t, "show", s.acctHolder)
+	assert.Regexp(t, `status\s+executing`, out)
+	assert.Regexp(t, `cancel\s+requested`, out)
+	out = s.ok(t, "cancel", s.acctHolder)
+	assert.Contains(t, out, "cancel requested", "a second cancel of a running step changes nothing")
 
 	out = s.ok(t, "retry", s.failed)
 	assert.Equal(t, "retrying "+s.failed+" (was failed): ready at step call, attempt 0\n", out)
@@ -460,7 +463,7 @@ func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	assert.Equal(t, 2, x.Waiting.Count)
 	assert.Equal(t, s.acctWaiting[0], x.Waiting.Next.ID)
 	assert.Equal(t, []limitCheck{
-		{Kind: "concurrency", Applies: true, Limit: 1, InUse: 1, Blocking: true, Detail: `no limit configured for "account": K = 1, one at a time per key`},
+		{Kind: "concurrency", Applies: true, Limit: 1, InUse: 1, Blocking: true, Detail: `no limit configured for "account": K = 1, one at a time per key; 1 held, 0 free`},
 		{Kind: "rate", Detail: `no rate limit for "account"`},
 		{Kind: "fleet", Detail: `no policy for queue "default"`},
 	}, x.Limits)
@@ -537,6 +540,40 @@ func TestCLIErrors(t *testing.T) {
 	assert.Contains(t, errOut, "flag provided but not defined: -bogus")
 }
 
+// TestCLIExplainFreeK1Key explains a K = 1 key whose rows wait for an
+// executor while none of them runs: the key's one slot is free, so nothing
+// blocks it, and nothing is said to have leaked.
+func TestCLIExplainFreeK1Key(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	idle := newEngine(t, s.st)
+	for range 2 {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: gate.Identity("account", "9")})
+		require.NoError(t, err)
+	}
+
+	out := s.ok(t, "explain", "account:9")
+	t.Log("\n" + out)
+	assert.Contains(t, out, "holders: none")
+	assert.Contains(t, out, "waiting: 2 (0 blocked)")
+	assert.Equal(t, []string{"concurrency", "0/1", "in", "use", "ok"}, line(t, out, "concurrency")[:5])
+	assert.Contains(t, out, "blocking now: none\nnot blocked by any limit: the ready rows of account:9 wait for a free executor on queue default")
+	assert.NotContains(t, out, "leaked")
+
+	var x explanation
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "explain", "account:9", "-json")), &x))
+	assert.Empty(t, x.Blocking)
+	assert.Equal(t, limitCheck{Kind: "concurrency", Applies: true, Limit: 1,
+		Detail: `no limit configured for "account": K = 1, one at a time per key; 0 held, 1 free`}, x.Limits[0])
+}
+
 // TestCLIExplainRateAndFleet explains a key throttled by its rate limit and
 // a key held back by its queue's fleet policy.
 func TestCLIExplainRateAndFleet(t *testing.T) {
@@ -583,6 +620,56 @@ func TestCLIExplainRateAndFleet(t *testing.T) {
 	assert.Equal(t, []string{"fleet", "1/1", "in", "use", "BLOCKING", "queue", `"mail"`, `(namespace`, `"billing"):`}, line(t, out, "fleet")[:9])
 	assert.Contains(t, out, `blocking now: fleet`)
 	assert.Equal(t, []string{"rate", "-", "not", "configured"}, line(t, out, "rate")[:4])
+}
+
+// TestCLIHealthPolicyPressure shows a queue policy's pressure: the ready
+// rows a full MaxActive holds back and the keys at MaxActivePerKey with
+// work waiting, in text and JSON, without key ids.
+func TestCLIHealthPolicyPressure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	_, err = s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}})
+	require.NoError(t, err)
+	idle := newEngine(t, s.st)
+	insert := func(k gate.ConcurrencyKey) {
+		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: k, Queue: "mail"})
+		require.NoError(t, err)
+	}
+	insert(gate.Identity("account", "secret-1"))
+	insert(gate.Identity("account", "secret-1"))
+	for range 3 {
+		insert(gate.ConcurrencyKey{})
+	}
+	res, err := s.st.Claim(ctx, store.ClaimRequest{Queue: "mail", Worker: "worker-a", Limit: 10, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 2, "MaxActive 2")
+
+	out := s.ok(t, "health")
+	t.Log("\n" + out)
+	assert.Equal(t, []string{"POLICY", "MAX", "ACTIVE", "ACTIVE", "BLOCKED", "READY", "MAX", "PER", "KEY", "SATURATED", "KEYS"},
+		line(t, out, "POLICY"))
+	policies := strings.SplitN(out, "POLICY", 2)
+	require.Len(t, policies, 2, "a policy section:\n%s", out)
+	// policy max-active active blocked-ready max-per-key saturated-keys
+	assert.Equal(t, []string{"mail", "2", "2", "2", "1", "1"}, line(t, policies[1], "mail"))
+	assert.NotContains(t, out, "secret-1", "no key id in health")
+
+	jsonOut := s.ok(t, "health", "-json")
+	assert.NotContains(t, jsonOut, "secret-1", "no key id in health")
+	var h healthReport
+	require.NoError(t, json.Unmarshal([]byte(jsonOut), &h))
+	require.Len(t, h.Queues, 1)
+	assert.Equal(t, store.QueueHealth{Queue: "mail", Ready: 2, Blocked: 1, Executing: 2, OldestReady: h.Queues[0].OldestReady,
+		MaxActive: 2, MaxActivePerKey: 1, Active: 2, BlockedReady: 2, SaturatedKeys: 1}, h.Queues[0])
+	assert.Contains(t, jsonOut, `"blocked_ready": 2`)
+	assert.Contains(t, jsonOut, `"saturated_keys": 1`)
 }
 
 // TestCLIPoliciesAndRateLimits syncs and lists queue policies and rate

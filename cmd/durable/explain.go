@@ -164,7 +164,8 @@ func concurrencyCheck(k keyView) limitCheck {
 		c.Detail = fmt.Sprintf("gate %q: K = %d per key over %d shard(s); %d held, %d free",
 			name, info.K, info.Shards, len(info.Holders), info.Available)
 	} else {
-		c.Detail = fmt.Sprintf("no limit configured for %q: K = 1, one at a time per key", name)
+		c.Detail = fmt.Sprintf("no limit configured for %q: K = 1, one at a time per key; %d held, %d free",
+			name, len(info.Holders), info.Available)
 	}
 	c.Blocking = k.due && info.Available == 0
 	return c
@@ -259,7 +260,12 @@ func verdict(x explanation, k keyView) string {
 	switch x.Blocking {
 	case "concurrency":
 		if len(info.Holders) == 0 {
-			return fmt.Sprintf("blocked by its concurrency limit, yet nothing executes: slots of %s leaked on a crash path; the reconciler returns them at its next sweep", x.Key)
+			// Only a gate's counters can leak (a reaped claim does not
+			// credit them); a K = 1 key is free as soon as nothing executes.
+			if info.Shards > 0 {
+				return fmt.Sprintf("blocked by its concurrency limit, yet nothing executes: slots of %s leaked on a crash path; the reconciler returns them at its next sweep", x.Key)
+			}
+			return fmt.Sprintf("not blocked: nothing executes under %s, so its one slot is free; its rows run at the next claim of their queue", x.Key)
 		}
 		first := info.Holders[0].LeaseExpiresAt
 		for _, h := range info.Holders {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"text/tabwriter"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -70,6 +71,8 @@ func printHealth(w io.Writer, h store.Health) {
 	}
 	tw.Flush()
 
+	printPolicies(w, h.Queues)
+
 	fmt.Fprintln(w)
 	tw = table(w)
 	fmt.Fprintln(tw, "GATE\tLIMIT\tSHARDS\tACTIVE\tBLOCKED\tSATURATED KEYS\tHIGHEST KEY ACTIVE")
@@ -110,5 +113,39 @@ func printHealth(w io.Writer, h store.Health) {
 	fmt.Fprintln(w, "WARNINGS")
 	for _, wn := range h.Warnings {
 		fmt.Fprintf(w, "  %s %s: %s\n", wn.Kind, wn.Name, wn.Message)
+	}
+}
+
+// printPolicies prints the pressure of each queue policy (nothing when no
+// queue has one): its MaxActive, active rows, the ready rows a full
+// MaxActive holds back (bounded: ">100" when store.BlockedReadyLimit rows
+// were counted),
+// its MaxActivePerKey and the keys at that budget with work waiting.
+func printPolicies(w io.Writer, queues []store.QueueHealth) {
+	var tw *tabwriter.Writer
+	for _, q := range queues {
+		if q.MaxActive == 0 {
+			continue
+		}
+		if tw == nil {
+			fmt.Fprintln(w)
+			tw = table(w)
+			fmt.Fprintln(tw, "POLICY\tMAX ACTIVE\tACTIVE\tBLOCKED READY\tMAX PER KEY\tSATURATED KEYS")
+		}
+		blocked := fmt.Sprint(q.BlockedReady)
+		if q.BlockedReady >= store.BlockedReadyLimit {
+			blocked = fmt.Sprintf(">%d", store.BlockedReadyLimit-1)
+		}
+		perKey, sat := "-", "-"
+		if q.MaxActivePerKey > 0 {
+			perKey, sat = fmt.Sprint(q.MaxActivePerKey), fmt.Sprint(q.SaturatedKeys)
+			if q.SaturatedKeysCapped {
+				sat += "+"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", q.Queue, q.MaxActive, q.Active, blocked, perKey, sat)
+	}
+	if tw != nil {
+		tw.Flush()
 	}
 }

@@ -171,6 +171,9 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		row("worker", in.Worker)
 		row("started", when(in.StartedAt, now))
 		row("lease expires", when(in.LeaseExpiresAt, now))
+		if in.CancelRequested {
+			row("cancel", "requested: canceled when this step returns")
+		}
 	case store.StatusAwaiting:
 		row("awaiting", orDash(in.AwaitSignal))
 		row("times out", when(in.TimeoutAt, now))
@@ -290,7 +293,8 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	msg := fmt.Sprintf("canceled %s (was %s at step %s)", id, before.Status, before.Step)
 	if before.Status == store.StatusExecuting {
-		msg += fmt.Sprintf("; worker %s's running step is stopped at its next heartbeat and its outcome discarded", before.Worker)
+		msg = fmt.Sprintf("cancel requested for %s (executing step %s on worker %s): the worker is told at once; "+
+			"the step keeps its key until it returns or its lease expires, then the instance is canceled", id, before.Step, before.Worker)
 	}
 	fmt.Fprintln(stdout, msg)
 	return nil

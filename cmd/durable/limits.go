@@ -98,6 +98,9 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("limits sync: %w", err)
 	}
 	want := file.Limits
+	if want == nil {
+		want = []gate.Limit{} // the file is the whole desired state: no limits removes them
+	}
 	if _, err := gate.NewLimits(want); err != nil {
 		return fmt.Errorf("limits sync: %s: %w", pos[0], err)
 	}

@@ -45,7 +45,7 @@ func TestBlockedBacklogLeavesThePickPath(t *testing.T) {
 func TestListenerUnregistersWithItsContext(t *testing.T) {
 	s := New(Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, s.Listen(ctx, func(string) {}))
+	require.NoError(t, s.Listen(ctx, func(store.Notification) {}))
 	require.Len(t, s.listeners, 1)
 	cancel()
 	require.Eventually(t, func() bool {

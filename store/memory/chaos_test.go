@@ -177,9 +177,9 @@ func (c *chaos) step(ctx context.Context) {
 	case 12:
 		if len(c.held) > 0 {
 			cl := c.held[c.rng.IntN(len(c.held))]
-			lost, err := c.s.Heartbeat(ctx, cl.Worker, []store.ClaimRef{{ID: cl.ID, Fence: cl.Fence}}, 10*time.Second, c.now)
+			hb, err := c.s.Heartbeat(ctx, cl.Worker, []store.ClaimRef{{ID: cl.ID, Fence: cl.Fence}}, 10*time.Second, c.now)
 			require.NoError(t, err)
-			c.logf("heartbeat %v", lost)
+			c.logf("heartbeat %+v", hb)
 		}
 	case 13:
 		var n int

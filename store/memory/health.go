@@ -87,6 +87,12 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	for name, p := range s.policies {
 		q := qh(name)
 		q.MaxActive, q.MaxActivePerKey = p.MaxActive, p.MaxActivePerKey
+		if q.Active >= int64(p.MaxActive) {
+			q.BlockedReady = min(q.Ready, store.BlockedReadyLimit)
+		}
+		if p.MaxActivePerKey > 0 {
+			s.saturatedPolicyKeys(name, p.MaxActivePerKey, now, q)
+		}
 	}
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {
@@ -117,6 +123,11 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	for _, w := range warnings {
 		h.Warnings = append(h.Warnings, w)
 	}
+	for _, c := range s.liveChanges {
+		if now.Sub(c.at) < store.LiveChangeFor {
+			h.Warnings = append(h.Warnings, c.w)
+		}
+	}
 	h.RateLimits = []store.RateHealth{}
 	for _, rate := range s.rates.All() {
 		rh := store.RateHealth{Limit: rate}
@@ -139,4 +150,43 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))
 	})
 	return h, nil
+}
+
+// saturatedPolicyKeys counts, into q, the keys of queue name with at least
+// perKey executing rows there and a row of that queue waiting for them
+// (blocked, or ready and due at now), up to store.HealthScanLimit.
+func (s *Store) saturatedPolicyKeys(name string, perKey int, now time.Time, q *store.QueueHealth) {
+	qs := s.queues[name]
+	if qs == nil {
+		return
+	}
+	for k, n := range qs.keyExec {
+		if n < perKey || !s.waitsIn(k, name, now) {
+			continue
+		}
+		if q.SaturatedKeys < store.HealthScanLimit {
+			q.SaturatedKeys++
+		} else {
+			q.SaturatedKeysCapped = true
+		}
+	}
+}
+
+// waitsIn reports whether key k has a row in queue name that is blocked,
+// or ready and due at now.
+func (s *Store) waitsIn(k, name string, now time.Time) bool {
+	ks := s.keys[k]
+	if ks == nil {
+		return false
+	}
+	for _, r := range ks.rows {
+		in := &r.inst
+		if in.Queue != name {
+			continue
+		}
+		if in.Status == store.StatusBlocked || (in.Status == store.StatusReady && !in.RunAt.After(now)) {
+			return true
+		}
+	}
+	return false
 }

@@ -16,6 +16,9 @@ import (
 // SyncLimits stores the concurrency limits of store.DefaultNamespace, its
 // rate limits unchanged (see store.Store).
 func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.LimitsResult, error) {
+	if limits == nil {
+		limits = []gate.Limit{}
+	}
 	return s.syncKeyLimits(store.DefaultNamespace, limits, nil, store.SyncOptions{})
 }
 
@@ -26,14 +29,11 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 // whose rate limit changed keep their tokens (dropped when the limit or
 // its scope went away).
 func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
-	rates := want.RateLimits
-	if rates == nil {
-		rates = []gate.RateLimit{}
-	}
-	return s.syncKeyLimits(namespace, want.Limits, rates, store.MergeSyncOptions(opts))
+	return s.syncKeyLimits(namespace, want.Limits, want.RateLimits, store.MergeSyncOptions(opts))
 }
 
-// syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
+// syncKeyLimits syncs namespace's limits unless limits is nil, and its
+// rate limits unless rates is nil.
 func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
 	wantLs, wantRs, err := store.ValidateKeyLimits(namespace, limits, rates)
 	if err != nil {
@@ -55,10 +55,12 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 		}
 	}
 
-	nextLs := desired(s.limits.All(), wantLs.All(), s.limitOwner, namespace, o.KeepOmitted, func(l gate.Limit) string { return l.Name })
-	next, err := gate.NewLimits(nextLs)
-	if err != nil {
-		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+	next := s.limits
+	if limits != nil {
+		nextLs := desired(s.limits.All(), wantLs.All(), s.limitOwner, namespace, o.KeepOmitted, func(l gate.Limit) string { return l.Name })
+		if next, err = gate.NewLimits(nextLs); err != nil {
+			return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+		}
 	}
 	nextRates := s.rates
 	if rates != nil {
@@ -88,7 +90,12 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	}
 
 	s.limits, s.rates = next, nextRates
-	claimOwnership(s.limitOwner, namespace, wantLs.All(), next.All(), func(l gate.Limit) string { return l.Name })
+	for _, w := range store.LiveChangeWarnings(res) {
+		s.liveChanges[w.Name] = liveChange{w: w, at: s.clock()}
+	}
+	if limits != nil {
+		claimOwnership(s.limitOwner, namespace, wantLs.All(), next.All(), func(l gate.Limit) string { return l.Name })
+	}
 	if rates != nil {
 		claimOwnership(s.rateOwner, namespace, wantRs.All(), nextRates.All(), func(r gate.RateLimit) string { return r.Name })
 	}

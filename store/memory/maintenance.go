@@ -61,7 +61,8 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 // takeBack returns the executing rows matching pick to ready with attempt
 // + 1. It is a crash path: a K = 1 key is free at once, but gate slots are
 // not credited (the reconciler repairs them). A waking signal or timeout
-// stays with the row, so the next run sees it again.
+// stays with the row, so the next run sees it again. A row whose cancel was
+// requested becomes canceled instead.
 func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
 	var rows []*row
 	for _, r := range s.executing {
@@ -72,8 +73,12 @@ func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
 	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range rows {
 		s.leaveExecuting(r, false, n)
-		r.inst.Attempt++
 		r.inst.UpdatedAt = now
+		if r.inst.CancelRequested {
+			s.finish(r, store.StatusCanceled, now, n)
+			continue
+		}
+		r.inst.Attempt++
 		s.requeue(r, now, n)
 	}
 	return len(rows)
@@ -89,6 +94,11 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	n := &notes{}
 	defer s.unlock(n)
 	now = s.now(now)
+	for name, c := range s.liveChanges {
+		if now.Sub(c.at) >= store.LiveChangeFor {
+			delete(s.liveChanges, name)
+		}
+	}
 	var rep store.ReconcileReport
 	for _, k := range s.sortedKeys() {
 		ks := s.keys[k]

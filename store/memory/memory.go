@@ -44,9 +44,12 @@ type Store struct {
 	// limitOwner and rateOwner name the namespace owning each limit.
 	limitOwner map[string]string
 	rateOwner  map[string]string
-	buckets    map[string]gate.Bucket             // rate bucket id -> state
-	policies   map[string]store.ConcurrencyPolicy // queue -> policy
-	schedules  map[string]store.Schedule          // name -> schedule
+	buckets    map[string]gate.Bucket // rate bucket id -> state
+	// liveChanges are the last syncs, per key name, that changed the
+	// semantics of live keys (see store.Health).
+	liveChanges map[string]liveChange
+	policies    map[string]store.ConcurrencyPolicy // queue -> policy
+	schedules   map[string]store.Schedule          // name -> schedule
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -56,7 +59,7 @@ type Store struct {
 	children  map[string][]*row          // parent id -> children, creation order
 	signals   map[int64]*signal
 
-	listeners    map[int64]func(string)
+	listeners    map[int64]func(store.Notification)
 	nextListener int64
 }
 
@@ -74,23 +77,30 @@ func New(opts Options) *Store {
 	limits, _ := gate.NewLimits(nil)
 	rates, _ := gate.NewRateLimits(nil)
 	return &Store{
-		clock:      clock,
-		limits:     limits,
-		rates:      rates,
-		limitOwner: map[string]string{},
-		rateOwner:  map[string]string{},
-		buckets:    map[string]gate.Bucket{},
-		policies:   map[string]store.ConcurrencyPolicy{},
-		schedules:  map[string]store.Schedule{},
-		rows:       map[string]*row{},
-		queues:     map[string]*queueState{},
-		keys:       map[string]*keyState{},
-		executing:  map[string]*row{},
-		unique:     map[string]map[string]*row{},
-		children:   map[string][]*row{},
-		signals:    map[int64]*signal{},
-		listeners:  map[int64]func(string){},
+		clock:       clock,
+		limits:      limits,
+		rates:       rates,
+		limitOwner:  map[string]string{},
+		rateOwner:   map[string]string{},
+		buckets:     map[string]gate.Bucket{},
+		liveChanges: map[string]liveChange{},
+		policies:    map[string]store.ConcurrencyPolicy{},
+		schedules:   map[string]store.Schedule{},
+		rows:        map[string]*row{},
+		queues:      map[string]*queueState{},
+		keys:        map[string]*keyState{},
+		executing:   map[string]*row{},
+		unique:      map[string]map[string]*row{},
+		children:    map[string][]*row{},
+		signals:     map[int64]*signal{},
+		listeners:   map[int64]func(store.Notification){},
 	}
+}
+
+// liveChange is a limit sync that changed the semantics of live keys.
+type liveChange struct {
+	w  gate.Warning
+	at time.Time
 }
 
 // row is one instance and its place in the indexes.
@@ -271,8 +281,9 @@ func (s *Store) unpick(r *row) {
 	}
 }
 
-// notes collects the queues to notify once the mutex is released.
-type notes struct{ queues []string }
+// notes collects the queues to notify, and the executing instances whose
+// cancel was requested, once the mutex is released.
+type notes struct{ queues, canceled []string }
 
 func (n *notes) add(q string) {
 	if !slices.Contains(n.queues, q) {
@@ -282,8 +293,8 @@ func (n *notes) add(q string) {
 
 // unlock releases the mutex, then tells listeners about n.
 func (s *Store) unlock(n *notes) {
-	var fns []func(string)
-	if n != nil && len(n.queues) > 0 && len(s.listeners) > 0 {
+	var fns []func(store.Notification)
+	if n != nil && len(n.queues)+len(n.canceled) > 0 && len(s.listeners) > 0 {
 		ids := make([]int64, 0, len(s.listeners))
 		for id := range s.listeners {
 			ids = append(ids, id)
@@ -300,18 +311,22 @@ func (s *Store) unlock(n *notes) {
 	qs := slices.Clone(n.queues)
 	slices.Sort(qs)
 	for _, fn := range fns {
+		for _, id := range n.canceled {
+			fn(store.Notification{Canceled: id})
+		}
 		for _, q := range qs {
-			fn(q)
+			fn(store.Notification{Queue: q})
 		}
 	}
 }
 
 // Listen registers fn and returns at once; fn is called with a queue name
 // after every insert, signal wake-up, freed slot that made a row ready, ready
-// outcome or fired timer in that queue, until ctx is done. fn runs on the
-// goroutine of the store call that caused it, after the store's lock is
-// released; it must not block.
-func (s *Store) Listen(ctx context.Context, fn func(queue string)) error {
+// outcome or fired timer in that queue, and with an instance id when the
+// cancel of an executing instance is requested, until ctx is done. fn runs
+// on the goroutine of the store call that caused it, after the store's lock
+// is released; it must not block.
+func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 	if err := s.lock(); err != nil {
 		return err
 	}
@@ -332,7 +347,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.listeners = map[int64]func(string){}
+	s.listeners = map[int64]func(store.Notification){}
 	return nil
 }
 

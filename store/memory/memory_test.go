@@ -57,14 +57,19 @@ func TestClockIsUsedForZeroTimes(t *testing.T) {
 
 // notified collects Listen calls.
 type notified struct {
-	mu sync.Mutex
-	qs []string
+	mu       sync.Mutex
+	qs       []string
+	canceled []string
 }
 
-func (n *notified) fn(q string) {
+func (n *notified) fn(x store.Notification) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.qs = append(n.qs, q)
+	if x.Canceled != "" {
+		n.canceled = append(n.canceled, x.Canceled)
+		return
+	}
+	n.qs = append(n.qs, x.Queue)
 }
 
 // take returns and clears the queues notified so far.
@@ -138,8 +143,8 @@ func TestListenNotifiesWhenWorkMayBeReady(t *testing.T) {
 func TestListenerMayCallTheStore(t *testing.T) {
 	s := memory.New(memory.Options{})
 	done := make(chan int, 1)
-	require.NoError(t, s.Listen(t.Context(), func(q string) {
-		res, err := s.Claim(context.Background(), store.ClaimRequest{Queue: q, Worker: "w", Limit: 10, Lease: time.Minute, Now: t0})
+	require.NoError(t, s.Listen(t.Context(), func(n store.Notification) {
+		res, err := s.Claim(context.Background(), store.ClaimRequest{Queue: n.Queue, Worker: "w", Limit: 10, Lease: time.Minute, Now: t0})
 		if err == nil {
 			done <- len(res.Claimed)
 		}
@@ -176,7 +181,7 @@ func TestClosedStoreRefusesCalls(t *testing.T) {
 	_, calls["reconcile"] = s.Reconcile(ctx, 0, t0)
 	_, calls["synclimits"] = s.SyncLimits(ctx, nil)
 	_, calls["limits"] = s.Limits(ctx)
-	calls["listen"] = s.Listen(ctx, func(string) {})
+	calls["listen"] = s.Listen(ctx, func(store.Notification) {})
 	for name, err := range calls {
 		require.True(t, errors.Is(err, store.ErrClosed), "%s after close: %v", name, err)
 	}

@@ -276,6 +276,12 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 			r.inst.Step = o.Step
 		}
 		r.inst.Attempt = o.Attempt
+		if r.inst.CancelRequested {
+			// Canceled while the step ran: the step's progress is kept,
+			// nothing more of the instance runs.
+			s.finish(r, store.StatusCanceled, now, n)
+			return
+		}
 	}
 	switch o.Kind {
 	case store.OutcomeReady:
@@ -366,29 +372,32 @@ func (s *Store) joining(r *row) *row {
 	return p
 }
 
-// Heartbeat extends the leases of worker's current claims and returns the
-// ids of the claims it no longer holds.
-func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) ([]string, error) {
+// Heartbeat extends the leases of worker's current claims and reports the
+// claims it no longer holds and those whose cancel was requested.
+func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) (store.HeartbeatResult, error) {
+	var res store.HeartbeatResult
 	if err := s.lock(); err != nil {
-		return nil, err
+		return res, err
 	}
 	defer s.unlock(nil)
 	now = s.now(now)
-	var lost []string
 	for _, c := range claims {
 		r := s.current(c.ID, worker, c.Fence)
 		if r == nil {
-			lost = append(lost, c.ID)
+			res.Lost = append(res.Lost, c)
 			continue
 		}
 		r.inst.LeaseExpiresAt = now.Add(lease)
+		if r.inst.CancelRequested {
+			res.Canceled = append(res.Canceled, c)
+		}
 	}
-	return lost, nil
+	return res, nil
 }
 
 // Release returns worker's current claims to ready, attempt, run_at and
-// any waking signal unchanged, crediting their slots. Claims no longer
-// held are ignored.
+// any waking signal unchanged, crediting their slots; a claim whose cancel
+// was requested becomes canceled. Claims no longer held are ignored.
 func (s *Store) Release(ctx context.Context, worker string, claims []store.ClaimRef, now time.Time) error {
 	if err := s.lock(); err != nil {
 		return err
@@ -403,6 +412,10 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		}
 		s.leaveExecuting(r, true, n)
 		r.inst.UpdatedAt = now
+		if r.inst.CancelRequested {
+			s.finish(r, store.StatusCanceled, now, n)
+			continue
+		}
 		s.requeue(r, now, n)
 	}
 	return nil
@@ -470,10 +483,16 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if r.inst.Status.Terminal() {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrTerminal)
 	}
-	wasReady := r.inst.Status == store.StatusReady
 	if r.inst.Status == store.StatusExecuting {
-		s.leaveExecuting(r, true, n)
+		// The step may still run: it keeps its slot until its claim ends.
+		if !r.inst.CancelRequested {
+			r.inst.CancelRequested = true
+			r.inst.UpdatedAt = now
+			n.canceled = append(n.canceled, id)
+		}
+		return nil
 	}
+	wasReady := r.inst.Status == store.StatusReady
 	key := r.inst.Key
 	s.finish(r, store.StatusCanceled, now, n)
 	if wasReady && key != "" {
@@ -505,6 +524,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 		}
 	}
 	r.inst.Attempt = 0
+	r.inst.CancelRequested = false
 	r.inst.UpdatedAt = now
 	s.attachKey(r)
 	s.setReady(r, now, now, n)

@@ -15,5 +15,6 @@ func HealthStatements(schema string) []HealthStatement {
 		{"blocked by name", render(sqlHealthBlockedByName, schema), nil},
 		{"gates", render(sqlHealthGates, schema), nil},
 		{"intents", render(sqlHealthIntents, schema), []any{1000}},
+		{"policy keys", render(sqlHealthPolicyKeys, schema), []any{nil, 1000}},
 	}
 }

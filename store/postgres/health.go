@@ -17,7 +17,10 @@ import (
 // from one read-only snapshot. Every count reads a partial index of its
 // status, so the terminal rows of the retention window (other than failed
 // ones) are never read; per-key work is bounded by the executing rows and
-// store.HealthScanLimit waiting rows (see store.Health).
+// store.HealthScanLimit waiting rows (see store.Health). A queue policy's
+// BlockedReady comes from the queue's Ready count (capped at
+// store.BlockedReadyLimit); its SaturatedKeys from the queue's executing
+// rows grouped by key, each key at its budget probed for one waiting row.
 func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error) {
 	if err := s.check(); err != nil {
 		return store.Health{}, err
@@ -43,6 +46,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	gates := map[string]gateRow{}
 	type intent struct{ name, intent string }
 	var intents []intent
+	var changes []gate.Warning // limit changes that altered live keys
 
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
@@ -130,6 +134,18 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
+		b.Queue(s.q(sqlHealthPolicyKeys), tsArg(now), store.HealthScanLimit).Query(func(rows pgx.Rows) error {
+			var (
+				name string
+				n    int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+				q := qh(name)
+				q.SaturatedKeys, q.SaturatedKeysCapped = min(n, store.HealthScanLimit), n > store.HealthScanLimit
+				return nil
+			})
+			return err
+		})
 		b.Queue(s.q(sqlHealthRates), store.HealthScanLimit, tsArg(now)).Query(func(rows pgx.Rows) error {
 			var (
 				rate     gate.RateLimit
@@ -152,15 +168,28 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
+		b.Queue(s.q(sqlHealthLimitChanges), tsArg(now), micros(store.LiveChangeFor)).Query(func(rows pgx.Rows) error {
+			w := gate.Warning{Kind: gate.LiveKeysChanged}
+			_, err := pgx.ForEachRow(rows, []any{&w.Name, &w.Message, &w.Live}, func() error {
+				changes = append(changes, w)
+				return nil
+			})
+			return err
+		})
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return store.Health{}, fmt.Errorf("health: %w", err)
 	}
+	h.Warnings = append(h.Warnings, changes...)
 
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {
 			q.OldestReady = max(0, at.Sub(o))
+		}
+		if q.MaxActive > 0 && q.Active >= int64(q.MaxActive) {
+			// Ready is counted in full above; the bound is the contract's.
+			q.BlockedReady = min(q.Ready, store.BlockedReadyLimit)
 		}
 		h.Queues = append(h.Queues, *q)
 	}

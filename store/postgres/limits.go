@@ -15,6 +15,9 @@ import (
 // SyncLimits stores the concurrency limits of store.DefaultNamespace, its
 // rate limits unchanged (see store.Store).
 func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.LimitsResult, error) {
+	if limits == nil {
+		limits = []gate.Limit{}
+	}
 	return s.syncKeyLimits(ctx, store.DefaultNamespace, limits, nil, store.SyncOptions{})
 }
 
@@ -27,11 +30,7 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 // their tokens; they are deleted when it lost its rate limit or changed
 // scope.
 func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
-	rates := want.RateLimits
-	if rates == nil {
-		rates = []gate.RateLimit{}
-	}
-	return s.syncKeyLimits(ctx, namespace, want.Limits, rates, store.MergeSyncOptions(opts))
+	return s.syncKeyLimits(ctx, namespace, want.Limits, want.RateLimits, store.MergeSyncOptions(opts))
 }
 
 // ownedLimit and ownedRate are stored limits with their namespace.
@@ -45,7 +44,8 @@ type ownedRate struct {
 	namespace string
 }
 
-// syncKeyLimits syncs namespace's limits, and its rate limits unless rates is nil.
+// syncKeyLimits syncs namespace's limits unless limits is nil, and its
+// rate limits unless rates is nil.
 func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []gate.Limit, rates []gate.RateLimit, o store.SyncOptions) (store.LimitsResult, error) {
 	if err := s.check(); err != nil {
 		return store.LimitsResult{}, err
@@ -75,9 +75,12 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			}
 		}
 
-		nextLs := desired(oldLs, wantLs.All(), namespace, o.KeepOmitted,
-			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
-			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		nextLs := oldLs
+		if limits != nil {
+			nextLs = desired(oldLs, wantLs.All(), namespace, o.KeepOmitted,
+				func(x ownedLimit) (string, string) { return x.Name, x.namespace },
+				func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		}
 		before, err := gate.NewLimits(limitsOf(oldLs))
 		if err != nil {
 			return fmt.Errorf("stored limits: %w", err)
@@ -87,12 +90,14 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			return err
 		}
 		b := &pgx.Batch{}
-		names, values, shards, owners := make([]string, len(nextLs)), make([]int32, len(nextLs)), make([]int32, len(nextLs)), make([]string, len(nextLs))
-		for i, l := range nextLs {
-			names[i], values[i], shards[i], owners[i] = l.Name, int32(l.Limit.Limit), int32(l.Shards), l.namespace
+		if limits != nil {
+			names, values, shards, owners := make([]string, len(nextLs)), make([]int32, len(nextLs)), make([]int32, len(nextLs)), make([]string, len(nextLs))
+			for i, l := range nextLs {
+				names[i], values[i], shards[i], owners[i] = l.Name, int32(l.Limit.Limit), int32(l.Shards), l.namespace
+			}
+			b.Queue(s.q(sqlLimitsReplace), names, values, shards, owners)
+			res.Changes = gate.Diff(before, after)
 		}
-		b.Queue(s.q(sqlLimitsReplace), names, values, shards, owners)
-		res.Changes = gate.Diff(before, after)
 
 		if rates != nil {
 			nextRs := desired(oldRs, wantRs.All(), namespace, o.KeepOmitted,
@@ -114,8 +119,10 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			b.Queue(s.q(sqlRatesReplace), rn, rl, rp, rb, rk, ro)
 			res.RateChanges = gate.DiffRates(rBefore, rAfter)
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
+		if b.Len() > 0 {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
 		}
 		if len(res.Changes)+len(res.RateChanges) > 0 {
 			if err := s.applyLimitChanges(ctx, tx, after, &res); err != nil {
@@ -124,6 +131,15 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		}
 		if o.DryRun {
 			return errDryRun
+		}
+		if ws := store.LiveChangeWarnings(res); len(ws) > 0 {
+			names, messages, live := make([]string, len(ws)), make([]string, len(ws)), make([]int64, len(ws))
+			for i, w := range ws {
+				names[i], messages[i], live[i] = w.Name, w.Message, w.Live
+			}
+			if _, err := tx.Exec(ctx, s.q(sqlLimitChangesRecord), names, messages, live, nil); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -82,7 +82,7 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 }
 
 // takeBack runs a reaping statement and frees the K = 1 keys it released,
-// in one transaction.
+// in one transaction; a child it ended canceled counts for its parent.
 func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args ...any) (int, error) {
 	var freed []freedSlot
 	queues := map[string]bool{}
@@ -93,16 +93,13 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	}
 	defer tx.end()
 	b := &pgx.Batch{}
+	ended := map[join]int{}
 	b.Queue(stmt, args...).Query(func(rows pgx.Rows) error {
-		var f freedSlot
-		var q string
-		_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q}, func() error {
+		return scanTakenBack(rows, func(f freedSlot, q string) {
 			n++
 			freed = append(freed, f)
 			queues[q] = true
-			return nil
-		})
-		return err
+		}, ended)
 	})
 	if err := tx.send(ctx, b, false); err != nil {
 		return 0, err
@@ -113,6 +110,9 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	b = &pgx.Batch{}
 	stranded := s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	if len(ended) > 0 {
+		s.queueJoins(b, ended, now)
+	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}
@@ -189,6 +189,10 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		if tag.RowsAffected() < sweepChunk {
 			break
 		}
+	}
+
+	if _, err := s.pool.Exec(ctx, s.q(sqlLimitChangesCollect), tsArg(now), micros(store.LiveChangeFor)); err != nil {
+		return rep, fmt.Errorf("reconcile: limit changes: %w", err)
 	}
 
 	if retention > 0 {
@@ -355,7 +359,9 @@ func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
 // keeps at least the capacity its holders use, so that no counter goes
 // negative and every credit finds its slot; shards beyond the limit's count
 // keep exactly what their holders use (nothing once they are empty) and
-// claims no longer draw from them. A claim admits only while the key's
+// claims no longer draw from them. Credits shrink such shards back to
+// these targets as their rows finish (see sqlCredit), so that a sweep after
+// a limit change finds no drift. A claim admits only while the key's
 // slots in use over all its counters are below the limit, so a lowered
 // limit holds while the rows admitted under the old one finish.
 func resizeShards(caps []int, used map[int]int, existing []int) map[int]slotTarget {

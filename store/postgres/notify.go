@@ -8,18 +8,21 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/godurable/godurable/store"
 )
 
 // Listen calls fn with a queue name whenever work may have become ready
 // there: an insert of due rows, a signal that woke an instance, a promoted
-// blocked row, a fired timer, a woken parent, released or reaped claims. It
-// blocks until ctx is done and then returns nil.
+// blocked row, a fired timer, a woken parent, released or reaped claims; and
+// with an instance id when the cancel of an executing instance was
+// requested. It blocks until ctx is done and then returns nil.
 //
 // Listen holds its own connection (made from the pool's configuration, not
 // taken from the pool). When the connection fails it reconnects with
 // exponential backoff; notifications sent while it is down are lost, which
 // engines tolerate because they also poll.
-func (s *Store) Listen(ctx context.Context, fn func(queue string)) error {
+func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -47,7 +50,7 @@ var errStoreClosed = errors.New("store closed")
 
 // listenOnce listens on one connection until it fails or ctx is done.
 // connected is called once LISTEN succeeded.
-func (s *Store) listenOnce(ctx context.Context, fn func(queue string), connected func()) error {
+func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
@@ -57,8 +60,10 @@ func (s *Store) listenOnce(ctx context.Context, fn func(queue string), connected
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return err
+	for _, ch := range []string{s.channel, s.cancelChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	connected()
 	for {
@@ -69,7 +74,11 @@ func (s *Store) listenOnce(ctx context.Context, fn func(queue string), connected
 		if err != nil {
 			return err
 		}
-		fn(n.Payload)
+		if n.Channel == s.cancelChannel {
+			fn(store.Notification{Canceled: n.Payload})
+		} else {
+			fn(store.Notification{Queue: n.Payload})
+		}
 	}
 }
 

@@ -105,10 +105,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		if o.ConsumeSignal != 0 {
 			sigIDs, sigOwners = append(sigIDs, o.ConsumeSignal), append(sigOwners, o.ID)
 		}
-		switch o.Kind {
-		case store.OutcomeAwait:
+		// The committed status, not the outcome's kind, says what follows:
+		// a row canceled while its step ran neither parks nor spawns.
+		switch a.status {
+		case "awaiting":
 			parked = append(parked, o.ID)
-		case store.OutcomeSpawn:
+		case "awaiting_children":
 			spawned[o.ID] = len(o.Children)
 			spawnGen[o.ID] = a.spawnGen
 			for _, c := range o.Children {
@@ -118,7 +120,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 				}
 				children = append(children, c)
 			}
-		case store.OutcomeDone, store.OutcomeFailed:
+		case "done", "failed", "canceled":
 			if a.parentID != "" {
 				terminalChildren[join{a.parentID, a.joinGen}]++
 			}
@@ -293,35 +295,61 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 
 // Heartbeat extends the leases of worker's current claims and returns the
 // ids of the claims it no longer holds (see store.Store).
-func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) ([]string, error) {
+func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) (store.HeartbeatResult, error) {
+	var res store.HeartbeatResult
 	if err := s.check(); err != nil {
-		return nil, err
+		return res, err
 	}
 	if len(claims) == 0 {
-		return nil, nil
+		return res, nil
 	}
 	if lease <= 0 {
 		lease = DefaultLease
 	}
 	ids, fences, err := claimArrays(claims)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+		return res, fmt.Errorf("heartbeat: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, s.q(sqlHeartbeat), worker, ids, fences, tsArg(now), micros(lease))
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+		return res, fmt.Errorf("heartbeat: %w", err)
 	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+	held := map[string]bool{} // id -> cancel requested
+	var id string
+	var canceled bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &canceled}, func() error {
+		held[id] = canceled
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("heartbeat: %w", err)
 	}
-	var lost []string
 	for _, c := range claims {
-		if !slices.Contains(held, c.ID) {
-			lost = append(lost, c.ID)
+		switch canceled, ok := held[c.ID]; {
+		case !ok:
+			res.Lost = append(res.Lost, c)
+		case canceled:
+			res.Canceled = append(res.Canceled, c)
 		}
 	}
-	return lost, nil
+	return res, nil
+}
+
+// scanTakenBack reads the rows of a statement that took claims back
+// (release, reap): each row's freed slot and queue go to took, and a child
+// that ended canceled (its cancel was requested) is counted in ended for
+// its parent's join.
+func scanTakenBack(rows pgx.Rows, took func(freedSlot, string), ended map[join]int) error {
+	var f freedSlot
+	var q, status, parentID string
+	var joinGen int
+	_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q, &status, &parentID, &joinGen}, func() error {
+		took(f, q)
+		if status == "canceled" && parentID != "" {
+			ended[join{parentID, joinGen}]++
+		}
+		return nil
+	})
+	return err
 }
 
 func claimArrays(claims []store.ClaimRef) ([]string, []int64, error) {
@@ -358,15 +386,12 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	}
 	defer tx.end()
 	b := &pgx.Batch{}
+	ended := map[join]int{}
 	b.Queue(s.q(sqlRelease), worker, ids, fences, tsArg(now)).Query(func(rows pgx.Rows) error {
-		var f freedSlot
-		var q string
-		_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard, &q}, func() error {
+		return scanTakenBack(rows, func(f freedSlot, q string) {
 			freed = append(freed, f)
 			queues[q] = true
-			return nil
-		})
-		return err
+		}, ended)
 	})
 	if err := tx.send(ctx, b, false); err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -377,6 +402,9 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	b = &pgx.Batch{}
 	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	if len(ended) > 0 {
+		s.queueJoins(b, ended, now)
+	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -385,9 +413,10 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 }
 
 // Cancel cancels a non-terminal instance (see store.Store): an executing
-// row's slot is credited and its worker's later outcome is stale; a ready
-// keyed row passes its turn to the key's first blocked row; a child counts
-// as ended for its parent's join.
+// row is marked cancel-requested and keeps its claim and slot (its worker is
+// told on the cancel channel, and its claim's end makes it canceled); a
+// ready keyed row passes its turn to the key's first blocked row; a child
+// counts as ended for its parent's join.
 func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if err := s.check(); err != nil {
 		return err
@@ -395,12 +424,15 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
 	}
-	var stranded *strandedKeys
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var oldStatus, oldKey, parentID string
 		var oldShard, joinGen int
 		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen)
 		if errors.Is(err, pgx.ErrNoRows) {
+			var status string
+			if err := tx.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status); err == nil && status == "executing" {
+				return nil // its cancel was requested already
+			}
 			return s.whyNot(ctx, tx, "cancel", id)
 		}
 		if err != nil {
@@ -408,9 +440,10 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		}
 		b := &pgx.Batch{}
 		switch {
-		case oldKey == "":
 		case oldStatus == "executing":
-			stranded = s.queueFree(b, []freedSlot{{key: oldKey, shard: oldShard}}, true, now)
+			// The step may still run: it keeps its slot until its claim ends.
+			b.Queue(s.q(sqlNotifyCancel), s.cancelChannel, id)
+		case oldKey == "":
 		case oldStatus == "ready" || oldStatus == statusScheduled:
 			// The row may be the one a freed slot promoted: pass the
 			// promotion on so that the key's blocked rows do not wait
@@ -418,7 +451,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
 			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
 		}
-		if parentID != "" {
+		if parentID != "" && oldStatus != "executing" {
 			s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
 		}
 		if b.Len() > 0 {
@@ -428,10 +461,6 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		}
 		return nil
 	})
-	if err == nil {
-		s.heal(ctx, stranded, now)
-	}
-	return err
 }
 
 // ErrNotRetryable is returned by Retry for an instance that is neither

@@ -117,6 +117,62 @@ func TestCounterCheckConstraint(t *testing.T) {
 	requireViolation(t, err, "23514")
 }
 
+// TestLoweredShardsCreditToTheNewShape lowers a gate's limit and shards
+// under executing rows and checks the counters as the rows finish: the
+// slots in use always equal the executing rows, no counter frees more than
+// the new limit gives its shard, and once every row is gone the counters
+// are the new shape exactly (the removed shard deleted), with nothing for
+// Reconcile to repair.
+func TestLoweredShardsCreditToTheNewShape(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "stripe", Limit: 10, Shards: 4}})
+	require.NoError(t, err)
+	for range 10 {
+		e.insert(newInstance("stripe:a"))
+	}
+	cs := e.claim("w", 10)
+	require.Len(t, cs, 10)
+	_, err = e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "stripe", Limit: 6, Shards: 3}})
+	require.NoError(t, err)
+
+	type counter struct{ shard, capacity, available int }
+	counters := func() []counter {
+		rows, err := e.pool.Query(e.ctx, `SELECT shard, capacity, available FROM key_slots WHERE key = 'stripe:a' ORDER BY shard`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (counter, error) {
+			var c counter
+			return c, r.Scan(&c.shard, &c.capacity, &c.available)
+		})
+		require.NoError(t, err)
+		return out
+	}
+	share := []int{2, 2, 2}
+	for i, c := range cs {
+		e.complete("w", done(c))
+		executing := len(cs) - i - 1
+		used, free := 0, 0
+		for _, k := range counters() {
+			used += k.capacity - k.available
+			if k.shard < len(share) {
+				require.LessOrEqual(t, k.available, share[k.shard], "shard %d frees more than its share after %d finished", k.shard, i+1)
+				free += k.available
+			} else {
+				require.Zero(t, k.available, "a removed shard never frees a slot")
+			}
+		}
+		require.Equal(t, executing, used, "slots in use after %d finished", i+1)
+		require.LessOrEqual(t, free, 6, "free slots after %d finished", i+1)
+		info, err := e.s.KeyInfo(e.ctx, "stripe:a")
+		require.NoError(t, err)
+		require.Equal(t, max(0, 6-executing), info.Available, "what a claim could admit after %d finished", i+1)
+	}
+	require.Equal(t, []counter{{0, 2, 2}, {1, 2, 2}, {2, 2, 2}}, counters(), "the new shape; shard 3 deleted")
+	rep, err := e.s.Reconcile(e.ctx, 0, time.Time{})
+	require.NoError(t, err)
+	require.Zero(t, rep.Drift)
+	require.Zero(t, rep.CountersRepaired)
+}
+
 func TestInsertTxCommitAndRollback(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.pool.Exec(e.ctx, `CREATE TABLE orders (id int PRIMARY KEY)`)
@@ -193,7 +249,8 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 	pings := make(chan struct{}, 100)
 	stopped := make(chan error, 1)
 	go func() {
-		stopped <- e.s.Listen(ctx, func(q string) {
+		stopped <- e.s.Listen(ctx, func(n store.Notification) {
+			q := n.Queue
 			if q == "ping" { // late answers to the connection pokes below
 				pings <- struct{}{}
 				return
@@ -273,7 +330,7 @@ func TestListenReconnects(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	got := make(chan string, 100)
-	go func() { _ = e.s.Listen(ctx, func(q string) { got <- q }) }()
+	go func() { _ = e.s.Listen(ctx, func(n store.Notification) { got <- n.Queue }) }()
 	waitFor := func(payload string) {
 		t.Helper()
 		deadline := time.After(15 * time.Second)

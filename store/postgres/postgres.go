@@ -61,6 +61,9 @@ type Store struct {
 	history bool
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
+	// cancelChannel carries the ids of executing instances whose cancel
+	// was requested.
+	cancelChannel string
 	// keySalt and uniqueSalt seed the advisory-lock hashes of concurrency keys
 	// and unique keys, so that schemas sharing a database do not contend.
 	keySalt    int64
@@ -101,13 +104,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 			opts.Schema, len(applied), len(ms))
 	}
 	return &Store{
-		pool:       pool,
-		schema:     opts.Schema,
-		history:    opts.History,
-		channel:    Channel(opts.Schema),
-		keySalt:    lockSalt(opts.Schema, saltKeys),
-		uniqueSalt: lockSalt(opts.Schema, saltUnique),
-		queueSalt:  lockSalt(opts.Schema, saltQueues),
+		pool:          pool,
+		schema:        opts.Schema,
+		history:       opts.History,
+		channel:       Channel(opts.Schema),
+		cancelChannel: CancelChannel(opts.Schema),
+		keySalt:       lockSalt(opts.Schema, saltKeys),
+		uniqueSalt:    lockSalt(opts.Schema, saltUnique),
+		queueSalt:     lockSalt(opts.Schema, saltQueues),
 	}, nil
 }
 
@@ -143,6 +147,16 @@ func Channel(schema string) string {
 	c := "godurable_" + schema
 	if len(c) > 63 {
 		c = fmt.Sprintf("godurable_%016x", uint64(lockSalt(schema, saltChannel)))
+	}
+	return c
+}
+
+// CancelChannel returns the LISTEN/NOTIFY channel on which a schema's
+// store announces the executing instances whose cancel was requested.
+func CancelChannel(schema string) string {
+	c := "godurable_cancel_" + schema
+	if len(c) > 63 {
+		c = fmt.Sprintf("godurable_cancel_%016x", uint64(lockSalt(schema, saltChannel)))
 	}
 	return c
 }
@@ -262,7 +276,7 @@ func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 	dest := []any{&in.ID, &in.Workflow, &in.Version, &in.Queue, &in.Priority, &status, &in.Step, &state,
 		&in.Attempt, &in.Key, &intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &timeoutAt, &r.timedOut,
 		&in.Worker, &in.Fence, &leaseAt, &result, &in.LastError, &in.ParentID, &in.PendingChildren,
-		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt}
+		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return instanceRow{}, err
 	}

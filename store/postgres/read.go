@@ -108,8 +108,9 @@ const maxHolders = 1000
 
 // KeyInfo explains a key: its K, its holders (at most 1000), its waiting
 // rows (ready, delayed and blocked), the next in line, the longest waiting
-// and, for a gate, the slots a claim could take now (the limit less its
-// holders when no counter exists yet).
+// and the slots a claim could take now: for a gate, from its counters (the
+// limit less its holders when no counter exists yet); for a K = 1 key, 1
+// while none of its rows executes, else 0.
 func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) {
 	if err := s.check(); err != nil {
 		return store.KeyInfo{}, err
@@ -195,6 +196,10 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		} else {
 			info.Available = max(0, info.K-len(info.Holders))
 		}
+	} else {
+		// A K = 1 key: its one slot is free while none of its rows executes
+		// (rows admitted under a limit since removed may hold more).
+		info.Available = max(0, 1-len(info.Holders))
 	}
 	return info, nil
 }

@@ -19,7 +19,9 @@ type freedSlot struct {
 // advisory locks of their K = 1 keys (waiting for any claim that holds one,
 // so that the promotion below sees that claim's blocked rows), the credit of
 // their gate shards when credit is set (counters locked in (key, shard)
-// order), and the promotion of each key's first blocked rows, one per freed
+// order; a shard larger than a lowered limit gives it shrinks instead of
+// freeing, and one the limit no longer has is deleted once empty: see
+// sqlCredit), and the promotion of each key's first blocked rows, one per freed
 // slot. Reaped claims do not credit gates (under-credit is the safe
 // direction; the reconciler repairs it) and so promote only K = 1 keys.
 // The returned keys, filled when b runs, are the ones the promotion left
@@ -53,6 +55,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		keys, shards, ns := shardCounts(gates)
 		b.Queue(s.q(sqlSlotsLockExisting), keys, shards)
 		b.Queue(s.q(sqlCredit), keys, shards, ns)
+		b.Queue(s.q(sqlSlotsDropEmpty), keys, shards)
 		for i, k := range keys {
 			promote[k] += int(ns[i])
 		}

@@ -40,7 +40,7 @@ const instanceColumns = `id::text, workflow, version, queue, priority, status, s
 	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
 	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
 	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-	coalesce(unique_key, ''), created_at, updated_at, started_at`
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested`
 
 // Insert.
 const (
@@ -305,11 +305,38 @@ SELECT 1 FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
 ORDER BY key, shard FOR UPDATE`
 
-	// sqlCredit returns slots to their shards, never above capacity.
+	// sqlCredit returns $3[i] slots to shard $2[i] of key $1[i], never
+	// above capacity, and shrinks a shard that a lowered limit or shard
+	// count left larger than its name's limit gives it (see resizeShards):
+	// the freed slots of such a shard go back to the limit, not to its
+	// capacity, until it is down to its share (0 for a shard the limit no
+	// longer has). Slots in use become max(0, used − n); capacity becomes
+	// max(min(capacity, share), in use), which is what Reconcile computes
+	// from the executing rows, so no drift appears on this path. A credit
+	// never grows a capacity nor frees more than it returns, so it cannot
+	// admit more than before. Counters of a name with no limit keep their
+	// capacity (SyncKeyLimits deletes them).
 	sqlCredit = `
-UPDATE {schema}.key_slots s SET available = least(s.capacity, s.available + d.n)
-FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
-WHERE s.key = d.key AND s.shard = d.shard`
+WITH x AS (
+    SELECT s.key, s.shard, greatest(0, s.capacity - s.available - d.n) AS used,
+           CASE WHEN l.name IS NULL THEN s.capacity
+                WHEN s.shard >= l.shards THEN 0
+                ELSE least(s.capacity, l."limit" / l.shards + CASE WHEN s.shard < l."limit" % l.shards THEN 1 ELSE 0 END)
+           END AS share
+    FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+    JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
+    LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+)
+UPDATE {schema}.key_slots s
+SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
+FROM x WHERE s.key = x.key AND s.shard = x.shard`
+
+	// sqlSlotsDropEmpty deletes, among the counters a credit touched, those
+	// left with no capacity: shards the limit no longer has, once the last
+	// row they admitted is gone. Claims never create or draw from them.
+	sqlSlotsDropEmpty = `
+DELETE FROM {schema}.key_slots
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
 	// (priority, then FIFO) ready and notifies their queues. It must not wait
@@ -358,7 +385,8 @@ UPDATE {schema}.instances i SET
         WHEN 2 THEN 'awaiting'
         WHEN 3 THEN 'awaiting_children'
         WHEN 4 THEN 'done'
-        ELSE 'failed' END,
+        WHEN 5 THEN 'failed'
+        ELSE 'canceled' END,
     step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
     state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
     attempt = o.attempt,
@@ -366,7 +394,7 @@ UPDATE {schema}.instances i SET
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
-    await_signal = nullif(o.await_signal, ''),
+    await_signal = CASE WHEN o.kind = 2 THEN nullif(o.await_signal, '') END,
     timeout_at = CASE WHEN o.kind = 2 THEN o.timeout_at END,
     timed_out = false,
     worker = NULL,
@@ -379,7 +407,12 @@ UPDATE {schema}.instances i SET
             END,
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
-FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
+FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.run_at, x.set_key, x.key, x.key_intent,
+             x.await_signal, x.timeout_at, x.result, x.error, x.children, x.ord,
+             -- A row canceled while its step ran ends canceled (kind 6)
+             -- unless the step finished it (done, failed).
+             CASE WHEN c.cancel_requested AND x.kind IN (1, 2, 3) THEN 6 ELSE x.kind END AS kind,
+             c.key AS old_key, c.key_shard AS old_shard
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[])
@@ -387,7 +420,7 @@ FROM (SELECT x.*, c.key AS old_key, c.key_shard AS old_shard
                                      key_intent, await_signal, timeout_at, result, error, children, ord)
             ORDER BY x.id) x
       CROSS JOIN LATERAL (
-          SELECT c.key, c.key_shard FROM {schema}.instances c
+          SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
@@ -480,13 +513,15 @@ FROM (SELECT c.id
         ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
-RETURNING i.id::text`
+RETURNING i.id::text, i.cancel_requested`
 
 	// sqlRelease returns unstarted claims to ready, keeping their place
-	// (run_at) and attempt. It returns the key and shard each row held.
+	// (run_at) and attempt; a claim whose cancel was requested ends
+	// canceled. It returns the key and shard each row held, and what a
+	// canceled child needs for its parent's join.
 	sqlRelease = `
 UPDATE {schema}.instances i
-SET status = 'ready', worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END, worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
     updated_at = coalesce($4::timestamptz, now())
 FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
@@ -495,17 +530,27 @@ FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
+	// An executing row keeps its claim and slot: it is only marked, and
+	// its worker told on the cancel channel; its claim's end makes it
+	// canceled (see store.Store).
 	sqlCancel = `
 UPDATE {schema}.instances i
-SET status = 'canceled', worker = NULL, lease_expires_at = NULL, key_shard = NULL,
+SET status = CASE WHEN o.old_status = 'executing' THEN 'executing' ELSE 'canceled' END,
+    cancel_requested = (o.old_status = 'executing'),
     updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard
+FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
 WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
+  AND NOT o.was_requested
 RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlNotifyCancel tells the workers that the cancel of executing
+	// instance $2 was requested, on the schema's cancel channel $1.
+	sqlNotifyCancel = `SELECT pg_notify($1, $2::text)`
 
 	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
 	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
@@ -515,7 +560,7 @@ RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coal
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
-    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL,
+    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL, cancel_requested = false,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
         updated_at = coalesce($2::timestamptz, now())
@@ -584,30 +629,35 @@ SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
+	// A claim whose cancel was requested ends canceled.
 	sqlReap = `
 WITH o AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
-SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
 FROM o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
-	// sqlReclaimWorker takes back every claim of a worker; attempt + 1.
+	// sqlReclaimWorker takes back every claim of a worker, like sqlReap.
 	sqlReclaimWorker = `
 WITH o AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND worker = $1
     ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
-SET status = 'ready', attempt = i.attempt + 1, worker = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
 FROM o
 WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue`
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
 	// rows of theirs left executing, so capacity may have freed for claims
@@ -919,6 +969,30 @@ r AS (
 )
 SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
 
+	// sqlHealthPolicyKeys counts, per queue whose policy has a
+	// MaxActivePerKey, the keys at that budget with work waiting: keys with
+	// at least MaxActivePerKey executing rows in the queue (read through
+	// the executing rows' index, so bounded by a fleet's executors) and a
+	// row of the queue waiting for them: blocked, or ready (or delayed) and
+	// due at $1 (NULL: the transaction's now()). It counts at most $2 + 1
+	// keys per queue; the caller caps the count at $2.
+	sqlHealthPolicyKeys = `
+SELECT p.queue, x.n FROM {schema}.queue_policies p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT e.key FROM (
+            SELECT key FROM {schema}.instances
+            WHERE status = 'executing' AND queue = p.queue AND key IS NOT NULL
+            GROUP BY key HAVING count(*) >= p.max_active_per_key) e
+        WHERE EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.key = e.key AND w.status IN ('ready', 'blocked') AND w.queue = p.queue
+                        AND (w.status = 'blocked' OR w.run_at <= (SELECT coalesce($1::timestamptz, now()))))
+           OR EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.status = 'scheduled' AND w.queue = p.queue AND w.key = e.key
+                        AND w.run_at <= (SELECT coalesce($1::timestamptz, now())))
+        LIMIT $2 + 1) k) x
+WHERE p.max_active_per_key > 0`
+
 	// sqlHealthRates reports, per rate limit, its stored buckets and those
 	// with no whole token at $2, over at most $1 buckets of the name (the
 	// primary key index, in bucket order).
@@ -994,4 +1068,25 @@ RETURNING ` + sqlSchedulesCols
 	// sqlInstanceRunning says whether an instance exists and is not terminal.
 	sqlInstanceRunning = `
 SELECT EXISTS (SELECT 1 FROM {schema}.instances WHERE id = $1::uuid AND status NOT IN ('done', 'failed', 'canceled'))`
+)
+
+// Limit changes that altered live keys (see store.Health).
+const (
+	// sqlLimitChangesRecord records, per key name, the last sync that
+	// changed the semantics of live keys.
+	sqlLimitChangesRecord = `
+INSERT INTO {schema}.limit_changes (name, message, live, changed_at)
+SELECT x.name, x.message, x.live, coalesce($4::timestamptz, now())
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(name, message, live)
+ON CONFLICT (name) DO UPDATE SET message = excluded.message, live = excluded.live, changed_at = excluded.changed_at`
+
+	// sqlHealthLimitChanges reads the changes recorded in the $2 µs before $1.
+	sqlHealthLimitChanges = `
+SELECT name, message, live FROM {schema}.limit_changes
+WHERE changed_at > coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' ORDER BY name`
+
+	// sqlLimitChangesCollect deletes changes recorded more than $2 µs before $1.
+	sqlLimitChangesCollect = `
+DELETE FROM {schema}.limit_changes
+WHERE changed_at <= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`
 )

@@ -83,9 +83,9 @@ var claimLifeTests = []test{
 		require.Equal(h.t, ids[:2], claimedIDs(cs))
 		require.Equal(h.t, 0, h.available("stripe:a"))
 		// Only the first claim's lease runs out: renew the second.
-		lost, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[1])}, time.Hour, at(30*time.Second))
+		hb, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[1])}, time.Hour, at(30*time.Second))
 		require.NoError(h.t, err)
-		require.Empty(h.t, lost)
+		require.Empty(h.t, hb.Lost)
 		require.Equal(h.t, 1, h.reap(at(2*lease)))
 		require.Equal(h.t, 0, h.available("stripe:a"), "a reap does not credit")
 
@@ -123,24 +123,28 @@ var claimLifeTests = []test{
 		require.NoError(h.t, err)
 		require.Empty(h.t, got)
 	}},
-	{"fences/heartbeat extends the lease and reports lost claims", func(h *harness) {
-		h.insert(inst(""), inst(""))
-		cs := h.claim("w", 2, at(0))
-		require.Len(h.t, cs, 2)
-		refs := []store.ClaimRef{ref(cs[0]), ref(cs[1])}
-		lost, err := h.s.Heartbeat(h.ctx, "w", refs, 5*time.Minute, at(30*time.Second))
+	{"fences/heartbeat extends the lease and reports lost and canceled claims", func(h *harness) {
+		h.insert(inst(""), inst(""), inst(""))
+		cs := h.claim("w", 3, at(0))
+		require.Len(h.t, cs, 3)
+		refs := []store.ClaimRef{ref(cs[0]), ref(cs[1]), ref(cs[2])}
+		hb, err := h.s.Heartbeat(h.ctx, "w", refs, 5*time.Minute, at(30*time.Second))
 		require.NoError(h.t, err)
-		require.Empty(h.t, lost)
+		require.Empty(h.t, hb.Lost)
+		require.Empty(h.t, hb.Canceled)
 		near(h.t, at(5*time.Minute+30*time.Second), h.get(cs[0].ID).LeaseExpiresAt, "extended lease")
 		require.Zero(h.t, h.reap(at(2*time.Minute)), "an extended lease is not reaped")
 
 		require.NoError(h.t, h.s.Cancel(h.ctx, cs[1].ID, at(3*time.Minute)))
-		lost, err = h.s.Heartbeat(h.ctx, "w", refs, 5*time.Minute, at(3*time.Minute))
+		require.NoError(h.t, h.s.Release(h.ctx, "w", refs[2:], at(3*time.Minute)))
+		h.claimOne("w", at(3*time.Minute)) // cs[2] again, under a new fence
+		hb, err = h.s.Heartbeat(h.ctx, "w", refs, 5*time.Minute, at(3*time.Minute))
 		require.NoError(h.t, err)
-		require.Equal(h.t, []string{cs[1].ID}, lost)
-		lost, err = h.s.Heartbeat(h.ctx, "other", refs[:1], 5*time.Minute, at(3*time.Minute))
+		require.Equal(h.t, []store.ClaimRef{refs[2]}, hb.Lost, "the old claim is lost, named by its fence")
+		require.Equal(h.t, []store.ClaimRef{refs[1]}, hb.Canceled, "a canceled claim is still held")
+		hb, err = h.s.Heartbeat(h.ctx, "other", refs[:1], 5*time.Minute, at(3*time.Minute))
 		require.NoError(h.t, err)
-		require.Equal(h.t, []string{cs[0].ID}, lost, "another worker does not hold the claim")
+		require.Equal(h.t, refs[:1], hb.Lost, "another worker does not hold the claim")
 		near(h.t, at(8*time.Minute), h.get(cs[0].ID).LeaseExpiresAt, "a foreign heartbeat changes nothing")
 	}},
 	{"reap/an expired lease returns the row with attempt + 1", func(h *harness) {
@@ -191,7 +195,7 @@ var claimLifeTests = []test{
 			h.stale("dead", at(2*time.Second), done(c))
 		}
 	}},
-	{"cancel/an executing row frees its slot and its outcome is stale", func(h *harness) {
+	{"cancel/an executing row keeps its slot until its step's outcome, which cancels it", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
 		g := h.insertKeyed("stripe:a", 2)
 		k := h.insertKeyed("account:1", 2)
@@ -199,15 +203,96 @@ var claimLifeTests = []test{
 		require.ElementsMatch(h.t, []string{g[0], k[0]}, claimedIDs(cs))
 		for _, id := range []string{g[0], k[0]} {
 			require.NoError(h.t, h.s.Cancel(h.ctx, id, at(time.Second)))
-			h.requireStatus(store.StatusCanceled, id)
+			require.NoError(h.t, h.s.Cancel(h.ctx, id, at(time.Second)), "a second cancel does nothing")
+			got := h.get(id)
+			require.Equal(h.t, store.StatusExecuting, got.Status, "the step may still run")
+			require.True(h.t, got.CancelRequested)
+		}
+		require.Equal(h.t, 0, h.available("stripe:a"))
+		require.Empty(h.t, h.claim("w", 10, at(2*time.Second)), "both keys are held while their steps run")
+		for _, c := range cs {
+			h.commit("w", at(3*time.Second), next(c, "after"))
+			got := h.get(c.ID)
+			require.Equal(h.t, store.StatusCanceled, got.Status)
+			require.Equal(h.t, "after", got.Step, "the step's progress is kept")
+			require.JSONEq(h.t, `{"step":"after"}`, string(got.State))
 		}
 		require.Equal(h.t, 1, h.available("stripe:a"))
-		require.ElementsMatch(h.t, []string{g[1], k[1]}, claimedIDs(h.claim("w", 10, at(2*time.Second))))
-		for _, c := range cs {
-			h.stale("w", at(3*time.Second), done(c))
-			h.requireStatus(store.StatusCanceled, c.ID)
+		require.ElementsMatch(h.t, []string{g[1], k[1]}, claimedIDs(h.claim("w", 10, at(4*time.Second))))
+	}},
+	{"cancel/a step that finishes its instance wins over a cancel requested meanwhile", func(h *harness) {
+		ids := h.insert(inst("account:1"), inst("account:2"))
+		cs := h.claim("w", 2, at(0))
+		require.Len(h.t, cs, 2)
+		for _, id := range ids {
+			require.NoError(h.t, h.s.Cancel(h.ctx, id, at(time.Second)))
 		}
-		require.Equal(h.t, 0, h.available("stripe:a"), "the stale outcome credited nothing")
+		byID := map[string]store.Claimed{cs[0].ID: cs[0], cs[1].ID: cs[1]}
+		h.commit("w", at(2*time.Second), done(byID[ids[0]]),
+			store.Outcome{ID: ids[1], Fence: byID[ids[1]].Fence, Kind: store.OutcomeFailed, Error: "boom"})
+		h.requireStatus(store.StatusDone, ids[0])
+		h.requireStatus(store.StatusFailed, ids[1])
+	}},
+	{"cancel/a canceled step neither parks nor spawns", func(h *harness) {
+		ids := h.insert(inst(""), inst(""))
+		cs := h.claim("w", 2, at(0))
+		require.Len(h.t, cs, 2)
+		for _, id := range ids {
+			require.NoError(h.t, h.s.Cancel(h.ctx, id, at(time.Second)))
+		}
+		byID := map[string]store.Claimed{cs[0].ID: cs[0], cs[1].ID: cs[1]}
+		spawn := store.Outcome{ID: ids[1], Fence: byID[ids[1]].Fence, Kind: store.OutcomeSpawn, Step: "joined",
+			Children: []store.NewInstance{inst(""), inst("")}}
+		h.commit("w", at(2*time.Second), await(byID[ids[0]], "go", "woken"), spawn)
+		h.requireStatus(store.StatusCanceled, ids...)
+		require.Empty(h.t, h.list(store.ListFilter{Status: store.StatusReady}), "no child was spawned")
+		_, err := h.s.Signal(h.ctx, store.SignalRequest{InstanceID: ids[0], Name: "go", Now: at(3 * time.Second)})
+		require.ErrorIs(h.t, err, store.ErrTerminal)
+	}},
+	{"cancel/a released or reaped claim whose cancel was requested ends canceled", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		ids := h.insertKeyed("stripe:a", 3)
+		cs := h.claim("w", 2, at(0))
+		require.Equal(h.t, ids[:2], claimedIDs(cs))
+		for _, c := range cs {
+			require.NoError(h.t, h.s.Cancel(h.ctx, c.ID, at(time.Second)))
+		}
+		require.NoError(h.t, h.s.Release(h.ctx, "w", []store.ClaimRef{ref(cs[0])}, at(2*time.Second)))
+		h.requireStatus(store.StatusCanceled, cs[0].ID)
+		require.Equal(h.t, 1, h.reap(at(2*lease)))
+		got := h.get(cs[1].ID)
+		require.Equal(h.t, store.StatusCanceled, got.Status)
+		require.Equal(h.t, 0, got.Attempt, "a canceled row is not retried")
+		h.stale("w", at(3*lease), done(cs[1]))
+		require.Equal(h.t, []string{ids[2]}, claimedIDs(h.claim("w", 10, at(3*lease))))
+	}},
+	{"cancel/a child canceled while it runs ends its parent's join when its claim ends", func(h *harness) {
+		h.insert(inst(""))
+		parent := h.claimOne("w", at(0))
+		h.commit("w", at(time.Second), store.Outcome{ID: parent.ID, Fence: parent.Fence, Kind: store.OutcomeSpawn,
+			Step: "joined", Children: []store.NewInstance{inst(""), inst("")}})
+		kids := h.claim("w", 2, at(2*time.Second))
+		require.Len(h.t, kids, 2)
+		for _, k := range kids {
+			require.NoError(h.t, h.s.Cancel(h.ctx, k.ID, at(3*time.Second)))
+		}
+		require.Equal(h.t, 2, h.get(parent.ID).PendingChildren, "the children still run")
+		h.commit("w", at(4*time.Second), next(kids[0], "more"))
+		require.NoError(h.t, h.s.Release(h.ctx, "w", []store.ClaimRef{ref(kids[1])}, at(4*time.Second)))
+		p := h.get(parent.ID)
+		require.Equal(h.t, store.StatusReady, p.Status)
+		require.Equal(h.t, "joined", h.claimOne("w", at(5*time.Second)).Step)
+	}},
+	{"cancel/retry clears a cancel that was requested", func(h *harness) {
+		id := h.insert(inst(""))[0]
+		c := h.claimOne("w", at(0))
+		require.NoError(h.t, h.s.Cancel(h.ctx, id, at(time.Second)))
+		h.commit("w", at(2*time.Second), next(c, "b"))
+		require.NoError(h.t, h.s.Retry(h.ctx, id, at(3*time.Second)))
+		c = h.claimOne("w", at(4*time.Second))
+		require.False(h.t, c.CancelRequested)
+		h.commit("w", at(5*time.Second), next(c, "c"))
+		h.requireStatus(store.StatusReady, id)
 	}},
 	{"cancel/ready, terminal and missing instances", func(h *harness) {
 		ids := h.insertKeyed("", 2)

@@ -70,10 +70,11 @@ var healthTests = []test{
 		var fields map[string]any
 		require.NoError(h.t, json.Unmarshal(b, &fields))
 		for _, f := range []string{"queue", "ready", "scheduled", "blocked", "executing", "awaiting", "failed",
-			"oldest_ready_ns", "max_active", "max_active_per_key", "active"} {
+			"oldest_ready_ns", "max_active", "max_active_per_key", "active", "blocked_ready", "saturated_keys",
+			"saturated_keys_capped"} {
 			require.Contains(h.t, fields, f, "queue health JSON field")
 		}
-		require.Len(h.t, fields, 11, "no undocumented queue field: %s", b)
+		require.Len(h.t, fields, 14, "no undocumented queue field: %s", b)
 	}},
 	{"health/ready and scheduled split at now, with the oldest ready age", func(h *harness) {
 		old := inst("")
@@ -161,6 +162,7 @@ var healthTests = []test{
 		h.commit("w", at(time.Second), done(cs[0]),
 			store.Outcome{ID: cs[1].ID, Fence: cs[1].Fence, Kind: store.OutcomeFailed, Error: "boom"})
 		require.NoError(h.t, h.s.Cancel(h.ctx, cs[2].ID, at(time.Second)))
+		h.commit("w", at(time.Second), next(cs[2], "more")) // the canceled step returns
 		hl := h.health(at(time.Second))
 		require.Len(h.t, hl.Queues, 1, "a queue with only failed rows is listed")
 		q := h.queueHealth(hl, queue)

@@ -16,9 +16,9 @@ var maintenanceTests = []test{
 		cs := h.claim("w", 4, at(0))
 		require.Len(h.t, cs, 4)
 		// Keep two claims alive; the other two are reaped without credit.
-		lost, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[0]), ref(cs[1])}, time.Hour, at(time.Second))
+		hb, err := h.s.Heartbeat(h.ctx, "w", []store.ClaimRef{ref(cs[0]), ref(cs[1])}, time.Hour, at(time.Second))
 		require.NoError(h.t, err)
-		require.Empty(h.t, lost)
+		require.Empty(h.t, hb.Lost)
 		require.Equal(h.t, 2, h.reap(at(2*lease)))
 		require.Equal(h.t, 1, h.available("stripe:a"))
 
@@ -156,5 +156,42 @@ var maintenanceTests = []test{
 		h.commit("w", at(2*time.Second), done(cs[0]))
 		require.Len(h.t, h.claim("w", 10, at(2*time.Second)), 1)
 		require.Len(h.t, h.executing("stripe:a"), 4)
+	}},
+	{"limits/lowering a limit and its shards under executing rows leaves no drift", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 10, Shards: 4})
+		h.insertKeyed("stripe:a", 20)
+		cs := h.claim("w", 10, at(0))
+		require.Len(h.t, cs, 10)
+		lowered := gate.Limit{Name: "stripe", Limit: 6, Shards: 3}
+		h.syncLimits(lowered)
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)), "ten execute under the new limit 6")
+		require.Zero(h.t, h.available("stripe:a"))
+
+		// Four finish: six still execute, the key is exactly full.
+		for i, c := range cs[:4] {
+			h.commit("w", at(time.Duration(2+i)*time.Second), done(c))
+		}
+		require.Empty(h.t, h.claim("w", 10, at(10*time.Second)), "six execute under limit 6")
+		require.Zero(h.t, h.available("stripe:a"))
+		rep := h.reconcile(0, at(11*time.Second))
+		require.Zero(h.t, rep.Drift, "no crash happened: nothing to repair while rows finish")
+		require.Zero(h.t, rep.CountersRepaired)
+
+		// The rest finish: the key's counters are the new limit's, all free.
+		for i, c := range cs[4:] {
+			h.commit("w", at(time.Duration(12+i)*time.Second), done(c))
+		}
+		info := h.keyInfo("stripe:a")
+		require.Equal(h.t, 6, info.K)
+		require.Equal(h.t, 3, info.Shards)
+		require.Equal(h.t, 6, info.Available, "the new limit, no more: no phantom slot of the old shape")
+		rep = h.reconcile(0, at(time.Minute))
+		require.Zero(h.t, rep.Drift, "no crash happened: the counters match the executing rows")
+		require.Zero(h.t, rep.CountersRepaired)
+
+		more := h.claim("w", 20, at(2*time.Minute))
+		require.Len(h.t, more, 6, "the lowered limit, fully usable")
+		requireShards(h, "stripe:a", lowered.ShardCapacities())
+		require.Zero(h.t, h.available("stripe:a"))
 	}},
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -186,6 +187,101 @@ var policyTests = []test{
 		require.Equal(h.t, int64(1), q.Ready, "the row over the budget waits ready")
 		require.Equal(h.t, store.QueueHealth{Queue: "idle", MaxActive: 7}, h.queueHealth(hl, "idle"))
 	}},
+	{"health/a full MaxActive reports its ready rows as blocked ready, bounded", func(h *harness) {
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 2})
+		h.insertKeyed("", 5)
+		h.insert(onQueue("free", ""))
+		q := h.queueHealth(h.health(at(0)), queue)
+		require.Equal(h.t, int64(5), q.Ready)
+		require.Zero(h.t, q.BlockedReady, "under MaxActive a claim takes ready rows: nothing is held back")
+
+		require.Len(h.t, h.claim("w", 10, at(0)), 2)
+		later := inst("")
+		later.RunAt = at(time.Hour)
+		h.insert(later)
+		hl := h.health(at(0))
+		q = h.queueHealth(hl, queue)
+		require.Equal(h.t, int64(2), q.Active)
+		require.Equal(h.t, int64(3), q.Ready)
+		require.Equal(h.t, int64(3), q.BlockedReady, "the ready rows wait for MaxActive, not a delayed one")
+		require.Zero(h.t, h.queueHealth(hl, "free").BlockedReady, "a queue without a policy holds nothing back")
+
+		more := make([]store.NewInstance, 2*store.BlockedReadyLimit)
+		for i := range more {
+			more[i] = inst("")
+			more[i].RunAt = at(-time.Minute)
+		}
+		h.insert(more...)
+		q = h.queueHealth(h.health(at(0)), queue)
+		require.Equal(h.t, int64(3+len(more)), q.Ready)
+		require.Equal(h.t, int64(store.BlockedReadyLimit), q.BlockedReady, "counted over at most the first BlockedReadyLimit rows")
+
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 3})
+		q = h.queueHealth(h.health(at(0)), queue)
+		require.Zero(h.t, q.BlockedReady, "a raised MaxActive has room: nothing is held back")
+	}},
+	{"health/a per-key budget reports its saturated keys, never their ids", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "tenant", Limit: 10})
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 100, MaxActivePerKey: 2})
+		h.insertKeyed("tenant:a", 3)
+		h.insertKeyed("tenant:b", 2)
+		h.insertKeyed("tenant:c", 1)
+		h.insertKeyed("", 1)
+		cs := h.claim("w", 20, at(0))
+		require.Len(h.t, cs, 6, "two of a, two of b, one of c, the keyless row")
+		hl := h.health(at(0))
+		q := h.queueHealth(hl, queue)
+		require.Equal(h.t, 1, q.SaturatedKeys, "tenant:a is at its budget with a row waiting; tenant:b has none waiting")
+		require.False(h.t, q.SaturatedKeysCapped)
+		require.Equal(h.t, int64(1), q.Blocked)
+		require.Zero(h.t, q.BlockedReady)
+		b, err := json.Marshal(hl)
+		require.NoError(h.t, err)
+		require.NotContains(h.t, string(b), "tenant:", "no key id in health")
+
+		// A new row of tenant:b waits (ready, not yet claimed); a delayed
+		// row of tenant:c does not count, nor would it: c is under budget.
+		h.insert(inst("tenant:b"))
+		later := inst("tenant:c")
+		later.RunAt = at(time.Hour)
+		h.insert(later)
+		require.Equal(h.t, 2, h.queueHealth(h.health(at(0)), queue).SaturatedKeys)
+
+		// The same key in a queue with no per-key budget is not saturated.
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 100, MaxActivePerKey: 2},
+			store.ConcurrencyPolicy{Queue: "other", MaxActive: 5})
+		h.insert(onQueue("other", "tenant:a"))
+		require.Zero(h.t, h.queueHealth(h.health(at(0)), "other").SaturatedKeys)
+
+		// A holder of tenant:a finishes: under budget, no longer saturated.
+		for _, c := range cs {
+			if c.Key == "tenant:a" {
+				h.commit("w", at(time.Second), done(c))
+				break
+			}
+		}
+		require.Equal(h.t, 1, h.queueHealth(h.health(at(time.Second)), queue).SaturatedKeys, "only tenant:b")
+	}},
+	{"health/saturated policy keys are counted up to the scan limit", func(h *harness) {
+		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 10 * store.HealthScanLimit, MaxActivePerKey: 1})
+		n := store.HealthScanLimit + 1
+		nis := make([]store.NewInstance, 2*n)
+		for i := range nis {
+			// Two rows per key, due at insert (the store's clock, before
+			// base), so no claim has to move thousands of delayed rows.
+			nis[i] = inst(fmt.Sprintf("t:%d", i/2))
+			nis[i].RunAt = time.Time{}
+		}
+		h.insert(nis...)
+		claimed := 0
+		for range 3 { // a backend may cap one claim's size
+			claimed += len(h.claim("w", n, at(time.Second)))
+		}
+		require.Equal(h.t, n, claimed, "one row of each key")
+		q := h.queueHealth(h.health(at(time.Second)), queue)
+		require.Equal(h.t, store.HealthScanLimit, q.SaturatedKeys)
+		require.True(h.t, q.SaturatedKeysCapped)
+	}},
 	{"health/rate limits report their buckets and the empty ones", func(h *harness) {
 		h.syncKeyLimits("ns", store.KeyLimits{
 			Limits: []gate.Limit{{Name: "api", Limit: 100}},
@@ -232,7 +328,7 @@ var policyTests = []test{
 		// KeepOmitted keeps; a plain sync prunes the namespace's own only.
 		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{{Name: "twilio", Limit: 1}}}, store.SyncOptions{KeepOmitted: true})
 		require.Len(h.t, h.limits(), 4)
-		h.syncKeyLimits("a", store.KeyLimits{})
+		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{}, RateLimits: []gate.RateLimit{}})
 		require.Equal(h.t, []string{"account", "openai"}, limitNames(h.limits()))
 		rates, err = h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
@@ -267,6 +363,46 @@ var policyTests = []test{
 		require.NoError(h.t, err)
 		require.Equal(h.t, []store.ConcurrencyPolicy{{Queue: "b", Namespace: "ns", MaxActive: 2}}, got, "what the sync would store")
 		require.Equal(h.t, []string{"a"}, policyQueues(h.policies()))
+	}},
+	{"sync/a nil kind of limits is left as stored, an empty one is removed", func(h *harness) {
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 3}},
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}})
+		res := h.syncKeyLimits("ns", store.KeyLimits{})
+		require.Empty(h.t, res.Changes)
+		require.Empty(h.t, res.RateChanges)
+		require.Equal(h.t, []string{"api"}, limitNames(h.limits()), "nil limits: left alone")
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{}})
+		require.Empty(h.t, h.limits(), "an empty set removes the namespace's limits")
+		rates, err := h.s.RateLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Len(h.t, rates, 1, "nil rate limits: left alone")
+		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})
+		rates, err = h.s.RateLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Empty(h.t, rates)
+	}},
+	{"health/a sync that changed live keys is reported with its count, to everyone", func(h *harness) {
+		h.insertKeyed("order:1", 2)
+		h.insertKeyed("order:2", 1)
+		h.insertKeyed("idle:1", 1)
+		res := h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}, {Name: "spare", Limit: 2}}})
+		require.Equal(h.t, int64(3), res.Live["order"])
+		var live []gate.Warning
+		for _, w := range h.health(time.Time{}).Warnings {
+			if w.Kind == gate.LiveKeysChanged {
+				live = append(live, w)
+			}
+		}
+		require.Len(h.t, live, 1, "only the change that altered live keys")
+		require.Equal(h.t, "order", live[0].Name)
+		require.Equal(h.t, int64(3), live[0].Live)
+		require.Contains(h.t, live[0].Message, "from 1 to 5")
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "spare", Limit: 2}}}, store.SyncOptions{DryRun: true})
+		for _, w := range h.health(time.Time{}).Warnings {
+			if w.Kind == gate.LiveKeysChanged {
+				require.Equal(h.t, int64(3), w.Live, "a dry run records nothing")
+			}
+		}
 	}},
 	{"rate/sync reports changes and the live instances they affect", func(h *harness) {
 		h.insertKeyed("api:1", 2)
@@ -371,7 +507,7 @@ var policyTests = []test{
 			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
 		h.insertKeyed("api:x", 3)
 		require.Len(h.t, h.claim("w", 10, at(0)), 1)
-		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}})
+		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}, RateLimits: []gate.RateLimit{}})
 		require.Len(h.t, h.claim("w", 10, at(2*time.Hour)), 2, "rescheduled rows run once due, unthrottled")
 		require.Zero(h.t, h.reconcile(0, at(time.Hour)).BucketsDeleted, "the sync already dropped the name's buckets")
 	}},

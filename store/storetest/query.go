@@ -119,6 +119,21 @@ var queryTests = []test{
 		require.Zero(h.t, gi.Blocked)
 		require.Equal(h.t, g[0], gi.NextInLine.ID)
 	}},
+	{"keyinfo/a K = 1 key has one slot, free while no row of it executes", func(h *harness) {
+		ids := h.insertKeyed("account:1", 2)
+		info := h.keyInfo("account:1")
+		require.Equal(h.t, 1, info.K)
+		require.Equal(h.t, 1, info.Available, "rows waiting for an executor do not hold the key")
+		require.Equal(h.t, 2, info.Waiting)
+
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, ids[0], c.ID)
+		require.Zero(h.t, h.available("account:1"), "the holder takes the key's one slot")
+
+		h.commit("w", at(time.Second), done(c))
+		require.Equal(h.t, 1, h.available("account:1"), "the outcome frees the slot")
+		require.Equal(h.t, 1, h.available("account:404"), "a key nobody uses is free")
+	}},
 }
 
 func listIDs(ins []store.Instance) []string {

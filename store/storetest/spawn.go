@@ -66,6 +66,8 @@ var spawnTests = []test{
 		require.Empty(h.t, h.claim("w", 10, at(6*time.Second)))
 
 		require.NoError(h.t, h.s.Cancel(h.ctx, kids[2], at(7*time.Second)))
+		require.Equal(h.t, store.StatusChildren, h.get(parent.ID).Status, "the canceled child's step still runs")
+		h.commit("w", at(7*time.Second), next(byID[kids[2]], "more"))
 		p = h.get(parent.ID)
 		require.Equal(h.t, store.StatusReady, p.Status, "the last terminal child (even canceled) readies the parent")
 		require.Equal(h.t, 0, p.PendingChildren)

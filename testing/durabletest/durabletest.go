@@ -210,6 +210,11 @@ func (e *Env) runIdle() (int, time.Time) {
 			e.t.Fatalf("durabletest: %v", err)
 		}
 		e.record(rep.Claimed)
+		for _, o := range rep.Outcomes {
+			if h := o.History; h != nil && h.Outcome == durable.OutcomeInvalidTransition {
+				e.t.Errorf("durabletest: instance %s: %s", o.ID, o.Error)
+			}
+		}
 		total += len(rep.Claimed)
 		if len(rep.Claimed) == 0 && rep.Fired == 0 {
 			e.steps += total

@@ -218,3 +218,36 @@ func TestUnknownVersionIsLeftForAnotherWorker(t *testing.T) {
 	assert.Contains(t, in.LastError, "version 2 is not registered")
 	assert.Equal(t, 0, in.Attempt, "skew costs no attempt")
 }
+
+// errorsT records the errors a durabletest Env reports instead of failing.
+type errorsT struct {
+	testing.TB
+	errs []string
+}
+
+func (e *errorsT) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+func TestTransitionToUnknownStepFailsAtOnceAndIsFlagged(t *testing.T) {
+	var runs int
+	wf := durable.NewWorkflow[job]("typo", "a", durable.WorkflowOptions{})
+	wf.Step("a", func(ctx steps.Context, s job) (transitions.Transition, error) {
+		runs++
+		return transitions.Next("bee", s), nil // there is no step "bee"
+	})
+	wf.Step("b", func(ctx steps.Context, s job) (transitions.Transition, error) { return transitions.Done("ok"), nil })
+	rec := &errorsT{TB: t}
+	env := durabletest.New(rec, durabletest.Options{}, wf)
+	id := env.Insert("typo", job{}, durable.InsertOptions{})
+	in := env.RunUntilDone(id)
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Equal(t, 1, runs, "a programming error is not retried: the step ran once")
+	require.Contains(t, in.LastError, `unknown step "bee"`)
+	require.Contains(t, in.LastError, "steps: a, b")
+	require.Len(t, rec.errs, 1, "durabletest flags the invalid transition on the first run")
+	require.Contains(t, rec.errs[0], `unknown step "bee"`)
+	h := env.History(id)
+	require.Len(t, h, 1)
+	require.Equal(t, durable.OutcomeInvalidTransition, h[0].Outcome)
+}

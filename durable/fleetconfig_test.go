@@ -1,0 +1,96 @@
+package durable_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// An engine whose configuration does not mention limits (an inserter, an
+// admin tool, a worker of another service) leaves the fleet's stored limits
+// alone; an explicit empty set removes them.
+func TestEngineWithoutLimitsLeavesTheFleetsGatesAlone(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		worker := newEngine(t, durable.Config{Store: st, WorkerID: "worker",
+			Limits:     []gate.Limit{{Name: "api", Limit: 3}},
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 10, Period: 1e9}}}, counterWorkflow())
+		start(t, worker)
+		inserter := newEngine(t, durable.Config{Store: st, WorkerID: "inserter"}, counterWorkflow())
+		start(t, inserter)
+		ls, err := st.Limits(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []gate.Limit{{Name: "api", Limit: 3, Shards: 1}}, ls, "nil Limits synced nothing")
+		rs, err := st.RateLimits(ctx)
+		require.NoError(t, err)
+		require.Len(t, rs, 1, "nil RateLimits synced nothing")
+
+		only := newEngine(t, durable.Config{Store: st, WorkerID: "only-limits", Limits: []gate.Limit{{Name: "api", Limit: 4}}}, counterWorkflow())
+		start(t, only)
+		rs, err = st.RateLimits(ctx)
+		require.NoError(t, err)
+		require.Len(t, rs, 1, "a configuration with limits only leaves the rate limits alone")
+
+		admin := newEngine(t, durable.Config{Store: st, WorkerID: "admin", Limits: []gate.Limit{}}, counterWorkflow())
+		start(t, admin)
+		ls, err = st.Limits(ctx)
+		require.NoError(t, err)
+		require.Empty(t, ls, "an explicit empty set removes the namespace's limits")
+	})
+}
+
+// Strict and the warnings judge a key by the K the fleet's stored limits
+// give it, not by this engine's configuration.
+func TestStrictChecksTheStoredLimits(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}}})
+		require.NoError(t, err)
+		e := newEngine(t, durable.Config{Store: st, Strict: true}, counterWorkflow())
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})
+		require.ErrorIs(t, err, gate.ErrPrefixCapture, "the stored order limit of 5 would run this identity 5 at a time")
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("order", "7")})
+		require.NoError(t, err, "order is a gate of 5 in the fleet")
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("stripe", "7")})
+		require.ErrorIs(t, err, gate.ErrPrefixCapture, "stripe has no stored limit: it would run at K = 1")
+
+		lax := newEngine(t, durable.Config{Store: st, WorkerID: "lax"}, counterWorkflow())
+		_, err = lax.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "43")})
+		require.NoError(t, err)
+		require.Equal(t, []gate.Warning{{Kind: gate.IdentityCaptured, Name: "order", Message: lax.Warnings()[0].Message}}, lax.Warnings())
+	})
+}
+
+// A limit change that alters live keys is reported with its count, by the
+// engine that made it and in every engine's Health.
+func TestLiveChangeWarningsKeepTheirCountsFleetWide(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		inserter := newEngine(t, durable.Config{Store: st, WorkerID: "inserter"}, counterWorkflow())
+		for _, id := range []string{"1", "2"} {
+			_, err := inserter.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("api", id)})
+			require.NoError(t, err)
+		}
+		changer := newEngine(t, durable.Config{Store: st, WorkerID: "changer", Limits: []gate.Limit{{Name: "api", Limit: 3}}}, counterWorkflow())
+		start(t, changer)
+		find := func(ws []gate.Warning) gate.Warning {
+			for _, w := range ws {
+				if w.Kind == gate.LiveKeysChanged && w.Name == "api" {
+					return w
+				}
+			}
+			return gate.Warning{}
+		}
+		require.Equal(t, int64(2), find(changer.Warnings()).Live, "the engine that made the change keeps the count")
+		for _, e := range []*durable.Engine{changer, inserter} {
+			h, err := e.Health(ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(2), find(h.Warnings).Live, "%s's Health shows the change, from the store", e.WorkerID())
+		}
+	})
+}
