@@ -422,7 +422,6 @@ func insertIDs(res []store.InsertResult) []string {
 
 // prepareInserts validates and encodes insert requests into store rows.
 func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.NewInstance, error) {
-	now := e.cfg.Clock.Now()
 	rows := make([]store.NewInstance, 0, len(reqs))
 	for i, r := range reqs {
 		e.mu.RLock()
@@ -455,16 +454,13 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLength); err != nil {
 			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
 		}
-		runAt := o.RunAt
-		if runAt.IsZero() && o.Delay > 0 {
-			runAt = now.Add(o.Delay)
-		}
-		if runAt.IsZero() && e.fakeTime {
-			runAt = now
+		runAt, delay := o.RunAt, time.Duration(0)
+		if runAt.IsZero() {
+			runAt, delay = e.after(max(o.Delay, 0))
 		}
 		rows = append(rows, store.NewInstance{
 			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
-			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt,
+			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt, Delay: delay,
 			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, ParentID: parentID,
 		})
 	}

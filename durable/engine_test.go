@@ -387,3 +387,36 @@ func TestStopDuringStartWins(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ids)
 }
+
+// A worker whose clock runs ahead of the store's (by an hour here) still
+// runs Next, Retry, Sleep and await timeouts on time: their run times are
+// delays on the store's clock, not times of the worker's.
+func TestRunTimesUseTheStoresClock(t *testing.T) {
+	st := memory.New(memory.Options{Clock: func() time.Time { return time.Now().Add(-time.Hour) }})
+	var tries atomic.Int32
+	wf := durable.NewWorkflow[counter]("skewed", "a", durable.WorkflowOptions{})
+	wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Next("b", s), nil
+	})
+	wf.Step("b", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		if tries.Add(1) < 2 {
+			return transitions.Retry(s, 20*time.Millisecond), nil
+		}
+		return transitions.Sleep(20*time.Millisecond, "c", s), nil
+	})
+	wf.Step("c", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Await("never", "d", s, transitions.Timeout(50*time.Millisecond)), nil
+	})
+	wf.Step("d", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Done(ctx.TimedOut()), nil
+	})
+	e := newEngine(t, durable.Config{Store: st, ReaperInterval: 20 * time.Millisecond}, wf)
+	start(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := e.Insert(ctx, "skewed", counter{}, durable.InsertOptions{Delay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	timedOut, err := durable.Result[bool](ctx, e, id)
+	require.NoError(t, err, "the instance stalled: a run time was taken from the worker's clock")
+	require.True(t, timedOut)
+}

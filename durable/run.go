@@ -36,6 +36,17 @@ func (e *TransitionError) Error() string { return e.Msg }
 // step whose transition was a TransitionError.
 const OutcomeInvalidTransition = "invalid transition"
 
+// after says when something d from now happens, in the terms of the store:
+// an absolute time under a fake clock (durabletest drives time), otherwise a
+// delay the store adds to its own clock, so that every run time and timeout
+// is on one clock whatever the engine's clock says.
+func (e *Engine) after(d time.Duration) (time.Time, time.Duration) {
+	if e.fakeTime {
+		return e.cfg.Clock.Now().Add(d), 0
+	}
+	return time.Time{}, d
+}
+
 // skewDelay is how long a row this worker cannot run (unknown version or
 // step) waits before it is offered again, to a worker that may know it.
 const skewDelay = 30 * time.Second
@@ -102,8 +113,9 @@ func callStep(sd *stepDef, ctx steps.Context, state json.RawMessage) (t transiti
 
 // unchanged re-offers the row later with everything as it was.
 func (e *Engine) unchanged(c store.Claimed, msg string) store.Outcome {
-	return store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt,
-		RunAt: e.cfg.Clock.Now().Add(skewDelay), Error: msg}
+	out := store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}
+	out.RunAt, out.Delay = e.after(skewDelay)
+	return out
 }
 
 // errorOutcome applies the error handler: retry (state unchanged) or fail.
@@ -138,8 +150,9 @@ func (e *Engine) errorOutcome(sctx *stepContext, c store.Claimed, def *definitio
 	if !retry {
 		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg
 	}
-	return store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt + 1,
-		RunAt: e.cfg.Clock.Now().Add(delay), Error: msg}, label, msg
+	out := store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt + 1, Error: msg}
+	out.RunAt, out.Delay = e.after(delay)
+	return out, label, msg
 }
 
 func safeHandler(h ErrorHandler, ctx steps.Context, err error) (d time.Duration, retry bool) {
@@ -155,7 +168,6 @@ func safeHandler(h ErrorHandler, ctx steps.Context, err error) (d time.Duration,
 // invalid transition (unknown next step, state that does not encode) is an
 // error for the handler.
 func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitions.Transition) (store.Outcome, error) {
-	now := e.cfg.Clock.Now()
 	out := store.Outcome{}
 	if c.Signal != nil {
 		out.ConsumeSignal = c.Signal.ID
@@ -175,18 +187,20 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 	}
 	switch t.Kind {
 	case transitions.KindNext:
-		out.Kind, out.RunAt = store.OutcomeReady, now
+		out.Kind = store.OutcomeReady
+		out.RunAt, out.Delay = e.after(0)
 		if err := needStep(); err != nil {
 			return out, err
 		}
 	case transitions.KindRetry:
-		out.Kind, out.Step, out.Attempt, out.RunAt = store.OutcomeReady, c.Step, c.Attempt+1, now.Add(t.Delay)
+		out.Kind, out.Step, out.Attempt = store.OutcomeReady, c.Step, c.Attempt+1
+		out.RunAt, out.Delay = e.after(t.Delay)
 	case transitions.KindSleep:
 		out.Kind = store.OutcomeReady
 		if err := needStep(); err != nil {
 			return out, err
 		}
-		out.RunAt = now.Add(t.Delay)
+		out.RunAt, out.Delay = e.after(t.Delay)
 		if !t.Until.IsZero() {
 			out.RunAt = t.Until
 		}
@@ -199,7 +213,7 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 			return out, err
 		}
 		if t.Timeout > 0 {
-			out.TimeoutAt = now.Add(t.Timeout)
+			out.TimeoutAt, out.Timeout = e.after(t.Timeout)
 		}
 	case transitions.KindSpawn:
 		out.Kind = store.OutcomeSpawn

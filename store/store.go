@@ -145,8 +145,11 @@ type NewInstance struct {
 	// Key is the concurrency key ("" for none) and KeyIntent its declared intent.
 	Key       string
 	KeyIntent gate.Intent
-	// RunAt is when the instance becomes eligible (zero: now).
+	// RunAt is when the instance becomes eligible (zero: the store's now
+	// plus Delay). A delay rather than a time keeps every run time on one
+	// clock, the store's, whatever the clock of the engine that inserts.
 	RunAt time.Time
+	Delay time.Duration
 	// UniqueKey, if set, makes the insert a no-op returning the existing
 	// instance while another instance with the same UniqueKey is in one of
 	// UniqueStatuses (default DefaultUniqueStatuses).
@@ -295,15 +298,19 @@ type Outcome struct {
 	State json.RawMessage
 	// Attempt is the attempt of the next run.
 	Attempt int
-	// RunAt is when a ready row becomes eligible (zero: now).
+	// RunAt is when a ready row becomes eligible (zero: the store's now
+	// plus Delay: one clock for every run time).
 	RunAt time.Time
+	Delay time.Duration
 	// SetKey replaces the key with Key/KeyIntent ("" releases it).
 	SetKey    bool
 	Key       string
 	KeyIntent gate.Intent
-	// AwaitSignal and TimeoutAt describe an await (zero TimeoutAt: no timeout).
+	// AwaitSignal and TimeoutAt describe an await (zero TimeoutAt: the
+	// store's now plus Timeout, or no timeout when Timeout is zero too).
 	AwaitSignal string
 	TimeoutAt   time.Time
+	Timeout     time.Duration
 	// ConsumeSignal is the id of the signal the step consumed (0: none); it
 	// is marked consumed only if the outcome commits.
 	ConsumeSignal int64

@@ -80,9 +80,9 @@ type Config struct {
 }
 
 // Full is the configuration of `make chaos`: two minutes of chaos.
-var Full = Config{Duration: 2 * time.Minute, Workers: 4, Executors: 4, KillEvery: 3 * time.Second,
-	RestartDB: true, DBDown: 2 * time.Second, Instances: 200, InsertBatch: 4, InsertEvery: 500 * time.Millisecond,
-	Lease: 10 * time.Second, Heartbeat: time.Second, Keys: KeySpace{Acct: 12, API: 4, Bulk: 2}, DrainTimeout: 4 * time.Minute}
+var Full = Config{Duration: 2 * time.Minute, Workers: 6, Executors: 8, KillEvery: time.Second,
+	RestartDB: true, DBDown: 2 * time.Second, Instances: 200, InsertBatch: 8, InsertEvery: 250 * time.Millisecond,
+	Lease: 4 * time.Second, Heartbeat: time.Second, Keys: KeySpace{Acct: 12, API: 4, Bulk: 2}, DrainTimeout: 4 * time.Minute}
 
 // Short is the configuration run by `make test`: about half a minute.
 var Short = Config{Duration: 14 * time.Second, Workers: 3, Executors: 3, KillEvery: 2500 * time.Millisecond,

@@ -69,8 +69,8 @@ var RateLimits = []gate.RateLimit{{Name: "bulk", Limit: BulkRate, Period: time.S
 
 // The "bulk" rate limit.
 const (
-	BulkRate  = 8
-	BulkBurst = 4
+	BulkRate  = 40
+	BulkBurst = 8
 )
 
 // KeySpace sizes the keys the workload draws from.

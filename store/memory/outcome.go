@@ -79,7 +79,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		}
 		runAt := ni.RunAt
 		if runAt.IsZero() {
-			runAt = now
+			runAt = now.Add(ni.Delay)
 		}
 		s.seq++
 		r := &row{
@@ -287,11 +287,15 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	case store.OutcomeReady:
 		runAt := o.RunAt
 		if runAt.IsZero() {
-			runAt = now
+			runAt = now.Add(o.Delay)
 		}
 		s.setReady(r, runAt, now, n)
 	case store.OutcomeAwait:
-		s.park(r, o.AwaitSignal, o.TimeoutAt, now, n)
+		timeoutAt := o.TimeoutAt
+		if timeoutAt.IsZero() && o.Timeout > 0 {
+			timeoutAt = now.Add(o.Timeout)
+		}
+		s.park(r, o.AwaitSignal, timeoutAt, now, n)
 	case store.OutcomeSpawn:
 		r.spawns++
 		kids := s.insert(o.Children, r, now, n)

@@ -221,6 +221,7 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		scopes    = make([]string, n)
 		parents   = make([]*string, n)
 		joinGens  = make([]int32, n)
+		delays    = make([]int64, n)
 	)
 	for i, r := range rows {
 		in := r.in
@@ -232,9 +233,10 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 			parents[i] = &in.ParentID
 		}
 		joinGens[i] = int32(r.joinGen)
+		delays[i] = micros(in.Delay)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens}
+		uniques, scopes, parents, s.channel, joinGens, delays}
 }
 
 func insertError(err error) error {

@@ -254,6 +254,12 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 	var (
 		setKeys                   []string
 		setShards, setCaps, setAv []int32
+		// Counters this sweep did not lock (none existed when it took its
+		// locks): a claim may have created and debited them since, after
+		// the holders were read, so they are only created, never
+		// overwritten (see sqlSlotsCreate).
+		newKeys                   []string
+		newShards, newCaps, newAv []int32
 		idle, orphan              []string
 		promoteKeys               []string
 		promoteNs                 []int32
@@ -279,10 +285,13 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 			if ok && old == t {
 				continue
 			}
-			rep.CountersRepaired++
-			if ok {
-				rep.Drift += absInt(t.available - old.available)
+			if !ok {
+				newKeys, newShards = append(newKeys, k), append(newShards, int32(sh))
+				newCaps, newAv = append(newCaps, int32(t.capacity)), append(newAv, int32(t.available))
+				continue
 			}
+			rep.CountersRepaired++
+			rep.Drift += absInt(t.available - old.available)
 			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
 			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
 		}
@@ -305,6 +314,12 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 	b = &pgx.Batch{}
 	if len(setKeys) > 0 {
 		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
+	}
+	if len(newKeys) > 0 {
+		b.Queue(s.q(sqlSlotsCreate), newKeys, newShards, newCaps, newAv).Exec(func(ct pgconn.CommandTag) error {
+			rep.CountersRepaired += int(ct.RowsAffected())
+			return nil
+		})
 	}
 	if len(promoteKeys) > 0 {
 		// Gate keys only; a key this sweep leaves stranded is the next sweep's.

@@ -263,23 +263,26 @@ func validateOutcomes(outcomes []store.Outcome) error {
 func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
 	n := len(outcomes)
 	var (
-		ids      = make([]string, n)
-		fences   = make([]int64, n)
-		kinds    = make([]int32, n)
-		steps    = make([]string, n)
-		states   = make([]*string, n)
-		attempts = make([]int32, n)
-		runAts   = make([]*time.Time, n)
-		setKeys  = make([]bool, n)
-		keys     = make([]string, n)
-		intents  = make([]string, n)
-		awaits   = make([]string, n)
-		timeouts = make([]*time.Time, n)
-		results  = make([]*string, n)
-		errs     = make([]string, n)
-		children = make([]int32, n)
+		ids       = make([]string, n)
+		fences    = make([]int64, n)
+		kinds     = make([]int32, n)
+		steps     = make([]string, n)
+		states    = make([]*string, n)
+		attempts  = make([]int32, n)
+		runAts    = make([]*time.Time, n)
+		setKeys   = make([]bool, n)
+		keys      = make([]string, n)
+		intents   = make([]string, n)
+		awaits    = make([]string, n)
+		timeouts  = make([]*time.Time, n)
+		results   = make([]*string, n)
+		errs      = make([]string, n)
+		children  = make([]int32, n)
+		delays    = make([]int64, n)
+		timeouts2 = make([]int64, n)
 	)
 	for i, o := range outcomes {
+		delays[i], timeouts2[i] = micros(o.Delay), micros(o.Timeout)
 		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, int32(o.Kind), o.Step
 		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
 		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
@@ -290,7 +293,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		errs[i], children[i] = o.Error, int32(len(o.Children))
 	}
 	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children}
+		intents, awaits, timeouts, results, errs, children, delays, timeouts2}
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

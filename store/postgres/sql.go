@@ -49,11 +49,13 @@ const (
 	sqlInsert = `
 WITH t AS (SELECT now() AS now),
 x AS (
-    SELECT x.*, coalesce(x.run_at, t.now) AS at, coalesce(x.run_at, t.now) <= t.now AS due
+    SELECT x.*, coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS at,
+           coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
-                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[])
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[],
+                $16::bigint[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, join_gen, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, ord)
     CROSS JOIN t
 ),
 b AS (
@@ -381,7 +383,7 @@ const (
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
     status = CASE o.kind
-        WHEN 1 THEN CASE WHEN coalesce(o.run_at, t.now) > t.now THEN 'scheduled' ELSE 'ready' END
+        WHEN 1 THEN CASE WHEN o.run_at > t.now THEN 'scheduled' ELSE 'ready' END
         WHEN 2 THEN 'awaiting'
         WHEN 3 THEN 'awaiting_children'
         WHEN 4 THEN 'done'
@@ -390,7 +392,7 @@ UPDATE {schema}.instances i SET
     step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
     state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
     attempt = o.attempt,
-    run_at = CASE WHEN o.kind = 1 THEN coalesce(o.run_at, t.now) ELSE i.run_at END,
+    run_at = CASE WHEN o.kind = 1 THEN o.run_at ELSE i.run_at END,
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
@@ -402,23 +404,29 @@ UPDATE {schema}.instances i SET
     result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
-    round = CASE WHEN o.kind = 1 AND coalesce(o.run_at, t.now) <= t.now
+    round = CASE WHEN o.kind = 1 AND o.run_at <= t.now
                  THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
             END,
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     updated_at = t.now
-FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.run_at, x.set_key, x.key, x.key_intent,
-             x.await_signal, x.timeout_at, x.result, x.error, x.children, x.ord,
+FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent,
+             x.await_signal, x.result, x.error, x.children, x.ord,
+             -- Run and timeout times relative to the store's clock when the
+             -- outcome gives a delay rather than a time (one clock for all).
+             coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS run_at,
+             coalesce(x.timeout_at, CASE WHEN x.timeout_us > 0 THEN t.now + x.timeout_us * interval '1 microsecond' END) AS timeout_at,
              -- A row canceled while its step ran ends canceled (kind 6)
              -- unless the step finished it (done, failed).
              CASE WHEN c.cancel_requested AND x.kind IN (1, 2, 3) THEN 6 ELSE x.kind END AS kind,
              c.key AS old_key, c.key_shard AS old_shard
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
-                  $14::timestamptz[], $15::text[], $16::text[], $17::int[])
+                  $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[])
                 WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
-                                     key_intent, await_signal, timeout_at, result, error, children, ord)
+                                     key_intent, await_signal, timeout_at, result, error, children,
+                                     delay_us, timeout_us, ord)
             ORDER BY x.id) x
+      CROSS JOIN t
       CROSS JOIN LATERAL (
           SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
@@ -681,7 +689,19 @@ UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
 
-	// sqlSlotsInsert creates counters (the caller holds the keys' other counters' locks).
+	// sqlSlotsInsert creates counters or overwrites them; the caller holds
+	// the locks of the counters it overwrites (it read them under those
+	// locks, with the holders read after them).
+	//
+	// sqlSlotsCreate creates counters that did not exist when the caller
+	// took its locks, and leaves alone any a claim created meanwhile: that
+	// claim may have debited it after the caller read the executing rows,
+	// and overwriting it from that older read would credit the slot of a
+	// row that still executes.
+	sqlSlotsCreate = `
+INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
+ON CONFLICT (key, shard) DO NOTHING`
 	sqlSlotsInsert = `
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])

@@ -11,6 +11,30 @@ import (
 )
 
 var claimLifeTests = []test{
+	{"clock/delays and timeouts count from the store's now", func(h *harness) {
+		later := inst("")
+		later.RunAt, later.Delay, later.Queue = time.Time{}, time.Hour, "elsewhere"
+		before := time.Now()
+		h.insert(later)
+		got := h.get(later.ID).RunAt
+		// An insert takes the store's own clock (the database's): the
+		// delay counts from it.
+		require.True(h.t, !got.Before(before.Add(time.Hour-time.Minute)) && !got.After(time.Now().Add(time.Hour+time.Minute)),
+			"an insert delay counts from the store's now: run at %v, inserted at %v", got, before)
+		id := h.insert(inst(""))[0]
+		c := h.claimOne("w", at(time.Minute))
+		o := next(c, "b")
+		o.Delay = 2 * time.Minute
+		h.commit("w", at(2*time.Minute), o)
+		in := h.get(id)
+		require.Equal(h.t, store.StatusReady, in.Status)
+		near(h.t, at(4*time.Minute), in.RunAt, "a next delay counts from the outcome's now")
+		c = h.claimOne("w", at(4*time.Minute))
+		a := await(c, "go", "c")
+		a.Timeout = time.Minute
+		h.commit("w", at(5*time.Minute), a)
+		near(h.t, at(6*time.Minute), h.get(id).TimeoutAt, "an await timeout counts from the outcome's now")
+	}},
 	{"prefetch/claimed rows hold their slots", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
 		ids := h.insertKeyed("stripe:a", 3)
