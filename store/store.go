@@ -600,6 +600,31 @@ type Store interface {
 	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
 	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
+	// SyncSchedules makes the schedule definitions namespace owns equal to
+	// want, atomically, and returns the namespace's stored schedules sorted
+	// by name. Schedules the namespace owns and want omits are deleted
+	// (unless KeepOmitted); a name another namespace owns is
+	// ErrNamespaceConflict. A sync keeps what the store owns of a schedule
+	// it updates (Paused, LastTick, LastInstance, Anchor) and moves its
+	// Epoch only when its definition changed; a new schedule is anchored at
+	// now (its first tick is the first after the sync).
+	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts ...SyncOptions) ([]Schedule, error)
+	// ListSchedules returns every stored schedule, of every namespace, sorted by name.
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	// PauseSchedule pauses (paused true) or resumes a schedule and returns
+	// it; a missing name is ErrScheduleNotFound. Resuming a paused schedule
+	// anchors it at now, so the ticks of the pause are not missed ticks:
+	// the next tick after now fires. Either moves its Epoch when it
+	// changes Paused, and no sync changes Paused.
+	PauseSchedule(ctx context.Context, name string, paused bool, now time.Time) (Schedule, error)
+	// FireSchedule records req.Tick as the schedule's last tick, and
+	// inserts req.Instance with it, atomically, only if the schedule's
+	// Epoch is still req.Epoch, it is not paused and the tick is after its
+	// LastTick (otherwise Stale, nothing done). With SkipIfRunning and a
+	// LastInstance that is not terminal, the tick is recorded and nothing
+	// inserted. A missing name is ErrScheduleNotFound.
+	FireSchedule(ctx context.Context, req FireRequest) (FireResult, error)
+
 	// Insert inserts instances atomically: all or none (duplicates by unique
 	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)

@@ -1070,6 +1070,55 @@ SELECT DISTINCT key_name, key_intent FROM (
 ) x WHERE key_intent <> ''`
 )
 
+// Schedules: definitions per namespace, and the ticks they recorded.
+const (
+	sqlSchedulesCols = `name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch`
+
+	sqlSchedulesAll = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules ORDER BY name`
+
+	sqlScheduleLock = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
+
+	// sqlSchedulesDeleteOmitted deletes the namespace's ($1) schedules not in $2.
+	sqlSchedulesDeleteOmitted = `DELETE FROM {schema}.schedules WHERE namespace = $1 AND name <> ALL ($2::text[])`
+
+	// sqlScheduleUpsert stores one definition: a new schedule is anchored
+	// at @now; an existing one keeps its run-time state and moves its epoch.
+	sqlScheduleUpsert = `
+INSERT INTO {schema}.schedules (name, namespace, workflow, cron, time_zone, queue, priority, key, key_intent,
+    unique_statuses, overlap, catch_up, grace_us, anchor)
+VALUES (@name, @namespace, @workflow, @cron, @time_zone, @queue, @priority, nullif(@key, ''), @key_intent,
+    @unique_statuses::text[], @overlap, @catch_up, @grace_us, coalesce(@now::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, cron = excluded.cron,
+    time_zone = excluded.time_zone, queue = excluded.queue, priority = excluded.priority, key = excluded.key,
+    key_intent = excluded.key_intent, unique_statuses = excluded.unique_statuses, overlap = excluded.overlap,
+    catch_up = excluded.catch_up, grace_us = excluded.grace_us, epoch = schedules.epoch + 1, updated_at = now()`
+
+	// sqlSchedulePause sets paused ($2); a change moves the epoch, and a
+	// resume anchors the schedule at $3 (NULL: now).
+	sqlSchedulePause = `
+UPDATE {schema}.schedules SET paused = $2, epoch = epoch + (paused <> $2)::int,
+    anchor = CASE WHEN paused AND NOT $2 THEN coalesce($3::timestamptz, now()) ELSE anchor END,
+    updated_at = now()
+WHERE name = $1
+RETURNING ` + sqlSchedulesCols
+
+	// sqlScheduleRecord records a tick ($2) and, unless $3 is NULL, the
+	// instance it started at $4 (NULL: now).
+	sqlScheduleRecord = `
+UPDATE {schema}.schedules SET last_tick = $2, epoch = epoch + 1,
+    last_instance = coalesce($3::uuid, last_instance),
+    last_fired_at = CASE WHEN $3::uuid IS NULL THEN last_fired_at ELSE coalesce($4::timestamptz, now()) END,
+    updated_at = now()
+WHERE name = $1
+RETURNING ` + sqlSchedulesCols
+
+	// sqlInstanceRunning says whether an instance exists and is not terminal.
+	sqlInstanceRunning = `
+SELECT EXISTS (SELECT 1 FROM {schema}.instances WHERE id = $1::uuid AND status NOT IN ('done', 'failed', 'canceled'))`
+)
+
 // Limit changes that altered live keys (see store.Health).
 const (
 	// sqlLimitChangesRecord records, per key name, the last sync that
