@@ -302,15 +302,11 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 	e := s.e
 	out := newRetrier(e.outage, "claim "+q.name)
 	workflows := e.workflowNames()
-	var nextDue time.Time
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
 		if free := q.n - int(q.busy.Load()); free > 0 {
-			if !nextDue.IsZero() && !e.cfg.Clock.Now().Before(nextDue) {
-				if _, err := e.st.FireTimers(s.bgCtx, e.storeNow()); err != nil && s.bgCtx.Err() == nil {
-					e.outage.fail("fire timers", err)
-				}
-			}
+			// The claim itself makes the queue's due delayed rows and timed
+			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
 			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
 				Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
@@ -329,8 +325,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 				if len(res.Claimed) == free {
 					continue // there may be more ready work
 				}
-				nextDue = res.NextDue
-				if !nextDue.IsZero() {
+				if nextDue := res.NextDue; !nextDue.IsZero() {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}

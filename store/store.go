@@ -626,10 +626,15 @@ type Store interface {
 	FireSchedule(ctx context.Context, req FireRequest) (FireResult, error)
 
 	// Insert inserts instances atomically: all or none (duplicates by unique
-	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
+	// key are reported, not errors; a duplicate caller-chosen id is
+	// ErrDuplicate). Each instance is checked and completed by
+	// NormalizeNewInstance (ErrInvalid).
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
 
-	// Claim admits and claims up to req.Limit rows (see Admission).
+	// Claim admits and claims up to req.Limit rows (see Admission), after
+	// making the queue's due delayed rows and timed-out awaits ready. An
+	// empty Queue is DefaultQueue, a zero Lease DefaultLease (see
+	// NormalizeClaim).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Complete commits a batch of outcomes of worker's claims. Each outcome
 	// commits only if its claim is current; every committed outcome credits
@@ -651,7 +656,8 @@ type Store interface {
 	// (see Cancel in the package doc); its worker is notified. Canceling a
 	// row whose cancel is already requested does nothing.
 	Cancel(ctx context.Context, id string, now time.Time) error
-	// Retry makes a failed or canceled instance ready again at its current step, attempt 0.
+	// Retry makes a failed or canceled instance ready again at its current
+	// step, attempt 0; any other status is ErrNotRetryable.
 	Retry(ctx context.Context, id string, now time.Time) error
 
 	// Get returns one instance.

@@ -108,8 +108,8 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 		}
 	}
 	if req.Instance != nil && !res.SkippedRunning {
-		ins := []store.NewInstance{*req.Instance}
-		if err := s.checkNew(ins, nil); err != nil {
+		ins, err := s.checkNew([]store.NewInstance{*req.Instance}, nil)
+		if err != nil {
 			return store.FireResult{}, fmt.Errorf("fire schedule %q: %w", req.Name, err)
 		}
 		out := s.insert(ins, nil, now, n)
