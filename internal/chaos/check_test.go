@@ -252,18 +252,22 @@ func TestRecorderFileRoundTrip(t *testing.T) {
 
 func TestCheckFindsStartsBeyondTheRateLimit(t *testing.T) {
 	w := newWorld(t)
+	gap := 2000 / BulkRate // ms between starts: half the rate
 	for i := range 8 { // within the burst and the rate
 		tok := fmt.Sprintf("r%015d", i)
-		w.run(tok, "p1", "i"+tok, "bulk:a", 0, "", i*200, i*200+5, "done")
+		w.run(tok, "p1", "i"+tok, "bulk:a", 0, "", i*gap, i*gap+1, "done")
 		w.done("i"+tok, tok)
 	}
 	rep, v := w.check()
 	assert.Empty(t, v)
 	assert.Equal(t, 8, rep.BulkStarts)
 
-	for i := range 12 { // twelve more within 60 ms: over 8/s × (0.06 s + slack) + 4
+	// More starts within 60 ms than BulkRate × (0.06 s + slack) + BulkBurst.
+	over := int(float64(BulkRate)*(0.06+rateSlack.Seconds())) + BulkBurst + 2
+	for i := range over {
 		tok := fmt.Sprintf("s%015d", i)
-		w.run(tok, "p2", "i"+tok, "bulk:b", 0, "", 5000+i*5, 5000+i*5+1, "done")
+		at := 60000 + i*60/over
+		w.run(tok, "p2", "i"+tok, "bulk:b", 0, "", at, at+1, "done")
 		w.done("i"+tok, tok)
 	}
 	_, v = w.check()
