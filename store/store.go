@@ -552,7 +552,13 @@ type ListFilter struct {
 	Status   Status
 	Key      string
 	Queue    string
-	// AfterID pages: only ids greater than AfterID (results are ordered by id).
+	// Newest orders the results newest first (by insertion, the latest
+	// inserted first) instead of by id.
+	Newest bool
+	// AfterID pages: only instances that come after AfterID in the result
+	// order (ids greater than AfterID; with Newest, instances inserted
+	// before AfterID, and none when AfterID no longer exists). The last id
+	// of one page is the AfterID of the next, so no page skips rows.
 	AfterID string
 	// Limit caps the number of results (0: no limit).
 	Limit int
@@ -596,6 +602,31 @@ type Store interface {
 	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
 	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
+	// SyncSchedules makes the schedule definitions namespace owns equal to
+	// want, atomically, and returns the namespace's stored schedules sorted
+	// by name. Schedules the namespace owns and want omits are deleted
+	// (unless KeepOmitted); a name another namespace owns is
+	// ErrNamespaceConflict. A sync keeps what the store owns of a schedule
+	// it updates (Paused, LastTick, LastInstance, Anchor) and moves its
+	// Epoch only when its definition changed; a new schedule is anchored at
+	// now (its first tick is the first after the sync).
+	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts ...SyncOptions) ([]Schedule, error)
+	// ListSchedules returns every stored schedule, of every namespace, sorted by name.
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	// PauseSchedule pauses (paused true) or resumes a schedule and returns
+	// it; a missing name is ErrScheduleNotFound. Resuming a paused schedule
+	// anchors it at now, so the ticks of the pause are not missed ticks:
+	// the next tick after now fires. Either moves its Epoch when it
+	// changes Paused, and no sync changes Paused.
+	PauseSchedule(ctx context.Context, name string, paused bool, now time.Time) (Schedule, error)
+	// FireSchedule records req.Tick as the schedule's last tick, and
+	// inserts req.Instance with it, atomically, only if the schedule's
+	// Epoch is still req.Epoch, it is not paused and the tick is after its
+	// LastTick (otherwise Stale, nothing done). With SkipIfRunning and a
+	// LastInstance that is not terminal, the tick is recorded and nothing
+	// inserted. A missing name is ErrScheduleNotFound.
+	FireSchedule(ctx context.Context, req FireRequest) (FireResult, error)
+
 	// Insert inserts instances atomically: all or none (duplicates by unique
 	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
@@ -627,8 +658,13 @@ type Store interface {
 
 	// Get returns one instance.
 	Get(ctx context.Context, id string) (Instance, error)
-	// List returns instances matching f, ordered by id.
+	// List returns instances matching f, ordered by id (or newest first,
+	// see ListFilter.Newest).
 	List(ctx context.Context, f ListFilter) ([]Instance, error)
+	// Inbox returns the signals sent to an instance and not yet consumed by
+	// a committed step, oldest first, at most limit of them (0: no limit).
+	// A missing instance has an empty inbox.
+	Inbox(ctx context.Context, id string, limit int) ([]Signal, error)
 	// Children returns the children of a parent, ordered by creation.
 	Children(ctx context.Context, parentID string) ([]Instance, error)
 	// History returns the recorded step runs of an instance, oldest first.
