@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -409,6 +410,50 @@ func (e *Engine) InsertMany(ctx context.Context, reqs []InsertRequest) ([]string
 		return nil, fmt.Errorf("durable: insert: %w", err)
 	}
 	e.wakeQueues(rows)
+	return insertIDs(res), nil
+}
+
+// ErrNoTxInsert is returned by InsertTx and InsertManyTx when the engine's
+// store cannot insert in a caller's transaction (it does not implement
+// store.TxInserter): configure store/postgres as Config.Store.
+var ErrNoTxInsert = errors.New("store cannot insert in a caller's transaction")
+
+// InsertTx starts an instance of workflow with state inside the caller's
+// PostgreSQL transaction tx, so that it commits or rolls back with the
+// caller's own writes: nothing runs unless tx commits, and then workers are
+// notified. It validates like Insert (registered workflow, latest version,
+// state encoding, Strict key checks) and returns the instance id, or the
+// existing instance's id for a UniqueKey that is taken. The engine's store
+// must be store/postgres (see ErrNoTxInsert), on the database tx belongs to.
+func (e *Engine) InsertTx(ctx context.Context, tx pgx.Tx, workflow string, state any, opts InsertOptions) (string, error) {
+	ids, err := e.InsertManyTx(ctx, tx, []InsertRequest{{Workflow: workflow, State: state, Options: opts}})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// InsertManyTx is InsertMany inside the caller's transaction tx (see
+// InsertTx): the instances commit or roll back with tx.
+func (e *Engine) InsertManyTx(ctx context.Context, tx pgx.Tx, reqs []InsertRequest) ([]string, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	ti, ok := e.st.(store.TxInserter)
+	if !ok {
+		return nil, fmt.Errorf("durable: insert in a transaction: %w: the engine's store is %T; use store/postgres", ErrNoTxInsert, e.st)
+	}
+	if tx == nil {
+		return nil, fmt.Errorf("durable: insert in a transaction: %w: nil transaction", ErrInvalidInput)
+	}
+	rows, err := e.prepareInserts(reqs, "")
+	if err != nil {
+		return nil, err
+	}
+	res, err := ti.InsertTx(ctx, tx, rows)
+	if err != nil {
+		return nil, fmt.Errorf("durable: insert in a transaction: %w", err)
+	}
 	return insertIDs(res), nil
 }
 

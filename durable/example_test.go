@@ -157,3 +157,41 @@ func Example_schedule() {
 	}
 	// Output: digest sent for a tick on a whole second: true
 }
+
+// A workflow handle inserts states of its own type: passing anything but an
+// Invoice does not compile. The handle must be registered on the engine it
+// inserts on.
+func ExampleWorkflow_Insert() {
+	type Invoice struct {
+		Number string `json:"number"`
+		Cents  int    `json:"cents"`
+	}
+	send := durable.NewWorkflow[Invoice]("invoice.send", "send", durable.WorkflowOptions{}).
+		Step("send", func(ctx steps.Context, inv Invoice) (transitions.Transition, error) {
+			return transitions.Done(fmt.Sprintf("sent %s for %d cents", inv.Number, inv.Cents)), nil
+		})
+	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := eng.Register(send); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	id, err := send.Insert(ctx, eng, Invoice{Number: "INV-7", Cents: 990}, durable.InsertOptions{})
+	if err != nil {
+		panic(err)
+	}
+	msg, err := durable.Result[string](ctx, eng, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg)
+	// Output: sent INV-7 for 990 cents
+}

@@ -1,10 +1,14 @@
 package durable
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/transitions"
@@ -161,4 +165,86 @@ func (d *definition) stepNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// TypedRequest is one instance of Workflow.InsertMany: a state of the
+// workflow's own type, checked at compile time, and its insert options.
+type TypedRequest[S any] struct {
+	State   S
+	Options InsertOptions
+}
+
+// ErrNotLatestVersion is returned by the inserts of a Workflow handle whose
+// version is registered but is not the highest registered version of its
+// name: new instances start on the highest version, so they must be
+// inserted with that version's handle (and state type).
+var ErrNotLatestVersion = errors.New("not the latest registered version")
+
+// Insert starts an instance of w on e with state s and returns its id, as
+// Engine.Insert does for w's name, but with the state type checked at
+// compile time. w must be registered on e and be the highest registered
+// version of its name; otherwise the error wraps ErrUnknownWorkflow or
+// ErrNotLatestVersion and nothing is inserted. Wait for the typed result
+// with Result.
+func (w *Workflow[S]) Insert(ctx context.Context, e *Engine, s S, opts InsertOptions) (string, error) {
+	if err := w.checkOn(e); err != nil {
+		return "", err
+	}
+	return e.Insert(ctx, w.def.name, s, opts)
+}
+
+// InsertMany starts instances of w on e atomically (all or none), as
+// Engine.InsertMany does, with the states' type checked at compile time.
+// The registration rules of Insert apply.
+func (w *Workflow[S]) InsertMany(ctx context.Context, e *Engine, reqs []TypedRequest[S]) ([]string, error) {
+	if err := w.checkOn(e); err != nil {
+		return nil, err
+	}
+	return e.InsertMany(ctx, w.requests(reqs))
+}
+
+// InsertTx starts an instance of w on e inside the caller's transaction tx,
+// as Engine.InsertTx does, with the state type checked at compile time. The
+// registration rules of Insert apply.
+func (w *Workflow[S]) InsertTx(ctx context.Context, e *Engine, tx pgx.Tx, s S, opts InsertOptions) (string, error) {
+	if err := w.checkOn(e); err != nil {
+		return "", err
+	}
+	return e.InsertTx(ctx, tx, w.def.name, s, opts)
+}
+
+// InsertManyTx is InsertMany inside the caller's transaction tx (see
+// Engine.InsertManyTx).
+func (w *Workflow[S]) InsertManyTx(ctx context.Context, e *Engine, tx pgx.Tx, reqs []TypedRequest[S]) ([]string, error) {
+	if err := w.checkOn(e); err != nil {
+		return nil, err
+	}
+	return e.InsertManyTx(ctx, tx, w.requests(reqs))
+}
+
+func (w *Workflow[S]) requests(reqs []TypedRequest[S]) []InsertRequest {
+	out := make([]InsertRequest, len(reqs))
+	for i, r := range reqs {
+		out[i] = InsertRequest{Workflow: w.def.name, State: r.State, Options: r.Options}
+	}
+	return out
+}
+
+// checkOn reports whether an insert of w's name on e starts an instance of
+// w itself: w is registered on e and is the latest version of its name.
+func (w *Workflow[S]) checkOn(e *Engine) error {
+	if e == nil {
+		return fmt.Errorf("durable: insert %s: nil engine", w.def.name)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.defs[w.def.name][w.def.version] != w.def {
+		return fmt.Errorf("durable: insert %s: %w: this definition (version %d) is not registered on this engine; call Register with it before inserting",
+			w.def.name, ErrUnknownWorkflow, w.def.version)
+	}
+	if latest := e.latest[w.def.name]; latest != w.def {
+		return fmt.Errorf("durable: insert %s: %w: version %d is registered, but new instances start on version %d: insert with that version's handle",
+			w.def.name, ErrNotLatestVersion, w.def.version, latest.version)
+	}
+	return nil
 }

@@ -35,7 +35,7 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 		return fmt.Errorf("%w: instance %d: id %q is not a UUID", ErrInvalid, i, in.ID)
 	}
 	if in.Workflow == "" || in.Step == "" {
-		return fmt.Errorf("%w: instance %d: workflow and step are required", ErrInvalid, i)
+		return fmt.Errorf("%w: instance %d: workflow name and step are required (got workflow %q, step %q)", ErrInvalid, i, in.Workflow, in.Step)
 	}
 	if in.Queue == "" {
 		in.Queue = DefaultQueue

@@ -84,6 +84,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/godurable/godurable/gate"
 )
 
@@ -698,6 +700,19 @@ type Store interface {
 
 	// Close releases the store's resources.
 	Close() error
+}
+
+// TxInserter is implemented by stores that can insert instances inside a
+// transaction the caller opened, so that the instances commit or roll back
+// with the caller's own writes (store/postgres implements it). Engines reach
+// it through durable.Engine.InsertTx, which validates the rows first: a row
+// inserted directly must name a workflow version some engine has registered,
+// or no worker will ever run it.
+type TxInserter interface {
+	// InsertTx inserts instances in tx, atomically with the rest of tx, with
+	// the results of Insert. Nothing is visible to other sessions, or runs,
+	// before tx commits.
+	InsertTx(ctx context.Context, tx pgx.Tx, instances []NewInstance) ([]InsertResult, error)
 }
 
 // Notifier is implemented by stores that can wake idle engines when work may

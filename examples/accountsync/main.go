@@ -70,7 +70,7 @@ func main() {
 
 // Options configures one run of the service.
 type Options struct {
-	// Store is where the engine keeps everything (see openStore).
+	// Store is where the engine keeps everything (see exstore.Open).
 	Store store.Store
 	// StoreName describes Store in the output (default: in-memory store).
 	StoreName string

@@ -68,7 +68,7 @@ func main() {
 
 // Options configures one run.
 type Options struct {
-	// Store is where the engine keeps everything (see openStore).
+	// Store is where the engine keeps everything (see exstore.Open).
 	Store store.Store
 	// StoreName describes Store in the output (default: in-memory store).
 	StoreName string

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -41,15 +40,28 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 }
 
 // InsertTx inserts instances inside the caller's transaction tx, so that
-// they commit or roll back with the caller's own writes. Workers are
-// notified when tx commits. Results are as for Insert; unique-key checks
-// hold an advisory lock per unique key until tx ends.
+// they commit or roll back with the caller's own writes (it implements
+// store.TxInserter). Workers are notified when tx commits. Results are as
+// for Insert; unique-key checks hold an advisory lock per unique key until
+// tx ends.
+//
+// Prefer durable.Engine.InsertTx (or Workflow.InsertTx): the store does not
+// know which workflows the engines have registered, so it refuses only rows
+// that no worker could ever run (an empty workflow name or step, a version
+// below 1), while the engine also checks the workflow, its version, the
+// state's encoding and the key (Strict mode included).
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	if tx == nil {
-		return nil, errors.New("postgres: InsertTx: nil transaction")
+		return nil, fmt.Errorf("postgres: InsertTx: %w: nil transaction", store.ErrInvalid)
+	}
+	for i, in := range instances {
+		if in.Version < 1 {
+			return nil, fmt.Errorf("insert: %w: instance %d (workflow %q): version %d: a registered workflow version is 1 or more (insert through durable.Engine.InsertTx)",
+				store.ErrInvalid, i, in.Workflow, in.Version)
+		}
 	}
 	p, err := prepareInsert(instances)
 	if err != nil {
@@ -221,3 +233,5 @@ func insertError(err error) error {
 	}
 	return fmt.Errorf("insert: %w", refused(err))
 }
+
+var _ store.TxInserter = (*Store)(nil)

@@ -179,7 +179,13 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), `DROP TABLE orders`) })
 
-	kept := newInstance("")
+	// InsertTx refuses a row no registered workflow version could run.
+	txInstance := func() store.NewInstance {
+		in := newInstance("")
+		in.Version = 1
+		return in
+	}
+	kept := txInstance()
 	kept.UniqueKey = "order-1"
 	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(e.ctx, `INSERT INTO orders VALUES (1)`); err != nil {
@@ -192,7 +198,7 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusReady, e.get(kept.ID).Status)
 
-	lost := newInstance("")
+	lost := txInstance()
 	boom := errors.New("caller fails after the insert")
 	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(e.ctx, `INSERT INTO orders VALUES (2)`); err != nil {
@@ -209,7 +215,7 @@ func TestInsertTxCommitAndRollback(t *testing.T) {
 	require.EqualValues(t, 1, e.scalar(`SELECT count(*) FROM orders`))
 
 	// A unique key taken inside the caller's transaction is a duplicate.
-	dup := newInstance("")
+	dup := txInstance()
 	dup.UniqueKey = "order-1"
 	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		res, err := e.s.InsertTx(e.ctx, tx, []store.NewInstance{dup})
