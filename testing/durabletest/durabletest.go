@@ -140,6 +140,18 @@ func (e *Env) Insert(workflow string, state any, opts durable.InsertOptions) str
 	return id
 }
 
+// InsertMany inserts instances atomically, in order, and returns their ids
+// in the same order (see durable.Engine.InsertMany). Rows inserted together
+// are ready together: one round may claim several of them.
+func (e *Env) InsertMany(reqs ...durable.InsertRequest) []string {
+	e.t.Helper()
+	ids, err := e.Engine.InsertMany(context.Background(), reqs)
+	if err != nil {
+		e.t.Fatalf("durabletest: insert many: %v", err)
+	}
+	return ids
+}
+
 // Signal sends a signal now.
 func (e *Env) Signal(id, name string, payload any) {
 	e.t.Helper()

@@ -251,3 +251,23 @@ func TestTransitionToUnknownStepFailsAtOnceAndIsFlagged(t *testing.T) {
 	require.Len(t, h, 1)
 	require.Equal(t, durable.OutcomeInvalidTransition, h[0].Outcome)
 }
+
+func TestInsertManyInsertsInOrder(t *testing.T) {
+	env := durabletest.New(t, durabletest.Options{}, pipeline())
+	ids := env.InsertMany(
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"first"}}, Options: durable.InsertOptions{Key: gate.Identity("account", "1")}},
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"second"}}, Options: durable.InsertOptions{Key: gate.Identity("account", "1")}},
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"later"}}, Options: durable.InsertOptions{Delay: time.Hour}},
+	)
+	require.Len(t, ids, 3)
+	assert.Equal(t, []string{"first"}, durabletest.State[job](env, ids[0]).Done)
+	assert.Equal(t, []string{"second"}, durabletest.State[job](env, ids[1]).Done)
+	env.RunUntilIdle()
+	assert.Equal(t, store.StatusAwaiting, env.Get(ids[0]).Status)
+	assert.Equal(t, store.StatusAwaiting, env.Get(ids[1]).Status)
+	assert.Equal(t, 1, env.MaxConcurrency("account:1"))
+	assert.Equal(t, []string{"a", "b"}, env.StepNames(ids[0]))
+	assert.Empty(t, env.StepNames(ids[2]), "the delayed row waits for its time")
+	env.Advance(time.Hour)
+	assert.Equal(t, []string{"a", "b"}, env.StepNames(ids[2]))
+}
