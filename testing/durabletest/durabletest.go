@@ -5,7 +5,8 @@
 // ran in parallel, so concurrency keys behave as in production and the Env
 // records, per key, the most instances that ever ran at once.
 //
-// The same test gives the same interleaving on every run.
+// The same test gives the same interleaving and the same virtual times on
+// every run: retry jitter is drawn from a source seeded by Options.Seed.
 package durabletest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -72,6 +74,10 @@ type Options struct {
 	MaxRounds int
 	// Logger receives the engine's logs (default: discarded).
 	Logger *slog.Logger
+	// Seed seeds the jitter of retry delays (durable.Config.Jitter), so
+	// that a test gives the same virtual times on every run; 0 means 1.
+	// Change it to see other (but again reproducible) retry times.
+	Seed uint64
 }
 
 // Env is a test environment for workflows. Its methods fail the test on
@@ -109,10 +115,13 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
 	clock := NewClock(opts.Start)
 	st := memory.New(memory.Options{Clock: clock.Now})
 	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
-		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest"})
+		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
