@@ -70,6 +70,10 @@ type Options struct {
 	Strict bool
 	// Start is the fake clock's start (default Epoch).
 	Start time.Time
+	// Lease is how long a claim holds without a heartbeat
+	// (durable.Config.Lease, default 30s): a step crashed by CrashDuring
+	// runs again once this much fake time has passed.
+	Lease time.Duration
 	// MaxRounds guards against a workflow that never goes idle (default 10,000).
 	MaxRounds int
 	// Logger receives the engine's logs (default: discarded).
@@ -93,6 +97,7 @@ type Env struct {
 	maxSeen map[string]int
 	steps   int
 	delayed []delayedSignal
+	crash   *crashStore
 }
 
 type delayedSignal struct {
@@ -120,7 +125,8 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	}
 	clock := NewClock(opts.Start)
 	st := memory.New(memory.Options{Clock: clock.Now})
-	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
+	crash := newCrashStore(st)
+	eng, err := durable.New(durable.Config{Store: crash, Lease: opts.Lease, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
 		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
@@ -136,7 +142,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
-	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}}
+	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}, crash: crash}
 }
 
 // Insert inserts an instance and returns its id.
@@ -199,6 +205,9 @@ func (e *Env) runIdle() (int, time.Time) {
 		if round >= e.opts.MaxRounds {
 			e.t.Fatalf("durabletest: still busy after %d rounds; does a workflow loop without waiting?", round)
 		}
+		if err := e.crash.reapDue(context.Background(), e.Clock.Now()); err != nil {
+			e.t.Fatalf("durabletest: reap crashed claims: %v", err)
+		}
 		rep, err := e.Engine.Tick(context.Background())
 		if err != nil {
 			e.t.Fatalf("durabletest: %v", err)
@@ -249,10 +258,7 @@ func (e *Env) advanceTo(target time.Time) {
 	e.t.Helper()
 	for {
 		_, due := e.runIdle()
-		next := due
-		if len(e.delayed) > 0 && (next.IsZero() || e.delayed[0].at.Before(next)) {
-			next = e.delayed[0].at
-		}
+		next := e.nextEvent(due)
 		if next.IsZero() || next.After(target) {
 			e.Clock.Set(target)
 			e.sendDue()
@@ -262,6 +268,26 @@ func (e *Env) advanceTo(target time.Time) {
 		e.Clock.Set(next)
 		e.sendDue()
 	}
+}
+
+// nextEvent is the earliest of due (the stores' next run time or timeout),
+// the next scheduled signal and the next lease end of a crashed claim
+// (zero: none of them).
+func (e *Env) nextEvent(due time.Time) time.Time {
+	next := due
+	for _, t := range []time.Time{e.firstDelayed(), e.crash.nextExpiry()} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return next
+}
+
+func (e *Env) firstDelayed() time.Time {
+	if len(e.delayed) == 0 {
+		return time.Time{}
+	}
+	return e.delayed[0].at
 }
 
 func (e *Env) sendDue() {
@@ -285,10 +311,7 @@ func (e *Env) RunUntilDone(id string) store.Instance {
 		if in.Status.Terminal() {
 			return in
 		}
-		next := due
-		if len(e.delayed) > 0 && (next.IsZero() || e.delayed[0].at.Before(next)) {
-			next = e.delayed[0].at
-		}
+		next := e.nextEvent(due)
 		if next.IsZero() {
 			e.t.Fatalf("durabletest: instance %s is %s at step %q and nothing will wake it (await %q)", id, in.Status, in.Step, in.AwaitSignal)
 		}

@@ -99,3 +99,31 @@ func ExampleEnv() {
 	// printer:lobby ran at most 2 at once (K=2)
 	// collected uncollected uncollected uncollected uncollected
 }
+
+// Prove that a step is idempotent: crash it after its body ran (the outcome
+// is lost, as when the process dies before committing), let its lease expire
+// on the fake clock, and check what the outside world saw when it ran again.
+func ExampleEnv_CrashDuring() {
+	t := exampleT{} // in a test: func TestChargeIsIdempotent(t *testing.T)
+
+	charged := map[string]int{} // the payment provider, by idempotency key
+	wf := durable.NewWorkflow[string]("checkout", "charge", durable.WorkflowOptions{}).
+		Step("charge", func(ctx steps.Context, order string) (transitions.Transition, error) {
+			fmt.Println("charge, attempt", ctx.Attempt())
+			charged[order+"/"+ctx.InstanceID()] = 1 // keyed: a second call changes nothing
+			return transitions.Done("paid"), nil
+		})
+
+	env := durabletest.New(t, durabletest.Options{}, wf)
+	env.CrashDuring("charge")
+	id := env.Insert("checkout", "order-1", durable.InsertOptions{})
+	env.RunUntilDone(id)
+
+	fmt.Println(durabletest.Result[string](env, id), "after", env.Clock.Now().Sub(durabletest.Epoch))
+	fmt.Println("charges:", len(charged), "crashes:", env.Crashes())
+	// Output:
+	// charge, attempt 0
+	// charge, attempt 1
+	// paid after 30s
+	// charges: 1 crashes: 1
+}
