@@ -16,7 +16,7 @@ import (
 //
 // A crash is found the way production finds one: by lease expiry on the
 // fake clock. The row stays executing, holding its key, until its lease
-// (Options.Lease, default 30s) has passed; then the reaper takes the claim
+// (Options.Lease, default 30s) has passed; a microsecond later the reaper takes the claim
 // back and the row is ready again with its attempt grown by one
 // (steps.Context.Attempt() is 1 on the re-run of a first run), and the
 // reconciler repairs its gate's counters. Advance and RunUntilDone move the
@@ -36,6 +36,12 @@ func (e *Env) Crashes() int {
 	return e.crash.crashes
 }
 
+// reapDelay is how long after a crashed claim's lease end the Env runs the
+// reaper: the first instant at which every store agrees that the lease has
+// expired (PostgreSQL keeps microseconds and reaps leases that ended before
+// now, not at now).
+const reapDelay = time.Microsecond
+
 // crashStore is the store as the Env's engine sees it: it loses the outcome
 // of claims chosen to crash by CrashDuring, and reports it stale (nothing
 // of it commits), which is what a claim that outlives its worker amounts to.
@@ -44,8 +50,8 @@ type crashStore struct {
 
 	mu      sync.Mutex
 	pending map[string]int               // step name -> runs still to crash
-	doomed  map[store.ClaimRef]time.Time // claims to crash -> their lease end
-	expires []time.Time                  // lease ends of crashed claims, not yet reaped; sorted
+	doomed  map[store.ClaimRef]time.Time // claims to crash -> when to reap them
+	expires []time.Time                  // when to reap crashed claims not yet reaped; sorted
 	crashes int
 }
 
@@ -68,7 +74,7 @@ func (c *crashStore) Claim(ctx context.Context, req store.ClaimRequest) (store.C
 			if end.IsZero() {
 				end = req.Now.Add(req.Lease)
 			}
-			c.doomed[store.ClaimRef{ID: cl.ID, Fence: cl.Fence}] = end
+			c.doomed[store.ClaimRef{ID: cl.ID, Fence: cl.Fence}] = end.Add(reapDelay)
 		}
 	}
 	return res, nil
@@ -114,8 +120,8 @@ func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []sto
 	return out, nil
 }
 
-// nextExpiry is the earliest lease end of a crashed claim not yet reaped
-// (zero: none).
+// nextExpiry is when the earliest crashed claim not yet reaped is due to be
+// reaped (zero: none).
 func (c *crashStore) nextExpiry() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

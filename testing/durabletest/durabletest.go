@@ -1,7 +1,7 @@
 // Package durabletest unit-tests workflows deterministically, with no
 // database: a fake clock, the in-memory store (which passes the same
 // conformance suite as PostgreSQL), and a driver that runs steps in claim
-// order. Rows claimed in one round hold their slots together, as if they
+// order. Options.Postgres runs the same test against the PostgreSQL store. Rows claimed in one round hold their slots together, as if they
 // ran in parallel, so concurrency keys behave as in production and the Env
 // records, per key, the most instances that ever ran at once.
 //
@@ -20,11 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/store/postgres"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -78,6 +81,14 @@ type Options struct {
 	MaxRounds int
 	// Logger receives the engine's logs (default: discarded).
 	Logger *slog.Logger
+	// Postgres, if set, runs the Env on the PostgreSQL store instead of
+	// the in-memory one: the same test, the same fake clock (every store
+	// call takes the fake time), on the schema that is the pool's
+	// search_path (default postgres.DefaultSchema). The schema is migrated
+	// if it is not yet, never emptied: give each test its own. The store
+	// records history. PostgreSQL keeps times to the microsecond, so
+	// virtual times with sub-microsecond parts (retry jitter) are rounded.
+	Postgres *pgxpool.Pool
 	// Seed seeds the jitter of retry delays (durable.Config.Jitter), so
 	// that a test gives the same virtual times on every run; 0 means 1.
 	// Change it to see other (but again reproducible) retry times.
@@ -87,9 +98,11 @@ type Options struct {
 // Env is a test environment for workflows. Its methods fail the test on
 // unexpected errors; use Engine for calls whose errors the test asserts.
 type Env struct {
-	t      testing.TB
-	Clock  *Clock
-	Store  *memory.Store
+	t     testing.TB
+	Clock *Clock
+	// Store is the store the Env runs on: in memory, or PostgreSQL with
+	// Options.Postgres.
+	Store  store.Store
 	Engine *durable.Engine
 	limits gate.Limits
 	opts   Options
@@ -124,7 +137,10 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		opts.Seed = 1
 	}
 	clock := NewClock(opts.Start)
-	st := memory.New(memory.Options{Clock: clock.Now})
+	st, err := newStore(opts, clock)
+	if err != nil {
+		t.Fatalf("durabletest: %v", err)
+	}
 	crash := newCrashStore(st)
 	eng, err := durable.New(durable.Config{Store: crash, Lease: opts.Lease, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
 		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
@@ -143,6 +159,23 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		t.Fatalf("durabletest: %v", err)
 	}
 	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}, crash: crash}
+}
+
+// newStore returns the store of an Env: in memory on the fake clock, or on
+// PostgreSQL.
+func newStore(opts Options, clock *Clock) (store.Store, error) {
+	if opts.Postgres == nil {
+		return memory.New(memory.Options{Clock: clock.Now}), nil
+	}
+	schema := opts.Postgres.Config().ConnConfig.RuntimeParams["search_path"]
+	if schema == "" {
+		schema = postgres.DefaultSchema
+	}
+	ctx := context.Background()
+	if _, err := postgres.Migrate(ctx, opts.Postgres, schema); err != nil {
+		return nil, fmt.Errorf("migrate schema %q: %w", schema, err)
+	}
+	return postgres.New(ctx, opts.Postgres, postgres.Options{Schema: schema, History: true})
 }
 
 // Insert inserts an instance and returns its id.

@@ -124,6 +124,6 @@ func ExampleEnv_CrashDuring() {
 	// Output:
 	// charge, attempt 0
 	// charge, attempt 1
-	// paid after 30s
+	// paid after 30.000001s
 	// charges: 1 crashes: 1
 }

@@ -1,0 +1,135 @@
+package durabletest_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/pgstoretest"
+	"github.com/godurable/godurable/internal/pgtest"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/testing/durabletest"
+	"github.com/godurable/godurable/transitions"
+)
+
+// TestMain drops the PostgreSQL schemas the tests used (and stops a
+// throwaway cluster if pgtest started one).
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// onEveryStore runs body against the in-memory store and against
+// PostgreSQL, and checks that both give the same transcript. Without a
+// PostgreSQL server the PostgreSQL run is skipped, or fails when CI=true.
+func onEveryStore(t *testing.T, opts durabletest.Options, body func(t *testing.T, env *durabletest.Env) []string) {
+	var memory []string
+	t.Run("memory", func(t *testing.T) {
+		memory = body(t, durabletest.New(t, opts, ticketFlows()...))
+		require.NotEmpty(t, memory)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := opts
+		pg.Postgres = pgstoretest.Migrated.Pool(t)
+		got := body(t, durabletest.New(t, pg, ticketFlows()...))
+		assert.Equal(t, memory, got, "PostgreSQL and the in-memory store agree")
+	})
+}
+
+type ticket struct {
+	Tries int    `json:"tries"`
+	Log   string `json:"log"`
+}
+
+// ticketFlows: a support ticket that is triaged under its customer's key
+// (K = 1), calls a flaky API under a gate (K = 2) with jittered retries,
+// waits for an agent's reply or a timeout, fans out to notifier children
+// and sleeps before closing.
+func ticketFlows() []durable.Definition {
+	notify := durable.NewWorkflow[string]("notify", "send", durable.WorkflowOptions{})
+	notify.Step("send", func(ctx steps.Context, to string) (transitions.Transition, error) {
+		return transitions.Done("sent to " + to), nil
+	})
+	wf := durable.NewWorkflow[ticket]("ticket", "triage", durable.WorkflowOptions{})
+	wf.Step("triage", func(ctx steps.Context, s ticket) (transitions.Transition, error) {
+		s.Log += "triage;"
+		return transitions.Next("lookup", s, transitions.SwitchKey(gate.Gate("crm", "eu"))), nil
+	})
+	wf.Step("lookup", func(ctx steps.Context, s ticket) (transitions.Transition, error) {
+		if ctx.Attempt() < 2 {
+			return transitions.Transition{}, fmt.Errorf("crm busy")
+		}
+		s.Log += fmt.Sprintf("lookup@%d;", ctx.Attempt())
+		return transitions.Await("reply", "answer", s, transitions.Timeout(time.Hour), transitions.ReleaseKey()), nil
+	})
+	wf.Step("answer", func(ctx steps.Context, s ticket) (transitions.Transition, error) {
+		if sig, ok := ctx.Signal(); ok {
+			var who string
+			if err := sig.Decode(&who); err != nil {
+				return transitions.Transition{}, err
+			}
+			s.Log += "reply by " + who + ";"
+		} else {
+			s.Log += "no reply;"
+		}
+		return transitions.Spawn([]transitions.Child{{Workflow: "notify", State: "customer"}, {Workflow: "notify", State: "agent"}}, "close", s), nil
+	})
+	wf.Step("close", func(ctx steps.Context, s ticket) (transitions.Transition, error) {
+		kids, err := ctx.Children()
+		if err != nil {
+			return transitions.Transition{}, err
+		}
+		if s.Tries == 0 {
+			s.Tries++
+			s.Log += fmt.Sprintf("%d notified;", len(kids))
+			return transitions.Sleep(24*time.Hour, "close", s), nil
+		}
+		return transitions.Done(s.Log + "closed"), nil
+	})
+	return []durable.Definition{wf, notify}
+}
+
+func TestSameResultsOnEveryStore(t *testing.T) {
+	onEveryStore(t, durabletest.Options{Limits: []gate.Limit{{Name: "crm", Limit: 2}}}, func(t *testing.T, env *durabletest.Env) []string {
+		var ids []string
+		for i := 0; i < 5; i++ {
+			ids = append(ids, env.Insert("ticket", ticket{}, durable.InsertOptions{Key: gate.Identity("customer", fmt.Sprint(i%3))}))
+		}
+		ids = append(ids, env.InsertMany(durable.InsertRequest{Workflow: "ticket", State: ticket{},
+			Options: durable.InsertOptions{Key: gate.Identity("customer", "late"), Delay: 90 * time.Minute}})...)
+		env.CrashDuring("triage")
+		env.SignalAfter(10*time.Minute, ids[0], "reply", "ana")
+		env.SignalAfter(20*time.Minute, ids[3], "reply", "bo")
+		env.RunUntilIdle()
+		env.Advance(2 * time.Hour)
+		for _, id := range ids {
+			env.RunUntilDone(id)
+		}
+		assert.Equal(t, 2, env.MaxConcurrency("crm:eu"), "the gate ran up to its limit")
+		assert.Equal(t, 1, env.MaxConcurrency("customer:0"))
+		assert.Equal(t, "triage;lookup@2;reply by ana;2 notified;closed", durabletest.Result[string](env, ids[0]))
+		assert.Equal(t, "triage;lookup@2;no reply;2 notified;closed", durabletest.Result[string](env, ids[1]))
+		return transcript(env, ids)
+	})
+}
+
+// transcript is what a test of ticketFlows sees: each instance's steps
+// with attempt, time and outcome, its result, the most each key ran at
+// once, the crashes and the end time. Times are in milliseconds since the
+// start (PostgreSQL keeps microseconds; jitter has nanoseconds).
+func transcript(env *durabletest.Env, ids []string) []string {
+	ms := func(t time.Time) time.Duration { return t.Sub(durabletest.Epoch).Round(time.Millisecond) }
+	var out []string
+	for i, id := range ids {
+		for _, h := range env.History(id) {
+			out = append(out, fmt.Sprintf("#%d %s/%d@%s %s %s", i, h.Step, h.Attempt, ms(h.StartedAt), h.Outcome, h.Key))
+		}
+		out = append(out, fmt.Sprintf("#%d = %q", i, durabletest.Result[string](env, id)))
+	}
+	for _, k := range env.Keys() {
+		out = append(out, fmt.Sprintf("%s max %d", k, env.MaxConcurrency(k)))
+	}
+	return append(out, fmt.Sprintf("crashes %d, end %s, steps %d", env.Crashes(), ms(env.Clock.Now()), env.StepsRun()))
+}
