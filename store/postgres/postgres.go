@@ -51,6 +51,12 @@ type Options struct {
 	// Store.History can return it. Off by default: it costs one insert per
 	// outcome batch.
 	History bool
+	// Clock, if set, is the "now" of Insert and InsertTx, the only calls
+	// that take no time from their caller: it decides whether a row with a
+	// RunAt is due at once and stamps its creation. Default: the
+	// database's now(). durabletest sets its fake clock here, so that a
+	// fake clock behind or ahead of the database's gives the same results.
+	Clock func() time.Time
 }
 
 // Store implements store.Store and store.Notifier on a pgx pool. It does not
@@ -59,6 +65,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	schema  string
 	history bool
+	clock   func() time.Time
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
 	// cancelChannel carries the ids of executing instances whose cancel
@@ -107,6 +114,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		pool:          pool,
 		schema:        opts.Schema,
 		history:       opts.History,
+		clock:         opts.Clock,
 		channel:       Channel(opts.Schema),
 		cancelChannel: CancelChannel(opts.Schema),
 		keySalt:       lockSalt(opts.Schema, saltKeys),

@@ -50,12 +50,13 @@ func (c *Clock) Now() time.Time {
 	return c.now
 }
 
-// Set moves the clock to t (never backwards).
+// Set moves the clock to t (never backwards). The clock keeps the location
+// of its start, whatever t's (a store may return times in time.Local).
 func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.After(c.now) {
-		c.now = t
+		c.now = t.In(c.now.Location())
 	}
 }
 
@@ -175,7 +176,7 @@ func newStore(opts Options, clock *Clock) (store.Store, error) {
 	if _, err := postgres.Migrate(ctx, opts.Postgres, schema); err != nil {
 		return nil, fmt.Errorf("migrate schema %q: %w", schema, err)
 	}
-	return postgres.New(ctx, opts.Postgres, postgres.Options{Schema: schema, History: true})
+	return postgres.New(ctx, opts.Postgres, postgres.Options{Schema: schema, History: true, Clock: clock.Now})
 }
 
 // Insert inserts an instance and returns its id.

@@ -133,3 +133,19 @@ func transcript(env *durabletest.Env, ids []string) []string {
 	}
 	return append(out, fmt.Sprintf("crashes %d, end %s, steps %d", env.Crashes(), ms(env.Clock.Now()), env.StepsRun()))
 }
+
+// TestFakeClockBehindTheDatabaseClock: the fake clock, not the database's,
+// decides when an inserted row is due, whichever of the two is ahead.
+func TestFakeClockBehindTheDatabaseClock(t *testing.T) {
+	start := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC) // long before the database's now()
+	onEveryStore(t, durabletest.Options{Start: start}, func(t *testing.T, env *durabletest.Env) []string {
+		now := env.Insert("notify", "now", durable.InsertOptions{})
+		later := env.Insert("notify", "later", durable.InsertOptions{Delay: time.Hour})
+		env.RunUntilIdle()
+		assert.Equal(t, "sent to now", durabletest.Result[string](env, now))
+		assert.False(t, env.Get(later).Status.Terminal(), "not due before the fake clock reaches it")
+		env.RunUntilDone(later)
+		assert.Equal(t, start.Add(time.Hour), env.Clock.Now())
+		return []string{durabletest.Result[string](env, later), env.Clock.Now().Sub(start).String()}
+	})
+}
