@@ -70,7 +70,7 @@ func ticketFlows() []durable.Definition {
 			if err := sig.Decode(&who); err != nil {
 				return transitions.Transition{}, err
 			}
-			s.Log += "reply by " + who + ";"
+			s.Log += fmt.Sprintf("reply by %s sent at +%s;", who, sig.SentAt.Sub(durabletest.Epoch))
 		} else {
 			s.Log += "no reply;"
 		}
@@ -109,7 +109,7 @@ func TestSameResultsOnEveryStore(t *testing.T) {
 		}
 		assert.Equal(t, 2, env.MaxConcurrency("crm:eu"), "the gate ran up to its limit")
 		assert.Equal(t, 1, env.MaxConcurrency("customer:0"))
-		assert.Equal(t, "triage;lookup@2;reply by ana;2 notified;closed", durabletest.Result[string](env, ids[0]))
+		assert.Equal(t, "triage;lookup@2;reply by ana sent at +10m0s;2 notified;closed", durabletest.Result[string](env, ids[0]))
 		assert.Equal(t, "triage;lookup@2;no reply;2 notified;closed", durabletest.Result[string](env, ids[1]))
 		return transcript(env, ids)
 	})
