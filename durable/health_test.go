@@ -141,10 +141,11 @@ func TestEngineHealth(t *testing.T) {
 		require.NoError(t, err)
 		var fields map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(b, &fields))
-		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes", "skipped"} {
+		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes", "skipped", "schedules"} {
 			assert.Contains(t, fields, f)
 		}
-		assert.Len(t, fields, 9, "no undocumented field: %s", b)
+		assert.Len(t, fields, 10, "no undocumented field: %s", b)
+		assert.Equal(t, "[]", string(fields["schedules"]), "an empty list, not null")
 		assert.Equal(t, "[]", string(fields["skipped"]), "an empty list, not null")
 		assert.NotContains(t, string(b), "secret", "no key id in health")
 

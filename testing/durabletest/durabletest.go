@@ -1,9 +1,10 @@
 // Package durabletest unit-tests workflows deterministically, with no
 // database: a fake clock, the in-memory store (which passes the same
 // conformance suite as PostgreSQL), and a driver that runs steps in claim
-// order. Options.Postgres runs the same test against the PostgreSQL store. Rows claimed in one round hold their slots together, as if they
+// order. Rows claimed in one round hold their slots together, as if they
 // ran in parallel, so concurrency keys behave as in production and the Env
 // records, per key, the most instances that ever ran at once.
+// Options.Postgres runs the same test against the PostgreSQL store.
 //
 // The same test gives the same interleaving and the same virtual times on
 // every run: retry jitter is drawn from a source seeded by Options.Seed.
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +74,10 @@ type Options struct {
 	Queues map[string]int
 	// Strict is durable.Config.Strict.
 	Strict bool
+	// Schedules are the periodic workflows, as in durable.Config: they
+	// are synced when the Env is made (anchored at the clock's start), and
+	// advancing the clock fires each due tick at its own time, in order.
+	Schedules []durable.Schedule
 	// Start is the fake clock's start (default Epoch).
 	Start time.Time
 	// Lease is how long a claim holds without a heartbeat
@@ -144,7 +150,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	}
 	crash := newCrashStore(st)
 	eng, err := durable.New(durable.Config{Store: crash, Lease: opts.Lease, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
-		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
+		Schedules: opts.Schedules, Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
@@ -157,6 +163,9 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	}
 	if _, err := st.SyncKeyLimits(context.Background(), store.DefaultNamespace,
 		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
+		t.Fatalf("durabletest: %v", err)
+	}
+	if _, err := eng.SyncSchedules(context.Background()); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
 	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}, crash: crash}
@@ -177,6 +186,25 @@ func newStore(opts Options, clock *Clock) (store.Store, error) {
 		return nil, fmt.Errorf("migrate schema %q: %w", schema, err)
 	}
 	return postgres.New(ctx, opts.Postgres, postgres.Options{Schema: schema, History: true, Clock: clock.Now})
+}
+
+// Scheduled returns the instances the schedule named name started so far,
+// oldest tick first.
+func (e *Env) Scheduled(name string) []store.Instance {
+	e.t.Helper()
+	all, err := e.Store.List(context.Background(), store.ListFilter{})
+	if err != nil {
+		e.t.Fatalf("durabletest: %v", err)
+	}
+	prefix := "schedule:" + name + ":"
+	var out []store.Instance
+	for _, in := range all {
+		if strings.HasPrefix(in.UniqueKey, prefix) {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UniqueKey < out[j].UniqueKey })
+	return out
 }
 
 // Insert inserts an instance and returns its id.
@@ -339,7 +367,13 @@ func (e *Env) sendDue() {
 // the instance can never finish (parked with no timer and no scheduled signal).
 func (e *Env) RunUntilDone(id string) store.Instance {
 	e.t.Helper()
-	for {
+	for jumps := 0; ; jumps++ {
+		if jumps >= e.opts.MaxRounds {
+			// A schedule always has a next tick: an instance that waits for
+			// something that never comes would jump the clock forever.
+			in := e.Get(id)
+			e.t.Fatalf("durabletest: instance %s is still %s at step %q after %d clock jumps (to %s)", id, in.Status, in.Step, jumps, e.Clock.Now().Format(time.RFC3339))
+		}
 		_, due := e.runIdle()
 		in := e.Get(id)
 		if in.Status.Terminal() {
