@@ -23,10 +23,32 @@ import (
 // clock there; RunUntilIdle, which never moves the clock, leaves the row
 // executing. The crashed run leaves no History entry (history commits with
 // the outcome); the re-run's entry shows its attempt.
+//
+// A crash asked for that never happens (no run of the step was claimed
+// before the test ended, a misspelt step) fails the test at its end.
 func (e *Env) CrashDuring(step string) {
 	e.crash.mu.Lock()
 	defer e.crash.mu.Unlock()
+	if len(e.crash.pending) == 0 { // the first call: check at the end of the test
+		e.t.Cleanup(e.checkCrashes)
+	}
 	e.crash.pending[step]++
+}
+
+// checkCrashes fails the test for every crash asked for that did not happen.
+func (e *Env) checkCrashes() {
+	e.crash.mu.Lock()
+	defer e.crash.mu.Unlock()
+	steps := make([]string, 0, len(e.crash.pending))
+	for step, n := range e.crash.pending {
+		if n > 0 {
+			steps = append(steps, step)
+		}
+	}
+	sort.Strings(steps)
+	for _, step := range steps {
+		e.t.Errorf("durabletest: CrashDuring(%q): %d crash(es) never happened: no run of the step was claimed", step, e.crash.pending[step])
+	}
 }
 
 // Crashes is the number of step runs crashed so far.

@@ -94,3 +94,18 @@ func holders(info store.KeyInfo) []string {
 	}
 	return ids
 }
+
+func TestACrashThatNeverHappensFailsTheTest(t *testing.T) {
+	rec := &errorsT{TB: t}
+	t.Run("test", func(t *testing.T) {
+		rec.TB = t
+		p := &payments{}
+		env := durabletest.New(rec, durabletest.Options{}, orderFlow(p))
+		env.CrashDuring("chrage") // misspelt
+		env.CrashDuring("ship")
+		env.RunUntilDone(env.Insert("order", order{}, durable.InsertOptions{}))
+		assert.Equal(t, 1, env.Crashes(), "ship crashed")
+	})
+	require.Len(t, rec.errs, 1, "reported when the test ends")
+	assert.Contains(t, rec.errs[0], `CrashDuring("chrage"): 1 crash(es) never happened`)
+}

@@ -20,6 +20,7 @@ type exampleT struct{ testing.TB }
 func (exampleT) Helper()                      {}
 func (exampleT) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 func (exampleT) Errorf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (exampleT) Cleanup(func())               {}
 
 // Test a workflow that waits for a signal: schedule the signal at a virtual
 // time and run until the instance is done. The fake clock jumps; the test
