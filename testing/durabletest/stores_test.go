@@ -1,6 +1,7 @@
 package durabletest_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -21,19 +22,20 @@ import (
 // throwaway cluster if pgtest started one).
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// onEveryStore runs body against the in-memory store and against
-// PostgreSQL, and checks that both give the same transcript. Without a
-// PostgreSQL server the PostgreSQL run is skipped, or fails when CI=true.
-func onEveryStore(t *testing.T, opts durabletest.Options, body func(t *testing.T, env *durabletest.Env) []string) {
+// onEveryStore runs body on an Env with the definitions defs makes, once on
+// the in-memory store and once on PostgreSQL, and checks that both runs
+// return the same transcript. Without a PostgreSQL server the PostgreSQL
+// run is skipped, or fails when CI=true (see pgtest).
+func onEveryStore(t *testing.T, opts durabletest.Options, defs func() []durable.Definition, body func(t *testing.T, env *durabletest.Env) []string) {
 	var memory []string
 	t.Run("memory", func(t *testing.T) {
-		memory = body(t, durabletest.New(t, opts, ticketFlows()...))
+		memory = body(t, durabletest.New(t, opts, defs()...))
 		require.NotEmpty(t, memory)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		pg := opts
 		pg.Postgres = pgstoretest.Migrated.Pool(t)
-		got := body(t, durabletest.New(t, pg, ticketFlows()...))
+		got := body(t, durabletest.New(t, pg, defs()...))
 		assert.Equal(t, memory, got, "PostgreSQL and the in-memory store agree")
 	})
 }
@@ -92,7 +94,7 @@ func ticketFlows() []durable.Definition {
 }
 
 func TestSameResultsOnEveryStore(t *testing.T) {
-	onEveryStore(t, durabletest.Options{Limits: []gate.Limit{{Name: "crm", Limit: 2}}}, func(t *testing.T, env *durabletest.Env) []string {
+	onEveryStore(t, durabletest.Options{Limits: []gate.Limit{{Name: "crm", Limit: 2}}}, ticketFlows, func(t *testing.T, env *durabletest.Env) []string {
 		var ids []string
 		for i := 0; i < 5; i++ {
 			ids = append(ids, env.Insert("ticket", ticket{}, durable.InsertOptions{Key: gate.Identity("customer", fmt.Sprint(i%3))}))
@@ -111,22 +113,30 @@ func TestSameResultsOnEveryStore(t *testing.T) {
 		assert.Equal(t, 1, env.MaxConcurrency("customer:0"))
 		assert.Equal(t, "triage;lookup@2;reply by ana sent at +10m0s;2 notified;closed", durabletest.Result[string](env, ids[0]))
 		assert.Equal(t, "triage;lookup@2;no reply;2 notified;closed", durabletest.Result[string](env, ids[1]))
-		return transcript(env, ids)
+		return transcript(env, ids...)
 	})
 }
 
-// transcript is what a test of ticketFlows sees: each instance's steps
-// with attempt, time and outcome, its result, the most each key ran at
-// once, the crashes and the end time. Times are in milliseconds since the
-// start (PostgreSQL keeps microseconds; jitter has nanoseconds).
-func transcript(env *durabletest.Env, ids []string) []string {
+// transcript is what a test sees of instances: each one's steps with
+// attempt, time, outcome and key, its status and result, then the most each
+// key ran at once, the crashes and the end time. Times are in milliseconds
+// since Epoch (PostgreSQL keeps microseconds; jitter has nanoseconds), and
+// results are decoded (PostgreSQL's jsonb does not keep the JSON's text).
+func transcript(env *durabletest.Env, ids ...string) []string {
 	ms := func(t time.Time) time.Duration { return t.Sub(durabletest.Epoch).Round(time.Millisecond) }
 	var out []string
 	for i, id := range ids {
 		for _, h := range env.History(id) {
 			out = append(out, fmt.Sprintf("#%d %s/%d@%s %s %s", i, h.Step, h.Attempt, ms(h.StartedAt), h.Outcome, h.Key))
 		}
-		out = append(out, fmt.Sprintf("#%d = %q", i, durabletest.Result[string](env, id)))
+		in := env.Get(id)
+		var result any
+		if len(in.Result) > 0 {
+			if err := json.Unmarshal(in.Result, &result); err != nil {
+				result = err
+			}
+		}
+		out = append(out, fmt.Sprintf("#%d %s %v", i, in.Status, result))
 	}
 	for _, k := range env.Keys() {
 		out = append(out, fmt.Sprintf("%s max %d", k, env.MaxConcurrency(k)))
@@ -138,7 +148,7 @@ func transcript(env *durabletest.Env, ids []string) []string {
 // decides when an inserted row is due, whichever of the two is ahead.
 func TestFakeClockBehindTheDatabaseClock(t *testing.T) {
 	start := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC) // long before the database's now()
-	onEveryStore(t, durabletest.Options{Start: start}, func(t *testing.T, env *durabletest.Env) []string {
+	onEveryStore(t, durabletest.Options{Start: start}, ticketFlows, func(t *testing.T, env *durabletest.Env) []string {
 		now := env.Insert("notify", "now", durable.InsertOptions{})
 		later := env.Insert("notify", "later", durable.InsertOptions{Delay: time.Hour})
 		env.RunUntilIdle()
