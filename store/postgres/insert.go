@@ -211,12 +211,8 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		joinGens[i] = int32(r.joinGen)
 		delays[i] = micros(in.Delay)
 	}
-	var now *time.Time
-	if s.clock != nil {
-		now = tsPtr(s.clock())
-	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, now}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow()}
 }
 
 func insertError(err error) error {

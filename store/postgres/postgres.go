@@ -51,11 +51,12 @@ type Options struct {
 	// Store.History can return it. Off by default: it costs one insert per
 	// outcome batch.
 	History bool
-	// Clock, if set, is the "now" of Insert and InsertTx, the only calls
-	// that take no time from their caller: it decides whether a row with a
-	// RunAt is due at once and stamps its creation. Default: the
-	// database's now(). durabletest sets its fake clock here, so that a
-	// fake clock behind or ahead of the database's gives the same results.
+	// Clock, if set, is the "now" of the calls that take no time from
+	// their caller: Insert and InsertTx (whether a row with a RunAt is due
+	// at once, and its creation time) and SyncSchedules (a new schedule's
+	// anchor). Default: the database's now(). durabletest sets its fake
+	// clock here, so that a fake clock behind or ahead of the database's
+	// gives the same results.
 	Clock func() time.Time
 }
 
@@ -207,6 +208,15 @@ func tsArg(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// clockNow is Options.Clock's time as a query argument (nil: the
+// database's now()).
+func (s *Store) clockNow() *time.Time {
+	if s.clock == nil {
+		return nil
+	}
+	return tsPtr(s.clock())
 }
 
 func tsPtr(t time.Time) *time.Time {

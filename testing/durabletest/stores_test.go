@@ -159,3 +159,23 @@ func TestFakeClockBehindTheDatabaseClock(t *testing.T) {
 		return []string{durabletest.Result[string](env, later), env.Clock.Now().Sub(start).String()}
 	})
 }
+
+// TestSchedulesOnEveryStore: a schedule is anchored at the fake clock's
+// start on PostgreSQL too, so its ticks fall at the same virtual times.
+func TestSchedulesOnEveryStore(t *testing.T) {
+	opts := durabletest.Options{Schedules: []durable.Schedule{
+		{Name: "every5", Workflow: "report", Cron: "@every 5m", StateAt: tickOf},
+	}}
+	reports := func() []durable.Definition { return []durable.Definition{reportWorkflow()} }
+	onEveryStore(t, opts, reports, func(t *testing.T, env *durabletest.Env) []string {
+		env.Advance(4 * time.Minute)
+		require.Empty(t, env.Scheduled("every5"), "nothing before the first tick")
+		env.Advance(11 * time.Minute)
+		var ticks []string
+		for _, in := range env.Scheduled("every5") {
+			ticks = append(ticks, durabletest.State[report](env, in.ID).Tick.Sub(durabletest.Epoch).String())
+		}
+		assert.Equal(t, []string{"5m0s", "10m0s", "15m0s"}, ticks)
+		return ticks
+	})
+}
