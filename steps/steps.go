@@ -95,7 +95,8 @@ type RetryPolicy struct {
 	// Multiplier grows the delay per attempt. Default 2.
 	Multiplier float64
 	// RandomizationFactor jitters each delay by ±factor. Default 0.2; set a
-	// negative value for no jitter (deterministic tests).
+	// negative value for no jitter. The engine draws the jitter from
+	// durable.Config.Jitter (durabletest seeds it).
 	RandomizationFactor float64
 }
 
@@ -156,7 +157,7 @@ func (p RetryPolicy) DelayWith(attempt int, random func() float64) (time.Duratio
 		d = b.NextBackOff()
 	}
 	if f := p.RandomizationFactor; f > 0 {
-		d = time.Duration(float64(d) * (1 - f + 2*f*random()))
+		d = max(time.Duration(float64(d)*(1-f+2*f*random())), 0)
 	}
 	return d, true
 }

@@ -16,13 +16,14 @@ import (
 //
 // A crash is found the way production finds one: by lease expiry on the
 // fake clock. The row stays executing, holding its key, until its lease
-// (Options.Lease, default 30s) has passed; a microsecond later the reaper takes the claim
-// back and the row is ready again with its attempt grown by one
-// (steps.Context.Attempt() is 1 on the re-run of a first run), and the
-// reconciler repairs its gate's counters. Advance and RunUntilDone move the
-// clock there; RunUntilIdle, which never moves the clock, leaves the row
-// executing. The crashed run leaves no History entry (history commits with
-// the outcome); the re-run's entry shows its attempt.
+// (Options.Lease, default 30s) has passed. A microsecond later (when every
+// store agrees the lease has expired) the reaper takes the claim back: the
+// row is ready again with its attempt grown by one (steps.Context.Attempt()
+// is 1 on the re-run of a first run), and the reconciler repairs its gate's
+// counters. Advance and RunUntilDone move the clock there; RunUntilIdle,
+// which never moves the clock, leaves the row executing. The crashed run
+// leaves no History entry (history commits with the outcome); the re-run's
+// entry shows its attempt.
 //
 // A crash asked for that never happens (no run of the step was claimed
 // before the test ended, a misspelt step) fails the test at its end.
