@@ -73,13 +73,19 @@ type crashStore struct {
 
 	mu      sync.Mutex
 	pending map[string]int               // step name -> runs still to crash
-	doomed  map[store.ClaimRef]time.Time // claims to crash -> when to reap them
-	expires []time.Time                  // when to reap crashed claims not yet reaped; sorted
+	doomed  map[store.ClaimRef]lostClaim // claims to crash
+	lost    []lostClaim                  // crashed claims not yet reaped, by reap time
 	crashes int
 }
 
+// lostClaim is a crashed claim: it holds its key until it is reaped.
+type lostClaim struct {
+	key    string
+	reapAt time.Time
+}
+
 func newCrashStore(st store.Store) *crashStore {
-	return &crashStore{Store: st, pending: map[string]int{}, doomed: map[store.ClaimRef]time.Time{}}
+	return &crashStore{Store: st, pending: map[string]int{}, doomed: map[store.ClaimRef]lostClaim{}}
 }
 
 // Claim picks, among the rows it claims, those whose step is due to crash.
@@ -97,7 +103,7 @@ func (c *crashStore) Claim(ctx context.Context, req store.ClaimRequest) (store.C
 			if end.IsZero() {
 				end = req.Now.Add(req.Lease)
 			}
-			c.doomed[store.ClaimRef{ID: cl.ID, Fence: cl.Fence}] = end.Add(reapDelay)
+			c.doomed[store.ClaimRef{ID: cl.ID, Fence: cl.Fence}] = lostClaim{key: cl.Key, reapAt: end.Add(reapDelay)}
 		}
 	}
 	return res, nil
@@ -110,16 +116,16 @@ func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []sto
 	lost := map[string]bool{}
 	for _, o := range outcomes {
 		ref := store.ClaimRef{ID: o.ID, Fence: o.Fence}
-		if end, crash := c.doomed[ref]; crash {
+		if l, crash := c.doomed[ref]; crash {
 			delete(c.doomed, ref)
 			lost[o.ID] = true
 			c.crashes++
-			c.expires = append(c.expires, end)
+			c.lost = append(c.lost, l)
 			continue
 		}
 		keep = append(keep, o)
 	}
-	sort.Slice(c.expires, func(i, j int) bool { return c.expires[i].Before(c.expires[j]) })
+	sort.SliceStable(c.lost, func(i, j int) bool { return c.lost[i].reapAt.Before(c.lost[j].reapAt) })
 	c.mu.Unlock()
 	var committed []store.OutcomeResult
 	if len(keep) > 0 {
@@ -148,10 +154,23 @@ func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []sto
 func (c *crashStore) nextExpiry() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.expires) == 0 {
+	if len(c.lost) == 0 {
 		return time.Time{}
 	}
-	return c.expires[0]
+	return c.lost[0].reapAt
+}
+
+// held counts, per key, the crashed claims that still hold it.
+func (c *crashStore) held() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, l := range c.lost {
+		if l.key != "" {
+			out[l.key]++
+		}
+	}
+	return out
 }
 
 // reapDue runs the reaper and the gate reconciler, as a live engine's
@@ -159,10 +178,10 @@ func (c *crashStore) nextExpiry() time.Time {
 func (c *crashStore) reapDue(ctx context.Context, now time.Time) error {
 	c.mu.Lock()
 	n := 0
-	for n < len(c.expires) && !c.expires[n].After(now) {
+	for n < len(c.lost) && !c.lost[n].reapAt.After(now) {
 		n++
 	}
-	c.expires = c.expires[n:]
+	c.lost = c.lost[n:]
 	c.mu.Unlock()
 	if n == 0 {
 		return nil

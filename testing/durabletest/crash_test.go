@@ -124,3 +124,21 @@ func holders(info store.KeyInfo) []string {
 	}
 	return ids
 }
+
+func TestACrashedClaimCountsAsAHolderUntilReaped(t *testing.T) {
+	p := &payments{}
+	env := durabletest.New(t, durabletest.Options{Limits: []gate.Limit{{Name: "psp", Limit: 2}}}, orderFlow(p))
+	env.CrashDuring("charge")
+	crashed := env.Insert("order", order{}, durable.InsertOptions{Key: gate.Gate("psp", "adyen")})
+	env.RunUntilIdle()
+	assert.Equal(t, 1, env.MaxConcurrency("psp:adyen"))
+
+	next := env.Insert("order", order{}, durable.InsertOptions{Key: gate.Gate("psp", "adyen")})
+	env.RunUntilIdle()
+	assert.Equal(t, store.StatusDone, env.Get(next).Status, "the gate's second slot was free")
+	assert.Equal(t, 2, env.MaxConcurrency("psp:adyen"), "the crashed claim held a slot while the next order ran")
+
+	env.RunUntilDone(crashed)
+	assert.Equal(t, []int{0, 0, 1}, p.calls)
+	assert.Equal(t, 2, env.MaxConcurrency("psp:adyen"))
+}

@@ -270,11 +270,12 @@ func (e *Env) runIdle() (int, time.Time) {
 		if err := e.crash.reapDue(context.Background(), e.Clock.Now()); err != nil {
 			e.t.Fatalf("durabletest: reap crashed claims: %v", err)
 		}
+		held := e.crash.held() // before the round: its own crashes are among its claims
 		rep, err := e.Engine.Tick(context.Background())
 		if err != nil {
 			e.t.Fatalf("durabletest: %v", err)
 		}
-		e.record(rep.Claimed)
+		e.record(held, rep.Claimed)
 		for _, o := range rep.Outcomes {
 			if h := o.History; h != nil && h.Outcome == durable.OutcomeInvalidTransition {
 				e.t.Errorf("durabletest: instance %s: %s", o.ID, o.Error)
@@ -288,11 +289,12 @@ func (e *Env) runIdle() (int, time.Time) {
 	}
 }
 
-// record notes, per key, how many rows of one round held it at once, and
-// fails the test if that exceeds the key's K.
-func (e *Env) record(claimed []store.Claimed) {
+// record notes, per key, how many rows held it at once in one round (the
+// rows it claimed, and held: the crashed claims not yet reaped), and fails
+// the test if that exceeds the key's K.
+func (e *Env) record(held map[string]int, claimed []store.Claimed) {
 	e.t.Helper()
-	per := map[string]int{}
+	per := held
 	for _, c := range claimed {
 		if c.Key != "" {
 			per[c.Key]++

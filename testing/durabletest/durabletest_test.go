@@ -305,5 +305,4 @@ func TestRetryJitterIsSeeded(t *testing.T) {
 	other := flakyTrace(t, durabletest.Options{Seed: 7})
 	assert.NotEqual(t, first, other, "another seed, other retry times")
 	assert.Equal(t, other, flakyTrace(t, durabletest.Options{Seed: 7}))
-	t.Log(first)
 }
