@@ -138,6 +138,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the time source (default the wall clock).
 	Clock Clock
+	// Jitter returns a uniform number in [0, 1) for the jitter of retry
+	// delays (steps.RetryPolicy.RandomizationFactor). Default: math/rand's
+	// global source. A seeded source makes retry times reproducible
+	// (durabletest sets one); the engine serializes its calls, so a
+	// *rand.Rand's Float64 may be used as it is.
+	Jitter func() float64
 	// TracerProvider receives a span per step (default: no tracing).
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the engine's metrics (default: none).
@@ -226,6 +232,7 @@ type Engine struct {
 	limits   gate.Limits
 	rates    gate.RateLimits
 	fakeTime bool
+	jitter   func() float64
 	// schedules are Config.Schedules by name.
 	schedules map[string]Schedule
 
@@ -275,6 +282,14 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake, schedules: schedules,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]gate.Warning{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
+	}
+	if cfg.Jitter != nil {
+		var mu sync.Mutex
+		e.jitter = func() float64 {
+			mu.Lock()
+			defer mu.Unlock()
+			return cfg.Jitter()
+		}
 	}
 	if cfg.HealthInterval > 0 {
 		if err := tel.observeHealth(e.gaugeHealth); err != nil {

@@ -420,3 +420,33 @@ func TestRunTimesUseTheStoresClock(t *testing.T) {
 	require.NoError(t, err, "the instance stalled: a run time was taken from the worker's clock")
 	require.True(t, timedOut)
 }
+
+// TestJitterDrawsRetryDelaysFromConfig: a Config.Jitter source decides the
+// jitter of the default retry policy, so retry times are reproducible.
+func TestJitterDrawsRetryDelaysFromConfig(t *testing.T) {
+	retryAt := func(jitter float64) time.Time {
+		clock := fixedClock{}
+		st := memory.New(memory.Options{Clock: clock.Now})
+		e, err := durable.New(durable.Config{Store: st, Clock: clock, Logger: slog.New(slog.DiscardHandler),
+			Jitter: func() float64 { return jitter }})
+		require.NoError(t, err)
+		wf := durable.NewWorkflow[int]("fails", "s", durable.WorkflowOptions{}) // default policy: 1s ± 20%
+		wf.Step("s", func(ctx steps.Context, n int) (transitions.Transition, error) {
+			return transitions.Transition{}, errors.New("boom")
+		})
+		require.NoError(t, e.Register(wf))
+		id, err := e.Insert(t.Context(), "fails", 0, durable.InsertOptions{})
+		require.NoError(t, err)
+		rep, err := e.Tick(t.Context())
+		require.NoError(t, err)
+		require.Len(t, rep.Outcomes, 1)
+		in, err := e.Get(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, 1, in.Attempt)
+		return in.RunAt
+	}
+	start := fixedClock{}.Now()
+	assert.Equal(t, start.Add(800*time.Millisecond), retryAt(0), "the low end of 1s ± 20%")
+	assert.Equal(t, start.Add(time.Second), retryAt(0.5))
+	assert.Equal(t, start.Add(1100*time.Millisecond), retryAt(0.75))
+}

@@ -145,7 +145,11 @@ func (e *Engine) errorOutcome(sctx *stepContext, c store.Claimed, def *definitio
 		if sd.opts.Retry != nil {
 			policy = *sd.opts.Retry
 		}
-		delay, retry = policy.Delay(c.Attempt)
+		if e.jitter != nil {
+			delay, retry = policy.DelayWith(c.Attempt, e.jitter)
+		} else {
+			delay, retry = policy.Delay(c.Attempt)
+		}
 	}
 	if !retry {
 		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -94,7 +95,8 @@ type RetryPolicy struct {
 	// Multiplier grows the delay per attempt. Default 2.
 	Multiplier float64
 	// RandomizationFactor jitters each delay by ±factor. Default 0.2; set a
-	// negative value for no jitter (deterministic tests).
+	// negative value for no jitter. The engine draws the jitter from
+	// durable.Config.Jitter (durabletest seeds it).
 	RandomizationFactor float64
 }
 
@@ -127,21 +129,35 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // Delay returns the delay before the retry that follows a failed attempt
 // (attempt 0 is the first run), and false once MaxAttempts runs are used up.
+// Its jitter comes from math/rand's global source; DelayWith takes another.
 func (p RetryPolicy) Delay(attempt int) (time.Duration, bool) {
+	return p.DelayWith(attempt, rand.Float64)
+}
+
+// DelayWith is Delay with the jitter drawn from random, which must return a
+// uniform number in [0, 1). The delay is the exponential interval of the
+// attempt spread evenly over ±RandomizationFactor of it, so a seeded random
+// gives the same delays on every run (durabletest relies on it).
+func (p RetryPolicy) DelayWith(attempt int, random func() float64) (time.Duration, bool) {
 	p = p.withDefaults()
 	if attempt+1 >= p.MaxAttempts {
 		return 0, false
 	}
+	// backoff computes the capped exponential interval; the jitter is
+	// applied here so that its source is the caller's.
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = p.InitialInterval
 	b.MaxInterval = p.MaxInterval
 	b.Multiplier = p.Multiplier
-	b.RandomizationFactor = p.RandomizationFactor
+	b.RandomizationFactor = 0
 	b.MaxElapsedTime = 0
 	b.Reset()
 	d := b.NextBackOff()
 	for i := 0; i < attempt; i++ {
 		d = b.NextBackOff()
+	}
+	if f := p.RandomizationFactor; f > 0 {
+		d = max(time.Duration(float64(d)*(1-f+2*f*random())), 0)
 	}
 	return d, true
 }

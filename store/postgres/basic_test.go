@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/postgres"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,4 +30,27 @@ func TestInsertClaimComplete(t *testing.T) {
 	stale.Fence++
 	res = e.complete("w1", stale)
 	require.True(t, res[0].Stale)
+}
+
+// TestInsertTakesNowFromOptionsClock: with Options.Clock, an insert is due
+// (or not) by that clock, not the database's: a row due an hour after a
+// clock far behind the database's now() waits for that hour.
+func TestInsertTakesNowFromOptionsClock(t *testing.T) {
+	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	e := newEnv(t, func(o *postgres.Options) { o.Clock = func() time.Time { return now } })
+	later := newInstance("")
+	later.RunAt = now.Add(time.Hour)
+	ids := e.insert(newInstance(""), later)
+	require.True(t, e.get(ids[0]).CreatedAt.Equal(now), "created at the store's clock")
+
+	res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w1", Limit: 10, Lease: time.Minute, Now: now})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, ids[0], res.Claimed[0].ID)
+	require.True(t, res.NextDue.Equal(now.Add(time.Hour)), "the later row is scheduled, due in an hour: %v", res.NextDue)
+
+	res, err = e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: "w1", Limit: 10, Lease: time.Minute, Now: now.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, ids[1], res.Claimed[0].ID)
 }

@@ -224,7 +224,7 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		delays[i] = micros(in.Delay)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow()}
 }
 
 func insertError(err error) error {

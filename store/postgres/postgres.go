@@ -51,6 +51,13 @@ type Options struct {
 	// Store.History can return it. Off by default: it costs one insert per
 	// outcome batch.
 	History bool
+	// Clock, if set, is the "now" of the calls that take no time from
+	// their caller: Insert and InsertTx (whether a row with a RunAt is due
+	// at once, and its creation time) and SyncSchedules (a new schedule's
+	// anchor). Default: the database's now(). durabletest sets its fake
+	// clock here, so that a fake clock behind or ahead of the database's
+	// gives the same results.
+	Clock func() time.Time
 }
 
 // Store implements store.Store and store.Notifier on a pgx pool. It does not
@@ -59,6 +66,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	schema  string
 	history bool
+	clock   func() time.Time
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
 	// cancelChannel carries the ids of executing instances whose cancel
@@ -107,6 +115,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		pool:          pool,
 		schema:        opts.Schema,
 		history:       opts.History,
+		clock:         opts.Clock,
 		channel:       Channel(opts.Schema),
 		cancelChannel: CancelChannel(opts.Schema),
 		keySalt:       lockSalt(opts.Schema, saltKeys),
@@ -199,6 +208,15 @@ func tsArg(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// clockNow is Options.Clock's time as a query argument (nil: the
+// database's now()).
+func (s *Store) clockNow() *time.Time {
+	if s.clock == nil {
+		return nil
+	}
+	return tsPtr(s.clock())
 }
 
 func tsPtr(t time.Time) *time.Time {

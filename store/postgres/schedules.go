@@ -53,7 +53,7 @@ func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []stor
 				"name": d.Name, "namespace": namespace, "workflow": d.Workflow, "cron": d.Cron,
 				"time_zone": d.TimeZone, "queue": d.Queue, "priority": d.Priority, "key": d.Key,
 				"key_intent": string(d.KeyIntent), "unique_statuses": statuses, "overlap": string(d.Overlap),
-				"catch_up": string(d.CatchUp), "grace_us": d.Grace.Microseconds(), "now": nil,
+				"catch_up": string(d.CatchUp), "grace_us": d.Grace.Microseconds(), "now": s.clockNow(),
 			})
 		}
 		if !o.KeepOmitted {

@@ -45,9 +45,10 @@ const instanceColumns = `id::text, workflow, version, queue, priority, status, s
 // Insert.
 const (
 	// sqlInsert inserts a batch in input order and notifies the queues that
-	// received due rows. $14 is the notification channel.
+	// received due rows. $14 is the notification channel, $17 the store's
+	// clock (Options.Clock; null: the database's).
 	sqlInsert = `
-WITH t AS (SELECT now() AS now),
+WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
     SELECT x.*, coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS at,
            coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due

@@ -4,8 +4,10 @@
 // order. Rows claimed in one round hold their slots together, as if they
 // ran in parallel, so concurrency keys behave as in production and the Env
 // records, per key, the most instances that ever ran at once.
+// Options.Postgres runs the same test against the PostgreSQL store.
 //
-// The same test gives the same interleaving on every run.
+// The same test gives the same interleaving and the same virtual times on
+// every run: retry jitter is drawn from a source seeded by Options.Seed.
 package durabletest
 
 import (
@@ -13,17 +15,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/store/postgres"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -46,12 +52,13 @@ func (c *Clock) Now() time.Time {
 	return c.now
 }
 
-// Set moves the clock to t (never backwards).
+// Set moves the clock to t (never backwards). The clock keeps the location
+// of its start, whatever t's (a store may return times in time.Local).
 func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.After(c.now) {
-		c.now = t
+		c.now = t.In(c.now.Location())
 	}
 }
 
@@ -73,18 +80,36 @@ type Options struct {
 	Schedules []durable.Schedule
 	// Start is the fake clock's start (default Epoch).
 	Start time.Time
+	// Lease is how long a claim holds without a heartbeat
+	// (durable.Config.Lease, default 30s): a step crashed by CrashDuring
+	// runs again once this much fake time has passed.
+	Lease time.Duration
 	// MaxRounds guards against a workflow that never goes idle (default 10,000).
 	MaxRounds int
 	// Logger receives the engine's logs (default: discarded).
 	Logger *slog.Logger
+	// Postgres, if set, runs the Env on the PostgreSQL store instead of
+	// the in-memory one: the same test, the same fake clock (every store
+	// call takes the fake time), on the schema that is the pool's
+	// search_path (default postgres.DefaultSchema). The schema is migrated
+	// if it is not yet, never emptied: give each test its own. The store
+	// records history. PostgreSQL keeps times to the microsecond, so
+	// virtual times with sub-microsecond parts (retry jitter) are rounded.
+	Postgres *pgxpool.Pool
+	// Seed seeds the jitter of retry delays (durable.Config.Jitter), so
+	// that a test gives the same virtual times on every run; 0 means 1.
+	// Change it to see other (but again reproducible) retry times.
+	Seed uint64
 }
 
 // Env is a test environment for workflows. Its methods fail the test on
 // unexpected errors; use Engine for calls whose errors the test asserts.
 type Env struct {
-	t      testing.TB
-	Clock  *Clock
-	Store  *memory.Store
+	t     testing.TB
+	Clock *Clock
+	// Store is the store the Env runs on: in memory, or PostgreSQL with
+	// Options.Postgres.
+	Store  store.Store
 	Engine *durable.Engine
 	limits gate.Limits
 	opts   Options
@@ -92,6 +117,7 @@ type Env struct {
 	maxSeen map[string]int
 	steps   int
 	delayed []delayedSignal
+	crash   *crashStore
 }
 
 type delayedSignal struct {
@@ -114,10 +140,17 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
 	clock := NewClock(opts.Start)
-	st := memory.New(memory.Options{Clock: clock.Now})
-	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
-		Schedules: opts.Schedules, Clock: clock, Logger: opts.Logger, WorkerID: "durabletest"})
+	st, err := newStore(opts, clock)
+	if err != nil {
+		t.Fatalf("durabletest: %v", err)
+	}
+	crash := newCrashStore(st)
+	eng, err := durable.New(durable.Config{Store: crash, Lease: opts.Lease, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
+		Schedules: opts.Schedules, Clock: clock, Logger: opts.Logger, WorkerID: "durabletest", Jitter: rand.New(rand.NewPCG(opts.Seed, 0)).Float64})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
@@ -135,7 +168,24 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	if _, err := eng.SyncSchedules(context.Background()); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
-	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}}
+	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}, crash: crash}
+}
+
+// newStore returns the store of an Env: in memory on the fake clock, or on
+// PostgreSQL.
+func newStore(opts Options, clock *Clock) (store.Store, error) {
+	if opts.Postgres == nil {
+		return memory.New(memory.Options{Clock: clock.Now}), nil
+	}
+	schema := opts.Postgres.Config().ConnConfig.RuntimeParams["search_path"]
+	if schema == "" {
+		schema = postgres.DefaultSchema
+	}
+	ctx := context.Background()
+	if _, err := postgres.Migrate(ctx, opts.Postgres, schema); err != nil {
+		return nil, fmt.Errorf("migrate schema %q: %w", schema, err)
+	}
+	return postgres.New(ctx, opts.Postgres, postgres.Options{Schema: schema, History: true, Clock: clock.Now})
 }
 
 // Scheduled returns the instances the schedule named name started so far,
@@ -165,6 +215,18 @@ func (e *Env) Insert(workflow string, state any, opts durable.InsertOptions) str
 		e.t.Fatalf("durabletest: insert %s: %v", workflow, err)
 	}
 	return id
+}
+
+// InsertMany inserts instances atomically, in order, and returns their ids
+// in the same order (see durable.Engine.InsertMany). Rows inserted together
+// are ready together: one round may claim several of them.
+func (e *Env) InsertMany(reqs ...durable.InsertRequest) []string {
+	e.t.Helper()
+	ids, err := e.Engine.InsertMany(context.Background(), reqs)
+	if err != nil {
+		e.t.Fatalf("durabletest: insert many: %v", err)
+	}
+	return ids
 }
 
 // Signal sends a signal now.
@@ -205,11 +267,15 @@ func (e *Env) runIdle() (int, time.Time) {
 		if round >= e.opts.MaxRounds {
 			e.t.Fatalf("durabletest: still busy after %d rounds; does a workflow loop without waiting?", round)
 		}
+		if err := e.crash.reapDue(context.Background(), e.Clock.Now()); err != nil {
+			e.t.Fatalf("durabletest: reap crashed claims: %v", err)
+		}
+		held := e.crash.held() // before the round: its own crashes are among its claims
 		rep, err := e.Engine.Tick(context.Background())
 		if err != nil {
 			e.t.Fatalf("durabletest: %v", err)
 		}
-		e.record(rep.Claimed)
+		e.record(held, rep.Claimed)
 		for _, o := range rep.Outcomes {
 			if h := o.History; h != nil && h.Outcome == durable.OutcomeInvalidTransition {
 				e.t.Errorf("durabletest: instance %s: %s", o.ID, o.Error)
@@ -223,11 +289,12 @@ func (e *Env) runIdle() (int, time.Time) {
 	}
 }
 
-// record notes, per key, how many rows of one round held it at once, and
-// fails the test if that exceeds the key's K.
-func (e *Env) record(claimed []store.Claimed) {
+// record notes, per key, how many rows held it at once in one round (the
+// rows it claimed, and held: the crashed claims not yet reaped), and fails
+// the test if that exceeds the key's K.
+func (e *Env) record(held map[string]int, claimed []store.Claimed) {
 	e.t.Helper()
-	per := map[string]int{}
+	per := held
 	for _, c := range claimed {
 		if c.Key != "" {
 			per[c.Key]++
@@ -255,10 +322,7 @@ func (e *Env) advanceTo(target time.Time) {
 	e.t.Helper()
 	for {
 		_, due := e.runIdle()
-		next := due
-		if len(e.delayed) > 0 && (next.IsZero() || e.delayed[0].at.Before(next)) {
-			next = e.delayed[0].at
-		}
+		next := e.nextEvent(due)
 		if next.IsZero() || next.After(target) {
 			e.Clock.Set(target)
 			e.sendDue()
@@ -268,6 +332,26 @@ func (e *Env) advanceTo(target time.Time) {
 		e.Clock.Set(next)
 		e.sendDue()
 	}
+}
+
+// nextEvent is the earliest of due (the stores' next run time or timeout),
+// the next scheduled signal and the next lease end of a crashed claim
+// (zero: none of them).
+func (e *Env) nextEvent(due time.Time) time.Time {
+	next := due
+	for _, t := range []time.Time{e.firstDelayed(), e.crash.nextExpiry()} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return next
+}
+
+func (e *Env) firstDelayed() time.Time {
+	if len(e.delayed) == 0 {
+		return time.Time{}
+	}
+	return e.delayed[0].at
 }
 
 func (e *Env) sendDue() {
@@ -297,10 +381,7 @@ func (e *Env) RunUntilDone(id string) store.Instance {
 		if in.Status.Terminal() {
 			return in
 		}
-		next := due
-		if len(e.delayed) > 0 && (next.IsZero() || e.delayed[0].at.Before(next)) {
-			next = e.delayed[0].at
-		}
+		next := e.nextEvent(due)
 		if next.IsZero() {
 			e.t.Fatalf("durabletest: instance %s is %s at step %q and nothing will wake it (await %q)", id, in.Status, in.Step, in.AwaitSignal)
 		}

@@ -251,3 +251,58 @@ func TestTransitionToUnknownStepFailsAtOnceAndIsFlagged(t *testing.T) {
 	require.Len(t, h, 1)
 	require.Equal(t, durable.OutcomeInvalidTransition, h[0].Outcome)
 }
+
+func TestInsertManyInsertsInOrder(t *testing.T) {
+	env := durabletest.New(t, durabletest.Options{}, pipeline())
+	ids := env.InsertMany(
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"first"}}, Options: durable.InsertOptions{Key: gate.Identity("account", "1")}},
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"second"}}, Options: durable.InsertOptions{Key: gate.Identity("account", "1")}},
+		durable.InsertRequest{Workflow: "pipeline", State: job{Done: []string{"later"}}, Options: durable.InsertOptions{Delay: time.Hour}},
+	)
+	require.Len(t, ids, 3)
+	assert.Equal(t, []string{"first"}, durabletest.State[job](env, ids[0]).Done)
+	assert.Equal(t, []string{"second"}, durabletest.State[job](env, ids[1]).Done)
+	env.RunUntilIdle()
+	assert.Equal(t, store.StatusAwaiting, env.Get(ids[0]).Status)
+	assert.Equal(t, store.StatusAwaiting, env.Get(ids[1]).Status)
+	assert.Equal(t, 1, env.MaxConcurrency("account:1"))
+	assert.Equal(t, []string{"a", "b"}, env.StepNames(ids[0]))
+	assert.Empty(t, env.StepNames(ids[2]), "the delayed row waits for its time")
+	env.Advance(time.Hour)
+	assert.Equal(t, []string{"a", "b"}, env.StepNames(ids[2]))
+}
+
+// flakyTrace runs instances whose step fails twice under the default retry
+// policy (1s, 2s ± 20% jitter) and returns when each step ran.
+func flakyTrace(t *testing.T, opts durabletest.Options) []string {
+	wf := durable.NewWorkflow[int]("flaky", "call", durable.WorkflowOptions{})
+	wf.Step("call", func(ctx steps.Context, n int) (transitions.Transition, error) {
+		if ctx.Attempt() < 2 {
+			return transitions.Transition{}, fmt.Errorf("503 on attempt %d", ctx.Attempt())
+		}
+		return transitions.Done(n), nil
+	})
+	env := durabletest.New(t, opts, wf)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, env.Insert("flaky", i, durable.InsertOptions{}))
+	}
+	var trace []string
+	for i, id := range ids {
+		env.RunUntilDone(id)
+		for _, h := range env.History(id) {
+			trace = append(trace, fmt.Sprintf("%d:%d@%s", i, h.Attempt, h.StartedAt.Sub(durabletest.Epoch)))
+		}
+	}
+	return append(trace, "end@"+env.Clock.Now().Sub(durabletest.Epoch).String())
+}
+
+func TestRetryJitterIsSeeded(t *testing.T) {
+	first := flakyTrace(t, durabletest.Options{})
+	require.Len(t, first, 10, "3 instances × 3 runs, and the end time")
+	assert.Equal(t, first, flakyTrace(t, durabletest.Options{}), "the same test gives the same virtual times")
+	assert.Equal(t, first, flakyTrace(t, durabletest.Options{Seed: 1}), "the default seed is 1")
+	other := flakyTrace(t, durabletest.Options{Seed: 7})
+	assert.NotEqual(t, first, other, "another seed, other retry times")
+	assert.Equal(t, other, flakyTrace(t, durabletest.Options{Seed: 7}))
+}

@@ -20,6 +20,7 @@ type exampleT struct{ testing.TB }
 func (exampleT) Helper()                      {}
 func (exampleT) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 func (exampleT) Errorf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (exampleT) Cleanup(func())               {}
 
 // Test a workflow that waits for a signal: schedule the signal at a virtual
 // time and run until the instance is done. The fake clock jumps; the test
@@ -98,4 +99,32 @@ func ExampleEnv() {
 	// Output:
 	// printer:lobby ran at most 2 at once (K=2)
 	// collected uncollected uncollected uncollected uncollected
+}
+
+// Prove that a step is idempotent: crash it after its body ran (the outcome
+// is lost, as when the process dies before committing), let its lease expire
+// on the fake clock, and check what the outside world saw when it ran again.
+func ExampleEnv_CrashDuring() {
+	t := exampleT{} // in a test: func TestChargeIsIdempotent(t *testing.T)
+
+	charged := map[string]int{} // the payment provider, by idempotency key
+	wf := durable.NewWorkflow[string]("checkout", "charge", durable.WorkflowOptions{}).
+		Step("charge", func(ctx steps.Context, order string) (transitions.Transition, error) {
+			fmt.Println("charge, attempt", ctx.Attempt())
+			charged[order+"/"+ctx.InstanceID()] = 1 // keyed: a second call changes nothing
+			return transitions.Done("paid"), nil
+		})
+
+	env := durabletest.New(t, durabletest.Options{}, wf)
+	env.CrashDuring("charge")
+	id := env.Insert("checkout", "order-1", durable.InsertOptions{})
+	env.RunUntilDone(id)
+
+	fmt.Println(durabletest.Result[string](env, id), "after", env.Clock.Now().Sub(durabletest.Epoch))
+	fmt.Println("charges:", len(charged), "crashes:", env.Crashes())
+	// Output:
+	// charge, attempt 0
+	// charge, attempt 1
+	// paid after 30.000001s
+	// charges: 1 crashes: 1
 }
