@@ -550,8 +550,15 @@ type ListFilter struct {
 	Status   Status
 	Key      string
 	Queue    string
-	// AfterID pages: only ids greater than AfterID (results are ordered by id).
+	// AfterID pages: only instances after the one with this id in the
+	// order of the results (by id: ids greater than AfterID; NewestFirst:
+	// created before it, or at the same time with a smaller id). When
+	// NewestFirst is set and no instance has that id, the page is empty.
 	AfterID string
+	// NewestFirst orders the results by creation time, newest first (ties
+	// by id, descending), instead of by id: a stable order for paging,
+	// since the creation time of an instance never changes.
+	NewestFirst bool
 	// Limit caps the number of results (0: no limit).
 	Limit int
 }
@@ -625,7 +632,8 @@ type Store interface {
 
 	// Get returns one instance.
 	Get(ctx context.Context, id string) (Instance, error)
-	// List returns instances matching f, ordered by id.
+	// List returns instances matching f, ordered by id (or newest first:
+	// see ListFilter.NewestFirst).
 	List(ctx context.Context, f ListFilter) ([]Instance, error)
 	// Children returns the children of a parent, ordered by creation.
 	Children(ctx context.Context, parentID string) ([]Instance, error)

@@ -24,13 +24,25 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return r.snapshot(), nil
 }
 
-// List returns the instances matching f, ordered by id, at most f.Limit of
-// them (0: no limit).
+// List returns the instances matching f, ordered by id (or newest first),
+// at most f.Limit of them (0: no limit).
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	defer s.unlock(nil)
+	// newer orders rows newest first: creation time, then id, descending.
+	newer := func(a, b *store.Instance) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
+	}
+	var after *store.Instance
+	if f.NewestFirst && f.AfterID != "" {
+		r := s.rows[f.AfterID]
+		if r == nil {
+			return []store.Instance{}, nil
+		}
+		after = &r.inst
+	}
 	var match []*row
 	for _, r := range s.rows {
 		in := &r.inst
@@ -38,12 +50,17 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 			(f.Status != "" && in.Status != f.Status) ||
 			(f.Key != "" && in.Key != f.Key) ||
 			(f.Queue != "" && in.Queue != f.Queue) ||
-			(f.AfterID != "" && in.ID <= f.AfterID) {
+			(f.AfterID != "" && !f.NewestFirst && in.ID <= f.AfterID) ||
+			(after != nil && newer(in, after) <= 0) {
 			continue
 		}
 		match = append(match, r)
 	}
-	slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
+	if f.NewestFirst {
+		slices.SortFunc(match, func(a, b *row) int { return newer(&a.inst, &b.inst) })
+	} else {
+		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
+	}
 	if f.Limit > 0 && len(match) > f.Limit {
 		match = match[:f.Limit]
 	}

@@ -30,8 +30,8 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return in, nil
 }
 
-// List returns instances matching f, ordered by id; a zero f.Limit means no
-// limit. Status ready includes rows whose run_at is in the future.
+// List returns instances matching f, ordered by id (or newest first); a
+// zero f.Limit means no limit. Status ready includes rows whose run_at is in the future.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -50,6 +50,9 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 			return nil, fmt.Errorf("list: after id %q is not a UUID", f.AfterID)
 		}
 		after = &f.AfterID
+	}
+	if f.NewestFirst {
+		return s.queryInstances(ctx, "list", s.q(sqlListNewest), f.Workflow, statuses, f.Key, f.Queue, after, limit)
 	}
 	return s.queryInstances(ctx, "list", s.q(sqlList), f.Workflow, statuses, f.Key, f.Queue, after, limit)
 }

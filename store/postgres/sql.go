@@ -886,6 +886,17 @@ WHERE ($1 = '' OR workflow = $1)
   AND ($5::uuid IS NULL OR id > $5::uuid)
 ORDER BY id LIMIT $6`
 
+	// sqlListNewest is sqlList newest first: by creation time, then id,
+	// descending, after the row with id $5 in that order.
+	sqlListNewest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR (created_at, id) < (SELECT a.created_at, a.id FROM {schema}.instances a WHERE a.id = $5::uuid))
+ORDER BY created_at DESC, id DESC LIMIT $6`
+
 	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
 	sqlHistory = `

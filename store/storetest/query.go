@@ -1,13 +1,17 @@
 package storetest
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
-	"github.com/stretchr/testify/require"
 )
 
 var queryTests = []test{
@@ -88,6 +92,34 @@ var queryTests = []test{
 			after = page[len(page)-1].ID
 		}
 		require.Equal(h.t, all, paged, "pages cover every row once, in id order")
+	}},
+	{"list/newest first pages by creation time, stable under ties", func(h *harness) {
+		// Rows inserted together share a creation time: ties are broken by id.
+		var want []store.Instance
+		for range 3 {
+			for _, id := range h.insert(inst(""), inst("")) {
+				got, err := h.s.Get(h.ctx, id)
+				require.NoError(h.t, err)
+				want = append(want, got)
+			}
+		}
+		slices.SortFunc(want, func(a, b store.Instance) int {
+			return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
+		})
+		require.Equal(h.t, listIDs(want), listIDs(h.list(store.ListFilter{NewestFirst: true})))
+
+		var paged []string
+		after := ""
+		for range len(want) + 1 {
+			page := h.list(store.ListFilter{NewestFirst: true, AfterID: after, Limit: 4})
+			if len(page) == 0 {
+				break
+			}
+			paged = append(paged, listIDs(page)...)
+			after = page[len(page)-1].ID
+		}
+		require.Equal(h.t, listIDs(want), paged, "pages cover every row once, newest first")
+		require.Empty(h.t, h.list(store.ListFilter{NewestFirst: true, AfterID: uuid.NewString()}), "after an unknown id: nothing")
 	}},
 	{"keyinfo/holders, waiters and next in line", func(h *harness) {
 		ids := h.insertKeyed("account:1", 3)
