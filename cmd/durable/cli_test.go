@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -294,10 +295,10 @@ func cliList(t *testing.T, s *seeded) {
 	assert.Equal(t, js.Instances[1]["id"], js.Next)
 	for _, f := range []string{"id", "workflow", "version", "queue", "priority", "status", "step", "state", "attempt",
 		"key", "key_intent", "run_at", "await_signal", "timeout_at", "worker", "lease_expires_at", "started_at",
-		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at"} {
+		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at", "ready_since"} {
 		assert.Contains(t, js.Instances[0], f, "instance JSON field")
 	}
-	assert.Len(t, js.Instances[0], 24, "no undocumented instance field")
+	assert.Len(t, js.Instances[0], 25, "no undocumented instance field")
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-status", "failed")), &js))
 	require.Len(t, js.Instances, 1)
 	assert.Equal(t, map[string]any{"amount": float64(9)}, js.Instances[0]["state"], "state is a JSON object, not a string")
@@ -784,4 +785,54 @@ func TestCLIPoliciesAndRateLimits(t *testing.T) {
 	out = s.ok(t, "health")
 	assert.Equal(t, []string{"mail", "0", "0", "0", "0", "0", "0", "-", "0/20"}, line(t, out, "mail"))
 	assert.Contains(t, out, "RATE LIMIT")
+}
+
+// TestCLIHealthHandedBack: an instance stuck for five minutes because the
+// only worker does not register its workflow version reads as five
+// minutes old in health (not as young as its last hand-back), and health
+// and show say why.
+func TestCLIHealthHandedBack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	// "sync" version 2, ready for five minutes; the worker knows version 1.
+	id := uuid.NewString()
+	_, err = s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 2, Queue: "default", Step: "fetch",
+		State: json.RawMessage(`{"amount": 1}`), RunAt: time.Now().Add(-5 * time.Minute)}})
+	require.NoError(t, err)
+	e := newEngine(t, s.st)
+	require.NoError(t, e.Start(ctx))
+	for {
+		in, err := s.st.Get(ctx, id)
+		require.NoError(t, err)
+		if in.Status == store.StatusReady && !in.ReadySince.IsZero() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, e.Stop(ctx))
+
+	out := s.ok(t, "health")
+	t.Log("\n" + out)
+	def := line(t, out, "default")
+	// queue ready scheduled blocked executing awaiting failed oldest
+	assert.Equal(t, []string{"default", "0", "1", "0", "0", "0", "0"}, def[:7], "handed back for later")
+	assert.Regexp(t, `^5m\d+s$`, def[7], "aged from when it became ready, not from the hand-back")
+	assert.Equal(t, []string{"HANDED", "BACK", "VERSION", "INSTANCES"}, line(t, out, "HANDED BACK"))
+	assert.Equal(t, []string{"sync", "2", "1"}, line(t, out, "sync"))
+
+	var h healthReport
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "-json")), &h))
+	assert.Equal(t, []store.HandBackHealth{{Workflow: "sync", Version: 2, Count: 1}}, h.HandedBack)
+	require.Len(t, h.Queues, 1)
+	assert.GreaterOrEqual(t, h.Queues[0].OldestReady, 5*time.Minute)
+
+	out = s.ok(t, "show", id)
+	assert.Contains(t, strings.Join(line(t, out, "handed back"), " "), "do not register sync version 2")
 }

@@ -180,6 +180,10 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch in.Status {
 	case store.StatusReady, store.StatusBlocked:
 		row("run at", when(in.RunAt, now))
+		if !in.ReadySince.IsZero() {
+			row("handed back", fmt.Sprintf("waiting since %s: the workers that claimed it do not register %s version %d "+
+				"(or its step %s); deploy one that does", when(in.ReadySince, now), in.Workflow, in.Version, in.Step))
+		}
 	case store.StatusExecuting:
 		row("worker", in.Worker)
 		row("started", when(in.StartedAt, now))
