@@ -87,6 +87,16 @@ type Config struct {
 	// and neither is debited when the other refuses. Synced at Start like
 	// Limits, and like them left alone when nil.
 	RateLimits []gate.RateLimit
+	// Schedules are the namespace's periodic workflows (see Schedule). Like
+	// Limits they are desired state, synced to the store at Start: the
+	// schedules the namespace owned and this list omits are removed. A nil
+	// Schedules leaves the stored schedules alone (an inserter or an admin
+	// tool never wipes them); an empty, non-nil one removes the namespace's
+	// own. Every engine whose Schedules names a schedule fires it, and each
+	// tick starts one instance fleet-wide however many engines do. A bad
+	// expression is an error at New, a schedule of an unregistered workflow
+	// one at Start.
+	Schedules []Schedule
 	// Strict turns prefix-capture warnings into errors: at Insert (an
 	// identity key captured by a limit, a gate key without a limit) and at
 	// Start (a limit change that alters live keys).
@@ -216,6 +226,8 @@ type Engine struct {
 	limits   gate.Limits
 	rates    gate.RateLimits
 	fakeTime bool
+	// schedules are Config.Schedules by name.
+	schedules map[string]Schedule
 
 	mu      sync.RWMutex
 	defs    map[string]map[int]*definition // name → version → definition
@@ -249,6 +261,10 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
+	schedules, err := validateSchedules(cfg.Namespace, cfg.Schedules)
+	if err != nil {
+		return nil, err
+	}
 	_, fake := cfg.Clock.(realClock)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
@@ -256,7 +272,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	log := cfg.Logger.With("worker", cfg.WorkerID)
 	e := &Engine{tel: tel,
-		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake,
+		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake, schedules: schedules,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
 		warned: map[string]gate.Warning{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
 	}

@@ -104,3 +104,56 @@ func ExampleEngine_Insert() {
 	// synced under account:7
 	// synced under account:9
 }
+
+// A schedule starts a workflow at every tick of a cron expression, once per
+// tick however many engines run it. Here one engine runs "@every 1s"; in
+// production it would be "0 9 * * MON-FRI" in TimeZone "Europe/Paris", say,
+// on every worker of the fleet.
+func Example_schedule() {
+	type Digest struct {
+		For time.Time `json:"for"`
+	}
+	wf := durable.NewWorkflow[Digest]("digest", "send", durable.WorkflowOptions{}).
+		Step("send", func(ctx steps.Context, d Digest) (transitions.Transition, error) {
+			return transitions.Done(fmt.Sprintf("digest sent for a tick on a whole second: %t", d.For.Nanosecond() == 0)), nil
+		})
+	eng, err := durable.New(durable.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		Schedules: []durable.Schedule{{
+			Name:     "digest",
+			Workflow: "digest",
+			Cron:     "@every 1s",
+			StateAt:  func(tick time.Time) (any, error) { return Digest{For: tick}, nil },
+			Overlap:  durable.OverlapSkip, // a tick while the last digest runs does nothing
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := eng.Register(wf); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	for {
+		scs, err := eng.ListSchedules(ctx)
+		if err != nil {
+			panic(err)
+		}
+		if id := scs[0].LastInstance; id != "" {
+			msg, err := durable.Result[string](ctx, eng, id)
+			if err != nil {
+				panic(err)
+			}
+			fmt.Println(msg)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Output: digest sent for a tick on a whole second: true
+}

@@ -58,6 +58,10 @@ type Health struct {
 	// because the workers that claimed it do not know its version or step.
 	HandedBack       []store.HandBackHealth `json:"handed_back"`
 	HandedBackCapped bool                   `json:"handed_back_capped"`
+	// Schedules are the stored schedules of every namespace, sorted by
+	// name: the next fire time, and whether each is paused or late (a tick
+	// due for longer than its grace that no engine recorded).
+	Schedules []store.ScheduleHealth `json:"schedules"`
 }
 
 // SkewHealth counts the hand-backs of one unknown workflow version or step.
@@ -172,7 +176,8 @@ func (s *reconcileState) snapshot() (*ReconcileHealth, ReconcileHealth) {
 }
 
 // Health takes a snapshot of the store's pressure (one store.Health call,
-// bounded in cost as the store documents) and adds what this engine knows:
+// bounded in cost as the store documents, and one read of the stored
+// schedules) and adds what this engine knows:
 // its warnings, its last reconciler sweep and its stale outcomes. It works
 // whether or not the engine is started.
 func (e *Engine) Health(ctx context.Context) (Health, error) {
@@ -199,6 +204,11 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	h.Warnings = mergeWarnings(sh.Warnings, e.Warnings())
 	h.LastReconcile, h.ReconcileTotals = e.reconciled.snapshot()
 	h.Skipped = e.skew.snapshot()
+	scs, err := e.st.ListSchedules(ctx)
+	if err != nil {
+		return Health{}, fmt.Errorf("durable: health: %w", err)
+	}
+	h.Schedules = store.SchedulesHealth(scs, at)
 	return h, nil
 }
 

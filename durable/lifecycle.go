@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -20,7 +21,7 @@ const (
 	stateStopped                   // Stop was called; final
 )
 
-// Start syncs the configured limits to the store, reclaims claims left by a
+// Start syncs the configured limits and schedules to the store, reclaims claims left by a
 // dead predecessor with the same WorkerID, and starts the scheduler. A limit
 // change that alters keys held by live instances is logged with the number
 // of instances affected, or refused in Strict mode. A Stop that comes while
@@ -58,6 +59,9 @@ func (e *Engine) Start(ctx context.Context) error {
 func (e *Engine) prepareStart(ctx context.Context) error {
 	if err := e.syncLimits(ctx); err != nil {
 		return err
+	}
+	if _, err := e.SyncSchedules(ctx); err != nil {
+		return fmt.Errorf("durable: start: %w", err)
 	}
 	if n, err := e.st.ReclaimWorker(ctx, e.cfg.WorkerID, e.storeNow()); err != nil {
 		return fmt.Errorf("durable: start: reclaim: %w", err)
@@ -182,13 +186,15 @@ type TickReport struct {
 	Stale int
 	// Fired counts await timeouts that fired before the claim.
 	Fired int
-	// NextDue is the earliest future time a row becomes eligible or an
-	// await times out, over all queues (zero: none known).
+	// Scheduled counts instances started by due schedule ticks before the claim.
+	Scheduled int
+	// NextDue is the earliest future time a row becomes eligible, an
+	// await times out or a schedule ticks, over all queues (zero: none known).
 	NextDue time.Time
 }
 
 // Tick runs one synchronous scheduling round without goroutines: it fires
-// due timers, claims up to each queue's executor count, runs the claimed
+// due schedule ticks and due timers, claims up to each queue's executor count, runs the claimed
 // steps one after another in claim order, and commits all their outcomes as
 // one batch. The rows of one round held their slots at the same time, as if
 // they ran in parallel. It is the deterministic driver behind durabletest;
@@ -201,6 +207,11 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	if state != stateNew {
 		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
+	round := e.fireSchedules(ctx)
+	if err := errors.Join(round.storeErr, round.errs); err != nil {
+		return rep, fmt.Errorf("durable: tick: %w", err)
+	}
+	rep.Scheduled, rep.NextDue = round.started, round.next
 	fired, err := e.st.FireTimers(ctx, e.storeNow())
 	if err != nil {
 		return rep, fmt.Errorf("durable: tick: %w", err)

@@ -32,6 +32,8 @@ import (
 //	notifications: work became ready (wake a pick loop), or an instance this
 //	   engine runs was canceled (cancel its step context at once).
 //	maintenance loop: fires due await timeouts, reaps expired leases, reconciles counters.
+//	schedule loop: sleeps until the next tick of this engine's schedules, then records
+//	   it and starts its instance (one fleet-wide: see Schedule).
 //
 // Claims are sized to free executor slots, so a claimed row never waits long
 // in the buffer; buffered rows hold their slots (they are claimed), and are
@@ -150,6 +152,10 @@ func (s *scheduler) start() {
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
 	go s.maintenanceLoop()
+	if len(s.e.schedules) > 0 {
+		s.bgWG.Add(1)
+		go s.scheduleLoop()
+	}
 	if n, ok := s.e.st.(store.Notifier); ok {
 		s.bgWG.Add(1)
 		go func() {
@@ -296,15 +302,11 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 	e := s.e
 	out := newRetrier(e.outage, "claim "+q.name)
 	workflows := e.workflowNames()
-	var nextDue time.Time
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
 		if free := q.n - int(q.busy.Load()); free > 0 {
-			if !nextDue.IsZero() && !e.cfg.Clock.Now().Before(nextDue) {
-				if _, err := e.st.FireTimers(s.bgCtx, e.storeNow()); err != nil && s.bgCtx.Err() == nil {
-					e.outage.fail("fire timers", err)
-				}
-			}
+			// The claim itself makes the queue's due delayed rows and timed
+			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
 			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
 				Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
@@ -323,8 +325,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 				if len(res.Claimed) == free {
 					continue // there may be more ready work
 				}
-				nextDue = res.NextDue
-				if !nextDue.IsZero() {
+				if nextDue := res.NextDue; !nextDue.IsZero() {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}
@@ -686,4 +687,41 @@ func (s *scheduler) reconcile() {
 		return
 	}
 	e.outage.ok()
+}
+
+// scheduleLoop fires the engine's due schedule ticks. It wakes at the next
+// tick, and at least every 10 poll intervals to see pauses, resumes and
+// ticks other engines recorded.
+func (s *scheduler) scheduleLoop() {
+	defer s.bgWG.Done()
+	e := s.e
+	longest := 10 * e.cfg.PollInterval
+	for {
+		r := e.fireSchedules(s.bgCtx)
+		if s.bgCtx.Err() != nil {
+			return
+		}
+		if r.storeErr != nil {
+			e.outage.fail("schedules", r.storeErr)
+		} else {
+			e.outage.ok()
+		}
+		if r.errs != nil {
+			e.log.Error("schedules: due ticks could not fire; retrying", "err", r.errs)
+		}
+		wait := longest
+		switch {
+		case r.storeErr != nil:
+			wait = e.cfg.PollInterval
+		case !r.next.IsZero():
+			wait = min(max(r.next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.bgCtx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -562,15 +562,14 @@ type ListFilter struct {
 	Status   Status
 	Key      string
 	Queue    string
-	// AfterID pages: only instances after the one with this id in the
-	// order of the results (by id: ids greater than AfterID; NewestFirst:
-	// created before it, or at the same time with a smaller id). When
-	// NewestFirst is set and no instance has that id, the page is empty.
+	// Newest orders the results newest first (by insertion, the latest
+	// inserted first) instead of by id.
+	Newest bool
+	// AfterID pages: only instances that come after AfterID in the result
+	// order (ids greater than AfterID; with Newest, instances inserted
+	// before AfterID, and none when AfterID no longer exists). The last id
+	// of one page is the AfterID of the next, so no page skips rows.
 	AfterID string
-	// NewestFirst orders the results by creation time, newest first (ties
-	// by id, descending), instead of by id: a stable order for paging,
-	// since the creation time of an instance never changes.
-	NewestFirst bool
 	// Limit caps the number of results (0: no limit).
 	Limit int
 }
@@ -613,11 +612,41 @@ type Store interface {
 	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
 	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
+	// SyncSchedules makes the schedule definitions namespace owns equal to
+	// want, atomically, and returns the namespace's stored schedules sorted
+	// by name. Schedules the namespace owns and want omits are deleted
+	// (unless KeepOmitted); a name another namespace owns is
+	// ErrNamespaceConflict. A sync keeps what the store owns of a schedule
+	// it updates (Paused, LastTick, LastInstance, Anchor) and moves its
+	// Epoch only when its definition changed; a new schedule is anchored at
+	// now (its first tick is the first after the sync).
+	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts ...SyncOptions) ([]Schedule, error)
+	// ListSchedules returns every stored schedule, of every namespace, sorted by name.
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	// PauseSchedule pauses (paused true) or resumes a schedule and returns
+	// it; a missing name is ErrScheduleNotFound. Resuming a paused schedule
+	// anchors it at now, so the ticks of the pause are not missed ticks:
+	// the next tick after now fires. Either moves its Epoch when it
+	// changes Paused, and no sync changes Paused.
+	PauseSchedule(ctx context.Context, name string, paused bool, now time.Time) (Schedule, error)
+	// FireSchedule records req.Tick as the schedule's last tick, and
+	// inserts req.Instance with it, atomically, only if the schedule's
+	// Epoch is still req.Epoch, it is not paused and the tick is after its
+	// LastTick (otherwise Stale, nothing done). With SkipIfRunning and a
+	// LastInstance that is not terminal, the tick is recorded and nothing
+	// inserted. A missing name is ErrScheduleNotFound.
+	FireSchedule(ctx context.Context, req FireRequest) (FireResult, error)
+
 	// Insert inserts instances atomically: all or none (duplicates by unique
-	// key are reported, not errors; a duplicate caller-chosen id is ErrDuplicate).
+	// key are reported, not errors; a duplicate caller-chosen id is
+	// ErrDuplicate). Each instance is checked and completed by
+	// NormalizeNewInstance (ErrInvalid).
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
 
-	// Claim admits and claims up to req.Limit rows (see Admission).
+	// Claim admits and claims up to req.Limit rows (see Admission), after
+	// making the queue's due delayed rows and timed-out awaits ready. An
+	// empty Queue is DefaultQueue, a zero Lease DefaultLease (see
+	// NormalizeClaim).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Complete commits a batch of outcomes of worker's claims. Each outcome
 	// commits only if its claim is current; every committed outcome credits
@@ -639,14 +668,19 @@ type Store interface {
 	// (see Cancel in the package doc); its worker is notified. Canceling a
 	// row whose cancel is already requested does nothing.
 	Cancel(ctx context.Context, id string, now time.Time) error
-	// Retry makes a failed or canceled instance ready again at its current step, attempt 0.
+	// Retry makes a failed or canceled instance ready again at its current
+	// step, attempt 0; any other status is ErrNotRetryable.
 	Retry(ctx context.Context, id string, now time.Time) error
 
 	// Get returns one instance.
 	Get(ctx context.Context, id string) (Instance, error)
-	// List returns instances matching f, ordered by id (or newest first:
-	// see ListFilter.NewestFirst).
+	// List returns instances matching f, ordered by id (or newest first,
+	// see ListFilter.Newest).
 	List(ctx context.Context, f ListFilter) ([]Instance, error)
+	// Inbox returns the signals sent to an instance and not yet consumed by
+	// a committed step, oldest first, at most limit of them (0: no limit).
+	// A missing instance has an empty inbox.
+	Inbox(ctx context.Context, id string, limit int) ([]Signal, error)
 	// Children returns the children of a parent, ordered by creation.
 	Children(ctx context.Context, parentID string) ([]Instance, error)
 	// History returns the recorded step runs of an instance, oldest first.

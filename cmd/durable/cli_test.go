@@ -276,7 +276,7 @@ func cliList(t *testing.T, s *seeded) {
 		args = append([]string{"ls"}, strings.Fields(m[1])...)
 	}
 	assert.Len(t, all, 10)
-	newest, err := s.st.List(context.Background(), store.ListFilter{NewestFirst: true})
+	newest, err := s.st.List(context.Background(), store.ListFilter{Newest: true})
 	require.NoError(t, err)
 	var want []string
 	for _, in := range newest {

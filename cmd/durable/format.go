@@ -2,11 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/godurable/godurable/internal/explain"
 	"github.com/godurable/godurable/store"
 )
 
@@ -20,33 +20,11 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// age is a duration for people: whole seconds above a second, "-" for zero.
-func age(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "-"
-	case d < time.Second && d > -time.Second:
-		return d.Round(time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
-}
+// age is a duration for people (see explain.Age).
+func age(d time.Duration) string { return explain.Age(d) }
 
-// when is a time with how far it is from now ("-" for the zero time).
-func when(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := t.Sub(now)
-	rel := "now"
-	switch {
-	case d > 0:
-		rel = "in " + age(d)
-	case d < 0:
-		rel = age(-d) + " ago"
-	}
-	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), rel)
-}
+// when is a time with how far it is from now (see explain.When).
+func when(t, now time.Time) string { return explain.When(t, now) }
 
 // orDash is s, or "-" when empty.
 func orDash(s string) string {

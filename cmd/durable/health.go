@@ -16,6 +16,8 @@ import (
 type healthReport struct {
 	At time.Time `json:"at"`
 	store.Health
+	// Schedules are the stored schedules: next fire time, paused, late.
+	Schedules []store.ScheduleHealth `json:"schedules"`
 }
 
 // health prints queue and gate pressure and the prefix-capture warnings.
@@ -37,10 +39,19 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	scs, err := st.ListSchedules(ctx)
+	if err != nil {
+		return err
+	}
+	sh := store.SchedulesHealth(scs, now)
 	if *asJSON {
-		return writeJSON(stdout, healthReport{At: now, Health: h})
+		return writeJSON(stdout, healthReport{At: now, Health: h, Schedules: sh})
 	}
 	printHealth(stdout, h)
+	if len(scs) > 0 {
+		fmt.Fprintln(stdout)
+		printSchedules(stdout, scs, sh, now)
+	}
 	return nil
 }
 

@@ -31,7 +31,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&status, "status", "", "only instances in this status (ready includes scheduled rows)")
 	fs.StringVar(&f.Key, "key", "", "only instances holding this concurrency key (name:id)")
 	fs.StringVar(&f.Queue, "queue", "", "only instances on this queue")
-	fs.StringVar(&f.AfterID, "after", "", "page: only instances created before this one (the last id of the previous page)")
+	fs.StringVar(&f.AfterID, "after", "", "page: only instances inserted before this one (the last id of the previous page)")
 	fs.IntVar(&f.Limit, "limit", 50, "page size")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parse(fs, args, 0, 0, ""); err != nil {
@@ -56,9 +56,9 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ls: %w", err)
 	}
 	defer closeStore()
-	// Newest first by creation time, which never changes, so that pages
+	// Newest first by insertion, which never changes, so that pages
 	// neither repeat nor skip rows while instances change status.
-	f.NewestFirst = true
+	f.Newest = true
 	// One more than the page tells whether there is a next page.
 	page := f
 	page.Limit = f.Limit + 1

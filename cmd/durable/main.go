@@ -14,6 +14,9 @@
 //	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
 //	durable policies sync FILE -namespace NS    replace a namespace's queue policies (FILE: an object or a bare array)
 //	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
+//	durable ui       [-addr A] [-token T] [-read-only]  serve the web page (127.0.0.1:8080)
+//	durable schedules ls [-json]                the stored schedules: state, last and next fire times
+//	durable schedules pause|resume NAME         stop or restart a schedule's ticks, fleet-wide, without a deploy
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
 // (default "durable"), before or after the command; a command's own flags
@@ -64,6 +67,11 @@ commands:
   policies ls          list the stored queue policies (fleet-wide MaxActive, MaxActivePerKey)
   policies sync FILE   replace a namespace's queue policies (-namespace NS, -keep-omitted, -dry-run)
   explain KEY          who holds the key's slots, who waits, which limit blocks it
+  ui                   serve the web page on 127.0.0.1:8080 (-addr, -token or $DURABLE_UI_TOKEN,
+                       required off loopback; -read-only turns the actions off)
+  schedules ls         list the stored schedules: paused or late, last and next fire times (-json)
+  schedules pause NAME   stop a schedule's ticks fleet-wide (stored: survives deploys)
+  schedules resume NAME  restart them from the next tick (the paused ones are not run)
 
 every command takes (before or after the command):
   -database-url URL    PostgreSQL connection string (default $DATABASE_URL)
@@ -81,16 +89,18 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 var commands = map[string]command{
-	"migrate":  migrate,
-	"health":   health,
-	"ls":       list,
-	"show":     show,
-	"signal":   sendSignal,
-	"cancel":   cancel,
-	"retry":    retry,
-	"limits":   limits,
-	"policies": policies,
-	"explain":  explain,
+	"migrate":   migrate,
+	"health":    health,
+	"ls":        list,
+	"show":      show,
+	"signal":    sendSignal,
+	"cancel":    cancel,
+	"retry":     retry,
+	"limits":    limits,
+	"policies":  policies,
+	"explain":   explainCmd,
+	"ui":        serveUI,
+	"schedules": schedules,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -3,7 +3,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"math"
 	"slices"
 	"time"
@@ -25,11 +24,8 @@ import (
 // rescheduled, and the scan goes on, so neither hides later work of other
 // keys. The scan stops when the queue's MaxActive is reached.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
-	switch {
-	case req.Worker == "":
-		return store.ClaimResult{}, errors.New("claim: empty worker")
-	case req.Lease <= 0:
-		return store.ClaimResult{}, errors.New("claim: lease must be positive")
+	if ok, err := store.NormalizeClaim(&req); !ok {
+		return store.ClaimResult{}, err
 	}
 	if err := s.lock(); err != nil {
 		return store.ClaimResult{}, err
@@ -39,9 +35,10 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	now := s.now(req.Now)
 	var res store.ClaimResult
 	q := s.queues[req.Queue]
-	if q == nil || req.Limit <= 0 {
+	if q == nil {
 		return res, nil
 	}
+	s.fireTimers(q, now, n) // an await that timed out is claimable at once, as in PostgreSQL
 	s.promoteDue(q, now)
 	pol, hasPol := s.policies[req.Queue]
 	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/store"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ func TestBlockedBacklogLeavesThePickPath(t *testing.T) {
 	const backlog = 20_000
 	nis := make([]store.NewInstance, backlog)
 	for i := range nis {
-		nis[i] = store.NewInstance{ID: fmt.Sprintf("hot-%05d", i), Workflow: "wf", Queue: "q", State: json.RawMessage(`{}`), Key: "hot:1", RunAt: t0}
+		nis[i] = store.NewInstance{ID: tid(fmt.Sprintf("hot-%05d", i)), Workflow: "wf", Step: "s", Queue: "q", State: json.RawMessage(`{}`), Key: "hot:1", RunAt: t0}
 	}
 	_, err := s.Insert(ctx, nis)
 	require.NoError(t, err)
@@ -32,7 +33,7 @@ func TestBlockedBacklogLeavesThePickPath(t *testing.T) {
 	require.Empty(t, s.queues["q"].prios, "no ready heap left in the queue")
 
 	for i := range 100 {
-		_, err := s.Insert(ctx, []store.NewInstance{{ID: fmt.Sprint("cold-", i), Workflow: "wf", Queue: "q", State: json.RawMessage(`{}`), Key: fmt.Sprint("cold:", i), RunAt: t0}})
+		_, err := s.Insert(ctx, []store.NewInstance{{ID: tid(fmt.Sprint("cold-", i)), Workflow: "wf", Step: "s", Queue: "q", State: json.RawMessage(`{}`), Key: fmt.Sprint("cold:", i), RunAt: t0}})
 		require.NoError(t, err)
 		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 5, Lease: time.Hour, Now: t0})
 		require.NoError(t, err)
@@ -75,25 +76,28 @@ func TestChildOfEarlierSpawnDoesNotJoinLaterSpawn(t *testing.T) {
 		require.False(t, res[0].Stale)
 	}
 	child := func(id string) []store.NewInstance {
-		return []store.NewInstance{{ID: id, Workflow: "c", Queue: "later", State: json.RawMessage(`{}`)}}
+		return []store.NewInstance{{ID: tid(id), Workflow: "c", Step: "s", Queue: "later", State: json.RawMessage(`{}`)}}
 	}
-	_, err := s.Insert(ctx, []store.NewInstance{{ID: "p", Workflow: "wf", Queue: "q", State: json.RawMessage(`{}`), RunAt: t0}})
+	_, err := s.Insert(ctx, []store.NewInstance{{ID: tid("p"), Workflow: "wf", Step: "s", Queue: "q", State: json.RawMessage(`{}`), RunAt: t0}})
 	require.NoError(t, err)
 	c := claim()
 	commit(store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "join", Children: child("old")})
-	require.NoError(t, s.Cancel(ctx, "p", t0))
-	require.NoError(t, s.Retry(ctx, "p", t0))
+	require.NoError(t, s.Cancel(ctx, tid("p"), t0))
+	require.NoError(t, s.Retry(ctx, tid("p"), t0))
 	c = claim()
 	commit(store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "join", Children: child("new")})
 
-	require.NoError(t, s.Cancel(ctx, "old", t0))
-	p, err := s.Get(ctx, "p")
+	require.NoError(t, s.Cancel(ctx, tid("old"), t0))
+	p, err := s.Get(ctx, tid("p"))
 	require.NoError(t, err)
 	require.Equal(t, store.StatusChildren, p.Status, "the old spawn's child does not end the new join")
 	require.Equal(t, 1, p.PendingChildren)
-	require.NoError(t, s.Cancel(ctx, "new", t0))
-	p, err = s.Get(ctx, "p")
+	require.NoError(t, s.Cancel(ctx, tid("new"), t0))
+	p, err = s.Get(ctx, tid("p"))
 	require.NoError(t, err)
 	require.Equal(t, store.StatusReady, p.Status)
 	require.NoError(t, s.check(nil))
 }
+
+// tid is a stable UUID named by a readable test id.
+func tid(name string) string { return uuid.NewSHA1(uuid.NameSpaceURL, []byte(name)).String() }

@@ -57,7 +57,7 @@ func (c *chaos) newInstances(n int) []store.NewInstance {
 	for i := range out {
 		c.nextN++
 		out[i] = store.NewInstance{
-			ID: fmt.Sprintf("i%05d", c.nextN), Workflow: c.pick([]string{"a", "a", "b"}), Queue: c.pick(chaosQueues),
+			ID: tid(fmt.Sprintf("i%05d", c.nextN)), Workflow: c.pick([]string{"a", "a", "b"}), Queue: c.pick(chaosQueues),
 			Priority: c.rng.IntN(3), Step: "s", State: json.RawMessage(`{}`), Key: c.pick(chaosKeys),
 			RunAt: c.now.Add(time.Duration(c.rng.IntN(4)-1) * time.Second),
 		}

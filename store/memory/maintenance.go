@@ -22,18 +22,25 @@ func (s *Store) FireTimers(ctx context.Context, now time.Time) (int, error) {
 	now = s.now(now)
 	fired := 0
 	for _, name := range s.sortedQueues() {
-		q := s.queues[name]
-		for q.timers.Len() > 0 && !q.timers.min().inst.TimeoutAt.After(now) {
-			r := q.timers.popMin()
-			at := r.inst.TimeoutAt
-			r.timedOut = true
-			r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
-			r.inst.UpdatedAt = now
-			s.setReady(r, at, now, n)
-			fired++
-		}
+		fired += s.fireTimers(s.queues[name], now, n)
 	}
 	return fired, nil
+}
+
+// fireTimers makes the awaits of q whose timeout is at or before now ready
+// and returns how many.
+func (s *Store) fireTimers(q *queueState, now time.Time, n *notes) int {
+	fired := 0
+	for q.timers.Len() > 0 && !q.timers.min().inst.TimeoutAt.After(now) {
+		r := q.timers.popMin()
+		at := r.inst.TimeoutAt
+		r.timedOut = true
+		r.inst.AwaitSignal, r.inst.TimeoutAt = "", time.Time{}
+		r.inst.UpdatedAt = now
+		s.setReady(r, at, now, n)
+		fired++
+	}
+	return fired
 }
 
 // Reap takes back claims whose lease expired at or before now.

@@ -49,6 +49,7 @@ type Store struct {
 	// semantics of live keys (see store.Health).
 	liveChanges map[string]liveChange
 	policies    map[string]store.ConcurrencyPolicy // queue -> policy
+	schedules   map[string]store.Schedule          // name -> schedule
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -84,6 +85,7 @@ func New(opts Options) *Store {
 		buckets:     map[string]gate.Bucket{},
 		liveChanges: map[string]liveChange{},
 		policies:    map[string]store.ConcurrencyPolicy{},
+		schedules:   map[string]store.Schedule{},
 		rows:        map[string]*row{},
 		queues:      map[string]*queueState{},
 		keys:        map[string]*keyState{},

@@ -20,38 +20,40 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	n := &notes{}
 	defer s.unlock(n)
 	now := s.clock()
-	if err := s.checkNew(instances, nil); err != nil {
+	instances, err := s.checkNew(instances, nil)
+	if err != nil {
 		return nil, fmt.Errorf("insert: %w", err)
 	}
 	return s.insert(instances, nil, now, n), nil
 }
 
-// checkNew validates instances to insert: keys parse, JSON is valid, and
-// no caller-chosen id is taken or repeated. taken holds ids already planned
-// by the same batch (Complete inserts children of several outcomes).
-func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) error {
+// checkNew validates instances to insert (store.NormalizeNewInstance, then
+// no caller-chosen id taken or repeated) and returns them normalized, in a
+// new slice. taken holds ids already planned by the same batch (Complete
+// inserts children of several outcomes).
+func (s *Store) checkNew(instances []store.NewInstance, taken map[string]bool) ([]store.NewInstance, error) {
 	if taken == nil {
 		taken = map[string]bool{}
 	}
-	for i, ni := range instances {
-		if ni.Workflow == "" {
-			return fmt.Errorf("%w: instance %d: empty workflow", store.ErrInvalid, i)
-		}
-		if _, err := gate.ParseWithIntent(ni.Key, ni.KeyIntent); err != nil {
-			return fmt.Errorf("%w: instance %d: %w", store.ErrInvalid, i, err)
+	instances = slices.Clone(instances)
+	for i := range instances {
+		ni := &instances[i]
+		explicitID := ni.ID != ""
+		if err := store.NormalizeNewInstance(i, ni); err != nil {
+			return nil, err
 		}
 		if err := validJSON("state", ni.State); err != nil {
-			return fmt.Errorf("instance %d: %w", i, err)
+			return nil, fmt.Errorf("instance %d: %w", i, err)
 		}
-		if ni.ID == "" {
+		if !explicitID {
 			continue
 		}
 		if _, ok := s.rows[ni.ID]; ok || taken[ni.ID] {
-			return fmt.Errorf("instance %d: id %s: %w", i, ni.ID, store.ErrDuplicate)
+			return nil, fmt.Errorf("instance %d: id %s: %w", i, ni.ID, store.ErrDuplicate)
 		}
 		taken[ni.ID] = true
 	}
-	return nil
+	return instances, nil
 }
 
 // insert stores validated instances (children of parent when parent is
@@ -225,13 +227,14 @@ func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]boo
 	if !current {
 		taken = nil // validate the children's shape only
 		for i, ni := range o.Children {
-			if err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Key: ni.Key, KeyIntent: ni.KeyIntent, State: ni.State}}, taken); err != nil {
+			if _, err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Step: ni.Step, Key: ni.Key, KeyIntent: ni.KeyIntent, State: ni.State}}, taken); err != nil {
 				return fmt.Errorf("child %d: %w", i, err)
 			}
 		}
 		return nil
 	}
-	return s.checkNew(o.Children, taken)
+	_, err := s.checkNew(o.Children, taken)
+	return err
 }
 
 // apply commits outcome o of the current claim of r.
@@ -529,7 +532,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 		return fmt.Errorf("retry %s: %w", id, store.ErrNotFound)
 	}
 	if r.inst.Status != store.StatusFailed && r.inst.Status != store.StatusCanceled {
-		return fmt.Errorf("retry %s: status is %s, not failed or canceled", id, r.inst.Status)
+		return fmt.Errorf("retry %s: %w (status %s)", id, store.ErrNotRetryable, r.inst.Status)
 	}
 	if r.inst.UniqueKey != "" && slices.Contains(r.uniqueStatuses, store.StatusReady) {
 		if other, ok := s.uniqueTaken(r.inst.UniqueKey, r.uniqueStatuses, r.inst.ID); ok {

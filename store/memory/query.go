@@ -24,24 +24,18 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return r.snapshot(), nil
 }
 
-// List returns the instances matching f, ordered by id (or newest first),
-// at most f.Limit of them (0: no limit).
+// List returns the instances matching f, ordered by id (newest first by
+// insertion with f.Newest), at most f.Limit of them (0: no limit).
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	defer s.unlock(nil)
-	// newer orders rows newest first: creation time, then id, descending.
-	newer := func(a, b *store.Instance) int {
-		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
-	}
-	var after *store.Instance
-	if f.NewestFirst && f.AfterID != "" {
-		r := s.rows[f.AfterID]
-		if r == nil {
-			return []store.Instance{}, nil
+	var cursor *row
+	if f.Newest && f.AfterID != "" {
+		if cursor = s.rows[f.AfterID]; cursor == nil {
+			return nil, nil // the cursor row is gone: the list ends
 		}
-		after = &r.inst
 	}
 	var match []*row
 	for _, r := range s.rows {
@@ -50,14 +44,14 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 			(f.Status != "" && in.Status != f.Status) ||
 			(f.Key != "" && in.Key != f.Key) ||
 			(f.Queue != "" && in.Queue != f.Queue) ||
-			(f.AfterID != "" && !f.NewestFirst && in.ID <= f.AfterID) ||
-			(after != nil && newer(in, after) <= 0) {
+			(!f.Newest && f.AfterID != "" && in.ID <= f.AfterID) ||
+			(cursor != nil && r.seq >= cursor.seq) {
 			continue
 		}
 		match = append(match, r)
 	}
-	if f.NewestFirst {
-		slices.SortFunc(match, func(a, b *row) int { return newer(&a.inst, &b.inst) })
+	if f.Newest {
+		slices.SortFunc(match, func(a, b *row) int { return cmp.Compare(b.seq, a.seq) })
 	} else {
 		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
 	}
@@ -67,6 +61,32 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 	out := make([]store.Instance, len(match))
 	for i, r := range match {
 		out[i] = r.snapshot()
+	}
+	return out, nil
+}
+
+// Inbox returns the unconsumed signals of an instance, oldest first, at
+// most limit (0: no limit).
+func (s *Store) Inbox(ctx context.Context, id string, limit int) ([]store.Signal, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	r := s.rows[id]
+	if r == nil {
+		return nil, nil
+	}
+	var out []store.Signal
+	for _, sg := range r.inbox {
+		if sg.consumed {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		c := sg.sig
+		c.Payload = cloneJSON(c.Payload)
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -74,7 +73,7 @@ import (
 // these rules had a flaw.
 
 // DefaultLease is the lease of a claim whose request has none.
-const DefaultLease = 30 * time.Second
+const DefaultLease = store.DefaultLease
 
 const (
 	// minWindow is the smallest keyed window a claim looks at; the window is
@@ -130,19 +129,10 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if err := s.check(); err != nil {
 		return store.ClaimResult{}, err
 	}
-	if req.Limit <= 0 {
-		return store.ClaimResult{}, nil
-	}
-	if req.Worker == "" {
-		return store.ClaimResult{}, errors.New("claim: empty worker")
-	}
-	if req.Queue == "" {
-		req.Queue = DefaultQueue
+	if ok, err := store.NormalizeClaim(&req); !ok {
+		return store.ClaimResult{}, err
 	}
 	lease := req.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
 	window := min(max(2*req.Limit, minWindow), max(req.Limit, maxWindow))
 	now := tsArg(req.Now)
 	workflows := req.Workflows

@@ -44,7 +44,8 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
-	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true}
+	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
+		"key waiting": true, "key next": true, "key oldest": true, "inbox": true}
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
@@ -66,6 +67,11 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"signal wake":       {sqlSignalWake, []any{ids[0], nil}},
 		"queue active":      {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
 		"throttle":          {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
+		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
+		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
+		"key next":    {sqlKeyNext, []any{"acct:abcd"}},
+		"key oldest":  {sqlKeyOldest, []any{"acct:abcd"}},
+		"inbox":       {sqlInbox, []any{ids[0], 100}},
 		// The statements of fresh_round (migration 003), as it runs them.
 		"fresh round: head of keyless": {`SELECT r.round FROM {schema}.instances r
 			WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},

@@ -2,20 +2,17 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
 // DefaultQueue is the queue of an instance inserted with an empty Queue.
-const DefaultQueue = "default"
+const DefaultQueue = store.DefaultQueue
 
 // Insert inserts instances atomically (see store.Store). A batch without
 // unique keys is one statement; any batch size fits in it.
@@ -90,29 +87,8 @@ type insertRow struct {
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 	p := &insertPlan{results: make([]store.InsertResult, len(instances))}
 	for i, in := range instances {
-		if in.ID == "" {
-			in.ID = uuid.NewString()
-		} else if _, err := uuid.Parse(in.ID); err != nil {
-			return nil, fmt.Errorf("insert: %w: instance %d: id %q is not a UUID", store.ErrInvalid, i, in.ID)
-		}
-		if in.Workflow == "" || in.Step == "" {
-			return nil, fmt.Errorf("insert: %w: instance %d: workflow and step are required", store.ErrInvalid, i)
-		}
-		if in.Queue == "" {
-			in.Queue = DefaultQueue
-		}
-		if in.Key != "" {
-			if _, err := gate.ParseWithIntent(in.Key, in.KeyIntent); err != nil {
-				return nil, fmt.Errorf("insert: %w: instance %d: %w", store.ErrInvalid, i, err)
-			}
-		}
-		if len(in.State) > 0 && !json.Valid(in.State) {
-			return nil, fmt.Errorf("insert: %w: instance %d: state is not valid JSON", store.ErrInvalid, i)
-		}
-		if in.ParentID != "" {
-			if _, err := uuid.Parse(in.ParentID); err != nil {
-				return nil, fmt.Errorf("insert: %w: instance %d: parent id %q is not a UUID", store.ErrInvalid, i, in.ParentID)
-			}
+		if err := store.NormalizeNewInstance(i, &in); err != nil {
+			return nil, fmt.Errorf("insert: %w", err)
 		}
 		r := insertRow{idx: i, in: in}
 		if in.UniqueKey != "" {

@@ -60,10 +60,8 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	for _, ch := range []string{s.channel, s.cancelChannel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
-		}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize()); err != nil {
+		return err
 	}
 	connected()
 	for {

@@ -467,9 +467,8 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	})
 }
 
-// ErrNotRetryable is returned by Retry for an instance that is neither
-// failed nor canceled.
-var ErrNotRetryable = errors.New("instance is not failed or canceled")
+// ErrNotRetryable is store.ErrNotRetryable, kept under this name.
+var ErrNotRetryable = store.ErrNotRetryable
 
 // Retry makes a failed or canceled instance ready again at its current step
 // with attempt 0 (see store.Store). It is store.ErrDuplicate when the

@@ -163,13 +163,14 @@ func CancelChannel(schema string) string {
 
 // Advisory lock purposes; each salts the lock hashes differently.
 const (
-	saltKeys     = "keys"
-	saltUnique   = "unique"
-	saltMigrate  = "migrate"
-	saltLimits   = "limits"
-	saltChannel  = "channel"
-	saltPolicies = "policies"
-	saltQueues   = "queues"
+	saltKeys      = "keys"
+	saltUnique    = "unique"
+	saltMigrate   = "migrate"
+	saltLimits    = "limits"
+	saltChannel   = "channel"
+	saltPolicies  = "policies"
+	saltQueues    = "queues"
+	saltSchedules = "schedules"
 )
 
 // lockSalt derives a stable 64-bit value from a schema and a purpose.

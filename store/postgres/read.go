@@ -30,8 +30,8 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return in, nil
 }
 
-// List returns instances matching f, ordered by id (or newest first); a
-// zero f.Limit means no limit. Status ready includes rows whose run_at is in the future.
+// List returns instances matching f, ordered by id (by seq descending with
+// f.Newest); a zero f.Limit means no limit. Status ready includes rows whose run_at is in the future.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -51,10 +51,42 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 		}
 		after = &f.AfterID
 	}
-	if f.NewestFirst {
-		return s.queryInstances(ctx, "list", s.q(sqlListNewest), f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	// The filters are optional ("$1 = '' OR ..."): only a plan made for the
+	// values given can pick the partial index they allow, so List never
+	// runs on a cached generic plan (which scans the table).
+	custom := pgx.QueryExecModeExec
+	if f.Newest {
+		return s.queryInstances(ctx, "list", s.q(sqlListNewest), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
 	}
-	return s.queryInstances(ctx, "list", s.q(sqlList), f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	return s.queryInstances(ctx, "list", s.q(sqlList), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
+}
+
+// Inbox returns the unconsumed signals of an instance, oldest first, at
+// most limit (0: no limit).
+func (s *Store) Inbox(ctx context.Context, id string, limit int) ([]store.Signal, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, nil
+	}
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlInbox), id, lim)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Signal, error) {
+		var sg store.Signal
+		err := r.Scan(&sg.ID, &sg.InstanceID, &sg.Name, &sg.Payload, &sg.DedupKey, &sg.CreatedAt)
+		return sg, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox %s: %w", id, err)
+	}
+	return out, nil
 }
 
 // Children returns the children of a parent in creation order.

@@ -385,7 +385,8 @@ var policyTests = []test{
 		h.insertKeyed("order:1", 2)
 		h.insertKeyed("order:2", 1)
 		h.insertKeyed("idle:1", 1)
-		res := h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}, {Name: "spare", Limit: 2}}})
+		res := h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}, {Name: "spare", Limit: 2}},
+			RateLimits: []gate.RateLimit{{Name: "order", Limit: 10, Period: time.Second}}})
 		require.Equal(h.t, int64(3), res.Live["order"])
 		var live []gate.Warning
 		for _, w := range h.health(time.Time{}).Warnings {
@@ -393,7 +394,8 @@ var policyTests = []test{
 				live = append(live, w)
 			}
 		}
-		require.Len(h.t, live, 1, "only the change that altered live keys")
+		require.Len(h.t, live, 1, "one warning per name, for the change that altered live keys")
+		require.Contains(h.t, live[0].Message, "rate limit", "both of the name's changes are named")
 		require.Equal(h.t, "order", live[0].Name)
 		require.Equal(h.t, int64(3), live[0].Live)
 		require.Contains(h.t, live[0].Message, "from 1 to 5")

@@ -1,17 +1,13 @@
 package storetest
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/google/uuid"
-	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
+	"github.com/stretchr/testify/require"
 )
 
 var queryTests = []test{
@@ -93,33 +89,71 @@ var queryTests = []test{
 		}
 		require.Equal(h.t, all, paged, "pages cover every row once, in id order")
 	}},
-	{"list/newest first pages by creation time, stable under ties", func(h *harness) {
-		// Rows inserted together share a creation time: ties are broken by id.
-		var want []store.Instance
-		for range 3 {
-			for _, id := range h.insert(inst(""), inst("")) {
-				got, err := h.s.Get(h.ctx, id)
-				require.NoError(h.t, err)
-				want = append(want, got)
+	{"list/newest first pages by insertion without gaps or repeats", func(h *harness) {
+		var inserted []string
+		for i := range 7 {
+			ni := inst(fmt.Sprintf("account:%d", i%2))
+			if i%3 == 0 {
+				ni.Workflow = "other"
 			}
+			inserted = append(inserted, h.insert(ni)[0])
 		}
-		slices.SortFunc(want, func(a, b store.Instance) int {
-			return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
-		})
-		require.Equal(h.t, listIDs(want), listIDs(h.list(store.ListFilter{NewestFirst: true})))
+		newest := slices.Clone(inserted)
+		slices.Reverse(newest)
+		require.Equal(h.t, newest, listIDs(h.list(store.ListFilter{Newest: true})), "latest inserted first")
 
 		var paged []string
 		after := ""
-		for range len(want) + 1 {
-			page := h.list(store.ListFilter{NewestFirst: true, AfterID: after, Limit: 4})
+		for range len(inserted) + 1 {
+			page := h.list(store.ListFilter{Newest: true, AfterID: after, Limit: 3})
+			require.LessOrEqual(h.t, len(page), 3)
 			if len(page) == 0 {
 				break
 			}
 			paged = append(paged, listIDs(page)...)
 			after = page[len(page)-1].ID
 		}
-		require.Equal(h.t, listIDs(want), paged, "pages cover every row once, newest first")
-		require.Empty(h.t, h.list(store.ListFilter{NewestFirst: true, AfterID: uuid.NewString()}), "after an unknown id: nothing")
+		require.Equal(h.t, newest, paged, "pages cover every row once, newest first")
+
+		// Filters hold on every page.
+		var others []string
+		for _, id := range newest {
+			if h.get(id).Workflow == "other" {
+				others = append(others, id)
+			}
+		}
+		page := h.list(store.ListFilter{Newest: true, Workflow: "other", Limit: 2})
+		require.Equal(h.t, others[:2], listIDs(page))
+		page = h.list(store.ListFilter{Newest: true, Workflow: "other", AfterID: page[1].ID, Limit: 2})
+		require.Equal(h.t, others[2:], listIDs(page))
+		require.Len(h.t, h.list(store.ListFilter{Newest: true, Key: "account:1"}), 3)
+	}},
+	{"inbox/lists unconsumed signals oldest first until a step consumes them", func(h *harness) {
+		id := h.insert(inst(""))[0]
+		require.Empty(h.t, h.inbox(id, 0))
+		h.signal(id, "approve", `{"by":"ops"}`, at(0))
+		h.signal(id, "note", "1", at(time.Second))
+		in := h.inbox(id, 0)
+		require.Len(h.t, in, 2)
+		require.Equal(h.t, "approve", in[0].Name)
+		require.Equal(h.t, id, in[0].InstanceID)
+		require.JSONEq(h.t, `{"by":"ops"}`, string(in[0].Payload))
+		require.Equal(h.t, "note", in[1].Name)
+		require.Len(h.t, h.inbox(id, 1), 1)
+
+		// A step that awaits "approve" consumes it when its outcome commits.
+		c := h.claimOne("w", at(2*time.Second))
+		h.commit("w", at(3*time.Second), await(c, "approve", "after"))
+		c = h.claimOne("w", at(4*time.Second))
+		require.NotNil(h.t, c.Signal)
+		o := next(c, "end")
+		o.ConsumeSignal = c.Signal.ID
+		h.commit("w", at(5*time.Second), o)
+		in = h.inbox(id, 0)
+		require.Len(h.t, in, 1)
+		require.Equal(h.t, "note", in[0].Name)
+
+		require.Empty(h.t, h.inbox("00000000-0000-4000-8000-000000000404", 0), "a missing instance has an empty inbox")
 	}},
 	{"keyinfo/holders, waiters and next in line", func(h *harness) {
 		ids := h.insertKeyed("account:1", 3)
@@ -166,6 +200,13 @@ var queryTests = []test{
 		require.Equal(h.t, 1, h.available("account:1"), "the outcome frees the slot")
 		require.Equal(h.t, 1, h.available("account:404"), "a key nobody uses is free")
 	}},
+}
+
+func (h *harness) inbox(id string, limit int) []store.Signal {
+	h.t.Helper()
+	in, err := h.s.Inbox(h.ctx, id, limit)
+	require.NoError(h.t, err)
+	return in
 }
 
 func listIDs(ins []store.Instance) []string {

@@ -36,8 +36,8 @@ import (
 // Run runs every conformance test against stores made by newStore, which
 // must return a fresh, empty store and arrange its cleanup with t.Cleanup.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
-	groups := [][]test{insertTests, claimTests, keyTests, signalTests, scheduleTests,
-		spawnTests, claimLifeTests, maintenanceTests, queryTests, healthTests, policyTests, raceTests, randomTests}
+	groups := [][]test{insertTests, normalizeTests, claimTests, keyTests, signalTests, scheduleTests,
+		spawnTests, claimLifeTests, maintenanceTests, queryTests, healthTests, policyTests, scheduleDefTests, raceTests, randomTests}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,10 @@ type Options struct {
 	Queues map[string]int
 	// Strict is durable.Config.Strict.
 	Strict bool
+	// Schedules are the periodic workflows, as in durable.Config: they
+	// are synced when the Env is made (anchored at the clock's start), and
+	// advancing the clock fires each due tick at its own time, in order.
+	Schedules []durable.Schedule
 	// Start is the fake clock's start (default Epoch).
 	Start time.Time
 	// MaxRounds guards against a workflow that never goes idle (default 10,000).
@@ -112,7 +117,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 	clock := NewClock(opts.Start)
 	st := memory.New(memory.Options{Clock: clock.Now})
 	eng, err := durable.New(durable.Config{Store: st, Queues: opts.Queues, Limits: opts.Limits, RateLimits: opts.RateLimits, Strict: opts.Strict,
-		Clock: clock, Logger: opts.Logger, WorkerID: "durabletest"})
+		Schedules: opts.Schedules, Clock: clock, Logger: opts.Logger, WorkerID: "durabletest"})
 	if err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
@@ -127,7 +132,29 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
+	if _, err := eng.SyncSchedules(context.Background()); err != nil {
+		t.Fatalf("durabletest: %v", err)
+	}
 	return &Env{t: t, Clock: clock, Store: st, Engine: eng, limits: limits, opts: opts, maxSeen: map[string]int{}}
+}
+
+// Scheduled returns the instances the schedule named name started so far,
+// oldest tick first.
+func (e *Env) Scheduled(name string) []store.Instance {
+	e.t.Helper()
+	all, err := e.Store.List(context.Background(), store.ListFilter{})
+	if err != nil {
+		e.t.Fatalf("durabletest: %v", err)
+	}
+	prefix := "schedule:" + name + ":"
+	var out []store.Instance
+	for _, in := range all {
+		if strings.HasPrefix(in.UniqueKey, prefix) {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UniqueKey < out[j].UniqueKey })
+	return out
 }
 
 // Insert inserts an instance and returns its id.
@@ -258,7 +285,13 @@ func (e *Env) sendDue() {
 // the instance can never finish (parked with no timer and no scheduled signal).
 func (e *Env) RunUntilDone(id string) store.Instance {
 	e.t.Helper()
-	for {
+	for jumps := 0; ; jumps++ {
+		if jumps >= e.opts.MaxRounds {
+			// A schedule always has a next tick: an instance that waits for
+			// something that never comes would jump the clock forever.
+			in := e.Get(id)
+			e.t.Fatalf("durabletest: instance %s is still %s at step %q after %d clock jumps (to %s)", id, in.Status, in.Step, jumps, e.Clock.Now().Format(time.RFC3339))
+		}
 		_, due := e.runIdle()
 		in := e.Get(id)
 		if in.Status.Terminal() {

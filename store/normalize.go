@@ -1,0 +1,76 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/godurable/godurable/gate"
+)
+
+// Defaults every backend applies, so that a request means the same thing
+// whichever store receives it.
+const (
+	// DefaultQueue is the queue of an instance inserted, or a claim made,
+	// with an empty queue.
+	DefaultQueue = "default"
+	// DefaultLease is the lease of a claim or heartbeat that names none.
+	DefaultLease = 30 * time.Second
+)
+
+// ErrNotRetryable is returned by Retry for an instance that is neither
+// failed nor canceled.
+var ErrNotRetryable = errors.New("instance is not failed or canceled")
+
+// NormalizeNewInstance validates the i-th instance of an insert and fills
+// its defaults (a new UUID when ID is empty, DefaultQueue). Every error
+// wraps ErrInvalid: the same request can never succeed.
+func NormalizeNewInstance(i int, in *NewInstance) error {
+	if in.ID == "" {
+		in.ID = uuid.NewString()
+	} else if _, err := uuid.Parse(in.ID); err != nil {
+		return fmt.Errorf("%w: instance %d: id %q is not a UUID", ErrInvalid, i, in.ID)
+	}
+	if in.Workflow == "" || in.Step == "" {
+		return fmt.Errorf("%w: instance %d: workflow and step are required", ErrInvalid, i)
+	}
+	if in.Queue == "" {
+		in.Queue = DefaultQueue
+	}
+	if in.Key != "" || in.KeyIntent != "" {
+		if _, err := gate.ParseWithIntent(in.Key, in.KeyIntent); err != nil {
+			return fmt.Errorf("%w: instance %d: %w", ErrInvalid, i, err)
+		}
+	}
+	if len(in.State) > 0 && !json.Valid(in.State) {
+		return fmt.Errorf("%w: instance %d: state is not valid JSON", ErrInvalid, i)
+	}
+	if in.ParentID != "" {
+		if _, err := uuid.Parse(in.ParentID); err != nil {
+			return fmt.Errorf("%w: instance %d: parent id %q is not a UUID", ErrInvalid, i, in.ParentID)
+		}
+	}
+	return nil
+}
+
+// NormalizeClaim validates a claim request and fills its defaults
+// (DefaultQueue, DefaultLease). It reports false when the request asks for
+// nothing (Limit ≤ 0).
+func NormalizeClaim(req *ClaimRequest) (bool, error) {
+	if req.Limit <= 0 {
+		return false, nil
+	}
+	if req.Worker == "" {
+		return false, fmt.Errorf("%w: claim: empty worker", ErrInvalid)
+	}
+	if req.Queue == "" {
+		req.Queue = DefaultQueue
+	}
+	if req.Lease <= 0 {
+		req.Lease = DefaultLease
+	}
+	return true, nil
+}

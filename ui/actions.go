@@ -1,0 +1,135 @@
+package ui
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/godurable/godurable/store"
+)
+
+// confirmData is the confirmation page of an action: what will happen, and
+// a form that does it.
+type confirmData struct {
+	Action string
+	In     store.Instance
+	// Question says what the action does to this instance.
+	Question string
+	// Name, Payload and Dedup are the signal to send (signal only).
+	Name, Payload, Dedup string
+}
+
+// action runs signal, cancel or retry. A POST without confirm=yes changes
+// nothing: it shows a confirmation page whose form posts confirm=yes.
+func (s *server) action(w http.ResponseWriter, r *http.Request) {
+	act := r.PathValue("action")
+	if act != "signal" && act != "cancel" && act != "retry" {
+		http.NotFound(w, r)
+		return
+	}
+	if s.opts.ReadOnly {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Read-only",
+			D: "This page is read-only: actions are turned off (durable ui -read-only)."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if !s.checkCSRF(r) {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Refused",
+			D: "Refused: the form's CSRF token is missing or does not match this browser. Reload the instance page and try again."})
+		return
+	}
+	id := r.PathValue("id")
+	ctx := r.Context()
+	in, err := s.st.Get(ctx, id)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "Instance", err)
+		return
+	}
+	switch {
+	case act == "retry" && in.Status != store.StatusFailed && in.Status != store.StatusCanceled:
+		s.render(w, r, http.StatusConflict, "message", "layout.html", page{Title: "Retry",
+			D: fmt.Sprintf("Nothing done: the instance is %s; only failed or canceled instances can be retried.", in.Status)})
+		return
+	case act != "retry" && in.Status.Terminal():
+		s.render(w, r, http.StatusConflict, "message", "layout.html", page{Title: act,
+			D: fmt.Sprintf("Nothing done: the instance is %s (terminal).", in.Status)})
+		return
+	}
+	c := confirmData{Action: act, In: in}
+	var payload json.RawMessage
+	switch act {
+	case "signal":
+		c.Name, c.Payload, c.Dedup = r.PostFormValue("name"), r.PostFormValue("payload"), r.PostFormValue("dedup")
+		if c.Name == "" {
+			s.render(w, r, http.StatusBadRequest, "message", "layout.html", page{Title: "Signal", D: "A signal needs a name."})
+			return
+		}
+		if c.Payload != "" {
+			if !json.Valid([]byte(c.Payload)) {
+				s.render(w, r, http.StatusBadRequest, "message", "layout.html", page{Title: "Signal",
+					D: `The payload is not valid JSON (quote strings: "text").`})
+				return
+			}
+			payload = json.RawMessage(c.Payload)
+		}
+		c.Question = fmt.Sprintf("Send signal %q to this %s instance?", c.Name, in.Status)
+	case "cancel":
+		c.Question = fmt.Sprintf("Cancel this instance? It is %s at step %q.", in.Status, in.Step)
+		if in.Status == store.StatusExecuting {
+			c.Question += " Its running step (worker " + in.Worker + ") is stopped at its next heartbeat and its outcome discarded."
+		}
+	case "retry":
+		c.Question = fmt.Sprintf("Retry this %s instance from its step %q, attempt 0?", in.Status, in.Step)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.render(w, r, http.StatusOK, "confirm", "layout.html", page{Title: "Confirm " + act, Nav: "instances", D: c})
+		return
+	}
+
+	var did string
+	switch act {
+	case "signal":
+		res, err := s.st.Signal(ctx, store.SignalRequest{InstanceID: id, Name: c.Name, Payload: payload, DedupKey: c.Dedup})
+		if err != nil {
+			s.actionFailed(w, r, act, err)
+			return
+		}
+		switch {
+		case res.Duplicate:
+			did = "signal-duplicate"
+		case res.Woke:
+			did = "signal-woke"
+		default:
+			did = "signal-stored"
+		}
+	case "cancel":
+		if err := s.st.Cancel(ctx, id, time.Time{}); err != nil {
+			s.actionFailed(w, r, act, err)
+			return
+		}
+		did = "canceled"
+	case "retry":
+		if err := s.st.Retry(ctx, id, time.Time{}); err != nil {
+			s.actionFailed(w, r, act, err)
+			return
+		}
+		did = "retried"
+	}
+	http.Redirect(w, r, s.opts.Prefix+"/instances/"+url.PathEscape(id)+"?did="+did, http.StatusSeeOther)
+}
+
+func (s *server) actionFailed(w http.ResponseWriter, r *http.Request, act string, err error) {
+	switch {
+	case errors.Is(err, store.ErrTerminal):
+		s.render(w, r, http.StatusConflict, "message", "layout.html", page{Title: act,
+			D: "Nothing done: the instance is terminal (done, failed or canceled)."})
+	case errors.Is(err, store.ErrDuplicate):
+		s.render(w, r, http.StatusConflict, "message", "layout.html", page{Title: act,
+			D: "Nothing done: another live instance holds its unique key."})
+	default:
+		s.fail(w, r, http.StatusInternalServerError, act, fmt.Errorf("%s: %w", act, err))
+	}
+}
