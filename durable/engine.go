@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -705,7 +706,7 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 	}
 	res, err := e.st.Signal(ctx, store.SignalRequest{InstanceID: id, Name: name, Payload: raw, DedupKey: opts.DedupKey, Now: e.storeNow()})
 	if err != nil {
-		return fmt.Errorf("durable: signal %s to %s: %w", name, id, err)
+		return instanceErr("signal "+name+" to", "signal", id, err)
 	}
 	if res.Woke {
 		e.wakeAll()
@@ -724,7 +725,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
-		return fmt.Errorf("durable: cancel %s: %w", id, err)
+		return instanceErr("cancel", "cancel", id, err)
 	}
 	e.mu.RLock()
 	s := e.sched
@@ -743,10 +744,34 @@ func (e *Engine) Retry(ctx context.Context, id string) error {
 		return err
 	}
 	if err := e.st.Retry(ctx, id, e.storeNow()); err != nil {
-		return fmt.Errorf("durable: retry %s: %w", id, err)
+		return instanceErr("retry", "retry", id, err)
 	}
 	e.wakeAll()
 	return nil
+}
+
+// instanceError is an error of an operation on one instance: a message
+// with one prefix that names the operation and the id, wrapping the
+// store's error (so errors.Is finds its sentinel).
+type instanceError struct {
+	msg string
+	err error
+}
+
+func (e *instanceError) Error() string { return e.msg }
+func (e *instanceError) Unwrap() error { return e.err }
+
+// instanceErr wraps the store's error err of operation op (as the engine
+// says it) on instance id. A store names the operation and the id too
+// (storeOp, as in "get <id>: instance not found"); that prefix is dropped
+// so that the message says each once. An id that is not a UUID is said to
+// be one, rather than reported as a missing instance.
+func instanceErr(op, storeOp, id string, err error) error {
+	if _, perr := uuid.Parse(id); perr != nil {
+		return &instanceError{msg: fmt.Sprintf("durable: %s: %q is not an instance id (a UUID)", op, id), err: err}
+	}
+	text := strings.TrimPrefix(err.Error(), storeOp+" "+id+": ")
+	return &instanceError{msg: fmt.Sprintf("durable: %s %s: %s", op, id, text), err: err}
 }
 
 // Get returns an instance's stored view: status, step, state, attempt, last
@@ -754,7 +779,7 @@ func (e *Engine) Retry(ctx context.Context, id string) error {
 func (e *Engine) Get(ctx context.Context, id string) (store.Instance, error) {
 	inst, err := e.st.Get(ctx, id)
 	if err != nil {
-		return store.Instance{}, fmt.Errorf("durable: get %s: %w", id, err)
+		return store.Instance{}, instanceErr("get", "get", id, err)
 	}
 	return inst, nil
 }

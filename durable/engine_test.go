@@ -450,3 +450,28 @@ func TestJitterDrawsRetryDelaysFromConfig(t *testing.T) {
 	assert.Equal(t, start.Add(time.Second), retryAt(0.5))
 	assert.Equal(t, start.Add(1100*time.Millisecond), retryAt(0.75))
 }
+
+// TestInstanceErrorsSayOpAndIDOnce: an error about one instance names the
+// operation and the id once (not the engine's and the store's prefix both),
+// calls an id that is not a UUID what it is, and still wraps the store's
+// sentinel.
+func TestInstanceErrorsSayOpAndIDOnce(t *testing.T) {
+	ctx := waitCtx(t)
+	e := newEngine(t, durable.Config{Store: memory.New(memory.Options{})})
+	missing := "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11"
+
+	_, err := e.Get(ctx, missing)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	assert.EqualError(t, err, "durable: get "+missing+": instance not found")
+	assert.EqualError(t, e.Cancel(ctx, missing), "durable: cancel "+missing+": instance not found")
+	assert.EqualError(t, e.Retry(ctx, missing), "durable: retry "+missing+": instance not found")
+	err = e.Signal(ctx, missing, "paid", nil, durable.SignalOptions{})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	assert.EqualError(t, err, "durable: signal paid to "+missing+": instance not found")
+
+	for _, id := range []string{"", "xyz"} {
+		_, err := e.Get(ctx, id)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		assert.EqualError(t, err, `durable: get: "`+id+`" is not an instance id (a UUID)`)
+	}
+}

@@ -52,6 +52,12 @@ type Health struct {
 	// never claimed by it; they show as ready rows (and the age of the
 	// oldest) in Queues until a worker that knows them takes them.
 	Skipped []SkewHealth `json:"skipped"`
+	// HandedBack are the store's counts of the rows waiting after a
+	// hand-back by any engine, per workflow version (see
+	// store.Health.HandedBack): work no worker of the fleet has run yet
+	// because the workers that claimed it do not know its version or step.
+	HandedBack       []store.HandBackHealth `json:"handed_back"`
+	HandedBackCapped bool                   `json:"handed_back_capped"`
 	// Schedules are the stored schedules of every namespace, sorted by
 	// name: the next fire time, and whether each is paused or late (a tick
 	// due for longer than its grace that no engine recorded).
@@ -72,15 +78,23 @@ type SkewHealth struct {
 type skewState struct {
 	mu   sync.Mutex
 	seen map[SkewHealth]*SkewHealth // keyed by workflow, version, step
+	// versions are the workflow versions (Step "") met so far.
+	versions map[SkewHealth]bool
 }
 
-func (s *skewState) record(workflow string, version int, step string, at time.Time) {
+// record counts one hand-back and reports whether it is the first of its
+// workflow version (any step), which is worth a log line.
+func (s *skewState) record(workflow string, version int, step string, at time.Time) (first bool) {
 	k := SkewHealth{Workflow: workflow, Version: version, Step: step}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen == nil {
 		s.seen = map[SkewHealth]*SkewHealth{}
+		s.versions = map[SkewHealth]bool{}
 	}
+	v := SkewHealth{Workflow: workflow, Version: version}
+	first = !s.versions[v]
+	s.versions[v] = true
 	h := s.seen[k]
 	if h == nil {
 		h = &SkewHealth{Workflow: workflow, Version: version, Step: step}
@@ -88,6 +102,7 @@ func (s *skewState) record(workflow string, version int, step string, at time.Ti
 	}
 	h.Count++
 	h.Last = at
+	return first
 }
 
 func (s *skewState) snapshot() []SkewHealth {
@@ -181,6 +196,10 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	h.RateLimits = sh.RateLimits
 	if h.RateLimits == nil {
 		h.RateLimits = []store.RateHealth{}
+	}
+	h.HandedBack, h.HandedBackCapped = sh.HandedBack, sh.HandedBackCapped
+	if h.HandedBack == nil {
+		h.HandedBack = []store.HandBackHealth{}
 	}
 	h.Warnings = mergeWarnings(sh.Warnings, e.Warnings())
 	h.LastReconcile, h.ReconcileTotals = e.reconciled.snapshot()

@@ -1,8 +1,11 @@
 package durable_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,11 +144,13 @@ func TestEngineHealth(t *testing.T) {
 		require.NoError(t, err)
 		var fields map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(b, &fields))
-		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes", "skipped", "schedules"} {
+		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes", "skipped",
+			"schedules", "handed_back", "handed_back_capped"} {
 			assert.Contains(t, fields, f)
 		}
-		assert.Len(t, fields, 10, "no undocumented field: %s", b)
+		assert.Len(t, fields, 12, "no undocumented field: %s", b)
 		assert.Equal(t, "[]", string(fields["schedules"]), "an empty list, not null")
+		assert.Equal(t, "[]", string(fields["handed_back"]), "an empty list, not null")
 		assert.Equal(t, "[]", string(fields["skipped"]), "an empty list, not null")
 		assert.NotContains(t, string(b), "secret", "no key id in health")
 
@@ -418,4 +423,50 @@ func TestPolicyGaugesCarryQueueNamesOnly(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHandBacksShowInHealthAndLogOnce: a worker that claims instances of a
+// workflow version it does not register hands them back; the store's
+// Health counts them per version, their wait is aged from when they first
+// became ready, and the worker logs a warning once per version, not once
+// per hand-back.
+func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
+	ctx := waitCtx(t)
+	st := memory.New(memory.Options{})
+	def := func(version int) durable.Definition {
+		wf := durable.NewWorkflow[counter]("billing", "a", durable.WorkflowOptions{Version: version})
+		wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+			return transitions.Done(s.N), nil
+		})
+		return wf
+	}
+	newer := newEngine(t, durable.Config{Store: st, WorkerID: "newer"}, def(2)) // never started
+	for range 3 {
+		_, err := newer.Insert(ctx, "billing", counter{}, durable.InsertOptions{})
+		require.NoError(t, err)
+	}
+
+	var logs bytes.Buffer
+	older := newEngine(t, durable.Config{Store: st, WorkerID: "older",
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, def(1))
+	start(t, older)
+	var h durable.Health
+	eventually(t, "three hand-backs", func() bool {
+		var err error
+		h, err = older.Health(ctx)
+		require.NoError(t, err)
+		return len(h.Skipped) == 1 && h.Skipped[0].Count == 3
+	})
+	assert.Equal(t, []store.HandBackHealth{{Workflow: "billing", Version: 2, Count: 3}}, h.HandedBack)
+	assert.False(t, h.HandedBackCapped)
+	q := queueOf(h, "default")
+	assert.Equal(t, int64(3), q.Scheduled, "handed back for later")
+	assert.Positive(t, q.OldestReady, "aged from when they became ready, though none is due")
+
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, older.Stop(stopCtx))
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "level=WARN"), "one warning per workflow version:\n%s", out)
+	assert.Contains(t, out, "workflow=billing version=2 worker=older")
 }

@@ -76,13 +76,20 @@ func (e *Engine) run(ctx context.Context, c store.Claimed) (out store.Outcome, l
 	if def == nil {
 		// Deployment skew: leave it for a worker that knows this version.
 		msg := fmt.Sprintf("%v %q version %d is not registered on worker %s", ErrUnknownWorkflow, c.Workflow, c.Version, e.cfg.WorkerID)
-		e.skew.record(c.Workflow, c.Version, "", e.cfg.Clock.Now())
+		if e.skew.record(c.Workflow, c.Version, "", e.cfg.Clock.Now()) {
+			e.log.Warn("handing back instances of a workflow version this worker does not register, for a worker that does; "+
+				"until one runs, they wait (durable health lists them)", "workflow", c.Workflow, "version", c.Version, "worker", e.cfg.WorkerID)
+		}
 		return e.unchanged(c, msg), "skipped", msg
 	}
 	sd := def.steps[c.Step]
 	if sd == nil {
 		msg := fmt.Sprintf("step %q of %s v%d is not registered on worker %s", c.Step, c.Workflow, c.Version, e.cfg.WorkerID)
-		e.skew.record(c.Workflow, c.Version, c.Step, e.cfg.Clock.Now())
+		if e.skew.record(c.Workflow, c.Version, c.Step, e.cfg.Clock.Now()) {
+			e.log.Warn("handing back instances at a step this worker's version of the workflow does not have, for a worker that does; "+
+				"until one runs, they wait (durable health lists them)", "workflow", c.Workflow, "version", c.Version, "step", c.Step,
+				"worker", e.cfg.WorkerID)
+		}
 		return e.unchanged(c, msg), "skipped", msg
 	}
 	sctx := e.newStepContext(ctx, c, def)
@@ -111,9 +118,11 @@ func callStep(sd *stepDef, ctx steps.Context, state json.RawMessage) (t transiti
 	return sd.run(ctx, state)
 }
 
-// unchanged re-offers the row later with everything as it was.
+// unchanged re-offers the row later with everything as it was, marked as a
+// hand-back so that the store keeps when it first became ready and Health
+// counts it.
 func (e *Engine) unchanged(c store.Claimed, msg string) store.Outcome {
-	out := store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}
+	out := store.Outcome{Kind: store.OutcomeReady, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg, HandBack: true}
 	out.RunAt, out.Delay = e.after(skewDelay)
 	return out
 }

@@ -25,6 +25,7 @@ const BlockedReadyLimit = 101
 // Cost: Health counts rows through the partial indexes of each status, so
 // it never reads terminal rows other than failed ones, and its per-key work
 // is bounded by the executing rows (a fleet's executors) and HealthScanLimit.
+// Handed-back rows are read through a partial index of them alone.
 type Health struct {
 	// Queues, sorted by name: every queue with a ready, scheduled, blocked,
 	// executing, awaiting or failed row, or with a ConcurrencyPolicy.
@@ -44,6 +45,24 @@ type Health struct {
 	Warnings []gate.Warning `json:"warnings"`
 	// RateLimits, sorted by name: every stored rate limit.
 	RateLimits []RateHealth `json:"rate_limits"`
+	// HandedBack, sorted by workflow then version: the ready (or
+	// scheduled) rows whose last outcome was a hand-back
+	// (Outcome.HandBack): a worker claimed them and could not run them
+	// because it does not know their workflow version or step. They are
+	// counted over at most the first HealthScanLimit such rows in that
+	// order; HandedBackCapped is true when more exist (the last count is
+	// then a lower bound, and versions after it may be missing). Rows of a
+	// workflow no worker registers are never claimed, so never handed
+	// back: they show as ready rows, aged by OldestReady.
+	HandedBack       []HandBackHealth `json:"handed_back"`
+	HandedBackCapped bool             `json:"handed_back_capped"`
+}
+
+// HandBackHealth counts the handed-back rows of one workflow version.
+type HandBackHealth struct {
+	Workflow string `json:"workflow"`
+	Version  int    `json:"version"`
+	Count    int    `json:"count"`
 }
 
 // RateHealth is the state of one rate limit.
@@ -78,8 +97,11 @@ type QueueHealth struct {
 	Awaiting int64 `json:"awaiting"`
 	// Failed counts failed rows not yet removed by retention.
 	Failed int64 `json:"failed"`
-	// OldestReady is how long the oldest ready row (by run time) has been
-	// eligible: 0 when Ready is 0.
+	// OldestReady is how long the oldest ready row has been eligible: from
+	// its run time, or for a row handed back by workers that cannot run it
+	// (see Health.HandedBack) from when it first became ready, whether it
+	// is due again yet or not, since a hand-back only postpones it. 0 when
+	// the queue has neither a due ready row nor a handed-back one.
 	OldestReady time.Duration `json:"oldest_ready_ns"`
 	// MaxActive is the queue's fleet-wide limit (0: none); Active is the
 	// number of executing rows it counts (every executing row of the queue).

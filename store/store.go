@@ -207,6 +207,11 @@ type Instance struct {
 	// for: the row becomes canceled when its step's claim ends (see Cancel
 	// in the package doc).
 	CancelRequested bool
+	// ReadySince is set while the row's last outcome was a hand-back
+	// (Outcome.HandBack): when the row first became ready before the
+	// hand-backs, which each move RunAt later. Any other outcome and Retry
+	// clear it (zero: RunAt tells when the row became ready).
+	ReadySince time.Time
 }
 
 // ClaimRequest asks for up to Limit rows of Queue.
@@ -323,6 +328,13 @@ type Outcome struct {
 	Error  string
 	// History, if non-nil, is recorded in the instance's step history.
 	History *HistoryEntry
+	// HandBack marks a ready outcome that offers the row again, unchanged,
+	// because the worker cannot run it (it does not know the row's
+	// workflow version or step). The row keeps when it first became ready
+	// (Instance.ReadySince), so Health ages it from then and counts it
+	// among the handed-back rows (Health.HandedBack) until an outcome that
+	// is not a hand-back.
+	HandBack bool
 }
 
 // OutcomeResult reports one outcome of a Complete batch.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -215,6 +216,9 @@ func TestCLIReadOnly(t *testing.T) {
 
 func cliHealth(t *testing.T, s *seeded) {
 	out := s.ok(t, "health")
+	before, errOut, code := runBinary(t, nil, "-database-url", s.url, "-schema", s.schema, "health")
+	require.Equal(t, 0, code, "global flags before the command: %s", errOut)
+	assert.Equal(t, line(t, out, "default"), line(t, before, "default"))
 	assert.Equal(t, []string{"QUEUE", "READY", "SCHEDULED", "BLOCKED", "EXECUTING", "AWAITING", "FAILED", "OLDEST", "READY", "ACTIVE/MAX"},
 		line(t, out, "QUEUE"))
 	// queue ready scheduled blocked executing awaiting failed oldest active/max
@@ -272,7 +276,15 @@ func cliList(t *testing.T, s *seeded) {
 		args = append([]string{"ls"}, strings.Fields(m[1])...)
 	}
 	assert.Len(t, all, 10)
-	assert.IsIncreasing(t, all, "paged in id order, no repeats")
+	newest, err := s.st.List(context.Background(), store.ListFilter{Newest: true})
+	require.NoError(t, err)
+	var want []string
+	for _, in := range newest {
+		want = append(want, in.ID)
+	}
+	assert.Equal(t, want, all, "paged newest first by creation time, no repeats")
+	assert.Equal(t, s.captured, all[0], "the instance inserted last comes first")
+	assert.Equal(t, s.done, all[len(all)-1], "the instance inserted first comes last")
 
 	var js struct {
 		Instances []map[string]any `json:"instances"`
@@ -283,10 +295,10 @@ func cliList(t *testing.T, s *seeded) {
 	assert.Equal(t, js.Instances[1]["id"], js.Next)
 	for _, f := range []string{"id", "workflow", "version", "queue", "priority", "status", "step", "state", "attempt",
 		"key", "key_intent", "run_at", "await_signal", "timeout_at", "worker", "lease_expires_at", "started_at",
-		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at"} {
+		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at", "ready_since"} {
 		assert.Contains(t, js.Instances[0], f, "instance JSON field")
 	}
-	assert.Len(t, js.Instances[0], 24, "no undocumented instance field")
+	assert.Len(t, js.Instances[0], 25, "no undocumented instance field")
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-status", "failed")), &js))
 	require.Len(t, js.Instances, 1)
 	assert.Equal(t, map[string]any{"amount": float64(9)}, js.Instances[0]["state"], "state is a JSON object, not a string")
@@ -344,8 +356,14 @@ func cliShow(t *testing.T, s *seeded) {
 	assert.Equal(t, 1, code)
 	assert.Equal(t, "durable: show: no instance 6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c11 (check the id and -schema)\n", errOut)
 	_, errOut, code = s.cli(t, "show", "not-an-id")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "no instance not-an-id")
+	assert.Equal(t, 2, code)
+	assert.Equal(t, "durable: show: \"not-an-id\" is not an instance id (a UUID)\n", errOut)
+	for _, args := range [][]string{{"signal", "xyz", "paid"}, {"cancel", "xyz"}, {"retry", "xyz"}, {"ls", "-after", "xyz"}} {
+		_, errOut, code = s.cli(t, args...)
+		assert.Equal(t, 2, code, "%v", args)
+		assert.Contains(t, errOut, `"xyz" is not an instance id (a UUID)`, "%v", args)
+		assert.NotContains(t, errOut, "not found", "%v", args)
+	}
 	_, errOut, code = s.cli(t, "show")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "want ID")
@@ -357,8 +375,22 @@ func TestCLISignalCancelRetry(t *testing.T) {
 	_, errOut, code := s.cli(t, "signal", s.awaiting, "paid", "{not json")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "not valid JSON")
+	_, errOut, code = runBinary(t, []string{"DATABASE_URL=" + s.url}, "signal", s.awaiting, "paid", "-schema", s.schema, "-dedup")
+	assert.Equal(t, 2, code)
+	assert.Equal(t, 1, strings.Count(errOut, "flag needs an argument"), "the flag error is printed once:\n%s", errOut)
 
-	out := s.ok(t, "signal", s.awaiting, "paid", `{"by":"ops"}`, "-dedup", "once")
+	// A signal no await matches is stored (it may arrive before its
+	// await) with a warning that names what the instance awaits.
+	out, errOut, code := s.cli(t, "signal", s.awaiting, "payd")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "signal payd stored for "+s.awaiting+": delivered at its next await of payd\n", out)
+	assert.Equal(t, "warning: "+s.awaiting+` awaits "paid", not "payd": this signal stays stored until a step awaits "payd"`+"\n", errOut)
+	out, errOut, code = s.cli(t, "signal", s.acctWaiting[1], "later")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "signal later stored for "+s.acctWaiting[1])
+	assert.Equal(t, "warning: "+s.acctWaiting[1]+` is not awaiting a signal (it is blocked): this signal will be delivered to its first await of "later"`+"\n", errOut)
+
+	out = s.ok(t, "signal", s.awaiting, "paid", `{"by":"ops"}`, "-dedup", "once")
 	assert.Equal(t, "signal paid sent to "+s.awaiting+": it was awaiting it and is ready again\n", out)
 	out = s.ok(t, "signal", s.awaiting, "paid", `{"by":"again"}`, "-dedup", "once")
 	assert.Contains(t, out, `duplicate dedup key "once", nothing sent`)
@@ -435,6 +467,15 @@ func TestCLILimits(t *testing.T) {
 	_, errOut, code = s.cli(t, "limits", "sync", file)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, `unknown field "limitz"`)
+	assert.Contains(t, errOut, `want {"limits": [{"name": "api", "limit": 4, "shards": 1}]`, "the error shows the JSON wanted")
+	for _, body := range []string{`{"limits": {}}`, `[{"name": "x", "limit": "4"}]`, `"limits"`, `{"limits": [`, ``} {
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+		_, errOut, code = s.cli(t, "limits", "sync", file)
+		assert.Equal(t, 1, code, body)
+		assert.Contains(t, errOut, `want {"limits": [`, body)
+		assert.Contains(t, errOut, `or a bare array of limits`, body)
+		assert.NotRegexp(t, `main\.|Go (value|type)|gate\.Limit`, errOut, "no Go type in the error of %s", body)
+	}
 	_, _, code = s.cli(t, "limits", "drop")
 	assert.Equal(t, 2, code)
 }
@@ -537,7 +578,28 @@ func TestCLIErrors(t *testing.T) {
 	assert.Contains(t, out, "explain KEY")
 	_, errOut, code = runBinary(t, nil, "health", "-bogus")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "flag provided but not defined: -bogus")
+	assert.Equal(t, "durable: health: flag provided but not defined: -bogus (see durable health -h)\n", errOut,
+		"the error once, without the flag defaults")
+	_, errOut, code = runBinary(t, nil, "limits", "sync", "-bogus", "f.json")
+	assert.Equal(t, 2, code)
+	assert.Equal(t, 1, strings.Count(errOut, "-bogus"), "the error once:\n%s", errOut)
+	_, errOut, code = runBinary(t, nil, "health", "-h")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "-json", "-h lists the flags")
+
+	// The global flags may come before the command, as help says.
+	_, errOut, code = runBinary(t, []string{"DATABASE_URL=" + url}, "-schema", schema, "health")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `schema "`+schema+`" is at version 1`, "-schema before the command is used")
+	_, errOut, code = runBinary(t, nil, "--database-url=postgres://u:hunter2@[::1", "-schema", schema, "ls")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "durable: ls: bad database URL")
+	_, errOut, code = runBinary(t, nil, "-json", "health")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "flag -json before the command: only -database-url and -schema may come before it")
+	_, errOut, code = runBinary(t, nil, "-schema")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "flag -schema needs a value")
 }
 
 // TestCLIExplainFreeK1Key explains a K = 1 key whose rows wait for an
@@ -696,6 +758,18 @@ func TestCLIPoliciesAndRateLimits(t *testing.T) {
 	assert.Contains(t, errOut, `queue "mail": owned by another namespace "mailers"`)
 	out = s.ok(t, "policies", "ls")
 	assert.Equal(t, []string{"mail", "mailers", "20", "3"}, line(t, out, "mail"))
+
+	// A bare array works for policies too, as for limits; errors name the
+	// JSON wanted, never a Go type.
+	out = s.ok(t, "policies", "sync", write("a.json", `[{"queue": "bulk", "max_active": 2}]`), "-namespace", "bulkers", "-dry-run")
+	assert.Contains(t, out, `policies of namespace "bulkers" would store (dry run): 1`)
+	assert.Contains(t, out, "bulk: max active 2, per key 0")
+	for _, body := range []string{`{"policies": {}}`, `[{"queue": "q", "max_active": "2"}]`, `{"policy": []}`, `[`, ``} {
+		_, errOut, code := s.cli(t, "policies", "sync", write("bad.json", body), "-dry-run")
+		assert.Equal(t, 1, code, body)
+		assert.Contains(t, errOut, `want {"policies": [{"queue": "mail", "max_active": 20, "max_active_per_key": 3}]} or a bare array of policies`, body)
+		assert.NotRegexp(t, `main\.|Go (value|type)|store\.Concurrency`, errOut, "no Go type in the error of %s", body)
+	}
 	var pf policiesFile
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "policies", "ls", "-json")), &pf))
 	assert.Equal(t, []store.ConcurrencyPolicy{{Queue: "mail", Namespace: "mailers", MaxActive: 20, MaxActivePerKey: 3}}, pf.Policies)
@@ -711,4 +785,54 @@ func TestCLIPoliciesAndRateLimits(t *testing.T) {
 	out = s.ok(t, "health")
 	assert.Equal(t, []string{"mail", "0", "0", "0", "0", "0", "0", "-", "0/20"}, line(t, out, "mail"))
 	assert.Contains(t, out, "RATE LIMIT")
+}
+
+// TestCLIHealthHandedBack: an instance stuck for five minutes because the
+// only worker does not register its workflow version reads as five
+// minutes old in health (not as young as its last hand-back), and health
+// and show say why.
+func TestCLIHealthHandedBack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
+	_, err := postgres.Migrate(ctx, pool, s.schema)
+	require.NoError(t, err)
+	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
+	require.NoError(t, err)
+	// "sync" version 2, ready for five minutes; the worker knows version 1.
+	id := uuid.NewString()
+	_, err = s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 2, Queue: "default", Step: "fetch",
+		State: json.RawMessage(`{"amount": 1}`), RunAt: time.Now().Add(-5 * time.Minute)}})
+	require.NoError(t, err)
+	e := newEngine(t, s.st)
+	require.NoError(t, e.Start(ctx))
+	for {
+		in, err := s.st.Get(ctx, id)
+		require.NoError(t, err)
+		if in.Status == store.StatusReady && !in.ReadySince.IsZero() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, e.Stop(ctx))
+
+	out := s.ok(t, "health")
+	t.Log("\n" + out)
+	def := line(t, out, "default")
+	// queue ready scheduled blocked executing awaiting failed oldest
+	assert.Equal(t, []string{"default", "0", "1", "0", "0", "0", "0"}, def[:7], "handed back for later")
+	assert.Regexp(t, `^5m\d+s$`, def[7], "aged from when it became ready, not from the hand-back")
+	assert.Equal(t, []string{"HANDED", "BACK", "VERSION", "INSTANCES"}, line(t, out, "HANDED BACK"))
+	assert.Equal(t, []string{"sync", "2", "1"}, line(t, out, "sync"))
+
+	var h healthReport
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "-json")), &h))
+	assert.Equal(t, []store.HandBackHealth{{Workflow: "sync", Version: 2, Count: 1}}, h.HandedBack)
+	require.Len(t, h.Queues, 1)
+	assert.GreaterOrEqual(t, h.Queues[0].OldestReady, 5*time.Minute)
+
+	out = s.ok(t, "show", id)
+	assert.Contains(t, strings.Join(line(t, out, "handed back"), " "), "do not register sync version 2")
 }

@@ -62,6 +62,9 @@ type instanceView struct {
 	UniqueKey       string          `json:"unique_key"`
 	CreatedAt       *time.Time      `json:"created_at"`
 	UpdatedAt       *time.Time      `json:"updated_at"`
+	// ReadySince is set on a row workers handed back (they do not know its
+	// workflow version or step): when it first became ready.
+	ReadySince *time.Time `json:"ready_since"`
 }
 
 func viewOf(in store.Instance) instanceView {
@@ -83,7 +86,7 @@ func viewOf(in store.Instance) instanceView {
 		KeyIntent: string(in.KeyIntent), RunAt: ts(in.RunAt), AwaitSignal: in.AwaitSignal, TimeoutAt: ts(in.TimeoutAt),
 		Worker: in.Worker, LeaseExpiresAt: ts(in.LeaseExpiresAt), StartedAt: ts(in.StartedAt), Result: raw(in.Result),
 		LastError: in.LastError, ParentID: in.ParentID, PendingChildren: in.PendingChildren, UniqueKey: in.UniqueKey,
-		CreatedAt: ts(in.CreatedAt), UpdatedAt: ts(in.UpdatedAt)}
+		CreatedAt: ts(in.CreatedAt), UpdatedAt: ts(in.UpdatedAt), ReadySince: ts(in.ReadySince)}
 }
 
 // historyView is the JSON form of one recorded step run.

@@ -105,6 +105,22 @@ func printHealth(w io.Writer, h store.Health) {
 		tw.Flush()
 	}
 
+	if len(h.HandedBack) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "HANDED BACK\tVERSION\tINSTANCES")
+		for i, hb := range h.HandedBack {
+			n := fmt.Sprint(hb.Count)
+			if h.HandedBackCapped && i == len(h.HandedBack)-1 {
+				n += "+"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", hb.Workflow, hb.Version, n)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "  the workers that claimed these do not register that workflow version (or a step of it);")
+		fmt.Fprintln(w, "  they wait, aged in OLDEST READY, until a worker that does runs them")
+	}
+
 	fmt.Fprintln(w)
 	if len(h.Warnings) == 0 {
 		fmt.Fprintln(w, "warnings: none")

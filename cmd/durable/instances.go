@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/godurable/godurable/store"
 )
 
@@ -29,7 +31,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&status, "status", "", "only instances in this status (ready includes scheduled rows)")
 	fs.StringVar(&f.Key, "key", "", "only instances holding this concurrency key (name:id)")
 	fs.StringVar(&f.Queue, "queue", "", "only instances on this queue")
-	fs.StringVar(&f.AfterID, "after", "", "page: only ids after this one (the last id of the previous page)")
+	fs.StringVar(&f.AfterID, "after", "", "page: only instances inserted before this one (the last id of the previous page)")
 	fs.IntVar(&f.Limit, "limit", 50, "page size")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parse(fs, args, 0, 0, ""); err != nil {
@@ -44,11 +46,19 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if f.Limit < 1 {
 		return usagef("ls: -limit must be at least 1")
 	}
+	if f.AfterID != "" {
+		if err := checkID("ls: -after", f.AfterID); err != nil {
+			return err
+		}
+	}
 	st, closeStore, err := db.open(ctx)
 	if err != nil {
 		return fmt.Errorf("ls: %w", err)
 	}
 	defer closeStore()
+	// Newest first by insertion, which never changes, so that pages
+	// neither repeat nor skip rows while instances change status.
+	f.Newest = true
 	// One more than the page tells whether there is a next page.
 	page := f
 	page.Limit = f.Limit + 1
@@ -122,6 +132,9 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	id := pos[0]
+	if err := checkID("show", id); err != nil {
+		return err
+	}
 	st, closeStore, err := db.open(ctx)
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
@@ -167,6 +180,10 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch in.Status {
 	case store.StatusReady, store.StatusBlocked:
 		row("run at", when(in.RunAt, now))
+		if !in.ReadySince.IsZero() {
+			row("handed back", fmt.Sprintf("waiting since %s: the workers that claimed it do not register %s version %d "+
+				"(or its step %s); deploy one that does", when(in.ReadySince, now), in.Workflow, in.Version, in.Step))
+		}
 	case store.StatusExecuting:
 		row("worker", in.Worker)
 		row("started", when(in.StartedAt, now))
@@ -242,6 +259,9 @@ func sendSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	id, name := pos[0], pos[1]
+	if err := checkID("signal", id); err != nil {
+		return err
+	}
 	var payload json.RawMessage
 	if len(pos) == 3 {
 		if !json.Valid([]byte(pos[2])) {
@@ -254,6 +274,10 @@ func sendSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("signal: %w", err)
 	}
 	defer closeStore()
+	before, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("signal: %w", explainErr(id, err))
+	}
 	res, err := st.Signal(ctx, store.SignalRequest{InstanceID: id, Name: name, Payload: payload, DedupKey: *dedup})
 	if err != nil {
 		return fmt.Errorf("signal: %w", explainErr(id, err))
@@ -265,6 +289,25 @@ func sendSignal(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "signal %s sent to %s: it was awaiting it and is ready again\n", name, id)
 	default:
 		fmt.Fprintf(stdout, "signal %s stored for %s: delivered at its next await of %s\n", name, id, name)
+		// Stored, not delivered: a signal may arrive before its await, but
+		// a misspelt name would wait forever, so say what the instance
+		// waits for.
+		if before.Status == store.StatusAwaiting && before.AwaitSignal != name {
+			fmt.Fprintf(stderr, "warning: %s awaits %q, not %q: this signal stays stored until a step awaits %q\n",
+				id, before.AwaitSignal, name, name)
+		} else if before.Status != store.StatusAwaiting {
+			fmt.Fprintf(stderr, "warning: %s is not awaiting a signal (it is %s): this signal will be delivered to its first await of %q\n",
+				id, before.Status, name)
+		}
+	}
+	return nil
+}
+
+// checkID refuses an instance id that is not a UUID before any query, so
+// that a typo reads as one rather than as a missing instance.
+func checkID(what, id string) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return usagef("%s: %q is not an instance id (a UUID)", what, id)
 	}
 	return nil
 }
@@ -279,6 +322,9 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	id := pos[0]
+	if err := checkID("cancel", id); err != nil {
+		return err
+	}
 	st, closeStore, err := db.open(ctx)
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
@@ -310,6 +356,9 @@ func retry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	id := pos[0]
+	if err := checkID("retry", id); err != nil {
+		return err
+	}
 	st, closeStore, err := db.open(ctx)
 	if err != nil {
 		return fmt.Errorf("retry: %w", err)

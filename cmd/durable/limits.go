@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 )
 
 // limitsFile is the file `durable limits sync` reads: either this object
-// or a bare JSON array of limits.
+// or a bare JSON array of limits (limitsShape).
 type limitsFile struct {
 	// Limits are the named key limits (gates): {"name", "limit", "shards"}.
 	Limits []gate.Limit `json:"limits"`
@@ -152,25 +154,64 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// readLimits reads a limits file ("-": stdin).
+// limitsShape and policiesShape are the JSON shapes the sync commands
+// read, named in their errors.
+const (
+	limitsShape = `{"limits": [{"name": "api", "limit": 4, "shards": 1}], "rate_limits": [{"name": "api", "limit": 10, "period": "1m", "burst": 2, "per_key": true}]}` +
+		` or a bare array of limits [{"name": "api", "limit": 4}]`
+	policiesShape = `{"policies": [{"queue": "mail", "max_active": 20, "max_active_per_key": 3}]}` +
+		` or a bare array of policies [{"queue": "mail", "max_active": 20}]`
+)
+
+// readLimits reads a limits file ("-": stdin): the object or a bare array.
 func readLimits(path string) (limitsFile, error) {
 	b, err := readInput(path)
 	if err != nil {
 		return limitsFile{}, err
 	}
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '[' {
-		var ls []gate.Limit
-		if err := decodeStrict(b, &ls); err != nil {
-			return limitsFile{}, fmt.Errorf("%s: %w", path, err)
-		}
-		return limitsFile{Limits: ls}, nil
-	}
 	var f limitsFile
-	if err := decodeStrict(b, &f); err != nil {
-		return limitsFile{}, fmt.Errorf("%s: want {\"limits\": [{\"name\": ..., \"limit\": ..., \"shards\": ...}], \"rate_limits\": [...]}: %w", path, err)
+	if err := decodeObjectOrArray(b, &f, &f.Limits); err != nil {
+		return limitsFile{}, fmt.Errorf("%s: %w; want %s", path, err, limitsShape)
 	}
 	return f, nil
+}
+
+// decodeObjectOrArray decodes JSON b into obj, or into list when b is a
+// bare array, refusing unknown fields, with errors that name JSON, not Go.
+func decodeObjectOrArray(b []byte, obj, list any) error {
+	b = bytes.TrimSpace(b)
+	into := obj
+	if len(b) > 0 && b[0] == '[' {
+		into = list
+	}
+	if len(b) == 0 {
+		return errors.New("the file is empty")
+	}
+	return jsonError(decodeStrict(b, into))
+}
+
+// jsonError rewrites a decoding error in terms of the JSON document: where
+// it went wrong and what kind of value was found, never a Go type.
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &syn):
+		return fmt.Errorf("not valid JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		where := "the document"
+		if typ.Field != "" {
+			where = fmt.Sprintf("field %q", typ.Field)
+		}
+		return fmt.Errorf("%s: unexpected JSON %s at byte %d", where, typ.Value, typ.Offset)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("the JSON ends too early")
+	}
+	// Unknown fields ("json: unknown field \"x\"") and the value errors of
+	// the limit types (a bad period) name only JSON.
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // lsOrSync dispatches the `ls` and `sync FILE` subcommands of command name.

@@ -4,7 +4,7 @@
 //
 //	durable migrate  [-down N]                  apply (or revert) the schema migrations
 //	durable health   [-json]                    queues, gates and warnings at a glance
-//	durable ls       [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
+//	durable ls       (newest first) [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
 //	durable show     ID [-json]                 one instance: state, step, attempt, error, history
 //	durable signal   ID NAME [JSON] [-dedup K]  send a signal
 //	durable cancel   ID                         cancel a non-terminal instance
@@ -12,14 +12,15 @@
 //	durable limits   ls [-json]                 the stored key limits
 //	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
 //	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
-//	durable policies sync FILE -namespace NS    replace a namespace's queue policies
+//	durable policies sync FILE -namespace NS    replace a namespace's queue policies (FILE: an object or a bare array)
 //	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
 //	durable ui       [-addr A] [-token T] [-read-only]  serve the web page (127.0.0.1:8080)
 //	durable schedules ls [-json]                the stored schedules: state, last and next fire times
 //	durable schedules pause|resume NAME         stop or restart a schedule's ticks, fleet-wide, without a deploy
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
-// (default "durable"); flags may come before or after the arguments.
+// (default "durable"), before or after the command; a command's own flags
+// may come before or after its arguments.
 // Errors go to stderr and the exit status is 1 (2 for a usage error).
 package main
 
@@ -31,6 +32,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -54,7 +56,7 @@ const usage = `usage: durable <command> [arguments] [flags]
 commands:
   migrate              apply (or with -down N, revert) the schema migrations
   health               queues, gates and warnings at a glance (-json for JSON)
-  ls                   list instances (-workflow, -status, -key, -queue, -after, -limit)
+  ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit)
   show ID              one instance: state, step, attempt, last error, history
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
   cancel ID            cancel a non-terminal instance
@@ -71,7 +73,7 @@ commands:
   schedules pause NAME   stop a schedule's ticks fleet-wide (stored: survives deploys)
   schedules resume NAME  restart them from the next tick (the paused ones are not run)
 
-every command takes:
+every command takes (before or after the command):
   -database-url URL    PostgreSQL connection string (default $DATABASE_URL)
   -schema NAME         schema holding the tables (default "durable")
 `
@@ -111,12 +113,48 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
+	global, args, err := leadingGlobalFlags(args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usagef("no command after the flags %v", global)
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprint(stderr, usage)
 		return usagef("unknown command %q", args[0])
 	}
-	return cmd(ctx, args[1:], stdout, stderr)
+	// Every command parses its flags wherever they appear, so the global
+	// flags given before the command are handed to it after its arguments.
+	return cmd(ctx, append(args[1:len(args):len(args)], global...), stdout, stderr)
+}
+
+// globalFlags are the flags every command takes, which may also come
+// before the command: whether each takes a value.
+var globalFlags = map[string]bool{"database-url": true, "schema": true}
+
+// leadingGlobalFlags splits the global flags before the command (as in
+// `durable -schema x health`) from the rest of args. Any other flag before
+// the command is a usage error naming the flags allowed there.
+func leadingGlobalFlags(args []string) (global, rest []string, err error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !globalFlags[name] {
+			return nil, nil, usagef("flag %s before the command: only -database-url and -schema may come before it "+
+				"(put the command's own flags after it)", args[0])
+		}
+		if hasValue {
+			global, args = append(global, args[0]), args[1:]
+			continue
+		}
+		if len(args) < 2 {
+			return nil, nil, usagef("flag %s needs a value", args[0])
+		}
+		global, args = append(global, args[0], args[1]), args[2:]
+	}
+	return global, args, nil
 }
 
 // parse parses fs's flags wherever they appear in args and returns the
@@ -124,12 +162,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // want and want+optional.
 func parse(fs *flag.FlagSet, args []string, want, optional int, names string) ([]string, error) {
 	var pos []string
+	// The flag package prints its error and the defaults itself; main
+	// prints the error once, and the defaults only for -h.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				fs.PrintDefaults()
 				return nil, usagef("%s: usage: durable %s %s [flags]", fs.Name(), fs.Name(), names)
 			}
-			return nil, usageError{err.Error()}
+			return nil, usagef("%s: %v (see durable %s -h)", fs.Name(), err, fs.Name())
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -9,8 +9,9 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-// policiesFile is the file `durable policies sync` reads and `policies ls
-// -json` writes: a namespace's queue policies.
+// policiesFile is the file `durable policies sync` reads (this object or
+// a bare JSON array of policies: policiesShape) and `policies ls -json`
+// writes: a namespace's queue policies.
 type policiesFile struct {
 	// Policies are {"queue", "max_active", "max_active_per_key"}.
 	Policies []store.ConcurrencyPolicy `json:"policies"`
@@ -73,8 +74,8 @@ func policiesSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("policies sync: %w", err)
 	}
 	var f policiesFile
-	if err := decodeStrict(b, &f); err != nil {
-		return fmt.Errorf("policies sync: %s: want {\"policies\": [{\"queue\": ..., \"max_active\": ..., \"max_active_per_key\": ...}]}: %w", pos[0], err)
+	if err := decodeObjectOrArray(b, &f, &f.Policies); err != nil {
+		return fmt.Errorf("policies sync: %s: %w; want %s", pos[0], err, policiesShape)
 	}
 	if err := store.ValidatePolicies(*namespace, f.Policies); err != nil {
 		return fmt.Errorf("policies sync: %s: %w", pos[0], err)

@@ -39,6 +39,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	for _, l := range s.limits.All() {
 		gates[l.Name] = &store.GateHealth{Name: l.Name, Limit: l.Limit, Shards: l.Shards}
 	}
+	handedBack := map[store.HandBackHealth]int{} // by workflow and version
 	warnings := map[string]gate.Warning{}
 	warn := func(r *row) {
 		k, err := gate.ParseWithIntent(r.inst.Key, r.inst.KeyIntent)
@@ -54,14 +55,21 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 		switch in.Status {
 		case store.StatusReady:
 			q := qh(in.Queue)
+			// A handed-back row ages from when it first became ready, due
+			// again or not (a hand-back only postpones it).
+			since, aged := in.RunAt, !in.RunAt.After(now)
+			if !in.ReadySince.IsZero() {
+				since, aged = in.ReadySince, true
+				handedBack[store.HandBackHealth{Workflow: in.Workflow, Version: in.Version}]++
+			}
+			if o, ok := oldest[in.Queue]; aged && (!ok || since.Before(o)) {
+				oldest[in.Queue] = since
+			}
 			if in.RunAt.After(now) {
 				q.Scheduled++
 				continue
 			}
 			q.Ready++
-			if o, ok := oldest[in.Queue]; !ok || in.RunAt.Before(o) {
-				oldest[in.Queue] = in.RunAt
-			}
 		case store.StatusBlocked:
 			qh(in.Queue).Blocked++
 			if g := gates[gate.NameOf(in.Key)]; g != nil {
@@ -96,11 +104,12 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	}
 	for name, q := range queues {
 		if o, ok := oldest[name]; ok {
-			q.OldestReady = now.Sub(o)
+			q.OldestReady = max(0, now.Sub(o))
 		}
 		h.Queues = append(h.Queues, *q)
 	}
 	slices.SortFunc(h.Queues, func(a, b store.QueueHealth) int { return strings.Compare(a.Queue, b.Queue) })
+	h.HandedBack, h.HandedBackCapped = countHandedBack(handedBack)
 
 	for k, ks := range s.keys {
 		g := gates[gate.NameOf(k)]
@@ -189,4 +198,27 @@ func (s *Store) waitsIn(k, name string, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// countHandedBack lists the handed-back rows per workflow version, sorted,
+// counting at most store.HealthScanLimit rows in that order as the
+// PostgreSQL backend does: the result's counts and whether it is capped.
+func countHandedBack(by map[store.HandBackHealth]int) ([]store.HandBackHealth, bool) {
+	out := []store.HandBackHealth{}
+	for k := range by {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b store.HandBackHealth) int {
+		return cmp.Or(strings.Compare(a.Workflow, b.Workflow), cmp.Compare(a.Version, b.Version))
+	})
+	left := store.HealthScanLimit
+	for i := range out {
+		n := by[out[i]]
+		if n > left {
+			out[i].Count = left
+			return out[:i+1], true
+		}
+		out[i].Count, left = n, left-n
+	}
+	return out, false
 }

@@ -261,6 +261,15 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	s.leaveExecuting(r, true, n)
 	r.wake, r.timedOut = nil, false
 	r.inst.UpdatedAt = now
+	// A hand-back keeps when the row first became ready (its run time when
+	// claimed, before this outcome moves it); any other outcome ends it.
+	if o.HandBack && o.Kind == store.OutcomeReady && !r.inst.CancelRequested {
+		if r.inst.ReadySince.IsZero() {
+			r.inst.ReadySince = r.inst.RunAt
+		}
+	} else {
+		r.inst.ReadySince = time.Time{}
+	}
 	if o.State != nil {
 		r.inst.State = cloneJSON(o.State)
 	}
@@ -532,6 +541,7 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 	}
 	r.inst.Attempt = 0
 	r.inst.CancelRequested = false
+	r.inst.ReadySince = time.Time{}
 	r.inst.UpdatedAt = now
 	s.attachKey(r)
 	s.setReady(r, now, now, n)

@@ -21,11 +21,14 @@ import (
 // BlockedReady comes from the queue's Ready count (capped at
 // store.BlockedReadyLimit); its SaturatedKeys from the queue's executing
 // rows grouped by key, each key at its budget probed for one waiting row.
+// Handed-back rows (their oldest per queue, their count per workflow
+// version) are read from their own partial index.
 func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error) {
 	if err := s.check(); err != nil {
 		return store.Health{}, err
 	}
-	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}, RateLimits: []store.RateHealth{}}
+	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}, RateLimits: []store.RateHealth{},
+		HandedBack: []store.HandBackHealth{}}
 	queues := map[string]*store.QueueHealth{}
 	qh := func(name string) *store.QueueHealth {
 		q := queues[name]
@@ -66,6 +69,37 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 				if o, ok := oldest[name]; all > later && (!ok || first.Before(o)) {
 					oldest[name] = first
 				}
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthHandedBackOldest)).Query(func(rows pgx.Rows) error {
+			var (
+				name  string
+				since time.Time
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &since}, func() error {
+				qh(name)
+				if o, ok := oldest[name]; !ok || since.Before(o) {
+					oldest[name] = since
+				}
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthHandedBack), store.HealthScanLimit).Query(func(rows pgx.Rows) error {
+			var hb store.HandBackHealth
+			left := store.HealthScanLimit
+			_, err := pgx.ForEachRow(rows, []any{&hb.Workflow, &hb.Version, &hb.Count}, func() error {
+				if left == 0 { // the row past the bound
+					h.HandedBackCapped = true
+					return nil
+				}
+				if hb.Count > left {
+					hb.Count, h.HandedBackCapped = left, true
+				}
+				left -= hb.Count
+				h.HandedBack = append(h.HandedBack, hb)
 				return nil
 			})
 			return err

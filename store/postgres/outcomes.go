@@ -280,6 +280,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		children  = make([]int32, n)
 		delays    = make([]int64, n)
 		timeouts2 = make([]int64, n)
+		handBacks = make([]bool, n)
 	)
 	for i, o := range outcomes {
 		delays[i], timeouts2[i] = micros(o.Delay), micros(o.Timeout)
@@ -290,10 +291,10 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 			intents[i] = ""
 		}
 		awaits[i], timeouts[i], results[i] = o.AwaitSignal, tsPtr(o.TimeoutAt), jsonArg(o.Result)
-		errs[i], children[i] = o.Error, int32(len(o.Children))
+		errs[i], children[i], handBacks[i] = o.Error, int32(len(o.Children)), o.HandBack
 	}
 	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children, delays, timeouts2}
+		intents, awaits, timeouts, results, errs, children, delays, timeouts2, handBacks}
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

@@ -289,12 +289,13 @@ func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 		status, intent                string
 		state, result                 []byte
 		timeoutAt, leaseAt, startedAt *time.Time
+		readySince                    *time.Time
 	)
 	in := &r.Instance
 	dest := []any{&in.ID, &in.Workflow, &in.Version, &in.Queue, &in.Priority, &status, &in.Step, &state,
 		&in.Attempt, &in.Key, &intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &timeoutAt, &r.timedOut,
 		&in.Worker, &in.Fence, &leaseAt, &result, &in.LastError, &in.ParentID, &in.PendingChildren,
-		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested}
+		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested, &readySince}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return instanceRow{}, err
 	}
@@ -305,5 +306,6 @@ func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 	in.TimeoutAt = fromPtr(timeoutAt)
 	in.LeaseExpiresAt = fromPtr(leaseAt)
 	in.StartedAt = fromPtr(startedAt)
+	in.ReadySince = fromPtr(readySince)
 	return r, nil
 }

@@ -40,7 +40,7 @@ const instanceColumns = `id::text, workflow, version, queue, priority, status, s
 	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
 	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
 	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested`
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since`
 
 // Insert.
 const (
@@ -409,9 +409,12 @@ UPDATE {schema}.instances i SET
                  THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
             END,
     spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
+    -- A hand-back keeps when the row first became ready (its run_at when
+    -- claimed, before this outcome moves it); any other outcome ends it.
+    ready_since = CASE WHEN o.kind = 1 AND o.hand_back THEN coalesce(i.ready_since, i.run_at) END,
     updated_at = t.now
 FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent,
-             x.await_signal, x.result, x.error, x.children, x.ord,
+             x.await_signal, x.result, x.error, x.children, x.hand_back, x.ord,
              -- Run and timeout times relative to the store's clock when the
              -- outcome gives a delay rather than a time (one clock for all).
              coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS run_at,
@@ -422,10 +425,11 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              c.key AS old_key, c.key_shard AS old_shard
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
-                  $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[])
+                  $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
+                  $20::bool[])
                 WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
                                      key_intent, await_signal, timeout_at, result, error, children,
-                                     delay_us, timeout_us, ord)
+                                     delay_us, timeout_us, hand_back, ord)
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
@@ -570,6 +574,7 @@ RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coal
 WITH w AS (
     UPDATE {schema}.instances
     SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL, cancel_requested = false,
+        ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
         updated_at = coalesce($2::timestamptz, now())
@@ -972,6 +977,22 @@ FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queu
 UNION ALL
 SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
 FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
+
+	// sqlHealthHandedBackOldest is, per queue, the earliest ready_since of
+	// its handed-back rows (index only: instances_handed_back).
+	sqlHealthHandedBackOldest = `
+SELECT queue, min(ready_since) FROM {schema}.instances
+WHERE ready_since IS NOT NULL AND status IN ('ready', 'scheduled') GROUP BY queue`
+
+	// sqlHealthHandedBack counts the handed-back rows per workflow and
+	// version over the first $1 + 1 of them in that order (the index's):
+	// the caller caps the total at $1.
+	sqlHealthHandedBack = `
+SELECT workflow, version, count(*) FROM (
+    SELECT workflow, version FROM {schema}.instances
+    WHERE ready_since IS NOT NULL AND status IN ('ready', 'scheduled')
+    ORDER BY workflow, version LIMIT $1 + 1) x
+GROUP BY workflow, version ORDER BY workflow, version`
 
 	// sqlHealthNow is the time Health measures ages from: $1, or the
 	// transaction's now().

@@ -20,6 +20,7 @@ func (h *harness) health(now time.Time) store.Health {
 	require.NotNil(h.t, hl.Gates, "gates is [] when empty, never null")
 	require.NotNil(h.t, hl.Warnings, "warnings is [] when empty, never null")
 	require.NotNil(h.t, hl.RateLimits, "rate_limits is [] when empty, never null")
+	require.NotNil(h.t, hl.HandedBack, "handed_back is [] when empty, never null")
 	return hl
 }
 
@@ -54,7 +55,79 @@ func onQueue(q, k string) store.NewInstance {
 	return ni
 }
 
+// handBack is the outcome of a worker that cannot run c (it does not know
+// its workflow version or step): offered again unchanged at runAt.
+func handBack(c store.Claimed, runAt time.Time) store.Outcome {
+	return store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeReady, Step: c.Step, State: c.State,
+		Attempt: c.Attempt, RunAt: runAt, Error: "version not registered on this worker", HandBack: true}
+}
+
 var healthTests = []test{
+	{"health/a handed-back row ages from when it first became ready, not from its last hand-back", func(h *harness) {
+		id := h.insert(inst(""))[0] // ready at base
+		c := h.claimOne("w", at(time.Second))
+		h.commit("w", at(time.Second), handBack(c, at(31*time.Second)))
+		require.WithinDuration(h.t, at(0), h.get(id).ReadySince, 0, "the hand-back keeps when the row became ready")
+
+		q := h.queueHealth(h.health(at(10*time.Second)), queue)
+		require.Equal(h.t, int64(1), q.Scheduled, "handed back for later")
+		require.Equal(h.t, 10*time.Second, q.OldestReady, "aged from its first run time, though not due again yet")
+
+		c = h.claimOne("w", at(31*time.Second))
+		h.commit("w", at(31*time.Second), handBack(c, at(61*time.Second)))
+		require.WithinDuration(h.t, at(0), h.get(id).ReadySince, 0, "a second hand-back keeps the first time")
+		q = h.queueHealth(h.health(at(61*time.Second)), queue)
+		require.Equal(h.t, int64(1), q.Ready)
+		require.Equal(h.t, 61*time.Second, q.OldestReady, "not 0: each hand-back moved its run time")
+
+		// A worker that knows the version runs it: the hand-backs are over.
+		c = h.claimOne("w2", at(62*time.Second))
+		h.commit("w2", at(62*time.Second), next(c, "two"))
+		require.True(h.t, h.get(id).ReadySince.IsZero(), "an outcome that is not a hand-back clears it")
+		hl := h.health(at(64 * time.Second))
+		require.Equal(h.t, 2*time.Second, h.queueHealth(hl, queue).OldestReady, "aged from its new run time")
+		require.Empty(h.t, hl.HandedBack)
+	}},
+	{"health/handed-back rows are counted per workflow version until they run, bounded", func(h *harness) {
+		v2 := inst("")
+		v2.Version = 2
+		other := inst("")
+		other.Workflow = "other"
+		ids := h.insert(inst(""), v2, withNewID(v2), other)
+		for _, c := range h.claim("w", 10, at(time.Second)) {
+			h.commit("w", at(time.Second), handBack(c, at(31*time.Second)))
+		}
+		hl := h.health(at(2 * time.Second))
+		require.Equal(h.t, []store.HandBackHealth{{Workflow: "other", Version: 1, Count: 1},
+			{Workflow: "wf", Version: 1, Count: 1}, {Workflow: "wf", Version: 2, Count: 2}}, hl.HandedBack)
+		require.False(h.t, hl.HandedBackCapped)
+
+		// Canceled rows are not waiting; a retried one starts afresh.
+		require.NoError(h.t, h.s.Cancel(h.ctx, ids[3], at(3*time.Second)))
+		require.NoError(h.t, h.s.Cancel(h.ctx, ids[0], at(3*time.Second)))
+		require.NoError(h.t, h.s.Retry(h.ctx, ids[0], at(4*time.Second)))
+		require.True(h.t, h.get(ids[0]).ReadySince.IsZero(), "retry clears the hand-back")
+		hl = h.health(at(5 * time.Second))
+		require.Equal(h.t, []store.HandBackHealth{{Workflow: "wf", Version: 2, Count: 2}}, hl.HandedBack)
+		require.Equal(h.t, 5*time.Second, h.queueHealth(hl, queue).OldestReady, "the handed-back rows are the oldest")
+
+		// Over the bound: counts stop at store.HealthScanLimit rows.
+		many := make([]store.NewInstance, store.HealthScanLimit)
+		for i := range many {
+			many[i] = inst("")
+			many[i].Version = 3
+		}
+		h.insert(many...)
+		for _, c := range h.claim("w", len(many)+10, at(6*time.Second)) {
+			if c.Version == 3 {
+				h.commit("w", at(6*time.Second), handBack(c, at(36*time.Second)))
+			}
+		}
+		hl = h.health(at(7 * time.Second))
+		require.True(h.t, hl.HandedBackCapped)
+		require.Equal(h.t, []store.HandBackHealth{{Workflow: "wf", Version: 2, Count: 2},
+			{Workflow: "wf", Version: 3, Count: store.HealthScanLimit - 2}}, hl.HandedBack)
+	}},
 	{"health/an empty store reports empty lists and stable JSON", func(h *harness) {
 		hl := h.health(at(0))
 		require.Empty(h.t, hl.Queues)
@@ -62,7 +135,7 @@ var healthTests = []test{
 		require.Empty(h.t, hl.Warnings)
 		b, err := json.Marshal(hl)
 		require.NoError(h.t, err)
-		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[],"rate_limits":[]}`, string(b))
+		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[],"rate_limits":[],"handed_back":[],"handed_back_capped":false}`, string(b))
 
 		h.insert(inst(""))
 		b, err = json.Marshal(h.queueHealth(h.health(at(0)), queue))
@@ -294,4 +367,10 @@ var healthTests = []test{
 		require.Equal(h.t, old.ID, info.OldestWaiting.ID, "oldest: earliest run time")
 		require.Nil(h.t, h.keyInfo("account:"+uuid.NewString()).OldestWaiting)
 	}},
+}
+
+// withNewID is ni with a fresh id.
+func withNewID(ni store.NewInstance) store.NewInstance {
+	ni.ID = uuid.NewString()
+	return ni
 }
