@@ -253,7 +253,7 @@ func TestRecorderFileRoundTrip(t *testing.T) {
 func TestCheckFindsStartsBeyondTheRateLimit(t *testing.T) {
 	w := newWorld(t)
 	gap := 2000 / BulkRate // ms between starts: half the rate
-	for i := range 8 { // within the burst and the rate
+	for i := range 8 {     // within the burst and the rate
 		tok := fmt.Sprintf("r%015d", i)
 		w.run(tok, "p1", "i"+tok, "bulk:a", 0, "", i*gap, i*gap+1, "done")
 		w.done("i"+tok, tok)
