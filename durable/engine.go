@@ -126,7 +126,10 @@ type Config struct {
 	// ReaperInterval is how often expired leases and due timers are swept (default 5s).
 	ReaperInterval time.Duration
 	// ReconcileInterval is how often gate counters are repaired and old rows
-	// collected (default 30s).
+	// collected (default 30s), by one engine of the fleet at a time: the
+	// holder of the store's maintenance lease (store.MaintenanceLease),
+	// which it renews at each sweep; another engine takes over within
+	// three intervals of its holder's death.
 	ReconcileInterval time.Duration
 	// Retention is how long terminal instances are kept (default 7 days;
 	// negative keeps them forever).

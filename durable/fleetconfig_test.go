@@ -3,6 +3,7 @@ package durable_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -92,5 +93,46 @@ func TestLiveChangeWarningsKeepTheirCountsFleetWide(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(2), find(h.Warnings).Live, "%s's Health shows the change, from the store", e.WorkerID())
 		}
+	})
+}
+
+// The reconciler and the retention sweep run on one engine of the fleet at
+// a time; when it stops, another takes over.
+func TestMaintenanceRunsOnOneEngineAtATime(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		var engines []*durable.Engine
+		for _, w := range []string{"m1", "m2", "m3"} {
+			e := newEngine(t, durable.Config{Store: st, WorkerID: w, ReconcileInterval: 20 * time.Millisecond}, counterWorkflow())
+			start(t, e)
+			engines = append(engines, e)
+		}
+		sweepers := func(es []*durable.Engine) []string {
+			var out []string
+			for _, e := range es {
+				h, err := e.Health(ctx)
+				require.NoError(t, err)
+				if h.LastReconcile != nil {
+					out = append(out, e.WorkerID())
+				}
+			}
+			return out
+		}
+		require.Eventually(t, func() bool { return len(sweepers(engines)) > 0 }, 5*time.Second, 10*time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // ten sweep intervals
+		first := sweepers(engines)
+		require.Len(t, first, 1, "one engine sweeps")
+		var rest []*durable.Engine
+		for _, e := range engines {
+			if e.WorkerID() == first[0] {
+				require.NoError(t, e.Stop(ctx))
+			} else {
+				rest = append(rest, e)
+			}
+		}
+		require.Eventually(t, func() bool { return len(sweepers(rest)) == 1 }, 5*time.Second, 10*time.Millisecond,
+			"another engine takes the sweeps over once the lease expired")
+		time.Sleep(200 * time.Millisecond)
+		require.Len(t, sweepers(rest), 1, "still one at a time")
 	})
 }

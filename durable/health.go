@@ -39,7 +39,8 @@ type Health struct {
 	Warnings []gate.Warning `json:"warnings"`
 	// LastReconcile is what the most recent reconciler sweep of this engine
 	// did (nil until one ran); ReconcileTotals adds up every sweep since the
-	// engine was created.
+	// engine was created. Only the engine holding the maintenance lease
+	// sweeps (see Config.ReconcileInterval): the others report none.
 	LastReconcile   *ReconcileHealth `json:"last_reconcile"`
 	ReconcileTotals ReconcileHealth  `json:"reconcile_totals"`
 	// StaleOutcomes counts this engine's outcomes that committed nothing

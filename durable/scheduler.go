@@ -678,8 +678,29 @@ func (s *scheduler) sweep() {
 	}
 }
 
+// maintenanceLeaseTTL is three sweep intervals, and at least a second, so
+// that a slow sweep never lets the lease lapse under its holder.
+func maintenanceLeaseTTL(interval time.Duration) time.Duration {
+	return max(3*interval, time.Second)
+}
+
+// reconcile runs the fleet's reconciler and retention sweep when this
+// engine holds the maintenance lease: one engine of the fleet at a time
+// sweeps, renewing the lease at each sweep; when it dies, another takes
+// over once the lease has expired (see maintenanceLeaseTTL).
 func (s *scheduler) reconcile() {
 	e := s.e
+	held, err := e.st.AcquireLease(s.bgCtx, store.MaintenanceLease, e.cfg.WorkerID, maintenanceLeaseTTL(e.cfg.ReconcileInterval), e.storeNow())
+	if err != nil {
+		if s.bgCtx.Err() == nil {
+			e.outage.fail("reconcile", err)
+		}
+		return
+	}
+	if !held {
+		e.outage.ok()
+		return
+	}
 	if _, err := e.reconcile(s.bgCtx); err != nil {
 		if s.bgCtx.Err() == nil && !errors.Is(err, context.Canceled) {
 			e.outage.fail("reconcile", err)

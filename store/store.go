@@ -435,6 +435,10 @@ type LimitsResult struct {
 	Live map[string]int64
 }
 
+// MaintenanceLease is the lease (see AcquireLease) whose holder runs the
+// fleet's reconciler and retention sweeps.
+const MaintenanceLease = "maintenance"
+
 // LiveChangeFor is how long Health keeps reporting a limit sync that
 // changed the semantics of keys live instances held (gate.LiveKeysChanged).
 const LiveChangeFor = 24 * time.Hour
@@ -703,6 +707,12 @@ type Store interface {
 	// ReclaimWorker takes back every claim held by worker (a dead
 	// predecessor with the same worker id), like Reap.
 	ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error)
+	// AcquireLease takes or renews the lease called name for holder until
+	// now + ttl, and reports whether holder has it: it does when nobody
+	// holds it, when holder already does, or when the last holder's lease
+	// expired. Engines use it so that fleet-wide sweeps run on one engine
+	// at a time (see MaintenanceLease).
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (bool, error)
 	// Reconcile repairs gate counters from the executing rows, promotes
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no

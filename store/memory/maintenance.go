@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"fmt"
 	"context"
 	"slices"
 	"strings"
@@ -227,4 +228,21 @@ func (s *Store) sortedQueues() []string {
 	}
 	slices.SortFunc(qs, strings.Compare)
 	return qs
+}
+
+// AcquireLease takes or renews a named lease (see store.Store).
+func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (bool, error) {
+	if name == "" || holder == "" || ttl <= 0 {
+		return false, fmt.Errorf("acquire lease: %w: name, holder and a positive ttl are required", store.ErrInvalid)
+	}
+	if err := s.lock(); err != nil {
+		return false, err
+	}
+	defer s.unlock(nil)
+	now = s.now(now)
+	if l, ok := s.leases[name]; ok && l.holder != holder && !l.expires.Before(now) {
+		return false, nil
+	}
+	s.leases[name] = lease{holder: holder, expires: now.Add(ttl)}
+	return true, nil
 }

@@ -48,6 +48,7 @@ type Store struct {
 	// liveChanges are the last syncs, per key name, that changed the
 	// semantics of live keys (see store.Health).
 	liveChanges map[string]liveChange
+	leases      map[string]lease                   // named leases (AcquireLease)
 	policies    map[string]store.ConcurrencyPolicy // queue -> policy
 	schedules   map[string]store.Schedule          // name -> schedule
 
@@ -84,6 +85,7 @@ func New(opts Options) *Store {
 		rateOwner:   map[string]string{},
 		buckets:     map[string]gate.Bucket{},
 		liveChanges: map[string]liveChange{},
+		leases:      map[string]lease{},
 		policies:    map[string]store.ConcurrencyPolicy{},
 		schedules:   map[string]store.Schedule{},
 		rows:        map[string]*row{},
@@ -95,6 +97,12 @@ func New(opts Options) *Store {
 		signals:     map[int64]*signal{},
 		listeners:   map[int64]func(store.Notification){},
 	}
+}
+
+// lease is the holder of a named lease and when it expires.
+type lease struct {
+	holder  string
+	expires time.Time
 }
 
 // liveChange is a limit sync that changed the semantics of live keys.

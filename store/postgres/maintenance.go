@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -158,10 +159,26 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		}
 	}
 
-	if err := s.inTx(ctx, func(tx pgx.Tx) error {
-		return s.reconcileGates(ctx, tx, gateBlocked, now, &rep)
-	}); err != nil {
-		return rep, fmt.Errorf("reconcile: gates: %w", err)
+	// Gate counters, in chunks of keys (one transaction each, in key
+	// order), so that a sweep never locks every counter at once.
+	for after := ""; ; {
+		var upto *string
+		var n int
+		if err := s.pool.QueryRow(ctx, s.q(sqlSlotsChunkEnd), after, reconcileChunk).Scan(&upto, &n); err != nil {
+			return rep, fmt.Errorf("reconcile: gates: %w", err)
+		}
+		if n < reconcileChunk {
+			upto = nil // the last chunk: every key after, with a counter or not
+		}
+		if err := s.inTx(ctx, func(tx pgx.Tx) error {
+			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, &rep)
+		}); err != nil {
+			return rep, fmt.Errorf("reconcile: gates: %w", err)
+		}
+		if upto == nil {
+			break
+		}
+		after = *upto
 	}
 
 	if len(oneKeys) > 0 {
@@ -211,13 +228,21 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	return rep, nil
 }
 
-func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
+// reconcileChunk is how many keys' counters one reconciler transaction locks.
+var reconcileChunk = 500
+
+// reconcileGates repairs the counters of the keys after `after` up to and
+// including upto (nil: every key after), in the database's key order, and
+// promotes the blocked rows of the keys it repaired (removing them from
+// gateBlocked); the last chunk (upto nil) also promotes the blocked rows of
+// the gateBlocked keys no chunk had.
+func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
 	limits := map[string]gate.Limit{}
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlSlotsLockAll)).Query(scanCounters(counters))
-	b.Queue(s.q(sqlGateHolders)).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlSlotsLockAll), after, upto).Query(scanCounters(counters))
+	b.Queue(s.q(sqlGateHolders), after, upto).Query(func(rows pgx.Rows) error {
 		var k string
 		var sh int
 		var n int64
@@ -305,7 +330,13 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, gateBlocked map[s
 	}
 	// Blocked rows of gated keys with no counter and nothing executing: the
 	// whole limit is free.
+	// Keys of every chunk are removed from gateBlocked as they are
+	// repaired; what is left after the last chunk had neither counters nor
+	// executing rows.
 	for _, k := range mapKeys(gateBlocked) {
+		if upto != nil {
+			break
+		}
 		if l, ok := limits[gate.NameOf(k)]; ok {
 			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(l.Limit))
 		}
@@ -407,4 +438,23 @@ func absInt(x int) int {
 		return -x
 	}
 	return x
+}
+
+// AcquireLease takes or renews a named lease (see store.Store).
+func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	if name == "" || holder == "" || ttl <= 0 {
+		return false, fmt.Errorf("acquire lease: %w: name, holder and a positive ttl are required", store.ErrInvalid)
+	}
+	var got string
+	err := s.pool.QueryRow(ctx, s.q(sqlLeaseAcquire), name, holder, micros(ttl), tsArg(now)).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("acquire lease %s: %w", name, err)
+	}
+	return true, nil
 }

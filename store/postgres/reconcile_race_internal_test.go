@@ -105,3 +105,41 @@ func TestReconcileNeverOverwritesACounterItDidNotLock(t *testing.T) {
 	require.Equal(t, 2, executing)
 	require.LessOrEqual(t, available+executing, capacity, "over-credit: %d free and %d executing, capacity %d", available, executing, capacity)
 }
+
+// TestReconcileWorksInChunksOfKeys: with chunks of two keys, a sweep
+// repairs the counters of every key, and promotes the blocked rows of keys
+// it found without counters, across chunk boundaries.
+func TestReconcileWorksInChunksOfKeys(t *testing.T) {
+	old := reconcileChunk
+	reconcileChunk = 2
+	defer func() { reconcileChunk = old }()
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 1}})
+	require.NoError(t, err)
+	keys := []string{"api:a", "api:b", "api:c", "api:d", "api:e"}
+	for _, k := range keys {
+		for range 2 {
+			_, err := s.Insert(ctx, []store.NewInstance{{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: k}})
+			require.NoError(t, err)
+		}
+	}
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 5, "one row per key; the other of each is blocked")
+	time.Sleep(5 * time.Millisecond)
+	n, err := s.Reap(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 5, n, "reaped without credit: every counter owes a slot")
+
+	rep, err := s.Reconcile(ctx, 0, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 5, rep.CountersRepaired, "every key's counter, over three chunks")
+	require.Equal(t, 5, rep.Drift)
+	var free int
+	require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT coalesce(sum(available), 0) FROM {schema}.key_slots`)).Scan(&free))
+	require.Equal(t, 5, free)
+	res, err = s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 20, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 5, "each key runs one row again")
+}

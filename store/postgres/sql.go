@@ -684,16 +684,31 @@ WHERE EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = q)`
 	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
 
 	// sqlSlotsLockAll locks every counter in (key, shard) order.
-	sqlSlotsLockAll = `SELECT key, shard, capacity, available FROM {schema}.key_slots ORDER BY key, shard FOR UPDATE`
+	//
+	// A sweep works through the counters in chunks of keys, one transaction
+	// each, so that it never holds every counter's lock at once: a chunk is
+	// the keys after $1 up to and including $2 (NULL: every key after $1).
+	sqlSlotsLockAll = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE key > $1 AND ($2::text IS NULL OR key <= $2::text) ORDER BY key, shard FOR UPDATE`
 
-	// sqlGateHolders counts executing rows per (key, shard) for gated rows,
-	// and per key for rows of limited names admitted at K = 1 (shard -1).
+	// sqlSlotsChunkEnd is the last of the first $2 counter keys after $1,
+	// and how many there are.
+	sqlSlotsChunkEnd = `
+SELECT max(key), count(*) FROM (SELECT DISTINCT key FROM {schema}.key_slots WHERE key > $1 ORDER BY key LIMIT $2) k`
+
+	// sqlGateHolders counts, over the chunk's keys ($1, $2 as above),
+	// executing rows per (key, shard) for gated rows, and per key for rows
+	// of limited names admitted at K = 1 (shard -1).
 	sqlGateHolders = `
 SELECT key, key_shard, count(*) FROM {schema}.instances
-WHERE status = 'executing' AND key_shard IS NOT NULL GROUP BY key, key_shard
+WHERE status = 'executing' AND key_shard IS NOT NULL AND key > $1 AND ($2::text IS NULL OR key <= $2::text)
+GROUP BY key, key_shard
 UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
-WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL GROUP BY i.key`
+WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL
+  AND i.key > $1 AND ($2::text IS NULL OR i.key <= $2::text)
+GROUP BY i.key`
 
 	// sqlSlotsInsert creates counters or overwrites them; the caller holds
 	// the locks of the counters it overwrites (it read them under those
@@ -1160,4 +1175,17 @@ WHERE changed_at > coalesce($1::timestamptz, now()) - $2::bigint * interval '1 m
 	sqlLimitChangesCollect = `
 DELETE FROM {schema}.limit_changes
 WHERE changed_at <= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`
+)
+
+// Named leases (see store.Store.AcquireLease).
+const (
+	// sqlLeaseAcquire takes lease $1 for holder $2 until $4 (NULL: now())
+	// plus $3 µs when it is free, held by $2, or expired; it returns a row
+	// only then.
+	sqlLeaseAcquire = `
+INSERT INTO {schema}.leases AS l (name, holder, expires_at)
+VALUES ($1, $2, coalesce($4::timestamptz, now()) + $3::bigint * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at < coalesce($4::timestamptz, now())
+RETURNING holder`
 )

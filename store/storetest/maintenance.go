@@ -9,6 +9,24 @@ import (
 )
 
 var maintenanceTests = []test{
+	{"lease/one holder at a time; its holder renews it; another takes it once expired", func(h *harness) {
+		got := func(holder string, ttl time.Duration, now time.Time) bool {
+			ok, err := h.s.AcquireLease(h.ctx, store.MaintenanceLease, holder, ttl, now)
+			require.NoError(h.t, err)
+			return ok
+		}
+		require.True(h.t, got("a", time.Minute, at(0)), "a free lease is taken")
+		require.False(h.t, got("b", time.Minute, at(30*time.Second)), "a held lease is refused")
+		require.True(h.t, got("a", time.Minute, at(50*time.Second)), "its holder renews it")
+		require.False(h.t, got("b", time.Minute, at(100*time.Second)), "renewed: still held until 110 s")
+		require.True(h.t, got("b", time.Minute, at(111*time.Second)), "expired: another engine takes it")
+		require.False(h.t, got("a", time.Minute, at(112*time.Second)), "the old holder does not get it back")
+		ok, err := h.s.AcquireLease(h.ctx, "other", "a", time.Minute, at(112*time.Second))
+		require.NoError(h.t, err)
+		require.True(h.t, ok, "leases are independent by name")
+		_, err = h.s.AcquireLease(h.ctx, "", "a", time.Minute, at(0))
+		require.ErrorIs(h.t, err, store.ErrInvalid)
+	}},
 	{"reconcile/counters equal capacity minus executing rows", func(h *harness) {
 		lim := gate.Limit{Name: "stripe", Limit: 5, Shards: 2}
 		h.syncLimits(lim)
