@@ -2,8 +2,8 @@ package memory
 
 import (
 	"cmp"
-	"fmt"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
