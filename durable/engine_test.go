@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -473,5 +474,50 @@ func TestInstanceErrorsSayOpAndIDOnce(t *testing.T) {
 		_, err := e.Get(ctx, id)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		assert.EqualError(t, err, `durable: get: "`+id+`" is not an instance id (a UUID)`)
+	}
+}
+
+// refusingStore refuses, as invalid data, every Complete batch that holds a
+// non-failure outcome of instance id.
+type refusingStore struct {
+	store.Store
+	id string
+}
+
+func (r *refusingStore) Complete(ctx context.Context, w string, outs []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	for _, o := range outs {
+		if o.ID == r.id && o.Kind != store.OutcomeFailed {
+			return nil, fmt.Errorf("%w: the test refuses %s", store.ErrInvalid, o.ID)
+		}
+	}
+	return r.Store.Complete(ctx, w, outs, now)
+}
+
+// Tick commits through the same path as the live scheduler: a batch the
+// store refuses is split, the other outcomes commit, and the refused one
+// fails its instance with the store's reason.
+func TestTickSplitsARefusedBatch(t *testing.T) {
+	rs := &refusingStore{Store: memory.New(memory.Options{})}
+	e := newEngine(t, durable.Config{Store: rs, Queues: map[string]int{durable.DefaultQueue: 10}}, counterWorkflow())
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		id, err := e.Insert(ctx, "count", counter{N: 2}, durable.InsertOptions{})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	rs.id = ids[1]
+	rep, err := e.Tick(ctx)
+	require.NoError(t, err, "a refused outcome does not fail the whole round")
+	require.Len(t, rep.Outcomes, 3)
+	for i, id := range ids {
+		in, err := e.Get(ctx, id)
+		require.NoError(t, err)
+		if i == 1 {
+			require.Equal(t, store.StatusFailed, in.Status)
+			require.Contains(t, in.LastError, "the store refused this step's outcome")
+			continue
+		}
+		require.Equal(t, store.StatusDone, in.Status)
 	}
 }

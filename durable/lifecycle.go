@@ -180,7 +180,9 @@ type TickReport struct {
 	// Claimed are the rows claimed in this round, in claim order, across
 	// queues (sorted by queue name). They all held their slots at once.
 	Claimed []store.Claimed
-	// Outcomes are the committed outcomes, in the same order.
+	// Outcomes are the committed outcomes, in the same order (an outcome
+	// the store refused for its data is replaced by the failure it became;
+	// one refused even so is left out, its claim left to the reaper).
 	Outcomes []store.Outcome
 	// Stale counts outcomes that did not commit.
 	Stale int
@@ -234,22 +236,23 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 			rep.NextDue = res.NextDue
 		}
 	}
+	var outs []store.Outcome
 	for _, c := range rep.Claimed {
-		rep.Outcomes = append(rep.Outcomes, e.execute(ctx, c))
+		outs = append(outs, e.execute(ctx, c))
 	}
-	if len(rep.Outcomes) == 0 {
+	if len(outs) == 0 {
 		return rep, nil
 	}
-	res, err := e.st.Complete(ctx, e.cfg.WorkerID, rep.Outcomes, e.storeNow())
+	err = e.commitOutcomes(ctx, outs, commitHooks{
+		committed: func(b []store.Outcome, res []store.OutcomeResult) {
+			rep.Outcomes = append(rep.Outcomes, b...)
+			rep.Stale += e.countStale(res)
+		},
+		abandoned:   func(store.Outcome) {},
+		unreachable: func(error) bool { return false },
+	})
 	if err != nil {
 		return rep, fmt.Errorf("durable: tick: complete: %w", err)
-	}
-	for _, r := range res {
-		if r.Stale {
-			rep.Stale++
-			e.staleOutcomes.Add(1)
-			e.tel.stale.Add(ctx, 1)
-		}
 	}
 	return rep, nil
 }

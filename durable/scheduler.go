@@ -436,61 +436,100 @@ func (s *scheduler) flusher() {
 	}
 }
 
-// commit flushes one batch, retrying with backoff while the store is down,
-// until the stop deadline passes (then the leases expire and the reaper
-// retries the steps: at-least-once). A batch the store refuses for its data
-// (see rejected) is split until the refused outcome is alone; that outcome
-// then fails its instance with the store's reason, so that one bad value
-// never holds back the outcomes of other instances.
+// commit flushes one batch (see Engine.commitOutcomes), retrying with
+// backoff while the store is down, until the stop deadline passes (then the
+// leases expire and the reaper retries the steps: at-least-once).
 func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 	e := s.e
-	for {
-		res, err := e.st.Complete(s.runCtx, e.cfg.WorkerID, batch, e.storeNow())
-		if err == nil {
+	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
+		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
-			for i, r := range res {
-				if r.Stale {
-					e.staleOutcomes.Add(1)
-					e.tel.stale.Add(context.Background(), 1)
-					e.log.Warn("stale outcome discarded: the claim was reaped or cancelled", "instance", r.ID)
-				}
-				s.untrack(batch[i].ID, batch[i].Fence)
+			e.countStale(res)
+			for _, o := range b {
+				s.untrack(o.ID, o.Fence)
 			}
 			e.notifyFlushed()
 			s.wakeAll()
-			return
-		}
-		if s.runCtx.Err() != nil {
-			e.log.Error("outcomes not committed before stop; the reaper will retry their steps", "n", len(batch), "err", err)
-			return
-		}
-		if rejected(err) {
-			out.ok() // the store answered: it is up
-			if len(batch) > 1 {
-				mid := len(batch) / 2
-				s.commit(batch[:mid], out)
-				s.commit(batch[mid:], out)
-				return
+		},
+		abandoned: func(o store.Outcome) { s.untrack(o.ID, o.Fence) },
+		unreachable: func(err error) bool {
+			if s.runCtx.Err() != nil {
+				e.log.Error("outcomes not committed before stop; the reaper will retry their steps", "n", len(batch), "err", err)
+				return false
 			}
+			t := time.NewTimer(out.fail(err))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-s.runCtx.Done():
+				e.log.Error("outcomes not committed before stop; the reaper will retry their steps", "n", len(batch), "err", err)
+				return false
+			}
+		},
+	})
+}
+
+// commitHooks are what a caller of commitOutcomes does with its results.
+type commitHooks struct {
+	// committed receives each part of the batch the store committed, in
+	// batch order, with its results.
+	committed func(batch []store.Outcome, res []store.OutcomeResult)
+	// abandoned receives an outcome the store refused even as a bare
+	// failure: its claim is left to the reaper.
+	abandoned func(o store.Outcome)
+	// unreachable decides about any other error: true to try again (after
+	// waiting as it sees fit), false to give up (commitOutcomes returns it).
+	unreachable func(err error) bool
+}
+
+// commitOutcomes commits a batch of outcomes. A batch the store refuses for
+// its data (see rejected) is split until the refused outcome is alone; that
+// outcome then fails its instance with the store's reason, so that one bad
+// value never holds back the outcomes of other instances. The live
+// scheduler and Tick both commit through it.
+func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
+	for {
+		res, err := e.st.Complete(ctx, e.cfg.WorkerID, batch, e.storeNow())
+		switch {
+		case err == nil:
+			h.committed(batch, res)
+			return nil
+		case rejected(err) && len(batch) > 1:
+			mid := len(batch) / 2
+			if err := e.commitOutcomes(ctx, batch[:mid], h); err != nil {
+				return err
+			}
+			return e.commitOutcomes(ctx, batch[mid:], h)
+		case rejected(err):
 			o := batch[0]
 			if o.Kind == store.OutcomeFailed && o.State == nil && o.Result == nil && len(o.Children) == 0 && !o.SetKey {
 				// Even the bare failure was refused: give the claim up to the reaper.
 				e.log.Error("outcome refused by the store; its lease will expire and the step will run again",
 					"instance", o.ID, "err", err)
-				s.untrack(o.ID, o.Fence)
-				return
+				h.abandoned(o)
+				return nil
 			}
 			e.log.Error("outcome refused by the store; the instance fails with the reason", "instance", o.ID, "err", err)
 			batch = []store.Outcome{refusedOutcome(o, err)}
-			continue
+		case !h.unreachable(err):
+			return err
 		}
-		t := time.NewTimer(out.fail(err))
-		select {
-		case <-t.C:
-		case <-s.runCtx.Done():
-		}
-		t.Stop()
 	}
+}
+
+// countStale counts and logs the outcomes the store discarded as stale.
+func (e *Engine) countStale(res []store.OutcomeResult) int {
+	n := 0
+	for _, r := range res {
+		if r.Stale {
+			n++
+			e.staleOutcomes.Add(1)
+			e.tel.stale.Add(context.Background(), 1)
+			e.log.Warn("stale outcome discarded: the claim was reaped or cancelled", "instance", r.ID)
+		}
+	}
+	return n
 }
 
 // rejected reports whether err says the store refused the data of a request
