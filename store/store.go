@@ -293,6 +293,24 @@ const (
 	OutcomeFailed
 )
 
+// String is the kind's name ("ready", "await", "spawn", "done", "failed"),
+// which is also how it travels to a database.
+func (k OutcomeKind) String() string {
+	switch k {
+	case OutcomeReady:
+		return "ready"
+	case OutcomeAwait:
+		return "await"
+	case OutcomeSpawn:
+		return "spawn"
+	case OutcomeDone:
+		return "done"
+	case OutcomeFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("OutcomeKind(%d)", int(k))
+}
+
 // Outcome is the committed result of running one claimed step.
 type Outcome struct {
 	// ID and Fence identify the claim; the worker is the Complete argument.

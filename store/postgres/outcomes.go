@@ -265,7 +265,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 	var (
 		ids       = make([]string, n)
 		fences    = make([]int64, n)
-		kinds     = make([]int32, n)
+		kinds     = make([]string, n)
 		steps     = make([]string, n)
 		states    = make([]*string, n)
 		attempts  = make([]int32, n)
@@ -284,7 +284,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 	)
 	for i, o := range outcomes {
 		delays[i], timeouts2[i] = micros(o.Delay), micros(o.Timeout)
-		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, int32(o.Kind), o.Step
+		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, o.Kind.String(), o.Step
 		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
 		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
 		if o.SetKey && o.Key == "" {

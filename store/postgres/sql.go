@@ -380,38 +380,40 @@ const (
 	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
 	// that a signal being stored for the row (FOR KEY SHARE) and a park
 	// serialize. It returns the key and shard each row held, for crediting.
+	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
+	// name leaves the status NULL, which the NOT NULL constraint refuses.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
     status = CASE o.kind
-        WHEN 1 THEN CASE WHEN o.run_at > t.now THEN 'scheduled' ELSE 'ready' END
-        WHEN 2 THEN 'awaiting'
-        WHEN 3 THEN 'awaiting_children'
-        WHEN 4 THEN 'done'
-        WHEN 5 THEN 'failed'
-        ELSE 'canceled' END,
+        WHEN 'ready' THEN CASE WHEN o.run_at > t.now THEN 'scheduled' ELSE 'ready' END
+        WHEN 'await' THEN 'awaiting'
+        WHEN 'spawn' THEN 'awaiting_children'
+        WHEN 'done' THEN 'done'
+        WHEN 'failed' THEN 'failed'
+        WHEN 'canceled' THEN 'canceled' END,
     step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
     state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
     attempt = o.attempt,
-    run_at = CASE WHEN o.kind = 1 THEN o.run_at ELSE i.run_at END,
+    run_at = CASE WHEN o.kind = 'ready' THEN o.run_at ELSE i.run_at END,
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
-    await_signal = CASE WHEN o.kind = 2 THEN nullif(o.await_signal, '') END,
-    timeout_at = CASE WHEN o.kind = 2 THEN o.timeout_at END,
+    await_signal = CASE WHEN o.kind = 'await' THEN nullif(o.await_signal, '') END,
+    timeout_at = CASE WHEN o.kind = 'await' THEN o.timeout_at END,
     timed_out = false,
     worker = NULL,
     lease_expires_at = NULL,
-    result = CASE WHEN o.kind = 4 THEN o.result::jsonb ELSE i.result END,
+    result = CASE WHEN o.kind = 'done' THEN o.result::jsonb ELSE i.result END,
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
-    pending_children = CASE WHEN o.kind = 3 THEN o.children ELSE 0 END,
-    round = CASE WHEN o.kind = 1 AND o.run_at <= t.now
+    pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
+    round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
                  THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
             END,
-    spawn_gen = CASE WHEN o.kind = 3 THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
+    spawn_gen = CASE WHEN o.kind = 'spawn' THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     -- A hand-back keeps when the row first became ready (its run_at when
     -- claimed, before this outcome moves it); any other outcome ends it.
-    ready_since = CASE WHEN o.kind = 1 AND o.hand_back THEN coalesce(i.ready_since, i.run_at) END,
+    ready_since = CASE WHEN o.kind = 'ready' AND o.hand_back THEN coalesce(i.ready_since, i.run_at) END,
     updated_at = t.now
 FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent,
              x.await_signal, x.result, x.error, x.children, x.hand_back, x.ord,
@@ -419,11 +421,11 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              -- outcome gives a delay rather than a time (one clock for all).
              coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS run_at,
              coalesce(x.timeout_at, CASE WHEN x.timeout_us > 0 THEN t.now + x.timeout_us * interval '1 microsecond' END) AS timeout_at,
-             -- A row canceled while its step ran ends canceled (kind 6)
-             -- unless the step finished it (done, failed).
-             CASE WHEN c.cancel_requested AND x.kind IN (1, 2, 3) THEN 6 ELSE x.kind END AS kind,
+             -- A row canceled while its step ran ends canceled unless the
+             -- step finished it (done, failed).
+             CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
              c.key AS old_key, c.key_shard AS old_shard
-      FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::text[], $8::int[],
+      FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
                   $20::bool[])
