@@ -734,7 +734,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	s := e.sched
 	e.mu.RUnlock()
 	if s != nil {
-		s.canceled(id, nil)
+		s.canceled(id)
 	}
 	e.wakeAll()
 	return nil

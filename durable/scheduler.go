@@ -116,16 +116,16 @@ func (s *scheduler) notified(n store.Notification) {
 		s.wake(n.Queue)
 	}
 	if n.Canceled != "" {
-		s.canceled(n.Canceled, nil)
+		s.canceled(n.Canceled)
 	}
 }
 
-// canceled stops the step of instance id, if this engine runs it (and, when
-// ref is not nil, only under that claim): the instance was canceled.
-func (s *scheduler) canceled(id string, ref *store.ClaimRef) {
+// canceled stops the step of instance id, if this engine runs it: the
+// instance was canceled (the cancel applies to whatever claim of it runs).
+func (s *scheduler) canceled(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.inflight[id]; st != nil && (ref == nil || st.ref == *ref) {
+	if st := s.inflight[id]; st != nil {
 		st.canceled = true
 		st.stop()
 	}
