@@ -13,7 +13,7 @@ import (
 
 // copyInsertMin is the smallest batch (rows) that Insert and InsertTx write
 // with COPY rather than with sqlInsert. Below it the extra round trips of
-// the COPY path (its transaction, the round query, the copy, the notify)
+// the COPY path (its transaction, the round query, the copy)
 // cost more than the per-row work it saves (see BENCHMARKS.md, scenario 8).
 const copyInsertMin = 500
 
@@ -49,9 +49,9 @@ type roundGroupKey struct {
 // copyInsert inserts rows (none with a unique key) with COPY inside tx, with
 // the outcome of sqlInsert: the same statuses, run_at, rounds, timestamps
 // and notifications. One statement (sqlInsertRounds) reads the clock and
-// the fresh round of every (queue, priority, key) with a due row; the rows
-// are then computed here and copied straight into instances; the queues
-// that received due rows are notified (delivered at commit). Any error
+// the fresh round of every (queue, priority, key) with a due row, and
+// notifies the queues that receive due rows (delivered at commit); the rows
+// are then computed here and copied straight into instances. Any error
 // leaves tx to be rolled back: nothing of the batch is kept.
 func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) error {
 	groupOf := make([]int, len(rows))
@@ -78,19 +78,18 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) err
 		}
 	}
 	var (
-		queues   = make([]string, len(groups))
-		prios    = make([]int32, len(groups))
-		keys     = make([]string, len(groups))
-		runAts   = make([]*time.Time, len(groups))
-		delays   = make([]*int64, len(groups))
-		base     = make([]*int64, len(groups))
-		now      time.Time
-		notified []string
+		queues = make([]string, len(groups))
+		prios  = make([]int32, len(groups))
+		keys   = make([]string, len(groups))
+		runAts = make([]*time.Time, len(groups))
+		delays = make([]*int64, len(groups))
+		base   = make([]*int64, len(groups))
+		now    time.Time
 	)
 	for i, g := range groups {
 		queues[i], prios[i], keys[i], runAts[i], delays[i] = g.queue, g.priority, g.key, g.runAt, g.delayUS
 	}
-	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays)
+	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays, s.channel)
 	if err != nil {
 		return insertError(err)
 	}
@@ -149,22 +148,9 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) err
 		}
 		round[i] = &n
 	}
-	seen := map[string]bool{}
-	for i, r := range rows {
-		if due[i] && !seen[r.in.Queue] {
-			seen[r.in.Queue] = true
-			notified = append(notified, r.in.Queue)
-		}
-	}
-
 	src := &copyRows{rows: rows, at: at, due: due, round: round, now: now}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "instances"}, copyColumns, src); err != nil {
 		return insertError(err)
-	}
-	if len(notified) > 0 {
-		if _, err := tx.Exec(ctx, s.q(sqlNotifyQueues), notified, s.channel); err != nil {
-			return insertError(err)
-		}
 	}
 	return nil
 }
