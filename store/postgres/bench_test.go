@@ -198,14 +198,14 @@ var benchWorkers = func() int {
 }()
 
 // BenchmarkInsertMany measures Store.Insert of one batch per iteration
-// (fresh rows each time, durable commits) for batches of 100, 1,000 and
+// (fresh rows each time, durable commits) for batches of 100, 500, 1,000 and
 // 20,000 rows, keyless and with a concurrency key per row (500 keys),
 // through the single statement (stmt) and through COPY (copy).
 //
 //	go test ./store/postgres -run '^$' -bench InsertMany -benchtime 20x
 func BenchmarkInsertMany(b *testing.B) {
 	for _, kind := range []string{"nokey", "key"} {
-		for _, size := range []int{100, 1000, 20_000} {
+		for _, size := range []int{100, 500, 1000, 20_000} {
 			for _, path := range []string{"stmt", "copy"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", kind, size, path), func(b *testing.B) {
 					benchInsertMany(b, kind == "key", size, path == "copy")
