@@ -14,8 +14,8 @@ import (
 const DefaultQueue = store.DefaultQueue
 
 // Insert inserts instances atomically (see store.Store). A batch without
-// unique keys is one statement, or from copyInsertMin rows on one
-// transaction that copies the rows in (COPY); any batch size fits in it.
+// unique keys is one statement, or, from copyInsertMin (500) rows on, one
+// transaction that copies the rows in (COPY). Any batch size fits.
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err

@@ -12,9 +12,10 @@ import (
 )
 
 // copyInsertMin is the smallest batch (rows) that Insert and InsertTx write
-// with COPY rather than with sqlInsert. Below it the extra round trips of
-// the COPY path (its transaction, the round query, the copy)
-// cost more than the per-row work it saves (see BENCHMARKS.md, scenario 8).
+// with COPY rather than with sqlInsert. Below it the COPY path's extra round
+// trips (its transaction, the round query, the copy) eat what it saves per
+// row: at 100 rows neither path was reliably ahead, at 500 COPY was (see
+// "Batch insert with COPY" in BENCHMARKS.md).
 const copyInsertMin = 500
 
 // copyer is the part of a transaction that the COPY path needs.
