@@ -4,7 +4,7 @@
 // inserts, and the latency from insert to step start on an idle engine.
 //
 //	go run ./cmd/durable-bench [-scenarios 1,2,9] [-n 1] [-engines 1] [-executors 200]
-//	                           [-mode burn|continuous] [-json] [-pick-rows 1000000]
+//	                           [-mode burn|continuous] [-json] [-pick-rows 1000000] [-insert-batch 1000]
 //
 // It connects to DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), creates a
