@@ -4,7 +4,7 @@
 // inserts, and the latency from insert to step start on an idle engine.
 //
 //	go run ./cmd/durable-bench [-scenarios 1,2,9] [-n 1] [-engines 1] [-executors 200]
-//	                           [-mode burn|continuous] [-json] [-pick-rows 1000000]
+//	                           [-mode burn|continuous] [-json] [-pick-rows 1000000] [-insert-batch 1000]
 //
 // It connects to DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), creates a
@@ -65,6 +65,8 @@ type options struct {
 	waitEvery  time.Duration
 	keep       bool
 	rounds     int
+	// insertBatch is scenario 8's rows per InsertMany call.
+	insertBatch int
 }
 
 func main() {
@@ -84,7 +86,12 @@ func main() {
 	flag.DurationVar(&o.waitEvery, "sample", 20*time.Millisecond, "how often pg_stat_activity is sampled for wait events (0: never)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench database at exit")
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 5 and 6: alternating rounds of the two runs they compare (the ratio is of medians)")
+	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
 	flag.Parse()
+	if o.insertBatch < 1 {
+		fmt.Fprintln(os.Stderr, "durable-bench: -insert-batch must be 1 or more")
+		os.Exit(2)
+	}
 	if o.url == "" {
 		o.url = defaultURL
 	}

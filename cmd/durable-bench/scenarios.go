@@ -285,7 +285,7 @@ func scenarioInsert(ctx context.Context, b *bench) (*result, error) {
 	if err := b.obs.start(ctx); err != nil {
 		return nil, err
 	}
-	const batch = 1000
+	batch := b.o.insertBatch
 	var lat []time.Duration
 	t0 := time.Now()
 	for from := 0; from < n; from += batch {

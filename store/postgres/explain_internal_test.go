@@ -80,6 +80,10 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"fresh round: key's last": {`SELECT r.round + 1 FROM {schema}.instances r
 			WHERE r.key = $3 AND r.queue = $1 AND r.priority = $2 AND r.status IN ('ready', 'blocked')
 			ORDER BY r.round DESC LIMIT 1`, []any{"q", 0, "acct:abcd"}},
+		// The round query of the COPY insert path (fresh_round is inlined
+		// or not; either way no scan of the table).
+		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
+			[]*time.Time{nil, nil}, []int64{0, 0}, "c"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			tx, err := s.pool.Begin(ctx)

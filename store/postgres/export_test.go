@@ -18,3 +18,7 @@ func HealthStatements(schema string) []HealthStatement {
 		{"policy keys", render(sqlHealthPolicyKeys, schema), []any{nil, 1000}},
 	}
 }
+
+// SetCopyInsertMin sets the smallest batch that s inserts with COPY (0:
+// every batch without unique keys; a huge value: none).
+func SetCopyInsertMin(s *Store, n int) { s.copyMin = n }

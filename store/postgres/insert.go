@@ -14,7 +14,8 @@ import (
 const DefaultQueue = store.DefaultQueue
 
 // Insert inserts instances atomically (see store.Store). A batch without
-// unique keys is one statement; any batch size fits in it.
+// unique keys is one statement, or, from copyInsertMin (500) rows on, one
+// transaction that copies the rows in (COPY). Any batch size fits.
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -25,6 +26,13 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	}
 	if len(p.rows) == 0 {
 		return nil, nil
+	}
+	if !p.unique && len(p.rows) >= s.copyMin {
+		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p.rows) })
+		if err != nil {
+			return nil, err
+		}
+		return p.results, nil
 	}
 	if !p.unique {
 		if _, err := s.runInsert(ctx, s.pool, p); err != nil {
@@ -70,9 +78,12 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewIn
 	if len(p.rows) == 0 {
 		return nil, nil
 	}
-	if !p.unique {
+	switch {
+	case !p.unique && len(p.rows) >= s.copyMin:
+		err = s.copyInsert(ctx, tx, p.rows)
+	case !p.unique:
 		_, err = s.runInsert(ctx, tx, p)
-	} else {
+	default:
 		err = s.insertUnique(ctx, tx, p)
 	}
 	if err != nil {

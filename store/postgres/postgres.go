@@ -67,6 +67,9 @@ type Store struct {
 	schema  string
 	history bool
 	clock   func() time.Time
+	// copyMin is the smallest batch that Insert copies in (copyInsertMin;
+	// tests and benchmarks change it).
+	copyMin int
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
 	// cancelChannel carries the ids of executing instances whose cancel
@@ -116,6 +119,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		schema:        opts.Schema,
 		history:       opts.History,
 		clock:         opts.Clock,
+		copyMin:       copyInsertMin,
 		channel:       Channel(opts.Schema),
 		cancelChannel: CancelChannel(opts.Schema),
 		keySalt:       lockSalt(opts.Schema, saltKeys),

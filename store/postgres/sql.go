@@ -84,6 +84,27 @@ ins AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
 
+	// sqlInsertRounds is the query of the COPY insert path (copyInsert): it
+	// returns the clock ($1: Options.Clock; null: the database's) and, for
+	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
+	// with a due row (its earliest explicit run_at $5 or its shortest delay
+	// $6 is not after the clock), the fresh round its rows start from; one
+	// row with a null i when no group is due. It notifies on channel $7 the
+	// queues of the due groups: delivered when the transaction commits, so
+	// after the rows it then copies in.
+	sqlInsertRounds = `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+g AS MATERIALIZED (
+    SELECT (g.ord - 1)::int AS i, g.queue,
+           {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+    FROM unnest($2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[]) WITH ORDINALITY
+         AS g(queue, priority, key, run_at, delay_us, ord)
+    CROSS JOIN t
+    WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
+),
+n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g) q)
+SELECT t.now, g.i, g.base FROM t CROSS JOIN n LEFT JOIN g ON true`
+
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size
 	// takes a bounded number of locks (the lock table is finite) and

@@ -1,0 +1,196 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/postgres"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// TestInsertCopyMatchesStatement inserts the same mixed batch (queues,
+// priorities, keys with earlier rows, explicit run_at in the past and the
+// future, delays, parents) into two stores with the same clock, one through
+// the single statement and one through COPY, and requires identical rows:
+// status, run_at, round, timestamps, keys, and insertion order.
+func TestInsertCopyMatchesStatement(t *testing.T) {
+	now := time.Date(2031, 3, 4, 5, 6, 7, 891_234_567, time.UTC)
+	clock := func(o *postgres.Options) { o.Clock = func() time.Time { return now } }
+	stmt, cp := newEnv(t, clock), newEnv(t, clock)
+	postgres.SetCopyInsertMin(stmt.s, math.MaxInt)
+	postgres.SetCopyInsertMin(cp.s, 0)
+
+	mk := func(n int, seed string) []store.NewInstance {
+		ins := make([]store.NewInstance, n)
+		parent := uuid.NewString()
+		for i := range ins {
+			in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1 + i%2,
+				Queue: []string{"q", "r", ""}[i%3], Priority: i % 2, Step: "s",
+				State: json.RawMessage(fmt.Sprintf(`{"i":%d,"s":%q}`, i, seed))}
+			switch i % 7 {
+			case 1, 2:
+				in.Key = fmt.Sprintf("acct:%d", i%5)
+			case 3:
+				in.Key = fmt.Sprintf("acct:%d", i%5)
+				in.RunAt = now.Add(-time.Duration(i) * time.Millisecond)
+			case 4:
+				in.Delay = time.Duration(i) * time.Second
+			case 5:
+				in.RunAt = now.Add(time.Hour + time.Duration(i)*time.Nanosecond)
+			case 6:
+				in.Delay = -time.Duration(i) * time.Microsecond
+				in.Key = "acct:x"
+			}
+			if i%11 == 0 {
+				in.ParentID = parent
+			}
+			ins[i] = in
+		}
+		return ins
+	}
+	first, second := mk(300, "a"), mk(700, "b")
+	for _, e := range []*env{stmt, cp} {
+		// The first batch always through the statement: earlier rows of
+		// the keys, so that rounds start past 0.
+		postgres.SetCopyInsertMin(e.s, math.MaxInt)
+		_, err := e.s.Insert(e.ctx, first)
+		require.NoError(t, err)
+	}
+	postgres.SetCopyInsertMin(cp.s, 0)
+	rs, err := stmt.s.Insert(stmt.ctx, second)
+	require.NoError(t, err)
+	rc, err := cp.s.Insert(cp.ctx, second)
+	require.NoError(t, err)
+	require.Equal(t, rs, rc)
+
+	dump := func(e *env) []string {
+		rows, err := e.pool.Query(e.ctx, `SELECT id, workflow, version, queue, priority, status, step, state::text,
+			coalesce(key, '-'), key_intent, run_at, coalesce(round, -1), coalesce(parent_id::text, '-'), join_gen,
+			created_at, updated_at, unique_key IS NULL, unique_statuses IS NULL
+			FROM instances ORDER BY seq`)
+		require.NoError(t, err)
+		var out []string
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			out = append(out, fmt.Sprint(vals...))
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	a, b := dump(stmt), dump(cp)
+	require.Len(t, a, 1000)
+	require.Equal(t, a, b)
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'ready' AND key IS NOT NULL AND round > 0`))
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'scheduled'`))
+}
+
+// TestInsertCopyAllOrNothing: a COPY batch with one row the database
+// refuses (its state, its workflow name, or an id already in the batch)
+// inserts nothing and notifies nobody; a row the store refuses fails the
+// batch before anything is sent.
+func TestInsertCopyAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	postgres.SetCopyInsertMin(e.s, 0)
+	conn, err := pgx.Connect(e.ctx, e.pool.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	defer conn.Close(e.ctx)
+	_, err = conn.Exec(e.ctx, "LISTEN "+pgx.Identifier{postgres.Channel(e.schema)}.Sanitize())
+	require.NoError(t, err)
+
+	batch := func(bad func(in *store.NewInstance)) []store.NewInstance {
+		ins := make([]store.NewInstance, 2000)
+		for i := range ins {
+			ins[i] = newInstance("")
+		}
+		bad(&ins[1234])
+		return ins
+	}
+	for _, tc := range []struct {
+		name string
+		bad  func(in *store.NewInstance)
+		want error
+	}{
+		// Valid JSON that jsonb refuses.
+		{"state", func(in *store.NewInstance) { in.State = json.RawMessage(`{"a":"\u0000"}`) }, store.ErrInvalid},
+		// A NUL byte is not text in PostgreSQL.
+		{"workflow", func(in *store.NewInstance) { in.Workflow = "w\x00f" }, store.ErrInvalid},
+		{"normalize", func(in *store.NewInstance) { in.ID = "not-a-uuid" }, store.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.s.Insert(e.ctx, batch(tc.bad))
+			require.ErrorIs(t, err, tc.want)
+			require.Zero(t, e.scalar(`SELECT count(*) FROM instances`))
+		})
+	}
+	t.Run("duplicate id", func(t *testing.T) {
+		ins := batch(func(*store.NewInstance) {})
+		ins[1999].ID = ins[3].ID
+		_, err := e.s.Insert(e.ctx, ins)
+		require.ErrorIs(t, err, store.ErrDuplicate)
+		require.Zero(t, e.scalar(`SELECT count(*) FROM instances`))
+	})
+	t.Run("in the caller's transaction", func(t *testing.T) {
+		tx, err := e.pool.Begin(e.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(e.ctx) }()
+		_, err = e.s.InsertTx(e.ctx, tx, batch(func(in *store.NewInstance) { in.State = json.RawMessage(`"\u0000"`) }))
+		require.ErrorIs(t, err, store.ErrInvalid)
+		require.NoError(t, tx.Rollback(e.ctx))
+		require.Zero(t, e.scalar(`SELECT count(*) FROM instances`))
+	})
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	defer cancel()
+	n, err := conn.WaitForNotification(ctx)
+	require.Error(t, err, "no notification expected, got %v", n)
+
+	// And a good batch does notify.
+	_, err = e.s.Insert(e.ctx, batch(func(*store.NewInstance) {}))
+	require.NoError(t, err)
+	ctx2, cancel2 := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel2()
+	n, err = conn.WaitForNotification(ctx2)
+	require.NoError(t, err)
+	require.Equal(t, "q", n.Payload)
+}
+
+// TestInsertBeyondParameterLimit inserts 70,000 rows in one call, more
+// than the 65,535 parameters a statement can carry were each value one,
+// through COPY and through the statement.
+func TestInsertBeyondParameterLimit(t *testing.T) {
+	for _, path := range []string{"copy", "stmt"} {
+		t.Run(path, func(t *testing.T) {
+			e := newEnv(t)
+			if path == "stmt" {
+				postgres.SetCopyInsertMin(e.s, math.MaxInt)
+			}
+			const n = 70_000
+			ins := make([]store.NewInstance, n)
+			for i := range ins {
+				key := ""
+				if i%10 == 0 {
+					key = fmt.Sprintf("acct:%d", i%100)
+				}
+				ins[i] = newInstance(key)
+			}
+			res, err := e.s.Insert(e.ctx, ins)
+			require.NoError(t, err)
+			require.Len(t, res, n)
+			for i, r := range res {
+				if r.ID != ins[i].ID || r.Duplicate {
+					t.Fatalf("result %d: %+v", i, r)
+				}
+			}
+			require.EqualValues(t, n, e.scalar(`SELECT count(*) FROM instances WHERE status = 'ready'`))
+			// The 700 rows of each key take consecutive rounds.
+			require.EqualValues(t, 699, e.scalar(`SELECT max(round) FROM instances WHERE key = 'acct:10'`))
+		})
+	}
+}
