@@ -36,8 +36,10 @@ import (
 //     buckets in bucket order. A claim never waits for a lock that a
 //     transaction freeing slots holds, so such a transaction may wait for
 //     the row locks a claim holds (see sqlPromote).
-//  4. Admission, walking the window in order; a row is admitted only when
-//     every limit admits it, and only then is anything debited:
+//  4. Admission, decided by the planner (admission.Decide, no I/O) from
+//     what steps 2 and 3 read, walking the window in order; a row is
+//     admitted only when every limit admits it, and only then is anything
+//     debited:
 //     - a row without a key needs nothing of its own;
 //     - a K = 1 key is admitted only by the claimer holding its advisory
 //     lock (a claimer that does not get it leaves the row ready for the
