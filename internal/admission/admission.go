@@ -81,6 +81,10 @@ type State struct {
 	// Buckets are the rate buckets of the window as read (a missing bucket
 	// is full).
 	Buckets map[string]gate.Bucket
+	// Rescheduled counts the rows of each bucket the claim has already
+	// rescheduled for want of a token, for a store that decides its claim
+	// row by row (nil: none): the next such row waits for one more token.
+	Rescheduled map[string]int
 }
 
 // Admitted is a row the plan admits, with the gate shard it debits (-1:
@@ -159,7 +163,10 @@ func Decide(window []Candidate, st State) Plan {
 	buckets := map[string]gate.Bucket{}
 	taken := map[string]bool{}   // K = 1 keys admitted by this plan
 	keyTaken := map[string]int{} // rows of each key admitted by this plan
-	waiting := map[string]int{}  // rows of each bucket rescheduled by this plan
+	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
+	for b, n := range st.Rescheduled {
+		waiting[b] = n
+	}
 	saturated := map[string]bool{}
 	plan.Debits = map[ShardKey]int{}
 	plan.Buckets = map[string]gate.Bucket{}

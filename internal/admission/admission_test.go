@@ -257,6 +257,18 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			name:   "rate limit: rows already rescheduled by the claim push the next one back",
+			window: []Candidate{rated(row("a", "api:1"), rl)},
+			st: state(func(st *State) {
+				st.Locked["api:1"] = true
+				st.Buckets["api"] = bucketWith(rl, 0)
+				st.Rescheduled = map[string]int{"api": 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Throttled{{"a", now.Add(3 * time.Second)}}, p.Throttled)
+			},
+		},
+		{
 			name:   "rate limit: the bucket is refilled to the claim's now",
 			window: []Candidate{rated(row("a", "api:1"), rl), rated(row("b", "api:2"), rl)},
 			st: state(func(st *State) {
@@ -334,6 +346,13 @@ func TestDecideLeavesStateAlone(t *testing.T) {
 	require.Equal(t, []Admitted{{"a", 0}}, p.Admitted)
 	require.Equal(t, 2, st.Gates["api:x"].Counters[0].Available)
 	require.Equal(t, bucketWith(rl, 1), st.Buckets["api"])
+
+	st.Buckets["api"] = bucketWith(rl, 0)
+	st.Rescheduled = map[string]int{"api": 1}
+	st.Locked["api:1"] = true
+	p = Decide([]Candidate{rated(row("b", "api:1"), rl)}, st)
+	require.Len(t, p.Throttled, 1)
+	require.Equal(t, map[string]int{"api": 1}, st.Rescheduled)
 }
 
 func TestSortedDebits(t *testing.T) {
