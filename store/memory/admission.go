@@ -142,14 +142,15 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 		}
 	}
 	p := admission.Decide([]admission.Candidate{c}, st)
+	// The plan is written as it is (only an admitted row debits anything).
+	for sk, n := range p.Debits {
+		ks.counters[sk.Shard].available -= n
+	}
+	for b, bk := range p.Buckets {
+		s.buckets[b] = bk
+	}
 	switch {
 	case len(p.Admitted) == 1:
-		for sk := range p.Debits {
-			ks.counters[sk.Shard].available -= p.Debits[sk]
-		}
-		for b, bk := range p.Buckets {
-			s.buckets[b] = bk
-		}
 		return decision{verdict: admitted, shard: p.Admitted[0].Shard}
 	case len(p.Blocked) == 1:
 		return decision{verdict: blocked}
