@@ -50,7 +50,7 @@ import (
 //     use over all its counters are below its limit, and is blocked
 //     otherwise. When another transaction holds some of its counters, it
 //     may still take a slot of a locked shard if the key's shards are clean
-//     (see cleanShards), but it is never blocked: the holder may be freeing
+//     (see admission.Decide), but it is never blocked: the holder may be freeing
 //     a slot, and its promotion might not see the row;
 //     - with a MaxActivePerKey, a keyed row is blocked while that many rows
 //     of its key execute in the queue (admitted ones included);
