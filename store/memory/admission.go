@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
@@ -42,7 +43,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	s.promoteDue(q, now)
 	pol, hasPol := s.policies[req.Queue]
 	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim
-	var skipped []*row          // due rows of workflows this worker does not know
+	var skipped []*row          // due rows of workflows this worker does not know, or left ready
 scan:
 	for _, p := range q.prios {
 		h := q.ready[p]
@@ -55,7 +56,7 @@ scan:
 				skipped = append(skipped, r)
 				continue
 			}
-			d := s.admit(r, q, pol, hasPol, now)
+			d := s.admit(r, q, pol, hasPol, waiting, now)
 			switch d.verdict {
 			case admitted:
 				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, now))
@@ -64,9 +65,11 @@ scan:
 				s.keys[r.inst.Key].blocked.add(r)
 			case throttled:
 				waiting[d.bucket]++
-				r.inst.RunAt = d.rate.Due(s.buckets[d.bucket], waiting[d.bucket])
+				r.inst.RunAt = d.runAt
 				r.inst.UpdatedAt = now
 				q.scheduled.add(r)
+			case left:
+				skipped = append(skipped, r)
 			}
 		}
 		if len(res.Claimed) >= req.Limit {
@@ -90,72 +93,71 @@ const (
 	admitted  verdict = iota
 	blocked           // its key (or the queue's per-key budget) is full
 	throttled         // its rate bucket holds no token
+	left              // left ready by a limit of the queue
 )
 
 type decision struct {
 	verdict verdict
-	shard   int            // the gate shard debited (-1: none)
-	bucket  string         // the empty bucket (throttled)
-	rate    gate.RateLimit // its limit (throttled)
+	shard   int       // the gate shard debited (-1: none)
+	bucket  string    // the empty bucket (throttled)
+	runAt   time.Time // when its token is due (throttled)
 }
 
-// admit decides whether r may execute now and, only when every limit
-// admits it, debits them all: a row with no key always passes (the
-// caller checked the queue's MaxActive); a K = 1 key when no row of the
-// key executes; a gate key when it has room, then from the shard with the
-// most free slots (lowest index first, so load spreads and the choice is
-// deterministic); the queue's MaxActivePerKey when fewer rows of the key
-// execute in the queue; a rate limit when the key's bucket, refilled to
-// now, holds a token, which it takes.
-func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, now time.Time) decision {
-	if r.inst.Key == "" {
-		return decision{verdict: admitted, shard: -1}
+// admit decides whether r may execute now, through the planner (package
+// admission) that PostgreSQL's claim calls too, on a window of r alone: it
+// builds the state the planner needs from the store (the claim holds the
+// store's lock, so every K = 1 key is locked by it and no counter is held
+// elsewhere), and applies the plan's debits. waiting counts the rows of
+// each bucket this claim already rescheduled. The caller checked the
+// queue's MaxActive and the claim's Limit.
+func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, waiting map[string]int, now time.Time) decision {
+	c := admission.Candidate{ID: r.inst.ID, Key: r.inst.Key}
+	st := admission.State{Now: now, Limit: 1, Active: q.executing, Rescheduled: waiting}
+	if hasPol {
+		st.Policy = &admission.Policy{MaxActive: pol.MaxActive, MaxActivePerKey: pol.MaxActivePerKey}
 	}
-	name := gate.NameOf(r.inst.Key)
-	ks := s.key(r.inst.Key)
-	lim, gated := s.limits.Lookup(name)
-	switch {
-	case !gated && ks.executing > 0:
-		return decision{verdict: blocked}
-	case gated:
-		s.ensureCounters(ks, lim)
-		if s.room(r.inst.Key, ks) == 0 {
-			return decision{verdict: blocked}
+	var ks *keyState
+	if c.Key != "" {
+		name := gate.NameOf(c.Key)
+		ks = s.key(c.Key)
+		st.KeyActive = map[string]int{c.Key: q.keyExec[c.Key]}
+		if lim, gated := s.limits.Lookup(name); gated {
+			s.ensureCounters(ks, lim)
+			c.Gate = &lim
+			g := admission.GateState{Counters: make([]admission.Counter, len(ks.counters))}
+			for i, ct := range ks.counters {
+				g.Counters[i] = admission.Counter{Shard: i, Capacity: ct.capacity, Available: ct.available}
+			}
+			st.Gates = map[string]admission.GateState{c.Key: g}
+		} else {
+			st.Locked = map[string]bool{c.Key: true}
+			st.Busy = map[string]bool{c.Key: ks.executing > 0}
 		}
-	}
-	if hasPol && pol.MaxActivePerKey > 0 && q.keyExec[r.inst.Key] >= pol.MaxActivePerKey {
-		return decision{verdict: blocked}
-	}
-	rate, limited := s.rates.Lookup(name)
-	var bucket string
-	if limited {
-		bucket = rate.BucketFor(r.inst.Key)
-		b, ok := s.buckets[bucket]
-		if !ok {
-			b = rate.Full(now)
-		}
-		b = rate.Refill(b, now)
-		s.buckets[bucket] = b
-		if rate.Tokens(b) < 1 {
-			return decision{verdict: throttled, bucket: bucket, rate: rate}
-		}
-	}
-	// Every limit admits the row: debit them all.
-	shard := -1
-	if gated {
-		for i, c := range ks.counters {
-			if c.available > 0 && (shard < 0 || c.available > ks.counters[shard].available) {
-				shard = i
+		if rate, limited := s.rates.Lookup(name); limited {
+			c.Rate = &rate
+			bucket := rate.BucketFor(c.Key)
+			if b, ok := s.buckets[bucket]; ok {
+				st.Buckets = map[string]gate.Bucket{bucket: b}
 			}
 		}
-		ks.counters[shard].available--
 	}
-	if limited {
-		b := s.buckets[bucket]
-		b.Credit -= rate.TokenCredit()
-		s.buckets[bucket] = b
+	p := admission.Decide([]admission.Candidate{c}, st)
+	// The plan is written as it is (only an admitted row debits anything).
+	for sk, n := range p.Debits {
+		ks.counters[sk.Shard].available -= n
 	}
-	return decision{verdict: admitted, shard: shard}
+	for b, bk := range p.Buckets {
+		s.buckets[b] = bk
+	}
+	switch {
+	case len(p.Admitted) == 1:
+		return decision{verdict: admitted, shard: p.Admitted[0].Shard}
+	case len(p.Blocked) == 1:
+		return decision{verdict: blocked}
+	case len(p.Throttled) == 1:
+		return decision{verdict: throttled, bucket: c.Rate.BucketFor(c.Key), runAt: p.Throttled[0].RunAt}
+	}
+	return decision{verdict: left}
 }
 
 // promoteDue moves the rows of q whose run time has come from the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 )
@@ -35,8 +36,10 @@ import (
 //     buckets in bucket order. A claim never waits for a lock that a
 //     transaction freeing slots holds, so such a transaction may wait for
 //     the row locks a claim holds (see sqlPromote).
-//  4. Admission, walking the window in order; a row is admitted only when
-//     every limit admits it, and only then is anything debited:
+//  4. Admission, decided by the planner (admission.Decide, no I/O) from
+//     what steps 2 and 3 read, walking the window in order; a row is
+//     admitted only when every limit admits it, and only then is anything
+//     debited:
 //     - a row without a key needs nothing of its own;
 //     - a K = 1 key is admitted only by the claimer holding its advisory
 //     lock (a claimer that does not get it leaves the row ready for the
@@ -47,7 +50,7 @@ import (
 //     use over all its counters are below its limit, and is blocked
 //     otherwise. When another transaction holds some of its counters, it
 //     may still take a slot of a locked shard if the key's shards are clean
-//     (see cleanShards), but it is never blocked: the holder may be freeing
+//     (see admission.Decide), but it is never blocked: the holder may be freeing
 //     a slot, and its promotion might not see the row;
 //     - with a MaxActivePerKey, a keyed row is blocked while that many rows
 //     of its key execute in the queue (admitted ones included);
@@ -92,19 +95,6 @@ const (
 	backlogChunk = 1000
 )
 
-type candidate struct {
-	id     string
-	key    string
-	limit  *int32 // nil: K = 1
-	shards *int32
-	rate   *gate.RateLimit // nil: none
-}
-
-type admitted struct {
-	id    string
-	shard int // -1: no counter debited
-}
-
 type slotRow struct {
 	shard, capacity, available int
 }
@@ -120,7 +110,7 @@ type claimContext struct {
 	maxActive, perKey *int32    // the queue's policy (nil: none)
 	queue             string
 	limit             int
-	candidates        []candidate
+	candidates        []admission.Candidate
 	nextDue           *time.Time
 }
 
@@ -154,15 +144,19 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	})
 	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
 		var (
-			c              candidate
+			c              admission.Candidate
+			limit, shards  *int32
 			rLimit, rBurst *int32
 			rPeriod        *int64
 			rPerKey        *bool
 		)
-		_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.limit, &c.shards, &rLimit, &rPeriod, &rBurst, &rPerKey}, func() error {
-			c.rate = nil
+		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey}, func() error {
+			c.Gate, c.Rate = nil, nil
+			if limit != nil {
+				c.Gate = &gate.Limit{Name: gate.NameOf(c.Key), Limit: int(*limit), Shards: int(*shards)}
+			}
 			if rLimit != nil {
-				c.rate = &gate.RateLimit{Name: gate.NameOf(c.key), Limit: int(*rLimit),
+				c.Rate = &gate.RateLimit{Name: gate.NameOf(c.Key), Limit: int(*rLimit),
 					Period: time.Duration(*rPeriod) * time.Microsecond, Burst: int(*rBurst), PerKey: *rPerKey}
 			}
 			cc.candidates = append(cc.candidates, c)
@@ -182,23 +176,27 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 
 	var res store.ClaimResult
 	b = &pgx.Batch{}
-	if len(plan.debits) > 0 {
-		keys, shards, ns := shardCounts(plan.debits)
+	if len(plan.Debits) > 0 {
+		sks := plan.SortedDebits()
+		keys, shards, ns := make([]string, len(sks)), make([]int32, len(sks)), make([]int32, len(sks))
+		for i, sk := range sks {
+			keys[i], shards[i], ns[i] = sk.Key, int32(sk.Shard), int32(plan.Debits[sk])
+		}
 		b.Queue(s.q(sqlDebit), keys, shards, ns)
 	}
-	if len(plan.buckets) > 0 {
-		ids := mapKeys(plan.buckets)
+	if len(plan.Buckets) > 0 {
+		ids := mapKeys(plan.Buckets)
 		credits, ats := make([]int64, len(ids)), make([]time.Time, len(ids))
 		for i, id := range ids {
-			credits[i], ats[i] = plan.buckets[id].Credit, plan.buckets[id].At
+			credits[i], ats[i] = plan.Buckets[id].Credit, plan.Buckets[id].At
 		}
 		b.Queue(s.q(sqlBucketsSet), ids, credits, ats)
 	}
-	if len(plan.admitted) > 0 {
-		ids := make([]string, len(plan.admitted))
-		shards := make([]int32, len(plan.admitted))
-		for i, a := range plan.admitted {
-			ids[i], shards[i] = a.id, int32(a.shard)
+	if len(plan.Admitted) > 0 {
+		ids := make([]string, len(plan.Admitted))
+		shards := make([]int32, len(plan.Admitted))
+		for i, a := range plan.Admitted {
+			ids[i], shards[i] = a.ID, int32(a.Shard)
 		}
 		b.Queue(s.q(sqlClaim), ids, req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -211,22 +209,27 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 			return rows.Err()
 		})
 	}
-	if len(plan.throttled) > 0 {
-		b.Queue(s.q(sqlThrottle), plan.throttled, plan.throttledAt, cc.now)
+	var throttled []string
+	var throttledAt []time.Time
+	for _, t := range plan.Throttled {
+		throttled, throttledAt = append(throttled, t.ID), append(throttledAt, t.RunAt)
+	}
+	if len(throttled) > 0 {
+		b.Queue(s.q(sqlThrottle), throttled, throttledAt, cc.now)
 	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
-	if len(plan.blocked) > 0 {
-		b.Queue(s.q(sqlBlock), plan.blocked, now)
+	if len(plan.Blocked) > 0 {
+		b.Queue(s.q(sqlBlock), plan.Blocked, now)
 	}
-	if len(plan.saturated) > 0 {
-		b.Queue(s.q(sqlBlockBacklog), plan.saturated, backlogChunk, now)
+	if len(plan.Saturated) > 0 {
+		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now)
 	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 	if len(res.Claimed) < req.Limit {
 		next := fromPtr(cc.nextDue)
-		for _, at := range plan.throttledAt {
+		for _, at := range throttledAt {
 			if next.IsZero() || at.Before(next) {
 				next = at
 			}
@@ -236,25 +239,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	return res, nil
 }
 
-// admissionPlan is what admit decided for the window.
-type admissionPlan struct {
-	admitted  []admitted
-	blocked   []string // ids of window rows whose key (or per-key budget) is full
-	saturated []string // saturated keys, sorted: their backlog is blocked too
-	debits    map[shardKey]int
-	// buckets are the rate buckets tokens were taken from, as they are now.
-	buckets map[string]gate.Bucket
-	// throttled are window rows that found their bucket empty, rescheduled
-	// to throttledAt.
-	throttled   []string
-	throttledAt []time.Time
-}
-
-// admit applies the admission rules to the window (in claim order),
-// taking the locks it needs in the documented order.
-func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admissionPlan, error) {
+// admit reads the state of the window's keys and queue, taking the locks
+// admission needs in the documented order, and hands it to the planner
+// (package admission), which decides; the caller writes the plan.
+func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admission.Plan, error) {
 	var (
-		plan      admissionPlan
 		oneKeys   []string                  // K = 1 keys of the window
 		gateKeys  []string                  // gated keys of the window
 		allKeys   []string                  // every key of the window
@@ -262,20 +251,20 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 		bucketCap = map[string]int64{}      // rate bucket -> its capacity
 	)
 	for _, c := range cc.candidates {
-		if c.key == "" {
+		if c.Key == "" {
 			continue
 		}
-		allKeys = append(allKeys, c.key)
-		if c.rate != nil {
-			bucketCap[c.rate.BucketFor(c.key)] = c.rate.Capacity()
+		allKeys = append(allKeys, c.Key)
+		if c.Rate != nil {
+			bucketCap[c.Rate.BucketFor(c.Key)] = c.Rate.Capacity()
 		}
 		switch {
-		case c.limit == nil:
-			oneKeys = append(oneKeys, c.key)
+		case c.Gate == nil:
+			oneKeys = append(oneKeys, c.Key)
 		default:
-			if _, ok := gateLimit[c.key]; !ok {
-				gateLimit[c.key] = gate.Limit{Name: gate.NameOf(c.key), Limit: int(*c.limit), Shards: int(*c.shards)}
-				gateKeys = append(gateKeys, c.key)
+			if _, ok := gateLimit[c.Key]; !ok {
+				gateLimit[c.Key] = *c.Gate
+				gateKeys = append(gateKeys, c.Key)
 			}
 		}
 	}
@@ -285,19 +274,21 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 	}
 	slices.Sort(gateKeys)
 
-	hasPolicy := cc.maxActive != nil
-	active := 0                   // executing rows of the queue
-	keyActive := map[string]int{} // executing rows of each window key in the queue
-	locked := map[string]bool{}   // K = 1 keys whose advisory lock this claim holds
-	busy := map[string]bool{}     // K = 1 keys with an executing row
-	slots := map[string][]slotRow{}
-	heldGate := map[string]bool{}    // gate keys with a counter another transaction holds
-	gateCounters := map[string]int{} // how many counters each held gate key has
-	buckets := map[string]gate.Bucket{}
+	st := admission.State{
+		Now:       cc.now,
+		Limit:     cc.limit,
+		Locked:    map[string]bool{},
+		Busy:      map[string]bool{},
+		Gates:     map[string]admission.GateState{},
+		KeyActive: map[string]int{},
+		Buckets:   map[string]gate.Bucket{},
+	}
 	b := &pgx.Batch{}
-	if hasPolicy {
-		var perKeyKeys []string
+	if cc.maxActive != nil {
+		st.Policy = &admission.Policy{MaxActive: int(*cc.maxActive)}
+		perKeyKeys := []string{}
 		if cc.perKey != nil {
+			st.Policy.MaxActivePerKey = int(*cc.perKey)
 			perKeyKeys = allKeys
 		}
 		if perKeyKeys == nil {
@@ -309,9 +300,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 			var n int64
 			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
 				if k == "" {
-					active = int(n)
+					st.Active = int(n)
 				} else {
-					keyActive[k] = int(n)
+					st.KeyActive[k] = int(n)
 				}
 				return nil
 			})
@@ -324,7 +315,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 			var got bool
 			_, err := pgx.ForEachRow(rows, []any{&got}, func() error {
 				if got {
-					locked[oneKeys[i]] = true
+					st.Locked[oneKeys[i]] = true
 				}
 				i++
 				return nil
@@ -333,7 +324,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 		})
 		b.Queue(s.q(sqlKeyBusy), oneKeys).Query(func(rows pgx.Rows) error {
 			var k string
-			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { busy[k] = true; return nil })
+			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { st.Busy[k] = true; return nil })
 			return err
 		})
 	}
@@ -348,9 +339,11 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 		b.Queue(s.q(sqlSlotsEnsure), keys, shards, caps)
 		b.Queue(s.q(sqlSlotsTryLock), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
-			var r slotRow
-			_, err := pgx.ForEachRow(rows, []any{&k, &r.shard, &r.capacity, &r.available}, func() error {
-				slots[k] = append(slots[k], r)
+			var r admission.Counter
+			_, err := pgx.ForEachRow(rows, []any{&k, &r.Shard, &r.Capacity, &r.Available}, func() error {
+				g := st.Gates[k]
+				g.Counters = append(g.Counters, r)
+				st.Gates[k] = g
 				return nil
 			})
 			return err
@@ -359,9 +352,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 			var k string
 			var n int64
 			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
-				if len(slots[k]) < int(n) {
-					heldGate[k] = true
-					gateCounters[k] = int(n)
+				if g := st.Gates[k]; len(g.Counters) < int(n) {
+					g.HeldElsewhere, g.Count = true, int(n)
+					st.Gates[k] = g
 				}
 				return nil
 			})
@@ -379,7 +372,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 			var id string
 			var bk gate.Bucket
 			_, err := pgx.ForEachRow(rows, []any{&id, &bk.Credit, &bk.At}, func() error {
-				buckets[id] = bk
+				st.Buckets[id] = bk
 				return nil
 			})
 			return err
@@ -387,138 +380,10 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext) (admiss
 	}
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return plan, fmt.Errorf("admission locks: %w", err)
+			return admission.Plan{}, fmt.Errorf("admission locks: %w", err)
 		}
 	}
-
-	// A gate key's slots in use, over all its counters: a claim admits only
-	// while this is below the limit, whatever the shard counters say (after
-	// a limit is lowered or re-sharded, shards may hold more than the new
-	// limit gives them until their rows finish).
-	inUse := map[string]int{}
-	for k, rows := range slots {
-		for _, r := range rows {
-			inUse[k] += r.capacity - r.available
-		}
-	}
-	taken := map[string]bool{}   // K = 1 keys admitted by this claim
-	keyTaken := map[string]int{} // rows of each key admitted by this claim
-	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
-	saturated := map[string]bool{}
-	plan.debits = map[shardKey]int{}
-	plan.buckets = map[string]gate.Bucket{}
-	for _, c := range cc.candidates {
-		// The key: K = 1 or a gate.
-		best := -1
-		switch {
-		case c.key == "":
-		case c.limit == nil:
-			if !locked[c.key] {
-				continue // another claim or an outcome holds the key: leave the row ready
-			}
-			if busy[c.key] || taken[c.key] {
-				plan.blocked = append(plan.blocked, c.id)
-				saturated[c.key] = true
-				continue
-			}
-		default:
-			lim := gateLimit[c.key]
-			rows := slots[c.key]
-			held := heldGate[c.key]
-			if held && !cleanShards(lim, rows, gateCounters[c.key]) {
-				continue // mid re-shard with a counter held elsewhere: leave the row ready
-			}
-			// With every counter locked, the slots in use over all of them
-			// must be below the limit; with some held elsewhere the shards
-			// are clean (their capacities add up to the limit), so each
-			// locked shard's own capacity bounds it.
-			if held || inUse[c.key] < lim.Limit {
-				for i, r := range rows {
-					if r.shard < lim.Shards && r.available > 0 && (best < 0 || r.available > rows[best].available) {
-						best = i
-					}
-				}
-			}
-			if best < 0 {
-				if held {
-					// The holder may be freeing a slot, and its promotion may
-					// not see a row blocked now: leave the row ready.
-					continue
-				}
-				plan.blocked = append(plan.blocked, c.id)
-				saturated[c.key] = true
-				continue
-			}
-		}
-		// The queue's budgets.
-		if c.key != "" && cc.perKey != nil && keyActive[c.key]+keyTaken[c.key] >= int(*cc.perKey) {
-			plan.blocked = append(plan.blocked, c.id)
-			continue
-		}
-		if len(plan.admitted) >= cc.limit || (hasPolicy && active+len(plan.admitted) >= int(*cc.maxActive)) {
-			continue // full: the row stays ready
-		}
-		// The rate limit.
-		var bucket string
-		if c.rate != nil {
-			bucket = c.rate.BucketFor(c.key)
-			bk := c.rate.Refill(buckets[bucket], cc.now)
-			buckets[bucket] = bk
-			if c.rate.Tokens(bk) < 1 {
-				waiting[bucket]++
-				plan.throttled = append(plan.throttled, c.id)
-				plan.throttledAt = append(plan.throttledAt, c.rate.Due(bk, waiting[bucket]))
-				continue
-			}
-		}
-		// Every limit admits the row: debit them all.
-		shard := -1
-		switch {
-		case c.key == "":
-		case c.limit == nil:
-			taken[c.key] = true
-		default:
-			rows := slots[c.key]
-			rows[best].available--
-			inUse[c.key]++
-			shard = rows[best].shard
-			plan.debits[shardKey{c.key, shard}]++
-		}
-		if c.rate != nil {
-			bk := buckets[bucket]
-			bk.Credit -= c.rate.TokenCredit()
-			buckets[bucket], plan.buckets[bucket] = bk, bk
-		}
-		if c.key != "" {
-			keyTaken[c.key]++
-		}
-		plan.admitted = append(plan.admitted, admitted{id: c.id, shard: shard})
-	}
-	for k := range saturated {
-		plan.saturated = append(plan.saturated, k)
-	}
-	slices.Sort(plan.saturated)
-	return plan, nil
-}
-
-// cleanShards reports whether a gate key's counters are as its limit makes
-// them: n counters in all (locked or not), one per shard, and each locked
-// one with its shard's capacity. Their capacities then add up to the limit,
-// so admitting on the locked shards alone, each within its own capacity,
-// cannot exceed the limit whatever the others hold. A limit change rewrites
-// every counter in one transaction (SyncKeyLimits), so the locked counters
-// show the same state as the others.
-func cleanShards(lim gate.Limit, locked []slotRow, n int) bool {
-	caps := lim.ShardCapacities()
-	if n != len(caps) {
-		return false
-	}
-	for _, r := range locked {
-		if r.shard >= len(caps) || r.capacity != caps[r.shard] {
-			return false
-		}
-	}
-	return true
+	return admission.Decide(cc.candidates, st), nil
 }
 
 // shardCounts flattens per-(key, shard) counts into sorted arrays.

@@ -1,0 +1,316 @@
+// Package admission decides which rows of a claim's window are admitted,
+// in one pure function that a store calls between reading (and locking) the
+// state of the window's keys and writing the outcome. The rules are the
+// store package's (see store.Store, Admission); this package is where they
+// are decided, so that every backend decides them the same way: Decide
+// takes the window and the State read for it and returns the Plan.
+//
+// Decide does no I/O and reads no clock: everything it needs (the claim's
+// now, the locks the claimer got, the counters and buckets as read) is in
+// its arguments, and everything it decides (admitted rows and their shards,
+// blocked rows, rescheduled rows, debits, buckets) is in its result.
+package admission
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+)
+
+// Candidate is a ready row of the window, in claim order.
+type Candidate struct {
+	// ID is the row's id.
+	ID string
+	// Key is the row's concurrency key ("" for none).
+	Key string
+	// Gate is the limit of the key's name; nil means K = 1 (when Key is set).
+	// Every candidate of one key carries the same limit.
+	Gate *gate.Limit
+	// Rate is the rate limit of the key's name (nil: none).
+	Rate *gate.RateLimit
+}
+
+// Counter is one slot counter of a gate key: a shard with its capacity and
+// how many of its slots are free (negative when the shard is in debt after
+// its limit was lowered).
+type Counter struct {
+	Shard, Capacity, Available int
+}
+
+// GateState is what a claimer read of a gate key's counters.
+type GateState struct {
+	// Counters are the counters this claimer locked, in shard order.
+	Counters []Counter
+	// HeldElsewhere is true when another transaction holds some of the
+	// key's counters; Count is then how many counters the key has in all.
+	HeldElsewhere bool
+	Count         int
+}
+
+// Policy is a queue's concurrency policy.
+type Policy struct {
+	// MaxActive is the most rows of the queue executing at once.
+	MaxActive int
+	// MaxActivePerKey, when positive, is the most rows of one key
+	// executing at once in the queue.
+	MaxActivePerKey int
+}
+
+// State is what a claimer read, under its locks, about the window's keys
+// and its queue.
+type State struct {
+	// Now is the claim's now: buckets are refilled to it.
+	Now time.Time
+	// Limit is the most rows the claim admits.
+	Limit int
+	// Locked holds the K = 1 keys whose lock this claimer holds; a K = 1
+	// key not in it is held by another transaction.
+	Locked map[string]bool
+	// Busy holds the K = 1 keys with an executing row.
+	Busy map[string]bool
+	// Gates holds the state of each gate key of the window.
+	Gates map[string]GateState
+	// Policy is the queue's policy (nil: none). Active is how many rows of
+	// the queue execute and KeyActive how many of each key do in the queue
+	// (read only when the policy has a MaxActivePerKey).
+	Policy    *Policy
+	Active    int
+	KeyActive map[string]int
+	// Buckets are the rate buckets of the window as read (a missing bucket
+	// is full).
+	Buckets map[string]gate.Bucket
+	// Rescheduled counts the rows of each bucket the claim has already
+	// rescheduled for want of a token, for a store that decides its claim
+	// row by row (nil: none): the next such row waits for one more token.
+	Rescheduled map[string]int
+}
+
+// Admitted is a row the plan admits, with the gate shard it debits (-1:
+// none).
+type Admitted struct {
+	ID    string
+	Shard int
+}
+
+// Throttled is a row that found its bucket empty, rescheduled to RunAt (it
+// keeps its place in its round).
+type Throttled struct {
+	ID    string
+	RunAt time.Time
+}
+
+// ShardKey names one counter: a gate key and a shard.
+type ShardKey struct {
+	Key   string
+	Shard int
+}
+
+// Plan is what admission decided for a window.
+type Plan struct {
+	// Admitted are the admitted rows, in claim order.
+	Admitted []Admitted
+	// Blocked are the rows whose key (or per-key budget) is full, in claim
+	// order: they leave the pick path.
+	Blocked []string
+	// Saturated are the keys found full, sorted: their backlog beyond the
+	// window is blocked too.
+	Saturated []string
+	// Throttled are the rows rescheduled for want of a token, in claim order.
+	Throttled []Throttled
+	// Debits counts the slots taken from each counter.
+	Debits map[ShardKey]int
+	// Buckets are the buckets tokens were taken from, as they now are.
+	Buckets map[string]gate.Bucket
+}
+
+// Decide walks the window in claim order and admits each row that every
+// limit admits, debiting them only then:
+//
+//   - a row without a key needs nothing of its own;
+//   - a K = 1 key needs this claimer to hold its lock (otherwise the row is
+//     left ready) and no executing row; the key's further rows are blocked;
+//   - a gate key needs a shard with a free slot (the one with the most, the
+//     first on ties) while its slots in use are below its limit, and is
+//     blocked otherwise; when another transaction holds some of its
+//     counters, it may use the locked shards if the key's shards are clean
+//     (see cleanShards), and is otherwise left ready, never blocked;
+//   - a keyed row is blocked while its key has MaxActivePerKey rows
+//     executing in the queue, admitted ones included;
+//   - rows are left ready once the claim's Limit, or the queue's MaxActive,
+//     is reached;
+//   - a rate-limited key needs a token in its bucket refilled to Now; the
+//     i-th row of a bucket refused one is rescheduled to when the bucket
+//     holds i tokens.
+//
+// Decide does not modify st.
+func Decide(window []Candidate, st State) Plan {
+	var plan Plan
+	// The counters are debited as rows are admitted: work on copies.
+	counters := map[string][]Counter{}
+	// A gate key's slots in use, over all its counters: a claim admits only
+	// while this is below the limit, whatever the shard counters say (after
+	// a limit is lowered or re-sharded, shards may hold more than the new
+	// limit gives them until their rows finish).
+	inUse := map[string]int{}
+	for k, g := range st.Gates {
+		counters[k] = slices.Clone(g.Counters)
+		for _, c := range g.Counters {
+			inUse[k] += c.Capacity - c.Available
+		}
+	}
+	buckets := map[string]gate.Bucket{}
+	taken := map[string]bool{}   // K = 1 keys admitted by this plan
+	keyTaken := map[string]int{} // rows of each key admitted by this plan
+	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
+	for b, n := range st.Rescheduled {
+		waiting[b] = n
+	}
+	saturated := map[string]bool{}
+	plan.Debits = map[ShardKey]int{}
+	plan.Buckets = map[string]gate.Bucket{}
+	for _, c := range window {
+		// The key: K = 1 or a gate.
+		best := -1
+		switch {
+		case c.Key == "":
+		case c.Gate == nil:
+			if !st.Locked[c.Key] {
+				continue // another claim or an outcome holds the key: leave the row ready
+			}
+			if st.Busy[c.Key] || taken[c.Key] {
+				plan.Blocked = append(plan.Blocked, c.ID)
+				saturated[c.Key] = true
+				continue
+			}
+		default:
+			lim := *c.Gate
+			rows := counters[c.Key]
+			g := st.Gates[c.Key]
+			held := g.HeldElsewhere
+			if held && !cleanShards(lim, rows, g.Count) {
+				continue // mid re-shard with a counter held elsewhere: leave the row ready
+			}
+			// With every counter locked, the slots in use over all of them
+			// must be below the limit; with some held elsewhere the shards
+			// are clean (their capacities add up to the limit), so each
+			// locked shard's own capacity bounds it.
+			if held || inUse[c.Key] < lim.Limit {
+				best = pickShard(lim, rows)
+			}
+			if best < 0 {
+				if held {
+					// The holder may be freeing a slot, and its promotion may
+					// not see a row blocked now: leave the row ready.
+					continue
+				}
+				plan.Blocked = append(plan.Blocked, c.ID)
+				saturated[c.Key] = true
+				continue
+			}
+		}
+		// The queue's budgets.
+		if c.Key != "" && st.Policy != nil && st.Policy.MaxActivePerKey > 0 &&
+			st.KeyActive[c.Key]+keyTaken[c.Key] >= st.Policy.MaxActivePerKey {
+			plan.Blocked = append(plan.Blocked, c.ID)
+			continue
+		}
+		if len(plan.Admitted) >= st.Limit || (st.Policy != nil && st.Active+len(plan.Admitted) >= st.Policy.MaxActive) {
+			continue // full: the row stays ready
+		}
+		// The rate limit.
+		var bucket string
+		if c.Rate != nil {
+			bucket = c.Rate.BucketFor(c.Key)
+			bk, ok := buckets[bucket]
+			if !ok {
+				bk, ok = st.Buckets[bucket]
+				if !ok {
+					bk = c.Rate.Full(st.Now)
+				}
+			}
+			bk = c.Rate.Refill(bk, st.Now)
+			buckets[bucket] = bk
+			if c.Rate.Tokens(bk) < 1 {
+				waiting[bucket]++
+				plan.Throttled = append(plan.Throttled, Throttled{ID: c.ID, RunAt: c.Rate.Due(bk, waiting[bucket])})
+				continue
+			}
+		}
+		// Every limit admits the row: debit them all.
+		shard := -1
+		switch {
+		case c.Key == "":
+		case c.Gate == nil:
+			taken[c.Key] = true
+		default:
+			rows := counters[c.Key]
+			rows[best].Available--
+			inUse[c.Key]++
+			shard = rows[best].Shard
+			plan.Debits[ShardKey{c.Key, shard}]++
+		}
+		if c.Rate != nil {
+			bk := buckets[bucket]
+			bk.Credit -= c.Rate.TokenCredit()
+			buckets[bucket], plan.Buckets[bucket] = bk, bk
+		}
+		if c.Key != "" {
+			keyTaken[c.Key]++
+		}
+		plan.Admitted = append(plan.Admitted, Admitted{ID: c.ID, Shard: shard})
+	}
+	for k := range saturated {
+		plan.Saturated = append(plan.Saturated, k)
+	}
+	slices.Sort(plan.Saturated)
+	return plan
+}
+
+// pickShard returns the index in rows of the counter a gate row debits:
+// the one of a current shard (below lim.Shards) with the most free slots,
+// the first of them on ties, so that load spreads and the choice is
+// deterministic; -1 when no shard has a free slot.
+func pickShard(lim gate.Limit, rows []Counter) int {
+	best := -1
+	for i, r := range rows {
+		if r.Shard < lim.Shards && r.Available > 0 && (best < 0 || r.Available > rows[best].Available) {
+			best = i
+		}
+	}
+	return best
+}
+
+// cleanShards reports whether a gate key's counters are as its limit makes
+// them: n counters in all (locked or not), one per shard, and each locked
+// one with its shard's capacity. Their capacities then add up to the limit,
+// so admitting on the locked shards alone, each within its own capacity,
+// cannot exceed the limit whatever the others hold. A limit change rewrites
+// every counter in one transaction, so the locked counters show the same
+// state as the others.
+func cleanShards(lim gate.Limit, locked []Counter, n int) bool {
+	caps := lim.ShardCapacities()
+	if n != len(caps) {
+		return false
+	}
+	for _, r := range locked {
+		if r.Shard >= len(caps) || r.Capacity != caps[r.Shard] {
+			return false
+		}
+	}
+	return true
+}
+
+// SortedDebits returns the debits of p sorted by (key, shard): the order in
+// which a store locks and writes counters.
+func (p Plan) SortedDebits() []ShardKey {
+	sks := make([]ShardKey, 0, len(p.Debits))
+	for sk := range p.Debits {
+		sks = append(sks, sk)
+	}
+	slices.SortFunc(sks, func(a, b ShardKey) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Shard, b.Shard))
+	})
+	return sks
+}

@@ -1,0 +1,361 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/gate"
+)
+
+var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func row(id, key string) Candidate { return Candidate{ID: id, Key: key} }
+
+func gated(id, key string, limit, shards int) Candidate {
+	return Candidate{ID: id, Key: key, Gate: &gate.Limit{Name: gate.NameOf(key), Limit: limit, Shards: shards}}
+}
+
+func rated(c Candidate, r gate.RateLimit) Candidate {
+	c.Rate = &r
+	return c
+}
+
+// perSecond is a rate limit of one token a second, with a burst of burst.
+func perSecond(name string, burst int) gate.RateLimit {
+	return gate.RateLimit{Name: name, Limit: 1, Period: time.Second, Burst: burst}
+}
+
+// bucketWith is a bucket holding tokens whole tokens of r, as of now.
+func bucketWith(r gate.RateLimit, tokens int) gate.Bucket {
+	return gate.Bucket{Credit: int64(tokens) * r.TokenCredit(), At: now}
+}
+
+func state(mut func(*State)) State {
+	st := State{Now: now, Limit: 10, Locked: map[string]bool{}, Busy: map[string]bool{},
+		Gates: map[string]GateState{}, KeyActive: map[string]int{}, Buckets: map[string]gate.Bucket{}}
+	if mut != nil {
+		mut(&st)
+	}
+	return st
+}
+
+// counters is a fully locked gate key's state with the given available
+// slots per shard and capacities caps.
+func counters(caps, avail []int) GateState {
+	var g GateState
+	for i := range caps {
+		g.Counters = append(g.Counters, Counter{Shard: i, Capacity: caps[i], Available: avail[i]})
+	}
+	return g
+}
+
+func ids(p Plan) []string {
+	var out []string
+	for _, a := range p.Admitted {
+		out = append(out, a.ID)
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	rl := perSecond("api", 2)
+	for _, tc := range []struct {
+		name   string
+		window []Candidate
+		st     State
+		check  func(t *testing.T, p Plan)
+	}{
+		{
+			name:   "a row without a key is always admitted",
+			window: []Candidate{row("a", ""), row("b", ""), row("c", "")},
+			st:     state(func(st *State) { st.Policy = &Policy{MaxActive: 100, MaxActivePerKey: 1} }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Admitted{{"a", -1}, {"b", -1}, {"c", -1}}, p.Admitted)
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Debits)
+			},
+		},
+		{
+			name:   "K = 1: the first row is admitted with the key's lock, the key's further rows are blocked",
+			window: []Candidate{row("a1", "acct:1"), row("b1", "acct:2"), row("a2", "acct:1"), row("a3", "acct:1")},
+			st:     state(func(st *State) { st.Locked["acct:1"], st.Locked["acct:2"] = true, true }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Admitted{{"a1", -1}, {"b1", -1}}, p.Admitted)
+				require.Equal(t, []string{"a2", "a3"}, p.Blocked)
+				require.Equal(t, []string{"acct:1"}, p.Saturated)
+			},
+		},
+		{
+			name:   "K = 1: a busy key is blocked",
+			window: []Candidate{row("a1", "acct:1"), row("x", "")},
+			st:     state(func(st *State) { st.Locked["acct:1"], st.Busy["acct:1"] = true, true }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"x"}, ids(p))
+				require.Equal(t, []string{"a1"}, p.Blocked)
+				require.Equal(t, []string{"acct:1"}, p.Saturated)
+			},
+		},
+		{
+			name:   "K = 1: a lock held elsewhere leaves the rows ready",
+			window: []Candidate{row("a1", "acct:1"), row("a2", "acct:1"), row("x", "")},
+			st:     state(func(st *State) { st.Busy["acct:1"] = true }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"x"}, ids(p))
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Saturated)
+				require.Empty(t, p.Throttled)
+			},
+		},
+		{
+			name:   "gate: admitted while a shard has room, then blocked",
+			window: []Candidate{gated("a", "api:x", 2, 1), gated("b", "api:x", 2, 1), gated("c", "api:x", 2, 1)},
+			st:     state(func(st *State) { st.Gates["api:x"] = counters([]int{2}, []int{2}) }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Admitted{{"a", 0}, {"b", 0}}, p.Admitted)
+				require.Equal(t, []string{"c"}, p.Blocked)
+				require.Equal(t, []string{"api:x"}, p.Saturated)
+				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 2}, p.Debits)
+			},
+		},
+		{
+			name:   "gate: slots in use at the limit block even when a shard shows room",
+			window: []Candidate{gated("a", "api:x", 2, 2)},
+			// The limit was lowered to 2 (1+1) but shard 0 still holds 2 executing rows of capacity 3.
+			st: state(func(st *State) {
+				st.Gates["api:x"] = GateState{Counters: []Counter{{0, 3, 1}, {1, 1, 1}}}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Admitted)
+				require.Equal(t, []string{"a"}, p.Blocked)
+				require.Empty(t, p.Debits)
+			},
+		},
+		{
+			name:   "gate: the shard with the most free slots, the lowest on ties, and never a shard beyond the limit's",
+			window: []Candidate{gated("a", "api:x", 9, 3), gated("b", "api:x", 9, 3), gated("c", "api:x", 9, 3), gated("d", "api:x", 9, 3)},
+			st: state(func(st *State) {
+				// Shard 3 is left from a wider sharding: it must not be used.
+				st.Gates["api:x"] = GateState{Counters: []Counter{{0, 3, 1}, {1, 3, 2}, {2, 3, 2}, {3, 3, 3}}}
+			}),
+			check: func(t *testing.T, p Plan) {
+				// in use 2+1+1+0 = 4 < 9: (1,2) ties, take 1; then 2 has most; then 0,1,2 tie at 1: take 0.
+				require.Equal(t, []Admitted{{"a", 1}, {"b", 2}, {"c", 0}, {"d", 1}}, p.Admitted)
+				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 1, {"api:x", 1}: 2, {"api:x", 2}: 1}, p.Debits)
+			},
+		},
+		{
+			name:   "gate held elsewhere with clean shards: the locked shards are used, then the rows stay ready",
+			window: []Candidate{gated("a", "api:x", 4, 2), gated("b", "api:x", 4, 2), gated("c", "api:x", 4, 2)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = GateState{Counters: []Counter{{1, 2, 2}}, HeldElsewhere: true, Count: 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Admitted{{"a", 1}, {"b", 1}}, p.Admitted)
+				require.Empty(t, p.Blocked, "the holder may be freeing a slot: never blocked")
+				require.Empty(t, p.Saturated)
+			},
+		},
+		{
+			name:   "gate held elsewhere mid re-shard: the rows stay ready",
+			window: []Candidate{gated("a", "api:x", 4, 2)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = GateState{Counters: []Counter{{1, 2, 2}}, HeldElsewhere: true, Count: 3}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Admitted)
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Debits)
+			},
+		},
+		{
+			name:   "gate with every counter held elsewhere: the rows stay ready",
+			window: []Candidate{gated("a", "api:x", 4, 2)},
+			st:     state(func(st *State) { st.Gates["api:x"] = GateState{HeldElsewhere: true, Count: 2} }),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Admitted)
+				require.Empty(t, p.Blocked)
+			},
+		},
+		{
+			name:   "MaxActivePerKey blocks a key's rows once it is reached, admitted ones included",
+			window: []Candidate{gated("a", "api:x", 9, 1), gated("b", "api:x", 9, 1), gated("c", "api:x", 9, 1), row("x", "")},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{9}, []int{8})
+				st.Policy = &Policy{MaxActive: 100, MaxActivePerKey: 2}
+				st.Active, st.KeyActive["api:x"] = 1, 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "x"}, ids(p))
+				require.Equal(t, []string{"b", "c"}, p.Blocked)
+				require.Empty(t, p.Saturated, "the key itself has room")
+				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 1}, p.Debits)
+			},
+		},
+		{
+			name:   "MaxActive leaves rows ready",
+			window: []Candidate{row("a", ""), row("b", "acct:1"), row("c", ""), row("d", "acct:2")},
+			st: state(func(st *State) {
+				st.Locked["acct:1"], st.Locked["acct:2"] = true, true
+				st.Policy = &Policy{MaxActive: 3}
+				st.Active = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "b"}, ids(p))
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Throttled)
+			},
+		},
+		{
+			name:   "the claim's Limit leaves rows ready",
+			window: []Candidate{row("a", ""), row("b", ""), gated("c", "api:x", 5, 1), row("d", "")},
+			st: state(func(st *State) {
+				st.Limit = 2
+				st.Gates["api:x"] = counters([]int{5}, []int{5})
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "b"}, ids(p))
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Debits)
+			},
+		},
+		{
+			name: "composition: rows a busy K = 1 key blocks take no token",
+			window: []Candidate{
+				rated(row("a", "api:1"), rl), rated(row("b", "api:1"), rl), rated(row("c", "api:1"), rl), rated(row("d", "api:1"), rl),
+			},
+			st: state(func(st *State) {
+				st.Locked["api:1"] = true
+				st.Buckets["api"] = bucketWith(rl, 2)
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Equal(t, []string{"b", "c", "d"}, p.Blocked)
+				require.Empty(t, p.Throttled)
+				require.Equal(t, bucketWith(rl, 1), p.Buckets["api"])
+			},
+		},
+		{
+			name: "rate limit: a row needs a token; the i-th refused row of a bucket waits for i tokens and stays ready",
+			window: []Candidate{
+				rated(row("a", "api:1"), rl), rated(row("b", "api:2"), rl), rated(row("c", "api:3"), rl), rated(row("x", "web:1"), perSecond("web", 1)),
+			},
+			st: state(func(st *State) {
+				for _, k := range []string{"api:1", "api:2", "api:3", "web:1"} {
+					st.Locked[k] = true
+				}
+				st.Buckets["api"] = bucketWith(rl, 1)
+				// web's bucket is missing: it starts full.
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "x"}, ids(p))
+				require.Equal(t, []Throttled{{"b", now.Add(time.Second)}, {"c", now.Add(2 * time.Second)}}, p.Throttled)
+				require.Empty(t, p.Blocked)
+				require.Equal(t, gate.Bucket{Credit: 0, At: now}, p.Buckets["api"])
+				require.Equal(t, gate.Bucket{Credit: 0, At: now}, p.Buckets["web"])
+			},
+		},
+		{
+			name:   "rate limit: rows already rescheduled by the claim push the next one back",
+			window: []Candidate{rated(row("a", "api:1"), rl)},
+			st: state(func(st *State) {
+				st.Locked["api:1"] = true
+				st.Buckets["api"] = bucketWith(rl, 0)
+				st.Rescheduled = map[string]int{"api": 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Throttled{{"a", now.Add(3 * time.Second)}}, p.Throttled)
+			},
+		},
+		{
+			name:   "rate limit: the bucket is refilled to the claim's now",
+			window: []Candidate{rated(row("a", "api:1"), rl), rated(row("b", "api:2"), rl)},
+			st: state(func(st *State) {
+				st.Locked["api:1"], st.Locked["api:2"] = true, true
+				st.Buckets["api"] = gate.Bucket{Credit: 0, At: now.Add(-1500 * time.Millisecond)}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				// 1.5 tokens refilled, one taken: half a token left, the next whole one half a second away.
+				require.Equal(t, []Throttled{{"b", now.Add(500 * time.Millisecond)}}, p.Throttled)
+			},
+		},
+		{
+			name:   "composition: a throttled row debits no gate slot and no queue capacity",
+			window: []Candidate{rated(gated("a", "api:x", 5, 1), rl), row("b", ""), row("c", "")},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{5}, []int{5})
+				st.Buckets["api"] = bucketWith(rl, 0)
+				st.Policy = &Policy{MaxActive: 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"b", "c"}, ids(p))
+				require.Len(t, p.Throttled, 1)
+				require.Empty(t, p.Debits)
+				require.Empty(t, p.Buckets)
+			},
+		},
+		{
+			name:   "composition: a row refused by its gate or by MaxActivePerKey takes no token",
+			window: []Candidate{rated(gated("a", "api:x", 1, 1), rl), rated(row("b", "api:y"), rl), rated(row("c", "api:z"), rl)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{1}, []int{0})
+				st.Locked["api:y"], st.Locked["api:z"] = true, true
+				st.Buckets["api"] = bucketWith(rl, 1)
+				st.Policy = &Policy{MaxActive: 10, MaxActivePerKey: 1}
+				st.KeyActive["api:y"] = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"c"}, ids(p), "c gets the only token")
+				require.Equal(t, []string{"a", "b"}, p.Blocked)
+				require.Empty(t, p.Throttled)
+				require.Empty(t, p.Debits)
+			},
+		},
+		{
+			name:   "composition: a row refused by MaxActive takes no token and no gate slot",
+			window: []Candidate{row("a", ""), rated(gated("b", "api:x", 5, 1), rl)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{5}, []int{5})
+				st.Buckets["api"] = bucketWith(rl, 2)
+				st.Policy = &Policy{MaxActive: 1}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Empty(t, p.Debits)
+				require.Empty(t, p.Buckets)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.check(t, Decide(tc.window, tc.st))
+		})
+	}
+}
+
+// TestDecideLeavesStateAlone checks that Decide debits copies: a store may
+// hand it maps it goes on using.
+func TestDecideLeavesStateAlone(t *testing.T) {
+	rl := perSecond("api", 1)
+	st := state(func(st *State) {
+		st.Gates["api:x"] = counters([]int{2}, []int{2})
+		st.Buckets["api"] = bucketWith(rl, 1)
+	})
+	p := Decide([]Candidate{rated(gated("a", "api:x", 2, 1), rl)}, st)
+	require.Equal(t, []Admitted{{"a", 0}}, p.Admitted)
+	require.Equal(t, 2, st.Gates["api:x"].Counters[0].Available)
+	require.Equal(t, bucketWith(rl, 1), st.Buckets["api"])
+
+	st.Buckets["api"] = bucketWith(rl, 0)
+	st.Rescheduled = map[string]int{"api": 1}
+	st.Locked["api:1"] = true
+	p = Decide([]Candidate{rated(row("b", "api:1"), rl)}, st)
+	require.Len(t, p.Throttled, 1)
+	require.Equal(t, map[string]int{"api": 1}, st.Rescheduled)
+}
+
+func TestSortedDebits(t *testing.T) {
+	p := Plan{Debits: map[ShardKey]int{{"b", 0}: 1, {"a", 2}: 1, {"a", 0}: 3}}
+	require.Equal(t, []ShardKey{{"a", 0}, {"a", 2}, {"b", 0}}, p.SortedDebits())
+}
