@@ -9,6 +9,11 @@
 //
 // # Admission
 //
+// The rules below are decided in one place, internal/admission.Decide, a
+// pure function both backends call with the state they read and lock; the
+// defaults and error classes of requests are NormalizeNewInstance and
+// NormalizeClaim.
+//
 // A claim moves ready rows of one queue to executing, in priority order
 // (lower first) and FIFO (run_at, then insertion) within a priority, and
 // admits each keyed row in the same atomic step:
