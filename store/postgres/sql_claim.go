@@ -1,0 +1,196 @@
+package postgres
+
+// Statements of the claim (see admission.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Claim: the statements of the admission transaction (see admission.go).
+const (
+	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick
+	// path, giving each a round unless it kept one (a row rescheduled for a
+	// rate limit token): rows of one key take consecutive rounds.
+	sqlPromoteScheduled = `
+WITH d AS MATERIALIZED (
+    SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
+    WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+    ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
+b AS (
+    SELECT g.priority, g.key, {schema}.fresh_round($1, g.priority, g.key) AS base
+    FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
+),
+r AS (
+    SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
+               row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1 END) AS round
+    FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
+)
+UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
+FROM r WHERE i.id = r.id`
+
+	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
+	sqlFireQueueTimers = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL
+      AND timeout_at <= coalesce($2::timestamptz, now())
+    ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+UPDATE {schema}.instances i
+SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
+    round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
+
+	// sqlClaimCandidates locks the window: the first due ready rows of the
+	// queue in claim order, with their key's limit (NULL: K = 1) and rate
+	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
+	// capacity) and keyed rows ($4) are read from their own indexes and
+	// merged, so that keyed rows waiting for their keys never push keyless
+	// rows out of the window.
+	sqlClaimCandidates = `
+WITH free AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $5 FOR UPDATE SKIP LOCKED),
+keyed AS (
+    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+    ORDER BY priority, round, run_at, seq
+    LIMIT $4 FOR UPDATE SKIP LOCKED)
+SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
+FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
+LEFT JOIN {schema}.limits l ON l.name = c.key_name
+LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
+ORDER BY c.priority, c.round, c.run_at, c.seq`
+
+	// sqlClaimContext returns the claim's now and the queue's policy (NULLs: none).
+	sqlClaimContext = `
+SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key
+FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
+
+	// sqlQueueLock serializes the claims of a queue that has a policy, so
+	// that each counts the executing rows the others committed.
+	sqlQueueLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, $2::bigint))`
+
+	// sqlQueueActive counts the executing rows of a queue and, per key of
+	// $2, of that key in the queue. It runs after sqlQueueLock, as its own
+	// statement, so that its snapshot sees every claim committed before.
+	sqlQueueActive = `
+SELECT '', (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing')
+UNION ALL
+SELECT k, (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing' AND key = k)
+FROM unnest($2::text[]) AS k`
+
+	// sqlBucketsLock creates missing rate buckets (full, as of $3) and locks
+	// every bucket of the list, in list order (sorted by the caller).
+	sqlBucketsLock = `
+INSERT INTO {schema}.rate_buckets AS b (bucket, credit, updated_at)
+SELECT x.bucket, x.credit, $3::timestamptz
+FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS x(bucket, credit, ord)
+ORDER BY x.ord
+ON CONFLICT (bucket) DO UPDATE SET credit = b.credit WHERE false`
+
+	// sqlBucketsRead reads the buckets this transaction has locked.
+	sqlBucketsRead = `SELECT bucket, credit, updated_at FROM {schema}.rate_buckets WHERE bucket = ANY ($1::text[])`
+
+	// sqlBucketsSet stores the buckets a claim took tokens from.
+	sqlBucketsSet = `
+UPDATE {schema}.rate_buckets b SET credit = d.credit, updated_at = d.at
+FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS d(bucket, credit, at)
+WHERE b.bucket = d.bucket`
+
+	// sqlThrottle reschedules window rows that found their rate bucket
+	// empty to when their token is due; they keep their round.
+	sqlThrottle = `
+UPDATE {schema}.instances i SET status = 'scheduled', run_at = d.at, updated_at = $3::timestamptz
+FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, at)
+WHERE i.id = d.id AND i.status = 'ready'`
+
+	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
+	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+
+	// sqlKeyBusy returns the keys that have an executing row. It must run as
+	// its own statement after sqlKeyTryLock so that its snapshot is taken
+	// while the locks are held.
+	sqlKeyBusy = `
+SELECT k FROM unnest($1::text[]) AS k
+WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NULL)
+   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NOT NULL)`
+
+	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
+	// list (sorted by the caller). Existing counters are neither changed nor
+	// locked, so that a claim never waits for a transaction that frees slots.
+	sqlSlotsEnsure = `
+INSERT INTO {schema}.key_slots AS s (key, shard, capacity, available)
+SELECT x.key, x.shard, x.capacity, x.capacity
+FROM unnest($1::text[], $2::int[], $3::int[]) WITH ORDINALITY AS x(key, shard, capacity, ord)
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.key_slots e WHERE e.key = x.key AND e.shard = x.shard)
+ORDER BY x.ord
+ON CONFLICT (key, shard) DO NOTHING`
+
+	// sqlSlotsTryLock locks and reads the counters of the given keys that no
+	// other transaction holds, in (key, shard) order, with how many counters
+	// each key has: a key with fewer rows locked than it has is held by a
+	// transaction that frees or takes its slots, and is left for a later
+	// claim. The count is a second statement's snapshot, so it sees any
+	// counter created before the locks were taken.
+	sqlSlotsTryLock = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED`
+	sqlSlotsCount = `
+SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
+
+	// sqlBlock takes rows of saturated keys off the pick path.
+	sqlBlock = `
+UPDATE {schema}.instances SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
+WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
+
+	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
+	// key ($1) off the pick path, so that a key's backlog beyond the window
+	// does not keep filling the window.
+	sqlBlockBacklog = `
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        ORDER BY priority, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) b)
+UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
+WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
+
+	// sqlDebit takes slots from counters this transaction has locked.
+	sqlDebit = `
+UPDATE {schema}.key_slots s SET available = s.available - d.n
+FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+WHERE s.key = d.key AND s.shard = d.shard`
+
+	// sqlClaim moves the admitted rows to executing with a new fence and
+	// returns them in admission order, each with the oldest unconsumed signal
+	// its await was woken by.
+	sqlClaim = `
+WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
+    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+    WHERE i.id = a.id AND i.status = 'ready'
+    RETURNING i.*, a.ord
+)
+SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
+
+	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
+	sqlNextDue = `
+SELECT least(
+    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
+    (SELECT min(timeout_at) FROM {schema}.instances
+     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
+)

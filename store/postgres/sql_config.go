@@ -1,0 +1,158 @@
+package postgres
+
+// Statements of the fleet's desired state: limits, policies, schedules (see limits.go, policies.go, schedules.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Limits, rate limits and queue policies: desired state per namespace.
+const (
+	sqlLimitsLock = `SELECT pg_advisory_xact_lock($1::bigint)`
+
+	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
+
+	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
+
+	// sqlLimitsReplace makes the stored limits exactly the given list.
+	sqlLimitsReplace = `
+WITH d AS (DELETE FROM {schema}.limits WHERE name <> ALL ($1::text[]))
+INSERT INTO {schema}.limits (name, "limit", shards, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
+
+	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
+
+	// sqlRatesReplace makes the stored rate limits exactly the given list.
+	sqlRatesReplace = `
+WITH d AS (DELETE FROM {schema}.rate_limits WHERE name <> ALL ($1::text[]))
+INSERT INTO {schema}.rate_limits (name, "limit", period_us, burst, per_key, namespace)
+SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::int[], $5::bool[], $6::text[])
+ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", period_us = excluded.period_us,
+    burst = excluded.burst, per_key = excluded.per_key, namespace = excluded.namespace`
+
+	// sqlBucketsDrop deletes the buckets of names ($1) whose rate limit went
+	// away or changed scope.
+	sqlBucketsDrop = `DELETE FROM {schema}.rate_buckets WHERE split_part(bucket, ':', 1) = ANY ($1::text[])`
+
+	// sqlBucketsRescale keeps the tokens of the buckets of a name whose rate
+	// limit changed: credit × new token credit / old token credit, rounded
+	// down, at most the new capacity (see gate.RateLimit.Rescale).
+	sqlBucketsRescale = `
+UPDATE {schema}.rate_buckets b
+SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigint
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
+WHERE split_part(b.bucket, ':', 1) = d.name`
+
+	// sqlSlotsOfNames locks the counters of keys with the given names, in order.
+	sqlSlotsOfNames = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
+
+	sqlLiveByName = `
+SELECT key_name, count(*) FROM {schema}.instances
+WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
+GROUP BY key_name`
+
+	sqlPoliciesAll = `
+SELECT queue, namespace, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies ORDER BY queue`
+
+	// sqlPoliciesSync deletes the namespace's ($1) policies not in the list
+	// (unless $5, keep omitted) and upserts the list.
+	sqlPoliciesSync = `
+WITH d AS (DELETE FROM {schema}.queue_policies
+           WHERE namespace = $1 AND NOT $5::bool AND queue <> ALL ($2::text[]))
+INSERT INTO {schema}.queue_policies (queue, namespace, max_active, max_active_per_key, updated_at)
+SELECT q, $1, m, nullif(k, 0), now() FROM unnest($2::text[], $3::int[], $4::int[]) AS x(q, m, k)
+ON CONFLICT (queue) DO UPDATE SET max_active = excluded.max_active,
+    max_active_per_key = excluded.max_active_per_key, updated_at = now()
+WHERE queue_policies.namespace = $1 AND (queue_policies.max_active, queue_policies.max_active_per_key)
+      IS DISTINCT FROM (excluded.max_active, excluded.max_active_per_key)`
+
+	// sqlBlockedKeysIn lists the distinct keys with blocked rows in the given queues.
+	sqlBlockedKeysIn = `
+SELECT DISTINCT i.key, l."limit" IS NOT NULL FROM {schema}.instances i
+LEFT JOIN {schema}.limits l ON l.name = i.key_name
+WHERE i.status = 'blocked' AND i.queue = ANY ($1::text[]) ORDER BY i.key`
+
+	// sqlBucketsCollect deletes up to $2 buckets that are full at $1 (a
+	// missing bucket starts full: deleting grants nothing unearned) or whose
+	// name has no rate limit of the bucket's scope.
+	sqlBucketsCollect = `
+DELETE FROM {schema}.rate_buckets WHERE bucket IN (
+    SELECT b.bucket FROM {schema}.rate_buckets b
+    LEFT JOIN {schema}.rate_limits r
+           ON r.name = split_part(b.bucket, ':', 1) AND r.per_key = (strpos(b.bucket, ':') > 0)
+    WHERE r.name IS NULL
+       OR b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($1::timestamptz, now()) - b.updated_at) * 1000000))
+              * r."limit" >= r.burst::numeric * r.period_us
+    LIMIT $2)`
+)
+
+// Schedules: definitions per namespace, and the ticks they recorded.
+const (
+	sqlSchedulesCols = `name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch`
+
+	sqlSchedulesAll = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules ORDER BY name`
+
+	sqlScheduleLock = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
+
+	// sqlSchedulesDeleteOmitted deletes the namespace's ($1) schedules not in $2.
+	sqlSchedulesDeleteOmitted = `DELETE FROM {schema}.schedules WHERE namespace = $1 AND name <> ALL ($2::text[])`
+
+	// sqlScheduleUpsert stores one definition: a new schedule is anchored
+	// at @now; an existing one keeps its run-time state and moves its epoch.
+	sqlScheduleUpsert = `
+INSERT INTO {schema}.schedules (name, namespace, workflow, cron, time_zone, queue, priority, key, key_intent,
+    unique_statuses, overlap, catch_up, grace_us, anchor)
+VALUES (@name, @namespace, @workflow, @cron, @time_zone, @queue, @priority, nullif(@key, ''), @key_intent,
+    @unique_statuses::text[], @overlap, @catch_up, @grace_us, coalesce(@now::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, cron = excluded.cron,
+    time_zone = excluded.time_zone, queue = excluded.queue, priority = excluded.priority, key = excluded.key,
+    key_intent = excluded.key_intent, unique_statuses = excluded.unique_statuses, overlap = excluded.overlap,
+    catch_up = excluded.catch_up, grace_us = excluded.grace_us, epoch = schedules.epoch + 1, updated_at = now()`
+
+	// sqlSchedulePause sets paused ($2); a change moves the epoch, and a
+	// resume anchors the schedule at $3 (NULL: now).
+	sqlSchedulePause = `
+UPDATE {schema}.schedules SET paused = $2, epoch = epoch + (paused <> $2)::int,
+    anchor = CASE WHEN paused AND NOT $2 THEN coalesce($3::timestamptz, now()) ELSE anchor END,
+    updated_at = now()
+WHERE name = $1
+RETURNING ` + sqlSchedulesCols
+
+	// sqlScheduleRecord records a tick ($2) and, unless $3 is NULL, the
+	// instance it started at $4 (NULL: now).
+	sqlScheduleRecord = `
+UPDATE {schema}.schedules SET last_tick = $2, epoch = epoch + 1,
+    last_instance = coalesce($3::uuid, last_instance),
+    last_fired_at = CASE WHEN $3::uuid IS NULL THEN last_fired_at ELSE coalesce($4::timestamptz, now()) END,
+    updated_at = now()
+WHERE name = $1
+RETURNING ` + sqlSchedulesCols
+
+	// sqlInstanceRunning says whether an instance exists and is not terminal.
+	sqlInstanceRunning = `
+SELECT EXISTS (SELECT 1 FROM {schema}.instances WHERE id = $1::uuid AND status NOT IN ('done', 'failed', 'canceled'))`
+)
+
+// Limit changes that altered live keys (see store.Health).
+const (
+	// sqlLimitChangesRecord records, per key name, the last sync that
+	// changed the semantics of live keys.
+	sqlLimitChangesRecord = `
+INSERT INTO {schema}.limit_changes (name, message, live, changed_at)
+SELECT x.name, x.message, x.live, coalesce($4::timestamptz, now())
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(name, message, live)
+ON CONFLICT (name) DO UPDATE SET message = excluded.message, live = excluded.live, changed_at = excluded.changed_at`
+
+	// sqlHealthLimitChanges reads the changes recorded in the $2 µs before $1.
+	sqlHealthLimitChanges = `
+SELECT name, message, live FROM {schema}.limit_changes
+WHERE changed_at > coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' ORDER BY name`
+
+	// sqlLimitChangesCollect deletes changes recorded more than $2 µs before $1.
+	sqlLimitChangesCollect = `
+DELETE FROM {schema}.limit_changes
+WHERE changed_at <= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`
+)

@@ -1,0 +1,89 @@
+package postgres
+
+// Statements of inserts (see insert.go and insert_copy.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Insert.
+const (
+	// sqlInsert inserts a batch in input order and notifies the queues that
+	// received due rows. $14 is the notification channel, $17 the store's
+	// clock (Options.Clock; null: the database's).
+	sqlInsert = `
+WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
+x AS (
+    SELECT x.*, coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS at,
+           coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
+                $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[],
+                $16::bigint[])
+         WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, ord)
+    CROSS JOIN t
+),
+b AS (
+    SELECT g.queue, g.priority, g.key, {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+    FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
+),
+ins AS (
+    INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
+        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
+    SELECT x.id, x.workflow, x.version, x.queue, x.priority,
+           CASE WHEN x.due THEN 'ready' ELSE 'scheduled' END,
+           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
+           CASE WHEN NOT x.due THEN NULL
+                WHEN x.key = '' THEN b.base
+                ELSE b.base + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1
+           END,
+           nullif(x.unique_key, ''),
+           CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
+           x.parent_id, x.join_gen, t.now, t.now
+    FROM x CROSS JOIN t
+    LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
+    ORDER BY x.ord
+    RETURNING queue, status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
+
+	// sqlInsertRounds is the query of the COPY insert path (copyInsert): it
+	// returns the clock ($1: Options.Clock; null: the database's) and, for
+	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
+	// with a due row (its earliest explicit run_at $5 or its shortest delay
+	// $6 is not after the clock), the fresh round its rows start from; one
+	// row with a null i when no group is due. It notifies on channel $7 the
+	// queues of the due groups: delivered when the transaction commits, so
+	// after the rows it then copies in.
+	sqlInsertRounds = `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+g AS MATERIALIZED (
+    SELECT (g.ord - 1)::int AS i, g.queue,
+           {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+    FROM unnest($2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[]) WITH ORDINALITY
+         AS g(queue, priority, key, run_at, delay_us, ord)
+    CROSS JOIN t
+    WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
+),
+n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g) q)
+SELECT t.now, g.i, g.base FROM t CROSS JOIN n LEFT JOIN g ON true`
+
+	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
+	// share 1024 lock buckets, taken in order, so that a batch of any size
+	// takes a bounded number of locks (the lock table is finite) and
+	// concurrent batches cannot deadlock; unrelated keys in one bucket only
+	// serialize.
+	sqlUniqueLock = `
+SELECT pg_advisory_xact_lock(b) FROM (
+    SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
+    ORDER BY b) s`
+
+	// sqlUniqueExisting returns, per unique key and status, one instance
+	// holding the key (bounded: at most one row per status).
+	sqlUniqueExisting = `
+SELECT k, st, h.id::text
+FROM unnest($1::text[]) AS k
+CROSS JOIN unnest(ARRAY['ready','scheduled','blocked','executing','awaiting','awaiting_children',
+                        'done','failed','canceled']) AS st
+CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                    WHERE unique_key = k AND status = st ORDER BY seq LIMIT 1) h`
+)

@@ -1,0 +1,205 @@
+package postgres
+
+// Statements of the maintenance sweeps (see maintenance.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Timers, reaper, reconciler.
+const (
+	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
+	sqlFireTimers = `
+WITH d AS MATERIALIZED (
+    SELECT id FROM {schema}.instances
+    WHERE status = 'awaiting' AND timeout_at IS NOT NULL AND timeout_at <= coalesce($1::timestamptz, now())
+    ORDER BY timeout_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($1::timestamptz, now())
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+
+	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
+	// A claim whose cancel was requested ends canceled.
+	sqlReap = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlReclaimWorker takes back every claim of a worker, like sqlReap.
+	sqlReclaimWorker = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND worker = $1
+    ORDER BY id FOR UPDATE)
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
+FROM o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlNotifyPolicyQueues notifies the queues of $1 that have a policy:
+	// rows of theirs left executing, so capacity may have freed for claims
+	// waiting in other engines.
+	sqlNotifyPolicyQueues = `
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = q)`
+
+	// sqlNotifyQueues notifies each queue of $1.
+	sqlNotifyQueues = `SELECT q FROM unnest($1::text[]) AS q CROSS JOIN LATERAL (SELECT pg_notify($2, q)) x`
+
+	// sqlSlotsLockAll locks every counter in (key, shard) order.
+	//
+	// A sweep works through the counters in chunks of keys, one transaction
+	// each, so that it never holds every counter's lock at once: a chunk is
+	// the keys after $1 up to and including $2 (NULL: every key after $1).
+	sqlSlotsLockAll = `
+SELECT key, shard, capacity, available FROM {schema}.key_slots
+WHERE key > $1 AND ($2::text IS NULL OR key <= $2::text) ORDER BY key, shard FOR UPDATE`
+
+	// sqlSlotsChunkEnd is the last of the first $2 counter keys after $1,
+	// and how many there are.
+	sqlSlotsChunkEnd = `
+SELECT max(key), count(*) FROM (SELECT DISTINCT key FROM {schema}.key_slots WHERE key > $1 ORDER BY key LIMIT $2) k`
+
+	// sqlGateHolders counts, over the chunk's keys ($1, $2 as above),
+	// executing rows per (key, shard) for gated rows, and per key for rows
+	// of limited names admitted at K = 1 (shard -1).
+	sqlGateHolders = `
+SELECT key, key_shard, count(*) FROM {schema}.instances
+WHERE status = 'executing' AND key_shard IS NOT NULL AND key > $1 AND ($2::text IS NULL OR key <= $2::text)
+GROUP BY key, key_shard
+UNION ALL
+SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
+WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL
+  AND i.key > $1 AND ($2::text IS NULL OR i.key <= $2::text)
+GROUP BY i.key`
+
+	// sqlSlotsInsert creates counters or overwrites them; the caller holds
+	// the locks of the counters it overwrites (it read them under those
+	// locks, with the holders read after them).
+	//
+	// sqlSlotsCreate creates counters that did not exist when the caller
+	// took its locks, and leaves alone any a claim created meanwhile: that
+	// claim may have debited it after the caller read the executing rows,
+	// and overwriting it from that older read would credit the slot of a
+	// row that still executes.
+	sqlSlotsCreate = `
+INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
+ON CONFLICT (key, shard) DO NOTHING`
+	sqlSlotsInsert = `
+INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
+ON CONFLICT (key, shard) DO UPDATE SET capacity = excluded.capacity, available = excluded.available`
+
+	// sqlSlotsDeleteIdle deletes counters of keys with nothing executing,
+	// every slot free and no row waiting.
+	sqlSlotsDeleteIdle = `
+DELETE FROM {schema}.key_slots s
+WHERE s.key = ANY ($1::text[])
+  AND NOT EXISTS (SELECT 1 FROM {schema}.instances i
+                  WHERE i.key = s.key AND i.status IN ('ready', 'blocked'))`
+
+	// sqlSlotsDelete deletes counters of keys whose name lost its limit.
+	sqlSlotsDelete = `DELETE FROM {schema}.key_slots WHERE key = ANY ($1::text[])`
+
+	// sqlBlockedKeys lists the distinct keys with blocked rows, skipping
+	// through the waiting index one key at a time.
+	sqlBlockedKeys = `
+WITH RECURSIVE k AS (
+    (SELECT key FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+     ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.key FROM {schema}.instances i
+            WHERE i.key > k.key AND i.key IS NOT NULL AND i.status IN ('ready', 'blocked')
+              AND i.status = 'blocked'
+            ORDER BY i.key LIMIT 1)
+    FROM k WHERE k.key IS NOT NULL
+)
+SELECT k.key, l."limit", l.shards
+FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
+WHERE k.key IS NOT NULL`
+
+	// sqlStranded returns the keys of $1 still stranded after a heal
+	// attempt's promotion (see strandedWhere; $2[i]: K = 1).
+	sqlStranded = `
+SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strandedWhere
+
+	// strandedWhere is the condition on f(key, one) of sqlStranded and
+	// sqlPromote: the key has a blocked row, no ready row, and room (for a
+	// K = 1 key no executing row, for a gate key a free slot on its counters
+	// or no counters). Its blocked rows were skipped (locked by someone),
+	// and nothing else would promote them before the reconciler's sweep. A
+	// gate whose slots are all taken is saturated, not stranded.
+	strandedWhere = `
+    EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
+    AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
+    AND CASE WHEN f.one
+             THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+             ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
+
+	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
+	// has room now: a K = 1 key with no executing row (the caller holds its
+	// advisory lock), or a gate key with free slots (or no counters yet);
+	// with $5, only a key that has no ready row. Like sqlPromote it skips
+	// rows locked FOR NO KEY UPDATE or stronger.
+	sqlPromoteIfRoom = `
+WITH d AS MATERIALIZED (
+    SELECT b.id FROM unnest($1::text[]) AS k
+    LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN $5::bool AND EXISTS (SELECT 1 FROM {schema}.instances x
+                                              WHERE x.key = k AND x.status = 'ready') THEN 0
+                    WHEN l.name IS NULL THEN
+                    CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
+                                      WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+               ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+               END AS room) r
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = k AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
+    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
+	sqlDeleteTerminal = `
+DELETE FROM {schema}.instances WHERE id IN (
+    SELECT id FROM {schema}.instances
+    WHERE status IN ('done', 'failed', 'canceled') AND updated_at < $1::timestamptz
+    LIMIT $2)`
+)
+
+// Named leases (see store.Store.AcquireLease).
+const (
+	// sqlLeaseAcquire takes lease $1 for holder $2 until $4 (NULL: now())
+	// plus $3 µs when it is free, held by $2, or expired; it returns a row
+	// only then.
+	sqlLeaseAcquire = `
+INSERT INTO {schema}.leases AS l (name, holder, expires_at)
+VALUES ($1, $2, coalesce($4::timestamptz, now()) + $3::bigint * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at < coalesce($4::timestamptz, now())
+RETURNING holder`
+)

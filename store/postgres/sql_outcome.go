@@ -1,0 +1,258 @@
+package postgres
+
+// Statements of outcomes, heartbeats, releases, cancels and signals (see outcomes.go and signals.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Outcomes.
+const (
+	// sqlCompleteApply applies a batch of outcomes, each guarded by the
+	// claim: worker, fence and status executing. A stale outcome matches no
+	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
+	// that a signal being stored for the row (FOR KEY SHARE) and a park
+	// serialize. It returns the key and shard each row held, for crediting.
+	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
+	// name leaves the status NULL, which the NOT NULL constraint refuses.
+	sqlCompleteApply = `
+WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
+UPDATE {schema}.instances i SET
+    status = CASE o.kind
+        WHEN 'ready' THEN CASE WHEN o.run_at > t.now THEN 'scheduled' ELSE 'ready' END
+        WHEN 'await' THEN 'awaiting'
+        WHEN 'spawn' THEN 'awaiting_children'
+        WHEN 'done' THEN 'done'
+        WHEN 'failed' THEN 'failed'
+        WHEN 'canceled' THEN 'canceled' END,
+    step = CASE WHEN o.step <> '' THEN o.step ELSE i.step END,
+    state = CASE WHEN o.state IS NOT NULL THEN o.state::jsonb ELSE i.state END,
+    attempt = o.attempt,
+    run_at = CASE WHEN o.kind = 'ready' THEN o.run_at ELSE i.run_at END,
+    key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
+    key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
+    key_shard = NULL,
+    await_signal = CASE WHEN o.kind = 'await' THEN nullif(o.await_signal, '') END,
+    timeout_at = CASE WHEN o.kind = 'await' THEN o.timeout_at END,
+    timed_out = false,
+    worker = NULL,
+    lease_expires_at = NULL,
+    result = CASE WHEN o.kind = 'done' THEN o.result::jsonb ELSE i.result END,
+    last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
+    pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
+    round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
+                 THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
+            END,
+    spawn_gen = CASE WHEN o.kind = 'spawn' THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
+    -- A hand-back keeps when the row first became ready (its run_at when
+    -- claimed, before this outcome moves it); any other outcome ends it.
+    ready_since = CASE WHEN o.kind = 'ready' AND o.hand_back THEN coalesce(i.ready_since, i.run_at) END,
+    updated_at = t.now
+FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent,
+             x.await_signal, x.result, x.error, x.children, x.hand_back, x.ord,
+             -- Run and timeout times relative to the store's clock when the
+             -- outcome gives a delay rather than a time (one clock for all).
+             coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') AS run_at,
+             coalesce(x.timeout_at, CASE WHEN x.timeout_us > 0 THEN t.now + x.timeout_us * interval '1 microsecond' END) AS timeout_at,
+             -- A row canceled while its step ran ends canceled unless the
+             -- step finished it (done, failed).
+             CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
+             c.key AS old_key, c.key_shard AS old_shard
+      FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
+                  $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
+                  $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
+                  $20::bool[])
+                WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
+                                     key_intent, await_signal, timeout_at, result, error, children,
+                                     delay_us, timeout_us, hand_back, ord)
+            ORDER BY x.id) x
+      CROSS JOIN t
+      CROSS JOIN LATERAL (
+          SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
+          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+          FOR UPDATE) c) o, t
+WHERE i.id = o.id
+RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
+
+	// sqlConsumeSignals marks the signals committed outcomes consumed.
+	sqlConsumeSignals = `
+UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
+FROM unnest($1::bigint[], $2::uuid[]) AS c(id, instance_id)
+WHERE s.id = c.id AND s.instance_id = c.instance_id AND s.consumed_at IS NULL`
+
+	// sqlLockParents locks parents in id order before their join counters change.
+	sqlLockParents = `
+SELECT id FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND status = 'awaiting_children'
+ORDER BY id FOR UPDATE`
+
+	// sqlJoinParents counts terminal children ($2[i] of parent $1[i], of
+	// its spawn $5[i]) against their parents' joins and wakes a parent whose
+	// last child finished. A child of an earlier spawn does not count.
+	sqlJoinParents = `
+WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
+w AS (
+    UPDATE {schema}.instances p
+    SET pending_children = greatest(0, p.pending_children - d.n),
+        status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
+        run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
+        updated_at = t.now
+    FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
+    WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
+    RETURNING p.queue, p.status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlSetPending corrects a spawn's join counter when some children were
+	// duplicates (not inserted), waking the parent when none was.
+	sqlSetPending = `
+WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
+w AS (
+    UPDATE {schema}.instances p
+    SET pending_children = d.n,
+        status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
+        run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
+        round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
+    FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
+    WHERE p.id = d.id AND p.status = 'awaiting_children'
+    RETURNING p.queue, p.status
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlRecheckInbox wakes rows that just parked on a signal already in
+	// their inbox (the signal committed between the claim and the park).
+	sqlRecheckInbox = `
+WITH w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+    WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
+      AND EXISTS (SELECT 1 FROM {schema}.signals s
+                  WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
+    RETURNING i.queue
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+
+	// sqlHistoryInsert records step runs; a run's start defaults to its
+	// claim's and its end to now.
+	sqlHistoryInsert = `
+INSERT INTO {schema}.history (instance_id, step, attempt, key, worker, started_at, finished_at, outcome, error)
+SELECT x.id, x.step, x.attempt, x.key, x.worker, coalesce(x.started_at, i.started_at),
+       coalesce(x.finished_at, $10::timestamptz, now()), x.outcome, x.error
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[],
+            $7::timestamptz[], $8::text[], $9::text[])
+     WITH ORDINALITY AS x(id, step, attempt, key, worker, started_at, finished_at, outcome, error, ord)
+JOIN {schema}.instances i ON i.id = x.id
+ORDER BY x.ord`
+
+	// sqlHeartbeat extends the leases of claims the worker still holds,
+	// locking the rows in id order like every other multi-row transition (a
+	// plain join locked them in plan order and deadlocked with Complete).
+	sqlHeartbeat = `
+UPDATE {schema}.instances i
+SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+FROM (SELECT c.id
+      FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      ORDER BY c.id FOR UPDATE OF c) o
+WHERE i.id = o.id
+RETURNING i.id::text, i.cancel_requested`
+
+	// sqlRelease returns unstarted claims to ready, keeping their place
+	// (run_at) and attempt; a claim whose cancel was requested ends
+	// canceled. It returns the key and shard each row held, and what a
+	// canceled child needs for its parent's join.
+	sqlRelease = `
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END, worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
+    updated_at = coalesce($4::timestamptz, now())
+FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
+      FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+      JOIN {schema}.instances c
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+      WHERE c.id = ANY ($2::uuid[])
+      ORDER BY c.id FOR UPDATE OF c) o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlCancel cancels a non-terminal instance and returns what it held.
+	// An executing row keeps its claim and slot: it is only marked, and
+	// its worker told on the cancel channel; its claim's end makes it
+	// canceled (see store.Store).
+	sqlCancel = `
+UPDATE {schema}.instances i
+SET status = CASE WHEN o.old_status = 'executing' THEN 'executing' ELSE 'canceled' END,
+    cancel_requested = (o.old_status = 'executing'),
+    updated_at = coalesce($2::timestamptz, now())
+FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested
+      FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
+WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
+  AND NOT o.was_requested
+RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
+
+	// sqlNotifyCancel tells the workers that the cancel of executing
+	// instance $2 was requested, on the schema's cancel channel $1.
+	sqlNotifyCancel = `SELECT pg_notify($1, $2::text)`
+
+	// sqlStatusOf reads an instance's status (to explain why a change did nothing).
+	sqlStatusOf = `SELECT status FROM {schema}.instances WHERE id = $1`
+
+	// sqlRetry makes a failed or canceled instance ready at its current step.
+	// A child whose parent still joins its spawn counts in the join again.
+	sqlRetry = `
+WITH w AS (
+    UPDATE {schema}.instances
+    SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL, cancel_requested = false,
+        ready_since = NULL,
+        lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
+        await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
+        updated_at = coalesce($2::timestamptz, now())
+    WHERE id = $1 AND status IN ('failed', 'canceled')
+    RETURNING queue, parent_id, join_gen
+),
+j AS (
+    UPDATE {schema}.instances p SET pending_children = p.pending_children + 1
+    FROM w
+    WHERE p.id = w.parent_id AND p.status = 'awaiting_children' AND p.spawn_gen = w.join_gen
+)
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+)
+
+// Signals.
+const (
+	// sqlSignalStore locks the instance FOR KEY SHARE, which conflicts with
+	// the FOR UPDATE lock of a park (sqlCompleteApply): a concurrent park
+	// either commits first or waits for this signal. The weak mode leaves
+	// blocked rows promotable (sqlPromote). It stores the signal unless the
+	// instance is terminal or the dedup key was seen, and returns the status
+	// and whether the signal was stored; no row means no instance.
+	sqlSignalStore = `
+WITH inst AS (SELECT id, status FROM {schema}.instances WHERE id = $1 FOR KEY SHARE),
+ins AS (
+    INSERT INTO {schema}.signals (instance_id, name, payload, dedup_key, created_at)
+    SELECT inst.id, $2, $3::jsonb, nullif($4, ''), coalesce($5::timestamptz, now())
+    FROM inst WHERE inst.status NOT IN ('done', 'failed', 'canceled')
+    ON CONFLICT (instance_id, dedup_key) DO NOTHING
+    RETURNING id
+)
+SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
+
+	// sqlSignalWake wakes the instance if it awaits a signal now in its inbox.
+	// It runs as its own statement after sqlSignalStore, under its row lock.
+	sqlSignalWake = `
+WITH w AS (
+    UPDATE {schema}.instances i
+    SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
+        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+    WHERE i.id = $1 AND i.status = 'awaiting'
+      AND EXISTS (SELECT 1 FROM {schema}.signals s
+                  WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
+    RETURNING i.queue
+)
+SELECT queue, count(*) AS n FROM w GROUP BY queue`
+)

@@ -1,0 +1,218 @@
+package postgres
+
+// Statements of the read paths: instances, keys, health (see read.go and health.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Reads.
+const (
+	sqlGet = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE id = $1`
+
+	sqlList = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR id > $5::uuid)
+ORDER BY id LIMIT $6`
+
+	// sqlListNewest is sqlList newest first: by seq descending, paged by the
+	// seq of the previous page's last id (none when that row is gone). No
+	// index orders instances by seq yet, so unless a status filter narrows
+	// it to a partial index this reads every matching row to return the
+	// page (about 0.4 s unfiltered at a million rows); an index on (seq)
+	// is the pending fix (a migration).
+	sqlListNewest = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE ($1 = '' OR workflow = $1)
+  AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
+  AND ($3 = '' OR key = $3)
+  AND ($4 = '' OR queue = $4)
+  AND ($5::uuid IS NULL OR seq < (SELECT p.seq FROM {schema}.instances p WHERE p.id = $5::uuid))
+ORDER BY seq DESC LIMIT $6`
+
+	// sqlInbox reads an instance's unconsumed signals through signals_inbox.
+	sqlInbox = `
+SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at
+FROM {schema}.signals WHERE instance_id = $1 AND consumed_at IS NULL
+ORDER BY id LIMIT $2`
+
+	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
+
+	sqlHistory = `
+SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, ''), started_at,
+       finished_at, outcome, coalesce(error, '')
+FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
+
+	sqlKeyHolders = `
+SELECT ` + instanceColumns + ` FROM {schema}.instances
+WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
+
+	// KeyInfo's waiting rows: the ready and blocked rows of the key through
+	// instances_key_waiting, and its scheduled rows apart (the key index does
+	// not hold them; they are found among the scheduled rows alone), so that
+	// explaining a key never scans the table.
+	sqlKeyWaiting = `
+SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
+     + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
+       (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
+
+	sqlKeyNext = `
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY priority, run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)
+) w ORDER BY priority, run_at, seq LIMIT 1`
+
+	sqlKeyOldest = `
+SELECT ` + instanceColumns + ` FROM (
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY run_at, seq LIMIT 1)
+) w ORDER BY run_at, seq LIMIT 1`
+
+	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
+
+	// sqlKeyRate is the rate limit of a key's name and the bucket the key draws from.
+	sqlKeyRate = `
+SELECT r."limit", r.period_us, r.burst, r.per_key, b.credit, b.updated_at
+FROM {schema}.rate_limits r
+LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
+WHERE r.name = split_part($1, ':', 1)`
+
+	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+)
+
+// Health: every statement reads through a partial index, so terminal rows
+// other than failed ones are never read. They run in one read-only
+// snapshot (see health.go).
+const (
+	// sqlHealthReady counts, per queue, the ready and delayed rows, those
+	// whose run time is after $1 (NULL: the transaction's now()), and their
+	// earliest run time (a due row's when it is not after $1). Each part
+	// reads one partial index (index only): the keyless and keyed pick
+	// indexes and the delayed rows' index.
+	sqlHealthReady = `
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
+FROM {schema}.instances WHERE status = 'ready' AND key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
+FROM {schema}.instances WHERE status = 'ready' AND key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*), count(*) FILTER (WHERE run_at > (SELECT coalesce($1::timestamptz, now()))), min(run_at)
+FROM {schema}.instances WHERE status = 'scheduled' GROUP BY queue`
+
+	// sqlHealthHandedBackOldest is, per queue, the earliest ready_since of
+	// its handed-back rows (index only: instances_handed_back).
+	sqlHealthHandedBackOldest = `
+SELECT queue, min(ready_since) FROM {schema}.instances
+WHERE ready_since IS NOT NULL AND status IN ('ready', 'scheduled') GROUP BY queue`
+
+	// sqlHealthHandedBack counts the handed-back rows per workflow and
+	// version over the first $1 + 1 of them in that order (the index's):
+	// the caller caps the total at $1.
+	sqlHealthHandedBack = `
+SELECT workflow, version, count(*) FROM (
+    SELECT workflow, version FROM {schema}.instances
+    WHERE ready_since IS NOT NULL AND status IN ('ready', 'scheduled')
+    ORDER BY workflow, version LIMIT $1 + 1) x
+GROUP BY workflow, version ORDER BY workflow, version`
+
+	// sqlHealthNow is the time Health measures ages from: $1, or the
+	// transaction's now().
+	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
+
+	// sqlHealthPolicies lists the queue policies.
+	sqlHealthPolicies = `SELECT queue, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies`
+
+	// sqlHealthSerial keeps Health off parallel workers: it is a monitoring
+	// read that runs often and must not take cores from the claims.
+	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
+
+	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	sqlHealthStatuses = `
+SELECT queue, status, count(*) FROM {schema}.instances
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+UNION ALL
+SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthBlockedByName counts blocked rows per key name (through the
+	// waiting index: the name is computed from the key).
+	sqlHealthBlockedByName = `
+SELECT split_part(key, ':', 1), count(*) FROM {schema}.instances
+WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+GROUP BY 1`
+
+	// sqlHealthGates aggregates, per limited name, the executing rows of its
+	// keys: how many, the most on one key, and how many keys have no room:
+	// what a claim could admit (see admission.go: the free slots of the
+	// limit's shards, no more than the limit less the slots in use), or the
+	// limit less the executing rows when the key has no counter yet.
+	sqlHealthGates = `
+WITH e AS (
+    SELECT key, key_name, count(*) AS active FROM {schema}.instances
+    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+),
+r AS (
+    SELECT e.key_name, e.active,
+           CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
+    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    CROSS JOIN LATERAL (SELECT count(*) AS n,
+                               coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
+                               coalesce(sum(capacity - available), 0) AS used
+                        FROM {schema}.key_slots WHERE key = e.key) s
+)
+SELECT key_name, sum(active), max(active), count(*) FILTER (WHERE room <= 0) FROM r GROUP BY key_name`
+
+	// sqlHealthPolicyKeys counts, per queue whose policy has a
+	// MaxActivePerKey, the keys at that budget with work waiting: keys with
+	// at least MaxActivePerKey executing rows in the queue (read through
+	// the executing rows' index, so bounded by a fleet's executors) and a
+	// row of the queue waiting for them: blocked, or ready (or delayed) and
+	// due at $1 (NULL: the transaction's now()). It counts at most $2 + 1
+	// keys per queue; the caller caps the count at $2.
+	sqlHealthPolicyKeys = `
+SELECT p.queue, x.n FROM {schema}.queue_policies p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT e.key FROM (
+            SELECT key FROM {schema}.instances
+            WHERE status = 'executing' AND queue = p.queue AND key IS NOT NULL
+            GROUP BY key HAVING count(*) >= p.max_active_per_key) e
+        WHERE EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.key = e.key AND w.status IN ('ready', 'blocked') AND w.queue = p.queue
+                        AND (w.status = 'blocked' OR w.run_at <= (SELECT coalesce($1::timestamptz, now()))))
+           OR EXISTS (SELECT 1 FROM {schema}.instances w
+                      WHERE w.status = 'scheduled' AND w.queue = p.queue AND w.key = e.key
+                        AND w.run_at <= (SELECT coalesce($1::timestamptz, now())))
+        LIMIT $2 + 1) k) x
+WHERE p.max_active_per_key > 0`
+
+	// sqlHealthRates reports, per rate limit, its stored buckets and those
+	// with no whole token at $2, over at most $1 buckets of the name (the
+	// primary key index, in bucket order).
+	sqlHealthRates = `
+SELECT r.name, r."limit", r.period_us, r.burst, r.per_key, x.n, x.empty
+FROM {schema}.rate_limits r
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           count(*) FILTER (WHERE b.credit::numeric + greatest(0, floor(extract(epoch FROM coalesce($2::timestamptz, now()) - b.updated_at) * 1000000))
+                                  * r."limit" < r.period_us) AS empty
+    FROM (SELECT bucket, credit, updated_at FROM {schema}.rate_buckets
+          WHERE CASE WHEN r.per_key THEN bucket >= r.name || ':' AND bucket < r.name || ';' ELSE bucket = r.name END
+          ORDER BY bucket LIMIT $1 + 1) b) x
+ORDER BY r.name`
+
+	// sqlHealthIntents lists the distinct (key name, declared intent) pairs
+	// of the executing rows and of the first $1 waiting rows in key order
+	// (the order of the waiting index, so that the scan stops after $1 rows
+	// however many terminal rows the table holds).
+	sqlHealthIntents = `
+SELECT DISTINCT key_name, key_intent FROM (
+    SELECT key_name, key_intent FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL
+    (SELECT key_name, key_intent FROM {schema}.instances
+     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') ORDER BY key LIMIT $1)
+) x WHERE key_intent <> ''`
+)

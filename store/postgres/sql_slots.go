@@ -1,0 +1,82 @@
+package postgres
+
+// Statements that free slots (see slots.go).
+// The rules every statement follows (static text, arrays for batches, the
+// clock as a parameter, the lock order) are written at the top of sql.go.
+
+// Freeing slots: what every path out of executing runs after it (see slots.go).
+const (
+	// sqlKeyLock takes the advisory lock of each K = 1 key ($1, sorted),
+	// waiting for claims that hold it.
+	sqlKeyLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
+
+	// sqlSlotsLockExisting locks counters in (key, shard) order before a credit.
+	sqlSlotsLockExisting = `
+SELECT 1 FROM {schema}.key_slots
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
+ORDER BY key, shard FOR UPDATE`
+
+	// sqlCredit returns $3[i] slots to shard $2[i] of key $1[i], never
+	// above capacity, and shrinks a shard that a lowered limit or shard
+	// count left larger than its name's limit gives it (see resizeShards):
+	// the freed slots of such a shard go back to the limit, not to its
+	// capacity, until it is down to its share (0 for a shard the limit no
+	// longer has). Slots in use become max(0, used − n); capacity becomes
+	// max(min(capacity, share), in use), which is what Reconcile computes
+	// from the executing rows, so no drift appears on this path. A credit
+	// never grows a capacity nor frees more than it returns, so it cannot
+	// admit more than before. Counters of a name with no limit keep their
+	// capacity (SyncKeyLimits deletes them).
+	sqlCredit = `
+WITH x AS (
+    SELECT s.key, s.shard, greatest(0, s.capacity - s.available - d.n) AS used,
+           CASE WHEN l.name IS NULL THEN s.capacity
+                WHEN s.shard >= l.shards THEN 0
+                ELSE least(s.capacity, l."limit" / l.shards + CASE WHEN s.shard < l."limit" % l.shards THEN 1 ELSE 0 END)
+           END AS share
+    FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
+    JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
+    LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+)
+UPDATE {schema}.key_slots s
+SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
+FROM x WHERE s.key = x.key AND s.shard = x.shard`
+
+	// sqlSlotsDropEmpty deletes, among the counters a credit touched, those
+	// left with no capacity: shards the limit no longer has, once the last
+	// row they admitted is gone. Claims never create or draw from them.
+	sqlSlotsDropEmpty = `
+DELETE FROM {schema}.key_slots
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
+
+	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
+	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// for row locks, so it skips locked rows: under READ COMMITTED a row lock
+	// is also left on rows that failed a locking statement's recheck (a
+	// claim's window keeps the lock of a row it saw ready but found blocked;
+	// this very statement keeps the lock of a row it saw blocked but found
+	// claimed), and waiting for such locks deadlocked with outcome batches.
+	// It locks FOR NO KEY UPDATE, which a signal's FOR KEY SHARE does not
+	// block. It returns a row (queue, n, '') per notified queue, and a row
+	// ('', 0, key) per key it left stranded: a key ($5[i]: K = 1) of which
+	// it promoted nothing although it has room and blocked rows (see
+	// strandedWhere), because all of them were locked; the freeing call
+	// retries those after its commit (see heal).
+	sqlPromote = `
+WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, one)),
+d AS MATERIALIZED (
+    SELECT f.key, b.id FROM f
+    CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                        WHERE key = f.key AND status = 'blocked'
+                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+p AS (
+    UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
+    WHERE i.id = ANY (ARRAY(SELECT id FROM d))
+    RETURNING i.queue
+)
+SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x
+UNION ALL
+SELECT '', 0, f.key FROM f
+WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
+)
