@@ -504,7 +504,7 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		o := r.Options
 		id := o.ID
 		if id == "" {
-			id = uuid.NewString()
+			id = store.NewInstanceID()
 		} else if _, err := uuid.Parse(id); err != nil {
 			return nil, fmt.Errorf("durable: insert #%d: %w: id %q is not a UUID", i, ErrInvalidInput, truncateForError(id))
 		}

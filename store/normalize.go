@@ -25,12 +25,17 @@ const (
 // failed nor canceled.
 var ErrNotRetryable = errors.New("instance is not failed or canceled")
 
+// NewInstanceID returns a new instance id: a time-ordered UUID (version 7),
+// so that ids sort in creation order (ListFilter.Newest reads the primary
+// key backwards) and inserts append to the right edge of its index.
+func NewInstanceID() string { return uuid.Must(uuid.NewV7()).String() }
+
 // NormalizeNewInstance validates the i-th instance of an insert and fills
-// its defaults (a new UUID when ID is empty, DefaultQueue). Every error
+// its defaults (NewInstanceID when ID is empty, DefaultQueue). Every error
 // wraps ErrInvalid: the same request can never succeed.
 func NormalizeNewInstance(i int, in *NewInstance) error {
 	if in.ID == "" {
-		in.ID = uuid.NewString()
+		in.ID = NewInstanceID()
 	} else if _, err := uuid.Parse(in.ID); err != nil {
 		return fmt.Errorf("%w: instance %d: id %q is not a UUID", ErrInvalid, i, in.ID)
 	}

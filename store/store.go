@@ -591,13 +591,15 @@ type ListFilter struct {
 	Status   Status
 	Key      string
 	Queue    string
-	// Newest orders the results newest first (by insertion, the latest
-	// inserted first) instead of by id.
+	// Newest orders the results newest first: by id, descending. Ids made
+	// by the engine or a store (NewInstanceID) are time-ordered, so this is
+	// creation order for them; a caller-chosen id sorts by its value. It
+	// reads the primary key backwards, so a page costs a page, not the table.
 	Newest bool
 	// AfterID pages: only instances that come after AfterID in the result
-	// order (ids greater than AfterID; with Newest, instances inserted
-	// before AfterID, and none when AfterID no longer exists). The last id
-	// of one page is the AfterID of the next, so no page skips rows.
+	// order (ids greater than AfterID; with Newest, ids less than AfterID).
+	// The last id of one page is the AfterID of the next, so no page skips
+	// or repeats rows.
 	AfterID string
 	// Limit caps the number of results (0: no limit).
 	Limit int

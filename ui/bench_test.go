@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
@@ -50,7 +49,7 @@ func BenchmarkPages(b *testing.B) {
 		for off := 0; off < n; off += 10_000 {
 			batch := make([]store.NewInstance, 0, 10_000)
 			for i := off; i < min(n, off+10_000); i++ {
-				batch = append(batch, store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: queue,
+				batch = append(batch, store.NewInstance{ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: queue,
 					Step: "start", State: json.RawMessage(`{"n":1}`), Key: key(i), RunAt: time.Now().Add(-time.Minute)})
 			}
 			_, err := st.Insert(ctx, batch)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -59,7 +58,7 @@ func newScene(t *testing.T) *scene {
 	require.NoError(t, err)
 
 	ni := func(workflow, queue, key string, intent gate.Intent, state string) store.NewInstance {
-		return store.NewInstance{ID: uuid.NewString(), Workflow: workflow, Version: 1, Queue: queue, Step: "start",
+		return store.NewInstance{ID: store.NewInstanceID(), Workflow: workflow, Version: 1, Queue: queue, Step: "start",
 			State: json.RawMessage(state), Key: key, KeyIntent: intent}
 	}
 	insert := func(nis ...store.NewInstance) []string {

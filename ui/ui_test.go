@@ -45,10 +45,10 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 	require.NoError(t, err)
 	var nis []store.NewInstance
 	for range 3 {
-		nis = append(nis, store.NewInstance{ID: uuid.NewString(), Workflow: "charge", Version: 1, Queue: "default",
+		nis = append(nis, store.NewInstance{ID: store.NewInstanceID(), Workflow: "charge", Version: 1, Queue: "default",
 			Step: "start", State: json.RawMessage(`{"amount":42}`), Key: f.key, KeyIntent: gate.GateIntent})
 	}
-	nis = append(nis, store.NewInstance{ID: uuid.NewString(), Workflow: "approve", Version: 1, Queue: "mail",
+	nis = append(nis, store.NewInstance{ID: store.NewInstanceID(), Workflow: "approve", Version: 1, Queue: "mail",
 		Step: "ask", State: json.RawMessage(`{"note":"<b>bold</b>"}`)})
 	res, err := st.Insert(ctx, nis)
 	require.NoError(t, err)
@@ -167,7 +167,7 @@ func TestUIInstancesPageByKeyset(t *testing.T) {
 	st := memory.New(memory.Options{})
 	var ids []string
 	for range 7 {
-		res, err := st.Insert(context.Background(), []store.NewInstance{{ID: uuid.NewString(), Workflow: "w", Version: 1,
+		res, err := st.Insert(context.Background(), []store.NewInstance{{ID: store.NewInstanceID(), Workflow: "w", Version: 1,
 			Queue: "default", Step: "s", State: json.RawMessage(`{}`)}})
 		require.NoError(t, err)
 		ids = append(ids, res[0].ID)
@@ -380,7 +380,7 @@ func TestUIOverviewWithEngineShowsTheLastReconcile(t *testing.T) {
 func TestUIRetryAndBadInput(t *testing.T) {
 	st := memory.New(memory.Options{})
 	ctx := context.Background()
-	res, err := st.Insert(ctx, []store.NewInstance{{ID: uuid.NewString(), Workflow: "w", Version: 1, Queue: "default",
+	res, err := st.Insert(ctx, []store.NewInstance{{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "default",
 		Step: "s", State: json.RawMessage(`{}`)}})
 	require.NoError(t, err)
 	id := res[0].ID

@@ -56,8 +56,9 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ls: %w", err)
 	}
 	defer closeStore()
-	// Newest first by insertion, which never changes, so that pages
-	// neither repeat nor skip rows while instances change status.
+	// Newest first by id (time-ordered, see store.NewInstanceID), which
+	// never changes, so that pages neither repeat nor skip rows while
+	// instances change status.
 	f.Newest = true
 	// One more than the page tells whether there is a next page.
 	page := f

@@ -8,7 +8,6 @@ import (
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
-	"github.com/google/uuid"
 )
 
 // Insert inserts instances atomically: every instance is validated and its
@@ -69,7 +68,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			}
 		}
 		if ni.ID == "" {
-			ni.ID = uuid.NewString()
+			ni.ID = store.NewInstanceID()
 		}
 		joinGen := 0
 		if parent != nil {

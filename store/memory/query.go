@@ -24,19 +24,13 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return r.snapshot(), nil
 }
 
-// List returns the instances matching f, ordered by id (newest first by
-// insertion with f.Newest), at most f.Limit of them (0: no limit).
+// List returns the instances matching f, ordered by id (descending with
+// f.Newest), at most f.Limit of them (0: no limit).
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
 	defer s.unlock(nil)
-	var cursor *row
-	if f.Newest && f.AfterID != "" {
-		if cursor = s.rows[f.AfterID]; cursor == nil {
-			return nil, nil // the cursor row is gone: the list ends
-		}
-	}
 	var match []*row
 	for _, r := range s.rows {
 		in := &r.inst
@@ -45,13 +39,13 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 			(f.Key != "" && in.Key != f.Key) ||
 			(f.Queue != "" && in.Queue != f.Queue) ||
 			(!f.Newest && f.AfterID != "" && in.ID <= f.AfterID) ||
-			(cursor != nil && r.seq >= cursor.seq) {
+			(f.Newest && f.AfterID != "" && in.ID >= f.AfterID) {
 			continue
 		}
 		match = append(match, r)
 	}
 	if f.Newest {
-		slices.SortFunc(match, func(a, b *row) int { return cmp.Compare(b.seq, a.seq) })
+		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(b.inst.ID, a.inst.ID) })
 	} else {
 		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
 	}

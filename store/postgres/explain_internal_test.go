@@ -9,6 +9,7 @@ import (
 
 	"github.com/godurable/godurable/store"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -110,5 +111,40 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			text := strings.Join(plan, "\n")
 			require.NotContains(t, text, "Seq Scan on instances", "%s (%s) scans the table:\n%s", name, mode, text)
 		}
+	}
+}
+
+// TestNewestListReadsThePrimaryKeyBackwards guards the plan of the ui's and
+// the CLI's newest-first list: unfiltered or by workflow, it reads a page
+// off the primary key (time-ordered ids), not the table. An ORDER BY that
+// resolved to the output column id::text sorted every row instead.
+func TestNewestListReadsThePrimaryKeyBackwards(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 20_000)
+	for i := range ins {
+		ins[i] = store.NewInstance{ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	for name, args := range map[string][]any{
+		"unfiltered":  {"", []string{}, "", "", nil, 51},
+		"by workflow": {"wf", []string{}, "", "", nil, 51},
+		"next page":   {"", []string{}, "", "", ins[10_000].ID, 51},
+	} {
+		rows, err := s.pool.Query(ctx, "EXPLAIN "+s.q(sqlListNewest), append([]any{pgx.QueryExecModeExec}, args...)...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			plan = append(plan, l)
+		}
+		require.NoError(t, rows.Err(), name)
+		text := strings.Join(plan, "\n")
+		require.Contains(t, text, "Backward using instances_pkey", "%s:\n%s", name, text)
+		require.NotContains(t, text, "Sort", "%s:\n%s", name, text)
 	}
 }

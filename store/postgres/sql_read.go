@@ -15,22 +15,21 @@ WHERE ($1 = '' OR workflow = $1)
   AND ($3 = '' OR key = $3)
   AND ($4 = '' OR queue = $4)
   AND ($5::uuid IS NULL OR id > $5::uuid)
-ORDER BY id LIMIT $6`
+ORDER BY instances.id LIMIT $6`
 
-	// sqlListNewest is sqlList newest first: by seq descending, paged by the
-	// seq of the previous page's last id (none when that row is gone). No
-	// index orders instances by seq yet, so unless a status filter narrows
-	// it to a partial index this reads every matching row to return the
-	// page (about 0.4 s unfiltered at a million rows); an index on (seq)
-	// is the pending fix (a migration).
+	// sqlListNewest is sqlList newest first: by id descending (ids are
+	// time-ordered, see store.NewInstanceID), paged by id, so it reads the
+	// primary key backwards and stops at the page. The order names the
+	// table's column: plain "id" would be the output column id::text, a
+	// sort of every matching row.
 	sqlListNewest = `
 SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
   AND ($3 = '' OR key = $3)
   AND ($4 = '' OR queue = $4)
-  AND ($5::uuid IS NULL OR seq < (SELECT p.seq FROM {schema}.instances p WHERE p.id = $5::uuid))
-ORDER BY seq DESC LIMIT $6`
+  AND ($5::uuid IS NULL OR id < $5::uuid)
+ORDER BY instances.id DESC LIMIT $6`
 
 	// sqlInbox reads an instance's unconsumed signals through signals_inbox.
 	sqlInbox = `

@@ -89,7 +89,7 @@ var queryTests = []test{
 		}
 		require.Equal(h.t, all, paged, "pages cover every row once, in id order")
 	}},
-	{"list/newest first pages by insertion without gaps or repeats", func(h *harness) {
+	{"list/newest first (time-ordered ids) pages without gaps or repeats", func(h *harness) {
 		var inserted []string
 		for i := range 7 {
 			ni := inst(fmt.Sprintf("account:%d", i%2))

@@ -29,7 +29,6 @@ import (
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -75,7 +74,7 @@ type harness struct {
 // inst is a new instance of workflow "wf" on queue q with key k, eligible at base.
 func inst(k string) store.NewInstance {
 	return store.NewInstance{
-		ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: queue,
+		ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: queue,
 		Step: "start", State: json.RawMessage(`{"n":0}`), Key: k, RunAt: base,
 	}
 }
