@@ -56,6 +56,18 @@ var keyTests = []test{
 		ids := h.insertKeyed("", 5)
 		require.ElementsMatch(h.t, ids, claimedIDs(h.claim("w", 10, at(time.Second))))
 	}},
+	{"keys/a gate takes each slot from the shard with the most free slots, the lowest on ties", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 5, Shards: 2}) // capacities 3 and 2
+		h.insertKeyed("stripe:a", 5)
+		var shards []int
+		for i := range 5 {
+			c := h.claimOne("w", at(time.Duration(i)*time.Second))
+			shards = append(shards, c.KeyShard)
+		}
+		// free (3,2) -> 0; (2,2) -> 0 (tie); (1,2) -> 1; (1,1) -> 0 (tie); (0,1) -> 1
+		require.Equal(h.t, []int{0, 0, 1, 0, 1}, shards)
+		require.Equal(h.t, 0, h.available("stripe:a"))
+	}},
 	{"keys/gate admits at most its limit per key", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 3})
 		ids := h.insertKeyed("stripe:a", 10)
