@@ -95,7 +95,9 @@ func newEngine(t *testing.T, st store.Store) *durable.Engine {
 	return e
 }
 
-func seed(t *testing.T) *seeded {
+// migrated returns a freshly migrated schema of the test's own and a store
+// (with history) on it, for the CLI to run against.
+func migrated(t *testing.T) *seeded {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -105,6 +107,15 @@ func seed(t *testing.T) *seeded {
 	require.NoError(t, err)
 	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema, History: true})
 	require.NoError(t, err)
+	return s
+}
+
+func seed(t *testing.T) *seeded {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := migrated(t)
+	var err error
 
 	e := newEngine(t, s.st)
 	require.NoError(t, e.Start(ctx))
@@ -609,12 +620,7 @@ func TestCLIExplainFreeK1Key(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
-	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
-	require.NoError(t, err)
+	s := migrated(t)
 	idle := newEngine(t, s.st)
 	for range 2 {
 		_, err := idle.Insert(ctx, "sync", payment{Amount: 1}, durable.InsertOptions{Key: gate.Identity("account", "9")})
@@ -642,13 +648,8 @@ func TestCLIExplainRateAndFleet(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
-	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
-	require.NoError(t, err)
-	_, err = s.st.SyncKeyLimits(ctx, "billing", store.KeyLimits{
+	s := migrated(t)
+	_, err := s.st.SyncKeyLimits(ctx, "billing", store.KeyLimits{
 		Limits:     []gate.Limit{{Name: "api", Limit: 5}, {Name: "tenant", Limit: 10}},
 		RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
 	require.NoError(t, err)
@@ -691,13 +692,8 @@ func TestCLIHealthPolicyPressure(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
-	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
-	require.NoError(t, err)
-	_, err = s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}})
+	s := migrated(t)
+	_, err := s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}})
 	require.NoError(t, err)
 	idle := newEngine(t, s.st)
 	insert := func(k gate.ConcurrencyKey) {
@@ -738,12 +734,7 @@ func TestCLIHealthPolicyPressure(t *testing.T) {
 // limits, and finds them in health.
 func TestCLIPoliciesAndRateLimits(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
+	s := migrated(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -795,15 +786,10 @@ func TestCLIHealthHandedBack(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
-	s.st, err = postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
-	require.NoError(t, err)
+	s := migrated(t)
 	// "sync" version 2, ready for five minutes; the worker knows version 1.
 	id := uuid.NewString()
-	_, err = s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 2, Queue: "default", Step: "fetch",
+	_, err := s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 2, Queue: "default", Step: "fetch",
 		State: json.RawMessage(`{"amount": 1}`), RunAt: time.Now().Add(-5 * time.Minute)}})
 	require.NoError(t, err)
 	e := newEngine(t, s.st)

@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/durable"
-	"github.com/godurable/godurable/internal/pgtest"
-	"github.com/godurable/godurable/store/postgres"
 )
 
 // TestCLISchedules lists a schedule a worker synced, pauses and resumes it,
@@ -21,12 +19,8 @@ func TestCLISchedules(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	s := &seeded{url: pgtest.URL(t), schema: pgtest.SchemaOf(pool)}
-	_, err := postgres.Migrate(ctx, pool, s.schema)
-	require.NoError(t, err)
-	st, err := postgres.New(ctx, pool, postgres.Options{Schema: s.schema})
-	require.NoError(t, err)
+	s := migrated(t)
+	st := s.st
 
 	out := s.ok(t, "schedules", "ls")
 	assert.Contains(t, out, "no schedules")
