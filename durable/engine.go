@@ -597,30 +597,49 @@ const storedLimitsTTL = 5 * time.Second
 func (e *Engine) keyLimits() gate.Limits {
 	c := &e.stored
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < storedLimitsTTL {
+		defer c.mu.Unlock()
 		if c.ok {
 			return c.limits
 		}
 		return e.limits
 	}
 	c.at = time.Now()
+	if c.ok {
+		// A refresh: one caller reads the store while the others go on
+		// with the limits read before, instead of queueing behind it.
+		cached := c.limits
+		c.mu.Unlock()
+		if gl, ok := e.readKeyLimits(); ok {
+			c.mu.Lock()
+			c.limits = gl
+			c.mu.Unlock()
+			return gl
+		}
+		return cached
+	}
+	// The first read: every check waits for it.
+	defer c.mu.Unlock()
+	if gl, ok := e.readKeyLimits(); ok {
+		c.limits, c.ok = gl, true
+		return gl
+	}
+	return e.limits
+}
+
+// readKeyLimits reads the stored limits with this engine's own over them.
+func (e *Engine) readKeyLimits() (gate.Limits, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ls, err := e.st.Limits(ctx)
 	if err == nil {
 		var gl gate.Limits
 		if gl, err = gate.NewLimits(e.withOwnLimits(ls)); err == nil {
-			c.limits, c.ok = gl, true
+			return gl, true
 		}
 	}
-	if err != nil {
-		e.log.Debug("read stored limits for key checks", "err", err)
-	}
-	if c.ok {
-		return c.limits
-	}
-	return e.limits
+	e.log.Debug("read stored limits for key checks", "err", err)
+	return gate.Limits{}, false
 }
 
 // withOwnLimits overlays this engine's configured limits, which it stores
