@@ -263,27 +263,27 @@ func validateOutcomes(outcomes []store.Outcome) error {
 func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
 	n := len(outcomes)
 	var (
-		ids       = make([]string, n)
-		fences    = make([]int64, n)
-		kinds     = make([]string, n)
-		steps     = make([]string, n)
-		states    = make([]*string, n)
-		attempts  = make([]int32, n)
-		runAts    = make([]*time.Time, n)
-		setKeys   = make([]bool, n)
-		keys      = make([]string, n)
-		intents   = make([]string, n)
-		awaits    = make([]string, n)
-		timeouts  = make([]*time.Time, n)
-		results   = make([]*string, n)
-		errs      = make([]string, n)
-		children  = make([]int32, n)
-		delays    = make([]int64, n)
-		timeouts2 = make([]int64, n)
-		handBacks = make([]bool, n)
+		ids           = make([]string, n)
+		fences        = make([]int64, n)
+		kinds         = make([]string, n)
+		steps         = make([]string, n)
+		states        = make([]*string, n)
+		attempts      = make([]int32, n)
+		runAts        = make([]*time.Time, n)
+		setKeys       = make([]bool, n)
+		keys          = make([]string, n)
+		intents       = make([]string, n)
+		awaits        = make([]string, n)
+		timeouts      = make([]*time.Time, n)
+		results       = make([]*string, n)
+		errs          = make([]string, n)
+		children      = make([]int32, n)
+		delays        = make([]int64, n)
+		timeoutDelays = make([]int64, n)
+		handBacks     = make([]bool, n)
 	)
 	for i, o := range outcomes {
-		delays[i], timeouts2[i] = micros(o.Delay), micros(o.Timeout)
+		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)
 		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, o.Kind.String(), o.Step
 		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
 		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
@@ -294,7 +294,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		errs[i], children[i], handBacks[i] = o.Error, int32(len(o.Children)), o.HandBack
 	}
 	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children, delays, timeouts2, handBacks}
+		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks}
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the
@@ -433,11 +433,13 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		var oldShard, joinGen int
 		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen)
 		if errors.Is(err, pgx.ErrNoRows) {
-			var status string
-			if err := tx.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status); err == nil && status == "executing" {
-				return nil // its cancel was requested already
+			// Missing, terminal, or executing with its cancel requested
+			// already (nothing more to do).
+			err := s.whyNot(ctx, tx, "cancel", id)
+			if errors.Is(err, errStillExecuting) {
+				return nil
 			}
-			return s.whyNot(ctx, tx, "cancel", id)
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("cancel %s: %w", id, err)
@@ -510,14 +512,20 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 	var status string
 	err := q.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%s %s: %w", op, id, store.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("%s %s: %w", op, id, err)
+	case status == "executing":
+		return fmt.Errorf("%s %s: %w", op, id, errStillExecuting)
 	}
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
 }
+
+// errStillExecuting is whyNot's answer for a row that is executing: only
+// Cancel meets it (a second cancel of a running step) and makes it nil.
+var errStillExecuting = errors.New("still executing")
 
 func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
