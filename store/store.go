@@ -87,6 +87,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -466,20 +468,32 @@ const MaintenanceLease = "maintenance"
 // changed the semantics of keys live instances held (gate.LiveKeysChanged).
 const LiveChangeFor = 24 * time.Hour
 
-// LiveChangeWarnings lists, by key name, the changes of res that affect
-// live instances, with their counts.
+// LiveChangeWarnings lists, one per key name in name order, the changes of
+// res that affect live instances, with their counts; a name whose limit
+// and rate limit both changed gets one warning naming both.
 func LiveChangeWarnings(res LimitsResult) []gate.Warning {
-	var out []gate.Warning
+	byName := map[string]gate.Warning{}
+	add := func(w gate.Warning) {
+		if old, ok := byName[w.Name]; ok {
+			w.Message, w.Live = old.Message+"; "+w.Message, max(old.Live, w.Live)
+		}
+		byName[w.Name] = w
+	}
 	for _, c := range res.Changes {
 		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
+			add(c.LiveWarning(n))
 		}
 	}
 	for _, c := range res.RateChanges {
 		if n := res.Live[c.Name]; n > 0 {
-			out = append(out, c.LiveWarning(n))
+			add(c.LiveWarning(n))
 		}
 	}
+	out := make([]gate.Warning, 0, len(byName))
+	for _, w := range byName {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b gate.Warning) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -90,13 +90,7 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	}
 
 	s.limits, s.rates = next, nextRates
-	fresh := map[string]bool{}
 	for _, w := range store.LiveChangeWarnings(res) {
-		if c, ok := s.liveChanges[w.Name]; ok && fresh[w.Name] {
-			// A name whose limit and rate limit both changed gets both messages.
-			w.Message, w.Live = c.w.Message+"; "+w.Message, max(c.w.Live, w.Live)
-		}
-		fresh[w.Name] = true
 		s.liveChanges[w.Name] = liveChange{w: w, at: s.clock()}
 	}
 	if limits != nil {

@@ -133,17 +133,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			return errDryRun
 		}
 		if ws := store.LiveChangeWarnings(res); len(ws) > 0 {
-			// One row per name: a name whose limit and rate limit both
-			// changed gets both messages.
-			var names, messages []string
-			var live []int64
-			for _, w := range ws {
-				if i := slices.Index(names, w.Name); i >= 0 {
-					messages[i] += "; " + w.Message
-					live[i] = max(live[i], w.Live)
-					continue
-				}
-				names, messages, live = append(names, w.Name), append(messages, w.Message), append(live, w.Live)
+			names, messages, live := make([]string, len(ws)), make([]string, len(ws)), make([]int64, len(ws))
+			for i, w := range ws {
+				names[i], messages[i], live[i] = w.Name, w.Message, w.Live
 			}
 			if _, err := tx.Exec(ctx, s.q(sqlLimitChangesRecord), names, messages, live, nil); err != nil {
 				return err
