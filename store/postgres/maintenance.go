@@ -75,7 +75,7 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	n, err := s.takeBack(ctx, now, s.q(sqlReclaimWorker), worker, tsArg(now))
+	n, err := s.takeBack(ctx, now, s.q(sqlReclaimWorker), tsArg(now), worker)
 	if err != nil {
 		return n, fmt.Errorf("reclaim worker %s: %w", worker, err)
 	}

@@ -22,32 +22,29 @@ w AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
-	// sqlReap takes back up to $2 claims whose lease expired; attempt + 1.
-	// A claim whose cancel was requested ends canceled.
+	// sqlReap takes back up to $2 claims whose lease expired before $1.
 	sqlReap = `
 WITH o AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
-    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)` + takeBackApply
+
+	// sqlReclaimWorker takes back every claim of worker $2, like sqlReap.
+	sqlReclaimWorker = `
+WITH o AS MATERIALIZED (
+    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
+    WHERE status = 'executing' AND worker = $2
+    ORDER BY id FOR UPDATE)` + takeBackApply
+
+	// takeBackApply is how a claim taken back (sqlReap, sqlReclaimWorker:
+	// the rows of o, at $1) ends: ready with attempt + 1, or canceled when
+	// its cancel was requested. It returns what takeBack needs to free the
+	// slot and count a canceled child for its parent.
+	takeBackApply = `
 UPDATE {schema}.instances i
 SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
     attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
     key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
-FROM o
-WHERE i.id = o.id
-RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
-          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
-
-	// sqlReclaimWorker takes back every claim of a worker, like sqlReap.
-	sqlReclaimWorker = `
-WITH o AS MATERIALIZED (
-    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-    WHERE status = 'executing' AND worker = $1
-    ORDER BY id FOR UPDATE)
-UPDATE {schema}.instances i
-SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
-    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
-    key_shard = NULL, started_at = NULL, updated_at = coalesce($2::timestamptz, now())
 FROM o
 WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
