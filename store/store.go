@@ -776,6 +776,39 @@ type TxInserter interface {
 	InsertTx(ctx context.Context, tx pgx.Tx, instances []NewInstance) ([]InsertResult, error)
 }
 
+// HandOffer is implemented by stores that can hand the slots a batch of
+// outcomes frees straight to the next waiting rows of their keys, in the
+// transaction that commits the outcomes (see Free in internal/admission for
+// the exact rule). Such a row goes from blocked to executing for the
+// completing worker with a new fence, taking the freed slot as it is: the
+// key's counter does not change, and the row never passes through ready.
+// This saves a freed slot the second transaction (a claim) it would
+// otherwise need before its next step starts, which is what bounds a busy
+// key's throughput.
+//
+// A slot is handed off only when every limit the claim would check admits
+// the row without more reads: the worker has Room in the row's queue and
+// runs its workflow, the queue has no concurrency policy, the key has no
+// rate limit, and no ready row of the same queue and priority has an
+// earlier round (keys keep taking turns). Every other freed slot is
+// credited and promotes its key's next blocked row, as with Complete.
+type HandOffer interface {
+	// CompleteHandOff is Complete, handing freed slots off as h allows; it
+	// returns the rows handed to worker, claimed under h.Lease, in the
+	// order their slots were freed. With no room it is Complete.
+	CompleteHandOff(ctx context.Context, worker string, outcomes []Outcome, now time.Time, h HandOff) ([]OutcomeResult, []Claimed, error)
+}
+
+// HandOff is what a completing worker can take (see HandOffer).
+type HandOff struct {
+	// Room is how many rows the worker can start now, per queue.
+	Room map[string]int
+	// Workflows, when non-empty, are the workflows the worker runs.
+	Workflows []string
+	// Lease is the lease of the rows handed off (zero: DefaultLease).
+	Lease time.Duration
+}
+
 // Notifier is implemented by stores that can wake idle engines when work may
 // have become ready (an insert, a signal, a freed slot), and tell them when
 // an instance one of them runs was canceled, in this process or in another.

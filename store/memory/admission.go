@@ -280,7 +280,8 @@ func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, now time.T
 // shard r debited gets its slot back (crash paths pass false: they
 // under-credit and the reconciler repairs). A K = 1 key is free as soon as
 // no row of it executes. Either way the next blocked row of the key is
-// promoted if the key now has room.
+// promoted if the key now has room (see freeSlot), unless a hand-off is
+// being decided (s.freeing is set): the freed slot is then recorded for it.
 func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	delete(s.executing, r.inst.ID)
 	r.inst.Worker = ""
@@ -296,13 +297,103 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	if q.keyExec[r.inst.Key]--; q.keyExec[r.inst.Key] == 0 {
 		delete(q.keyExec, r.inst.Key)
 	}
-	ks := s.keys[r.inst.Key]
-	ks.executing--
+	s.keys[r.inst.Key].executing--
+	if s.freeing != nil && credit {
+		*s.freeing = append(*s.freeing, admission.Freed{Key: r.inst.Key, Shard: shard})
+		return
+	}
+	s.freeSlot(r.inst.Key, shard, credit, n)
+}
+
+// freeSlot credits a slot of key k's shard (when credit is set and the
+// slot was a gate's) and promotes the key's next blocked row if the key now
+// has room.
+func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
+	ks := s.keys[k]
+	if ks == nil {
+		return
+	}
 	if credit && shard >= 0 && ks.counters != nil {
 		c := &ks.counters[shard%len(ks.counters)]
 		c.available = min(c.capacity, c.available+1)
 	}
-	s.promote(r.inst.Key, 1, n)
+	s.promote(k, 1, n)
+}
+
+// handOff gives the slots the outcomes of one Complete freed to the next
+// waiting rows of their keys as admission.Free decides (the rule
+// PostgreSQL's hand-off follows too), claimed by worker; the other slots
+// are freed as without a hand-off. It returns the rows handed off.
+func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) []store.Claimed {
+	st := admission.FreeState{
+		Limits:    map[string]gate.Limit{},
+		Counters:  map[string][]admission.Counter{},
+		Count:     map[string]int{},
+		Busy:      map[string]bool{},
+		Room:      h.Room,
+		Workflows: h.Workflows,
+	}
+	want := map[string]int{}
+	var keys []string
+	for _, f := range freed {
+		if want[f.Key] == 0 {
+			keys = append(keys, f.Key)
+		}
+		want[f.Key]++
+	}
+	var waiting []admission.Waiting
+	for _, k := range keys {
+		ks := s.keys[k]
+		if ks == nil {
+			continue
+		}
+		if lim, ok := s.limits.Lookup(gate.NameOf(k)); ok {
+			st.Limits[k] = lim
+		}
+		st.Busy[k] = ks.executing > 0
+		st.Count[k] = len(ks.counters)
+		for i, c := range ks.counters {
+			st.Counters[k] = append(st.Counters[k], admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available})
+		}
+		// The key's next rows in line: popped in order, then put back.
+		var line []*row
+		for len(line) < want[k] && ks.blocked.Len() > 0 {
+			line = append(line, ks.blocked.popMin())
+		}
+		for _, r := range line {
+			ks.blocked.add(r)
+			_, policy := s.policies[r.inst.Queue]
+			_, rated := s.rates.Lookup(gate.NameOf(k))
+			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
+				Workflow: r.inst.Workflow, InTurn: s.inTurn(r), Policy: policy, Rated: rated})
+		}
+	}
+	plan := admission.Free(freed, waiting, st)
+	var claimed []store.Claimed
+	req := store.ClaimRequest{Worker: worker, Lease: h.Lease}
+	for _, a := range plan.HandOffs {
+		r := s.rows[a.ID]
+		s.keys[r.inst.Key].blocked.remove(r)
+		claimed = append(claimed, s.startClaim(r, req, a.Shard, now))
+	}
+	for _, f := range plan.Rest {
+		s.freeSlot(f.Key, f.Shard, true, n)
+	}
+	return claimed
+}
+
+// inTurn reports whether no ready row of r's queue and priority has an
+// earlier round than r (see admission.Waiting).
+func (s *Store) inTurn(r *row) bool {
+	q := s.queues[r.inst.Queue]
+	if q == nil || !r.hasRound {
+		return true
+	}
+	h := q.ready[r.inst.Priority]
+	if h == nil || h.Len() == 0 {
+		return true
+	}
+	return h.min().round >= r.round
 }
 
 // room is how many more rows of key k would be admitted now. For a gate it

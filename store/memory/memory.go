@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
@@ -62,11 +63,16 @@ type Store struct {
 
 	listeners    map[int64]func(store.Notification)
 	nextListener int64
+
+	// freeing collects the slots freed while a Complete that may hand them
+	// off applies its outcomes (nil otherwise: slots free at once).
+	freeing *[]admission.Freed
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Notifier = (*Store)(nil)
+	_ store.Store     = (*Store)(nil)
+	_ store.Notifier  = (*Store)(nil)
+	_ store.HandOffer = (*Store)(nil)
 )
 
 // New returns an empty store.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
@@ -170,8 +171,22 @@ func (s *Store) current(id, worker string, fence int64) *row {
 // the others stale. A malformed batch (unknown kind, invalid key or JSON,
 // taken child id) is an error and commits nothing.
 func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	res, _, err := s.complete(worker, outcomes, now, nil)
+	return res, err
+}
+
+// CompleteHandOff is Complete, handing the slots the outcomes free to the
+// next waiting rows of their keys as h allows (see store.HandOffer).
+func (s *Store) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	if h.Lease <= 0 {
+		h.Lease = store.DefaultLease
+	}
+	return s.complete(worker, outcomes, now, &h)
+}
+
+func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time, h *store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
 	if err := s.lock(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := &notes{}
 	defer s.unlock(n)
@@ -182,8 +197,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		// Complete whose spawn already committed is stale, not an error.
 		current := s.current(o.ID, worker, o.Fence) != nil
 		if err := s.checkOutcome(o, current, taken); err != nil {
-			return nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
+			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
+	}
+	var freed []admission.Freed
+	if h != nil {
+		s.freeing = &freed
 	}
 	res := make([]store.OutcomeResult, len(outcomes))
 	for i, o := range outcomes {
@@ -195,7 +214,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 		s.apply(r, worker, o, now, n)
 	}
-	return res, nil
+	s.freeing = nil
+	var claimed []store.Claimed
+	if h != nil {
+		claimed = s.handOff(freed, worker, *h, now, n)
+	}
+	return res, claimed, nil
 }
 
 // checkOutcome validates an outcome; current says whether its claim is

@@ -42,14 +42,33 @@ type join struct {
 // counts terminal children against their parents, wakes rows that parked on
 // a signal already in their inbox, and records history.
 func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	res, _, err := s.complete(ctx, worker, outcomes, now, nil)
+	return res, err
+}
+
+// CompleteHandOff is Complete, handing the slots the outcomes free to the
+// next waiting rows of their keys as h allows (see store.HandOffer): the
+// decision is admission.Free's, the reads and writes are handOff's.
+func (s *Store) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	if h.Lease <= 0 {
+		h.Lease = DefaultLease
+	}
+	return s.complete(ctx, worker, outcomes, now, &h)
+}
+
+var _ store.HandOffer = (*Store)(nil)
+
+// complete commits outcomes (see Complete), handing freed slots off when h
+// has room for it.
+func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h *store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
 	if err := s.check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(outcomes) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := validateOutcomes(outcomes); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results := make([]store.OutcomeResult, len(outcomes))
 	for i, o := range outcomes {
@@ -59,7 +78,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	var done []applied
 	tx, err := s.beginBatch(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("complete: %w", err)
+		return nil, nil, fmt.Errorf("complete: %w", err)
 	}
 	defer tx.end()
 	b := &pgx.Batch{}
@@ -72,10 +91,10 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		return err
 	})
 	if err := tx.send(ctx, b, false); err != nil {
-		return nil, fmt.Errorf("complete: %w", refused(err))
+		return nil, nil, fmt.Errorf("complete: %w", refused(err))
 	}
 	if len(done) == 0 {
-		return results, nil // nothing changed: end rolls the empty transaction back
+		return results, nil, nil // nothing changed: end rolls the empty transaction back
 	}
 	slices.SortFunc(done, func(a, b applied) int { return a.ord - b.ord })
 
@@ -133,6 +152,12 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 	}
 
+	var claimed []store.Claimed
+	if h != nil && hasRoom(h.Room) {
+		if freed, err = s.handOff(ctx, tx.q(), b, worker, freed, h, now, &claimed); err != nil {
+			return nil, nil, fmt.Errorf("complete: %w", err)
+		}
+	}
 	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
@@ -141,7 +166,7 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 	if len(spawned) > 0 {
 		inserted, err := s.queueChildren(ctx, tx.q(), b, children, spawnGen)
 		if err != nil {
-			return nil, fmt.Errorf("complete: %w", refused(err))
+			return nil, nil, fmt.Errorf("complete: %w", refused(err))
 		}
 		var ids []string
 		var ns []int32
@@ -165,10 +190,19 @@ func (s *Store) Complete(ctx context.Context, worker string, outcomes []store.Ou
 			histStart, histEnd, histOutcomes, histEr, tsArg(now))
 	}
 	if err := tx.send(ctx, b, true); err != nil {
-		return nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
+		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	s.heal(ctx, stranded, now)
-	return results, nil
+	return results, claimed, nil
+}
+
+func hasRoom(room map[string]int) bool {
+	for _, n := range room {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // queueJoins queues the counting of ended children against their parents'

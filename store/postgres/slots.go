@@ -2,9 +2,13 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
+	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -178,4 +182,134 @@ func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *s
 	b.Queue(s.q(sqlPromoteIfRoom), keys, promoteChunk, tsArg(now), s.channel, true)
 	s.queueStranded(b, keys, one, next)
 	return tx.send(ctx, b, true)
+}
+
+// handOff decides, under the locks it takes, which of the freed slots go
+// straight to the next waiting rows of their keys (admission.Free), and
+// queues on b the move of those rows to executing for worker; their
+// claimed rows are appended to *claimed when b runs. It returns the freed
+// slots that were not handed off: the caller credits and promotes them
+// (queueFree). The locks are the ones queueFree takes, in the same order
+// (K = 1 keys' advisory locks, then counters in (key, shard) order); rows
+// are locked with SKIP LOCKED, never waited for.
+func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker string, freed []freedSlot,
+	h *store.HandOff, now time.Time, claimed *[]store.Claimed) ([]freedSlot, error) {
+	var one, keys []string
+	gates := map[shardKey]bool{}
+	want := map[string]int{} // key -> freed slots
+	slots := make([]admission.Freed, 0, len(freed))
+	for _, f := range freed {
+		if f.key == "" {
+			continue
+		}
+		slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard})
+		if want[f.key] == 0 {
+			keys = append(keys, f.key)
+		}
+		want[f.key]++
+		if f.shard < 0 {
+			one = append(one, f.key)
+		} else {
+			gates[shardKey(f)] = true
+		}
+	}
+	if len(slots) == 0 {
+		return freed, nil
+	}
+	slices.Sort(one)
+	one = slices.Compact(one)
+	slices.Sort(keys)
+	st := admission.FreeState{
+		Limits:    map[string]gate.Limit{},
+		Counters:  map[string][]admission.Counter{},
+		Count:     map[string]int{},
+		Busy:      map[string]bool{},
+		Room:      h.Room,
+		Workflows: h.Workflows,
+	}
+	var waiting []admission.Waiting
+	rb := &pgx.Batch{}
+	if len(one) > 0 {
+		rb.Queue(s.q(sqlKeyLock), one, s.keySalt)
+		rb.Queue(s.q(sqlKeyBusy), one).Query(func(rows pgx.Rows) error {
+			var k string
+			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { st.Busy[k] = true; return nil })
+			return err
+		})
+	}
+	if len(gates) > 0 {
+		ns := map[shardKey]int{}
+		var gateKeys []string
+		for sk := range gates {
+			ns[sk] = 1
+			gateKeys = append(gateKeys, sk.key)
+		}
+		slices.Sort(gateKeys)
+		gateKeys = slices.Compact(gateKeys)
+		gk, gs, _ := shardCounts(ns)
+		rb.Queue(s.q(sqlSlotsLockRead), gk, gs).Query(func(rows pgx.Rows) error {
+			var k string
+			var c admission.Counter
+			_, err := pgx.ForEachRow(rows, []any{&k, &c.Shard, &c.Capacity, &c.Available}, func() error {
+				st.Counters[k] = append(st.Counters[k], c)
+				return nil
+			})
+			return err
+		})
+		rb.Queue(s.q(sqlSlotsCount), gateKeys).Query(func(rows pgx.Rows) error {
+			var k string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { st.Count[k] = int(n); return nil })
+			return err
+		})
+	}
+	rb.Queue(s.q(sqlKeyLimitsOf), keys).Query(func(rows pgx.Rows) error {
+		var k string
+		var l gate.Limit
+		_, err := pgx.ForEachRow(rows, []any{&k, &l.Limit, &l.Shards}, func() error {
+			l.Name = gate.NameOf(k)
+			st.Limits[k] = l
+			return nil
+		})
+		return err
+	})
+	ns := make([]int32, len(keys))
+	for i, k := range keys {
+		ns[i] = int32(want[k])
+	}
+	rb.Queue(s.q(sqlHandOffCandidates), keys, ns).Query(func(rows pgx.Rows) error {
+		var w admission.Waiting
+		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
+			waiting = append(waiting, w)
+			return nil
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, rb).Close(); err != nil {
+		return nil, fmt.Errorf("hand-off: %w", err)
+	}
+	plan := admission.Free(slots, waiting, st)
+	if len(plan.HandOffs) == 0 {
+		return freed, nil
+	}
+	ids := make([]string, len(plan.HandOffs))
+	shards := make([]int32, len(plan.HandOffs))
+	for i, a := range plan.HandOffs {
+		ids[i], shards[i] = a.ID, int32(a.Shard)
+	}
+	b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			c, err := scanClaimed(rows)
+			if err != nil {
+				return err
+			}
+			*claimed = append(*claimed, c)
+		}
+		return rows.Err()
+	})
+	rest := make([]freedSlot, 0, len(plan.Rest))
+	for _, f := range plan.Rest {
+		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
+	}
+	return rest, nil
 }

@@ -169,14 +169,29 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i
-    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
-        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
-        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
+    UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.status = 'ready'
     RETURNING i.*, a.ord
+)` + claimedRows
+
+	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
+	sqlNextDue = `
+SELECT least(
+    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
+    (SELECT min(timeout_at) FROM {schema}.instances
+     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
 )
+
+// The move of a row to executing, shared by the claim and the hand-off (the
+// caller's UPDATE names the table i and provides t.now, a.shard and a.ord),
+// and the rows it returns.
+const (
+	claimSet = `
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now`
+	claimedRows = `
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (
@@ -186,11 +201,4 @@ LEFT JOIN LATERAL (
     WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
     ORDER BY s.id LIMIT 1) sg ON true
 ORDER BY c.ord`
-
-	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
-	sqlNextDue = `
-SELECT least(
-    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
-    (SELECT min(timeout_at) FROM {schema}.instances
-     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
 )

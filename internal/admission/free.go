@@ -1,0 +1,139 @@
+package admission
+
+import (
+	"slices"
+
+	"github.com/godurable/godurable/gate"
+)
+
+// This file is the slot-freeing side: what becomes of the slots that rows
+// leaving executing give up, when the transaction that frees them may hand
+// them straight to the next waiting rows of their keys (see store.HandOffer).
+// Free decides; the stores read and lock the state before and write the
+// plan after, as for Decide.
+
+// Freed is a slot a row gave up when it left executing: a K = 1 key (Shard
+// -1) or one slot of a gate key's shard. A batch lists one Freed per row.
+type Freed struct {
+	Key   string
+	Shard int
+}
+
+// Waiting is one of the next blocked rows of a freed key, in the key's
+// admission order (priority, run_at, insertion), as the freeing transaction
+// read and locked it.
+type Waiting struct {
+	ID, Key, Queue, Workflow string
+	// InTurn is false when a ready row of the same queue and priority has
+	// an earlier round: handing this row the slot would let its key run
+	// ahead of another key's turn (see store.Store, Order).
+	InTurn bool
+	// Policy is true when its queue has a concurrency policy, Rated when
+	// its key has a rate limit: a hand-off takes neither a queue budget nor
+	// a token, so such rows go the claim's way.
+	Policy, Rated bool
+}
+
+// FreeState is what the freeing transaction read, under the locks it
+// holds on the freed keys (the K = 1 keys' locks, the freed counters).
+type FreeState struct {
+	// Limits holds the current limit of each freed key whose name has one.
+	Limits map[string]gate.Limit
+	// Counters are the freed keys' counters this transaction locked, and
+	// Count how many counters each key has in all.
+	Counters map[string][]Counter
+	Count    map[string]int
+	// Busy holds the K = 1 keys that still have an executing row.
+	Busy map[string]bool
+	// Room is how many rows the freeing worker takes, per queue.
+	Room map[string]int
+	// Workflows, when not empty, are the workflows the worker runs.
+	Workflows []string
+}
+
+// FreePlan is what becomes of the freed slots.
+type FreePlan struct {
+	// HandOffs are the waiting rows that take a freed slot and start
+	// executing for the freeing worker, each with the shard it takes (-1:
+	// a K = 1 key); their counters do not change.
+	HandOffs []Admitted
+	// Rest are the freed slots not handed off: they are credited and
+	// promote their key's next blocked row, as without a hand-off.
+	Rest []Freed
+}
+
+// Free decides which freed slots go straight to the next waiting row of
+// their key. A slot is handed off only when everything a claim would check
+// for that row holds without asking anything more:
+//
+//   - the row is the key's next waiting row (a key's rows are handed slots
+//     in its admission order; the first row that cannot take one ends the
+//     key's hand-offs, so a key never skips its own line);
+//   - the worker has room in the row's queue and runs its workflow;
+//   - its queue has no concurrency policy and its key no rate limit;
+//   - it is in turn: no ready row of its queue and priority has an
+//     earlier round, so a hand-off never lets a key run ahead of another
+//     key's turn, nor ahead of its own work in flight;
+//   - for a K = 1 key: the name has no limit now and no row of the key
+//     executes; for a gate key: the name still has a limit, the shard is
+//     one of its shards and the key's counters are clean (see cleanShards),
+//     so the slot the row takes is one the limit gives, and the key's slots
+//     in use stay what they were.
+//
+// Every other freed slot is in Rest. Free does not modify its arguments.
+func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
+	var plan FreePlan
+	next := map[string][]Waiting{} // key -> its waiting rows, in line
+	for _, w := range waiting {
+		next[w.Key] = append(next[w.Key], w)
+	}
+	done := map[string]bool{} // keys whose line stopped
+	room := map[string]int{}
+	for q, n := range st.Room {
+		room[q] = n
+	}
+	for _, f := range freed {
+		if f.Key == "" {
+			continue
+		}
+		if done[f.Key] || !slotPasses(f, st) {
+			plan.Rest = append(plan.Rest, f)
+			continue
+		}
+		line := next[f.Key]
+		if len(line) == 0 || !takes(line[0], room, st.Workflows) {
+			done[f.Key] = true
+			plan.Rest = append(plan.Rest, f)
+			continue
+		}
+		w := line[0]
+		next[f.Key] = line[1:]
+		room[w.Queue]--
+		plan.HandOffs = append(plan.HandOffs, Admitted{ID: w.ID, Shard: f.Shard})
+		if f.Shard < 0 {
+			done[f.Key] = true // a K = 1 key has one slot
+		}
+	}
+	return plan
+}
+
+// slotPasses reports whether the freed slot may pass to another row of its
+// key as it is, by the key's limit now.
+func slotPasses(f Freed, st FreeState) bool {
+	lim, gated := st.Limits[f.Key]
+	if f.Shard < 0 {
+		return !gated && !st.Busy[f.Key]
+	}
+	if !gated || f.Shard >= lim.Shards {
+		return false
+	}
+	rows := st.Counters[f.Key]
+	i := slices.IndexFunc(rows, func(c Counter) bool { return c.Shard == f.Shard })
+	return i >= 0 && rows[i].Available >= 0 && cleanShards(lim, rows, st.Count[f.Key])
+}
+
+// takes reports whether the worker can take w now.
+func takes(w Waiting, room map[string]int, workflows []string) bool {
+	return w.InTurn && !w.Policy && !w.Rated && room[w.Queue] > 0 &&
+		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
+}

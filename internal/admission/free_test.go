@@ -1,0 +1,114 @@
+package admission
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/gate"
+)
+
+func waiting(id, key string) Waiting {
+	return Waiting{ID: id, Key: key, Queue: "q", Workflow: "wf", InTurn: true}
+}
+
+func freeState(mut func(*FreeState)) FreeState {
+	st := FreeState{Limits: map[string]gate.Limit{}, Counters: map[string][]Counter{}, Count: map[string]int{},
+		Busy: map[string]bool{}, Room: map[string]int{"q": 10}}
+	if mut != nil {
+		mut(&st)
+	}
+	return st
+}
+
+// withGate gives key k the limit and clean, fully used counters.
+func withGate(k string, limit, shards int) func(*FreeState) {
+	return func(st *FreeState) {
+		lim := gate.Limit{Name: gate.NameOf(k), Limit: limit, Shards: shards}
+		st.Limits[k] = lim
+		st.Count[k] = shards
+		for i, c := range lim.ShardCapacities() {
+			st.Counters[k] = append(st.Counters[k], Counter{Shard: i, Capacity: c, Available: 0})
+		}
+	}
+}
+
+func handed(p FreePlan) []Admitted { return p.HandOffs }
+
+func TestFree(t *testing.T) {
+	one := []Freed{{Key: "a:1", Shard: -1}}
+	line := []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1")}
+	for _, tc := range []struct {
+		name    string
+		freed   []Freed
+		waiting []Waiting
+		st      FreeState
+		want    []Admitted
+		rest    []Freed
+	}{
+		{name: "a K = 1 key goes to its next row, one row only", freed: one, waiting: line, st: freeState(nil),
+			want: []Admitted{{ID: "r1", Shard: -1}}},
+		{name: "a K = 1 key with nothing waiting is freed", freed: one, st: freeState(nil), rest: one},
+		{name: "a K = 1 key that still executes is not handed", freed: one, waiting: line,
+			st: freeState(func(st *FreeState) { st.Busy["a:1"] = true }), rest: one},
+		{name: "a K = 1 key whose name got a limit is freed", freed: one, waiting: line,
+			st: freeState(withGate("a:1", 2, 1)), rest: one},
+		{name: "no room in the row's queue", freed: one, waiting: line,
+			st: freeState(func(st *FreeState) { st.Room = map[string]int{"other": 5} }), rest: one},
+		{name: "a workflow the worker does not run", freed: one, waiting: line,
+			st: freeState(func(st *FreeState) { st.Workflows = []string{"x"} }), rest: one},
+		{name: "a queue policy", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", InTurn: true, Policy: true}},
+			st: freeState(nil), rest: one},
+		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", InTurn: true, Rated: true}},
+			st: freeState(nil), rest: one},
+		{name: "out of turn", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q"}},
+			st: freeState(nil), rest: one},
+		{name: "gate slots go to the key's next rows in line, each with its shard",
+			freed:   []Freed{{Key: "g:1", Shard: 1}, {Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1"), waiting("r2", "g:1"), waiting("r3", "g:1")},
+			st:      freeState(withGate("g:1", 4, 2)),
+			want:    []Admitted{{ID: "r1", Shard: 1}, {ID: "r2", Shard: 0}}},
+		{name: "room runs out: the rest is freed",
+			freed:   []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")},
+			st:      freeState(func(st *FreeState) { withGate("g:1", 4, 1)(st); st.Room["q"] = 1 }),
+			want:    []Admitted{{ID: "r1", Shard: 0}}, rest: []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a key's line stops at its first row that cannot take a slot",
+			freed:   []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 0}},
+			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "other", InTurn: true}, waiting("r2", "g:1")},
+			st:      freeState(withGate("g:1", 4, 1)),
+			rest:    []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 0}}},
+		{name: "a gate whose name lost its limit is freed", freed: []Freed{{Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1")}, st: freeState(nil), rest: []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a shard the limit no longer has is freed", freed: []Freed{{Key: "g:1", Shard: 1}},
+			waiting: []Waiting{waiting("r1", "g:1")}, st: freeState(withGate("g:1", 4, 1)), rest: []Freed{{Key: "g:1", Shard: 1}}},
+		{name: "counters not in the limit's shape (a lowered limit) are freed", freed: []Freed{{Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1")},
+			st: freeState(func(st *FreeState) {
+				withGate("g:1", 1, 1)(st)
+				st.Counters["g:1"][0].Capacity = 2
+			}), rest: []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a counter held elsewhere in part (fewer counters than shards) is freed", freed: []Freed{{Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1")},
+			st:      freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Count["g:1"] = 3 }),
+			rest:    []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a shard in debt is freed", freed: []Freed{{Key: "g:1", Shard: 0}},
+			waiting: []Waiting{waiting("r1", "g:1")},
+			st:      freeState(func(st *FreeState) { withGate("g:1", 2, 1)(st); st.Counters["g:1"][0].Available = -1 }),
+			rest:    []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "keys are independent",
+			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "a:2", Shard: -1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "other", InTurn: true}, waiting("r2", "a:2")},
+			st:      freeState(nil),
+			want:    []Admitted{{ID: "r2", Shard: -1}}, rest: []Freed{{Key: "a:1", Shard: -1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(tc.st.Room)
+			p := Free(tc.freed, tc.waiting, tc.st)
+			require.Equal(t, tc.want, handed(p))
+			require.Equal(t, tc.rest, p.Rest)
+			require.Len(t, tc.st.Room, before)
+			require.Equal(t, len(tc.freed), len(p.HandOffs)+len(p.Rest), "every freed slot is handed off or freed")
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/stretchr/testify/require"
+)
+
+// handOff completes outcomes through store.HandOffer (the suite requires
+// every backend to implement it) and returns the rows handed to worker.
+func (h *harness) handOff(worker string, now time.Time, room map[string]int, outs ...store.Outcome) []store.Claimed {
+	h.t.Helper()
+	ho, ok := h.s.(store.HandOffer)
+	require.True(h.t, ok, "the store does not implement store.HandOffer")
+	res, claimed, err := ho.CompleteHandOff(h.ctx, worker, outs, now, store.HandOff{Room: room, Lease: lease})
+	require.NoError(h.t, err)
+	require.Len(h.t, res, len(outs))
+	for _, c := range claimed {
+		require.Equal(h.t, store.StatusExecuting, c.Status)
+		require.Equal(h.t, worker, c.Worker)
+		near(h.t, now.Add(lease), c.LeaseExpiresAt, "a handed-off row's lease counts from the outcome's now")
+	}
+	return claimed
+}
+
+var handOffTests = []test{
+	{"handoff/a freed K = 1 key goes to its next blocked row, claimed by the completing worker", func(h *harness) {
+		ids := h.insertKeyed("acct:1", 3)
+		c := h.claimOne("w", at(time.Second))
+		require.Equal(h.t, ids[0], c.ID)
+		require.Empty(h.t, h.claim("w", 10, at(time.Second))) // blocks the key's backlog
+		h.requireStatus(store.StatusBlocked, ids[1], ids[2])
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(c))
+		require.Equal(h.t, []string{ids[1]}, claimedIDs(got), "one key, one slot: only the next row")
+		require.Equal(h.t, -1, got[0].KeyShard)
+		require.NotZero(h.t, got[0].Fence, "a hand-off is a claim: it has a fence")
+		h.requireStatus(store.StatusBlocked, ids[2])
+		require.Empty(h.t, h.claim("w2", 10, at(3*time.Second)), "the key is held by the handed-off row")
+		require.Len(h.t, h.executing("acct:1"), 1)
+
+		// Without room, the slot frees as with Complete: the next row is made ready.
+		require.Empty(h.t, h.handOff("w", at(4*time.Second), map[string]int{queue: 0}, done(got[0])))
+		h.requireStatus(store.StatusReady, ids[2])
+		require.Equal(h.t, ids[2], h.claimOne("w2", at(5*time.Second)).ID)
+	}},
+	{"handoff/a freed gate slot keeps its shard and the counter does not change", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 4, Shards: 2})
+		ids := h.insertKeyed("stripe:a", 7)
+		cs := h.claim("w", 10, at(time.Second))
+		require.Equal(h.t, ids[:4], claimedIDs(cs))
+		require.Equal(h.t, 0, h.available("stripe:a"))
+		h.requireStatus(store.StatusBlocked, ids[4:]...)
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 10}, done(cs[0]), done(cs[1]))
+		require.Equal(h.t, ids[4:6], claimedIDs(got), "two slots freed, the key's next two rows in line")
+		require.ElementsMatch(h.t, []int{cs[0].KeyShard, cs[1].KeyShard}, []int{got[0].KeyShard, got[1].KeyShard},
+			"each handed-off row takes a freed slot's shard")
+		require.Equal(h.t, 0, h.available("stripe:a"))
+		require.Len(h.t, h.executing("stripe:a"), 4)
+		h.requireStatus(store.StatusBlocked, ids[6])
+		require.Zero(h.t, h.reconcile(0, at(3*time.Second)).Drift, "a hand-off leaves the counters true")
+
+		// The handed-off claims end like any other: their slots credit back.
+		h.commit("w", at(4*time.Second), done(got[0]), done(got[1]), done(cs[2]), done(cs[3]))
+		require.Equal(h.t, 4, h.available("stripe:a")) // ids[6] was promoted and holds nothing yet
+		require.Equal(h.t, ids[6], h.claimOne("w", at(5*time.Second)).ID)
+		require.Equal(h.t, 3, h.available("stripe:a"))
+	}},
+	{"handoff/a stale outcome hands nothing off", func(h *harness) {
+		ids := h.insertKeyed("acct:1", 2)
+		c := h.claimOne("w", at(time.Second))
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+		require.Equal(h.t, 1, h.reap(at(time.Second+2*lease)))
+		stale := done(c)
+		require.Empty(h.t, h.handOff("w", at(3*lease), map[string]int{queue: 5}, stale))
+		require.Equal(h.t, store.StatusReady, h.status(ids[0]))
+		require.NotEqual(h.t, store.StatusExecuting, h.status(ids[1]))
+	}},
+	{"handoff/no room, another queue, an unknown workflow, a policy or a rate limit: the slot goes the claim's way", func(h *harness) {
+		type setup struct {
+			name      string
+			room      map[string]int
+			workflows []string
+			prepare   func(h *harness)
+		}
+		for _, s := range []setup{
+			{name: "room in another queue only", room: map[string]int{"elsewhere": 5}},
+			{name: "an unknown workflow", room: map[string]int{queue: 5}, workflows: []string{"other"}},
+			{name: "a queue policy", room: map[string]int{queue: 5}, prepare: func(h *harness) {
+				h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 10})
+			}},
+			{name: "a rate limit", room: map[string]int{queue: 5}, prepare: func(h *harness) {
+				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{
+					{Name: "acct", Limit: 100, Period: time.Second, Burst: 100}}})
+			}},
+		} {
+			k := "acct:" + s.name
+			if s.prepare != nil {
+				s.prepare(h)
+			}
+			ids := h.insertKeyed(k, 2)
+			c := h.claimOne("w", at(time.Second))
+			require.Equal(h.t, ids[0], c.ID, s.name)
+			require.Empty(h.t, h.claim("w", 10, at(time.Second)), s.name)
+			h.requireStatus(store.StatusBlocked, ids[1])
+			ho, ok := h.s.(store.HandOffer)
+			require.True(h.t, ok)
+			_, got, err := ho.CompleteHandOff(h.ctx, "w", []store.Outcome{done(c)}, at(2*time.Second),
+				store.HandOff{Room: s.room, Workflows: s.workflows, Lease: lease})
+			require.NoError(h.t, err, s.name)
+			require.Empty(h.t, got, "%s: no hand-off", s.name)
+			require.Equal(h.t, store.StatusReady, h.status(ids[1]), "%s: the next row is promoted instead", s.name)
+			h.commit("w", at(3*time.Second), done(h.claimOne("w", at(3*time.Second))))
+			if s.prepare != nil { // back to no policy and no rate limit
+				h.syncPolicies("ns")
+				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})
+			}
+		}
+	}},
+	{"handoff/a key's next row never runs ahead of another key's earlier round", func(h *harness) {
+		a := h.insertKeyed("acct:a", 3) // rounds 0, 1, 2
+		c := h.claimOne("w", at(time.Second))
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+		h.requireStatus(store.StatusBlocked, a[1], a[2])
+		b := inst("acct:b")
+		b.RunAt = at(0)
+		h.insert(b)
+		// A claim of no known workflow makes b ready (with the queue's
+		// current round, 0) and claims nothing.
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+		h.requireStatus(store.StatusReady, b.ID)
+		require.Empty(h.t, h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(c)),
+			"a[1] (round 1) would run before b (round 0)")
+		h.requireStatus(store.StatusReady, a[1])
+		cs := h.claim("w", 1, at(3*time.Second))
+		require.Equal(h.t, []string{b.ID}, claimedIDs(cs), "b's turn comes first")
+	}},
+	{"handoff/a key over a lowered limit is credited, not handed off", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		ids := h.insertKeyed("stripe:a", 3)
+		cs := h.claim("w", 10, at(time.Second))
+		require.Equal(h.t, ids[:2], claimedIDs(cs))
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		require.Empty(h.t, h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(cs[0])),
+			"one row still executes: the key is at its new limit")
+		require.NotEqual(h.t, store.StatusExecuting, h.status(ids[2]))
+		require.Len(h.t, h.executing("stripe:a"), 1)
+		h.commit("w", at(3*time.Second), done(cs[1]))
+		require.Equal(h.t, ids[2], h.claimOne("w", at(4*time.Second)).ID)
+		require.Zero(h.t, h.reconcile(0, at(5*time.Second)).Drift)
+	}},
+}
