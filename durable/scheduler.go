@@ -49,6 +49,10 @@ type scheduler struct {
 
 	queues  map[string]*queueRunner
 	flushCh chan store.Outcome
+	// workMu guards sending on the queues' work channels against their
+	// close at stop: the flusher hands rows to executors too.
+	workMu     sync.Mutex
+	workClosed bool
 
 	mu       sync.Mutex
 	inflight map[string]*claimState
@@ -83,7 +87,25 @@ type queueRunner struct {
 	n      int
 	wakeCh chan struct{}
 	work   chan store.Claimed
-	busy   atomic.Int64 // claimed and not yet finished executing
+	busy   atomic.Int64 // claimed (or reserved for a claim) and not yet finished executing
+}
+
+// reserve takes up to max of the queue's free executor slots for a claim
+// or a hand-off about to be made, and returns how many it took; the
+// caller gives back what it does not fill (busy.Add(-n)). Reserving
+// before the store call keeps the pick loop and the flusher from claiming
+// the same free slots twice.
+func (q *queueRunner) reserve(max int) int {
+	for {
+		cur := q.busy.Load()
+		take := min(q.n-int(cur), max)
+		if take <= 0 {
+			return 0
+		}
+		if q.busy.CompareAndSwap(cur, cur+int64(take)) {
+			return take
+		}
+	}
 }
 
 func (q *queueRunner) wake() {
@@ -174,9 +196,12 @@ func (s *scheduler) stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.wakeAll()
 	s.pickWG.Wait()
+	s.workMu.Lock()
+	s.workClosed = true
 	for _, q := range s.queues {
 		close(q.work)
 	}
+	s.workMu.Unlock()
 	done := make(chan struct{})
 	go func() { s.execWG.Wait(); close(done) }()
 	var err error
@@ -304,12 +329,13 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 	workflows := e.workflowNames()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
-		if free := q.n - int(q.busy.Load()); free > 0 {
+		if free := q.reserve(q.n); free > 0 {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
 			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
 				Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
+			q.busy.Add(-int64(free - len(res.Claimed))) // the slots reserved and not filled
 			if err != nil {
 				if s.bgCtx.Err() != nil {
 					return
@@ -319,7 +345,6 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 				out.ok()
 				for _, c := range res.Claimed {
 					s.track(c, sent.Add(e.cfg.Lease))
-					q.busy.Add(1)
 					q.work <- c
 				}
 				if len(res.Claimed) == free {
@@ -438,10 +463,28 @@ func (s *scheduler) flusher() {
 
 // commit flushes one batch (see Engine.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
-// leases expire and the reaper retries the steps: at-least-once).
+// leases expire and the reaper retries the steps: at-least-once). When the
+// store can hand the slots the batch frees straight to the next waiting
+// rows of their keys (store.HandOffer), the executor slots free in each
+// queue (at most one per outcome) are reserved for it before the flush,
+// and the rows handed off go straight to the executors.
 func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 	e := s.e
+	var ho *store.HandOff
+	if _, ok := e.st.(store.HandOffer); ok && !s.stopping.Load() {
+		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
+		for name, q := range s.queues {
+			if n := q.reserve(len(batch)); n > 0 {
+				ho.Room[name] = n
+			}
+		}
+		if len(ho.Room) == 0 {
+			ho = nil
+		}
+	}
 	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
+		handOff: ho,
+		handed:  s.handed,
 		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
 			e.countStale(res)
@@ -468,10 +511,42 @@ func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 			}
 		},
 	})
+	if ho != nil {
+		for name, n := range ho.Room { // the reserved slots no row was handed
+			s.queues[name].busy.Add(-int64(n))
+		}
+	}
+}
+
+// handed gives the rows a flush's hand-off claimed (their executor slots
+// were reserved) to the executors, or, once Stop has closed the work
+// channels, back to the store.
+func (s *scheduler) handed(cs []store.Claimed, validUntil time.Time) {
+	s.workMu.Lock()
+	closed := s.workClosed
+	var back []store.ClaimRef
+	for _, c := range cs {
+		s.track(c, validUntil)
+		if closed {
+			back = append(back, store.ClaimRef{ID: c.ID, Fence: c.Fence})
+			s.queues[c.Queue].busy.Add(-1)
+			continue
+		}
+		s.queues[c.Queue].work <- c // never blocks: the slot was reserved
+	}
+	s.workMu.Unlock()
+	s.release(back)
 }
 
 // commitHooks are what a caller of commitOutcomes does with its results.
 type commitHooks struct {
+	// handOff, when set, lets the store hand the freed slots to waiting
+	// rows (see store.HandOffer): its Room is what this caller reserved,
+	// and commitOutcomes takes the rows handed off out of it.
+	handOff *store.HandOff
+	// handed receives the rows handed off, with the time until which their
+	// leases are sure to hold by this engine's clock.
+	handed func(cs []store.Claimed, validUntil time.Time)
 	// committed receives each part of the batch the store committed, in
 	// batch order, with its results.
 	committed func(batch []store.Outcome, res []store.OutcomeResult)
@@ -490,7 +565,7 @@ type commitHooks struct {
 // scheduler and Tick both commit through it.
 func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
 	for {
-		res, err := e.st.Complete(ctx, e.cfg.WorkerID, batch, e.storeNow())
+		res, err := e.complete(ctx, batch, h)
 		switch {
 		case err == nil:
 			h.committed(batch, res)
@@ -516,6 +591,25 @@ func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h co
 			return err
 		}
 	}
+}
+
+// complete is one Complete of a batch, through the store's hand-off when
+// h asks for one.
+func (e *Engine) complete(ctx context.Context, batch []store.Outcome, h commitHooks) ([]store.OutcomeResult, error) {
+	ho, ok := e.st.(store.HandOffer)
+	if !ok || h.handOff == nil {
+		return e.st.Complete(ctx, e.cfg.WorkerID, batch, e.storeNow())
+	}
+	sent := time.Now()
+	res, claimed, err := ho.CompleteHandOff(ctx, e.cfg.WorkerID, batch, e.storeNow(), *h.handOff)
+	if err != nil || len(claimed) == 0 {
+		return res, err
+	}
+	for _, c := range claimed {
+		h.handOff.Room[c.Queue]--
+	}
+	h.handed(claimed, sent.Add(e.cfg.Lease))
+	return res, nil
 }
 
 // countStale counts and logs the outcomes the store discarded as stale.

@@ -282,6 +282,14 @@ type refusingStore struct {
 }
 
 func (s *refusingStore) Complete(ctx context.Context, worker string, outs []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	return s.Store.Complete(ctx, worker, s.spoil(outs), now)
+}
+
+func (s *refusingStore) CompleteHandOff(ctx context.Context, worker string, outs []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	return s.Store.CompleteHandOff(ctx, worker, s.spoil(outs), now, h)
+}
+
+func (s *refusingStore) spoil(outs []store.Outcome) []store.Outcome {
 	outs = append([]store.Outcome(nil), outs...)
 	for i, o := range outs {
 		if o.ID == s.victim && o.Kind != store.OutcomeFailed {
@@ -289,7 +297,7 @@ func (s *refusingStore) Complete(ctx context.Context, worker string, outs []stor
 			outs[i] = o
 		}
 	}
-	return s.Store.Complete(ctx, worker, outs, now)
+	return outs
 }
 
 func TestAnOutcomeTheStoreRefusesFailsOnlyItsInstance(t *testing.T) {
