@@ -206,6 +206,8 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	if state != stateNew {
 		return TickReport{}, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
+	// The round is the runtime's (claim, run, commit as the live scheduler
+	// does); runtime.Round has TickReport's fields.
 	rep, err := e.rt.Tick(ctx)
 	return TickReport(rep), err
 }
