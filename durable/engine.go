@@ -22,7 +22,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/runtime"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
 )
@@ -245,16 +245,15 @@ type Engine struct {
 	latest  map[string]*definition
 	state   lifecycle
 	warned  map[string]gate.Warning // kind/name -> the warning, as first seen
-	sched   *scheduler
+	sched   *runtime.Scheduler
+	rt      *runtime.Runtime
 	flushed chan struct{} // closed and replaced after every committed flush
 	tel     *telemetry
 
-	stored        storedLimits
-	staleOutcomes atomic.Int64
-	reconciled    reconcileState
-	skew          skewState
-	healthCache   healthCache
-	outage        *storeOutage
+	stored      storedLimits
+	reconciled  reconcileState
+	skew        skewState
+	healthCache healthCache
 	// stopDone is closed when the first Stop has finished.
 	stopDone chan struct{}
 }
@@ -285,7 +284,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{tel: tel,
 		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake, schedules: schedules,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
-		warned: map[string]gate.Warning{}, flushed: make(chan struct{}), outage: &storeOutage{log: log},
+		warned: map[string]gate.Warning{}, flushed: make(chan struct{}),
 	}
 	if cfg.Jitter != nil {
 		var mu sync.Mutex
@@ -295,6 +294,11 @@ func New(cfg Config) (*Engine, error) {
 			return cfg.Jitter()
 		}
 	}
+	e.rt = runtime.New(runtime.Config{Store: cfg.Store, Logger: log, Clock: cfg.Clock,
+		WorkerID: cfg.WorkerID, Queues: cfg.Queues, Lease: cfg.Lease, HeartbeatInterval: cfg.HeartbeatInterval,
+		PollInterval: cfg.PollInterval, MaxFlushBatch: cfg.MaxFlushBatch, ReaperInterval: cfg.ReaperInterval,
+		ReconcileInterval: cfg.ReconcileInterval, Schedules: len(schedules) > 0, MaxErrorLength: MaxErrorLength,
+		StaleCounter: tel.stale, ReapedCounter: tel.reaped}, host{e})
 	if cfg.HealthInterval > 0 {
 		if err := tel.observeHealth(e.gaugeHealth); err != nil {
 			return nil, fmt.Errorf("durable: telemetry: %w", err)
@@ -753,7 +757,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	s := e.sched
 	e.mu.RUnlock()
 	if s != nil {
-		s.canceled(id)
+		s.Canceled(id)
 	}
 	e.wakeAll()
 	return nil
@@ -892,7 +896,7 @@ func (e *Engine) wakeQueues(rows []store.NewInstance) {
 		return
 	}
 	for _, r := range rows {
-		s.wake(r.Queue)
+		s.Wake(r.Queue)
 	}
 }
 
@@ -901,6 +905,6 @@ func (e *Engine) wakeAll() {
 	s := e.sched
 	e.mu.RUnlock()
 	if s != nil {
-		s.wakeAll()
+		s.WakeAll()
 	}
 }

@@ -187,7 +187,7 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	if err != nil {
 		return Health{}, fmt.Errorf("durable: health: %w", err)
 	}
-	h := Health{At: at, Queues: sh.Queues, Gates: sh.Gates, StaleOutcomes: e.staleOutcomes.Load()}
+	h := Health{At: at, Queues: sh.Queues, Gates: sh.Gates, StaleOutcomes: e.rt.StaleOutcomes()}
 	if h.Queues == nil {
 		h.Queues = []store.QueueHealth{}
 	}

@@ -2,9 +2,7 @@ package durable
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -49,9 +47,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.state = stateNew // Start may be tried again
 		return err
 	}
-	s := newScheduler(e)
+	s := e.rt.NewScheduler()
 	e.sched, e.state = s, stateRunning
-	s.start()
+	s.Start()
 	return nil
 }
 
@@ -168,12 +166,12 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
-	return s.stop(ctx)
+	return s.Stop(ctx)
 }
 
 // StaleOutcomes returns how many outcomes of this engine were discarded
 // because their claim was no longer current.
-func (e *Engine) StaleOutcomes() int64 { return e.staleOutcomes.Load() }
+func (e *Engine) StaleOutcomes() int64 { return e.rt.StaleOutcomes() }
 
 // TickReport is what one Tick did.
 type TickReport struct {
@@ -202,57 +200,14 @@ type TickReport struct {
 // they ran in parallel. It is the deterministic driver behind durabletest;
 // it refuses to run on a started engine.
 func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
-	var rep TickReport
 	e.mu.RLock()
 	state := e.state
 	e.mu.RUnlock()
 	if state != stateNew {
-		return rep, fmt.Errorf("durable: tick: engine is started or stopped")
+		return TickReport{}, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
-	round := e.fireSchedules(ctx)
-	if err := errors.Join(round.storeErr, round.errs); err != nil {
-		return rep, fmt.Errorf("durable: tick: %w", err)
-	}
-	rep.Scheduled, rep.NextDue = round.started, round.next
-	fired, err := e.st.FireTimers(ctx, e.storeNow())
-	if err != nil {
-		return rep, fmt.Errorf("durable: tick: %w", err)
-	}
-	rep.Fired = fired
-	queues := make([]string, 0, len(e.cfg.Queues))
-	for q := range e.cfg.Queues {
-		queues = append(queues, q)
-	}
-	sort.Strings(queues)
-	workflows := e.workflowNames()
-	for _, q := range queues {
-		res, err := e.st.Claim(ctx, store.ClaimRequest{Queue: q, Worker: e.cfg.WorkerID, Limit: e.cfg.Queues[q],
-			Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
-		if err != nil {
-			return rep, fmt.Errorf("durable: tick: claim %s: %w", q, err)
-		}
-		rep.Claimed = append(rep.Claimed, res.Claimed...)
-		if !res.NextDue.IsZero() && (rep.NextDue.IsZero() || res.NextDue.Before(rep.NextDue)) {
-			rep.NextDue = res.NextDue
-		}
-	}
-	var outs []store.Outcome
-	for _, c := range rep.Claimed {
-		outs = append(outs, e.execute(ctx, c))
-	}
-	if len(outs) == 0 {
-		return rep, nil
-	}
-	err = e.commitOutcomes(ctx, outs, commitHooks{
-		committed: func(b []store.Outcome, res []store.OutcomeResult) {
-			rep.Outcomes = append(rep.Outcomes, b...)
-			rep.Stale += e.countStale(res)
-		},
-		abandoned:   func(store.Outcome) {},
-		unreachable: func(error) bool { return false },
-	})
-	if err != nil {
-		return rep, fmt.Errorf("durable: tick: complete: %w", err)
-	}
-	return rep, nil
+	// The round is the runtime's (claim, run, commit as the live scheduler
+	// does); runtime.Round has TickReport's fields.
+	rep, err := e.rt.Tick(ctx)
+	return TickReport(rep), err
 }

@@ -3,9 +3,10 @@ package durable
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/godurable/godurable/internal/runtime"
 )
 
 // Limits on the text the engine stores. Names are indexed by the stores, and
@@ -59,22 +60,7 @@ func checkText(what, s string, max int) error {
 // cleanText makes free text (an error message, a stop reason) storable
 // anywhere: invalid UTF-8 and NUL characters become U+FFFD, and text longer
 // than MaxErrorLength is cut at a rune boundary with a marker.
-func cleanText(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	}
-	if len(s) > MaxErrorLength {
-		cut := MaxErrorLength
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…(truncated)"
-	}
-	return s
-}
+func cleanText(s string) string { return runtime.CleanText(s, MaxErrorLength) }
 
 // checkStorableJSON reports JSON that is valid but that a store cannot keep
 // as it is: text that is not valid UTF-8, a \u0000 escape (PostgreSQL's

@@ -1,4 +1,4 @@
-package durable
+package runtime
 
 import (
 	"context"
@@ -39,8 +39,9 @@ import (
 // in the buffer; buffered rows hold their slots (they are claimed), and are
 // released, not run, once Stop begins.
 
-type scheduler struct {
-	e        *Engine
+// Scheduler is the live runtime of one started engine (see Runtime.NewScheduler).
+type Scheduler struct {
+	e        *Runtime
 	runCtx   context.Context // cancelled when Stop's deadline passes
 	hardStop context.CancelFunc
 	bgCtx    context.Context // cancelled when the loops must exit
@@ -115,8 +116,8 @@ func (q *queueRunner) wake() {
 	}
 }
 
-func newScheduler(e *Engine) *scheduler {
-	s := &scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
+func newScheduler(e *Runtime) *Scheduler {
+	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
 		flushCh: make(chan store.Outcome, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
@@ -126,25 +127,27 @@ func newScheduler(e *Engine) *scheduler {
 	return s
 }
 
-func (s *scheduler) wake(queue string) {
+// Wake wakes the pick loop of queue, if this engine works it: work may
+// have become ready there.
+func (s *Scheduler) Wake(queue string) {
 	if q := s.queues[queue]; q != nil {
 		q.wake()
 	}
 }
 
 // notified handles a store notification.
-func (s *scheduler) notified(n store.Notification) {
+func (s *Scheduler) notified(n store.Notification) {
 	if n.Queue != "" {
-		s.wake(n.Queue)
+		s.Wake(n.Queue)
 	}
 	if n.Canceled != "" {
-		s.canceled(n.Canceled)
+		s.Canceled(n.Canceled)
 	}
 }
 
-// canceled stops the step of instance id, if this engine runs it: the
+// Canceled stops the step of instance id, if this engine runs it: the
 // instance was canceled (the cancel applies to whatever claim of it runs).
-func (s *scheduler) canceled(id string) {
+func (s *Scheduler) Canceled(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.inflight[id]; st != nil {
@@ -153,13 +156,16 @@ func (s *scheduler) canceled(id string) {
 	}
 }
 
-func (s *scheduler) wakeAll() {
+// WakeAll wakes every pick loop.
+func (s *Scheduler) WakeAll() {
 	for _, q := range s.queues {
 		q.wake()
 	}
 }
 
-func (s *scheduler) start() {
+// Start starts the loops: pick loops, executors, flusher, heartbeat,
+// lease watchdog, maintenance, schedules and notifications.
+func (s *Scheduler) Start() {
 	for _, q := range s.queues {
 		for i := 0; i < q.n; i++ {
 			s.execWG.Add(1)
@@ -174,7 +180,7 @@ func (s *scheduler) start() {
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
 	go s.maintenanceLoop()
-	if len(s.e.schedules) > 0 {
+	if s.e.cfg.Schedules {
 		s.bgWG.Add(1)
 		go s.scheduleLoop()
 	}
@@ -190,11 +196,11 @@ func (s *scheduler) start() {
 	}
 }
 
-// stop drains the scheduler: no new claims; buffered claims are released;
+// Stop drains the scheduler: no new claims; buffered claims are released;
 // running steps get until ctx's deadline, then their contexts are cancelled.
-func (s *scheduler) stop(ctx context.Context) error {
+func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
-	s.wakeAll()
+	s.WakeAll()
 	s.pickWG.Wait()
 	s.workMu.Lock()
 	s.workClosed = true
@@ -322,7 +328,7 @@ func (r *retrier) ok() {
 	r.b.Reset()
 }
 
-func (s *scheduler) pickLoop(q *queueRunner) {
+func (s *Scheduler) pickLoop(q *queueRunner) {
 	defer s.pickWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "claim "+q.name)
@@ -333,8 +339,7 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
-			res, err := e.st.Claim(s.bgCtx, store.ClaimRequest{Queue: q.name, Worker: e.cfg.WorkerID, Limit: free,
-				Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows})
+			res, err := e.st.Claim(s.bgCtx, e.claimRequest(q.name, free, workflows))
 			q.busy.Add(-int64(free - len(res.Claimed))) // the slots reserved and not filled
 			if err != nil {
 				if s.bgCtx.Err() != nil {
@@ -365,13 +370,13 @@ func (s *scheduler) pickLoop(q *queueRunner) {
 	}
 }
 
-func (s *scheduler) track(c store.Claimed, validUntil time.Time) {
+func (s *Scheduler) track(c store.Claimed, validUntil time.Time) {
 	s.mu.Lock()
 	s.inflight[c.ID] = &claimState{ref: store.ClaimRef{ID: c.ID, Fence: c.Fence}, validUntil: validUntil}
 	s.mu.Unlock()
 }
 
-func (s *scheduler) untrack(id string, fence int64) {
+func (s *Scheduler) untrack(id string, fence int64) {
 	s.mu.Lock()
 	if st := s.inflight[id]; st != nil && st.ref.Fence == fence {
 		delete(s.inflight, id)
@@ -379,7 +384,7 @@ func (s *scheduler) untrack(id string, fence int64) {
 	s.mu.Unlock()
 }
 
-func (s *scheduler) executor(q *queueRunner) {
+func (s *Scheduler) executor(q *queueRunner) {
 	defer s.execWG.Done()
 	var toRelease []store.ClaimRef
 	for c := range q.work {
@@ -424,7 +429,7 @@ func (s *scheduler) executor(q *queueRunner) {
 }
 
 // release returns claims that did not run to the store and forgets them.
-func (s *scheduler) release(refs []store.ClaimRef) {
+func (s *Scheduler) release(refs []store.ClaimRef) {
 	if len(refs) == 0 {
 		return
 	}
@@ -438,7 +443,7 @@ func (s *scheduler) release(refs []store.ClaimRef) {
 	}
 }
 
-func (s *scheduler) flusher() {
+func (s *Scheduler) flusher() {
 	defer s.flushWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "flush")
@@ -461,14 +466,14 @@ func (s *scheduler) flusher() {
 	}
 }
 
-// commit flushes one batch (see Engine.commitOutcomes), retrying with
+// commit flushes one batch (see Runtime.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
 // leases expire and the reaper retries the steps: at-least-once). When the
 // store can hand the slots the batch frees straight to the next waiting
 // rows of their keys (store.HandOffer), the executor slots free in each
 // queue (at most one per outcome) are reserved for it before the flush,
 // and the rows handed off go straight to the executors.
-func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
+func (s *Scheduler) commit(batch []store.Outcome, out *retrier) {
 	e := s.e
 	var ho *store.HandOff
 	if _, ok := e.st.(store.HandOffer); ok && !s.stopping.Load() {
@@ -492,7 +497,7 @@ func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 				s.untrack(o.ID, o.Fence)
 			}
 			e.notifyFlushed()
-			s.wakeAll()
+			s.WakeAll()
 		},
 		abandoned: func(o store.Outcome) { s.untrack(o.ID, o.Fence) },
 		unreachable: func(err error) bool {
@@ -521,7 +526,7 @@ func (s *scheduler) commit(batch []store.Outcome, out *retrier) {
 // handed gives the rows a flush's hand-off claimed (their executor slots
 // were reserved) to the executors, or, once Stop has closed the work
 // channels, back to the store.
-func (s *scheduler) handed(cs []store.Claimed, validUntil time.Time) {
+func (s *Scheduler) handed(cs []store.Claimed, validUntil time.Time) {
 	s.workMu.Lock()
 	closed := s.workClosed
 	var back []store.ClaimRef
@@ -563,7 +568,7 @@ type commitHooks struct {
 // outcome then fails its instance with the store's reason, so that one bad
 // value never holds back the outcomes of other instances. The live
 // scheduler and Tick both commit through it.
-func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
+func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
 	for {
 		res, err := e.complete(ctx, batch, h)
 		switch {
@@ -586,7 +591,7 @@ func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h co
 				return nil
 			}
 			e.log.Error("outcome refused by the store; the instance fails with the reason", "instance", o.ID, "err", err)
-			batch = []store.Outcome{refusedOutcome(o, err)}
+			batch = []store.Outcome{e.refusedOutcome(o, err)}
 		case !h.unreachable(err):
 			return err
 		}
@@ -595,7 +600,7 @@ func (e *Engine) commitOutcomes(ctx context.Context, batch []store.Outcome, h co
 
 // complete is one Complete of a batch, through the store's hand-off when
 // h asks for one.
-func (e *Engine) complete(ctx context.Context, batch []store.Outcome, h commitHooks) ([]store.OutcomeResult, error) {
+func (e *Runtime) complete(ctx context.Context, batch []store.Outcome, h commitHooks) ([]store.OutcomeResult, error) {
 	ho, ok := e.st.(store.HandOffer)
 	if !ok || h.handOff == nil {
 		return e.st.Complete(ctx, e.cfg.WorkerID, batch, e.storeNow())
@@ -613,7 +618,7 @@ func (e *Engine) complete(ctx context.Context, batch []store.Outcome, h commitHo
 }
 
 // countStale counts and logs the outcomes the store discarded as stale.
-func (e *Engine) countStale(res []store.OutcomeResult) int {
+func (e *Runtime) countStale(res []store.OutcomeResult) int {
 	n := 0
 	for _, r := range res {
 		if r.Stale {
@@ -644,8 +649,8 @@ func rejected(err error) bool {
 
 // refusedOutcome replaces an outcome the store refused by a bare failure of
 // the instance (state, key and inbox left as they were).
-func refusedOutcome(o store.Outcome, err error) store.Outcome {
-	msg := cleanText("the store refused this step's outcome: " + err.Error())
+func (e *Runtime) refusedOutcome(o store.Outcome, err error) store.Outcome {
+	msg := CleanText("the store refused this step's outcome: "+err.Error(), e.cfg.MaxErrorLength)
 	f := store.Outcome{ID: o.ID, Fence: o.Fence, Kind: store.OutcomeFailed, Step: o.Step, Error: msg}
 	if o.History != nil {
 		h := *o.History
@@ -655,7 +660,7 @@ func refusedOutcome(o store.Outcome, err error) store.Outcome {
 	return f
 }
 
-func (s *scheduler) heartbeatLoop() {
+func (s *Scheduler) heartbeatLoop() {
 	defer s.bgWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "heartbeat")
@@ -696,7 +701,7 @@ func (s *scheduler) heartbeatLoop() {
 // this engine may have committed a claim and claimed the same instance
 // again while the heartbeat was in flight, and the answer about the old
 // claim says nothing about the new one.
-func (s *scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, validUntil time.Time) {
+func (s *Scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, validUntil time.Time) {
 	gone := make(map[store.ClaimRef]bool, len(res.Lost))
 	for _, r := range res.Lost {
 		gone[r] = true
@@ -730,7 +735,7 @@ func (s *scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, va
 // longer runs when the reaper of another engine may hand its row on. Their
 // outcomes are still sent: the store commits them if the claim is still
 // current, and discards them as stale otherwise.
-func (s *scheduler) leaseWatchdog() {
+func (s *Scheduler) leaseWatchdog() {
 	defer s.bgWG.Done()
 	e := s.e
 	margin := leaseMargin(e.cfg.Lease)
@@ -765,7 +770,7 @@ func leaseMargin(lease time.Duration) time.Duration {
 	return max(lease/20, 5*time.Millisecond)
 }
 
-func (s *scheduler) maintenanceLoop() {
+func (s *Scheduler) maintenanceLoop() {
 	defer s.bgWG.Done()
 	e := s.e
 	reap := time.NewTicker(e.cfg.ReaperInterval)
@@ -785,7 +790,7 @@ func (s *scheduler) maintenanceLoop() {
 }
 
 // sweep fires due await timeouts and reaps expired leases.
-func (s *scheduler) sweep() {
+func (s *Scheduler) sweep() {
 	e := s.e
 	fired, err := e.st.FireTimers(s.bgCtx, e.storeNow())
 	if err != nil {
@@ -807,7 +812,7 @@ func (s *scheduler) sweep() {
 		e.log.Warn("reaped expired leases", "n", reaped)
 	}
 	if fired+reaped > 0 {
-		s.wakeAll()
+		s.WakeAll()
 	}
 }
 
@@ -821,7 +826,7 @@ func maintenanceLeaseTTL(interval time.Duration) time.Duration {
 // engine holds the maintenance lease: one engine of the fleet at a time
 // sweeps, renewing the lease at each sweep; when it dies, another takes
 // over once the lease has expired (see maintenanceLeaseTTL).
-func (s *scheduler) reconcile() {
+func (s *Scheduler) reconcile() {
 	e := s.e
 	held, err := e.st.AcquireLease(s.bgCtx, store.MaintenanceLease, e.cfg.WorkerID, maintenanceLeaseTTL(e.cfg.ReconcileInterval), e.storeNow())
 	if err != nil {
@@ -846,7 +851,7 @@ func (s *scheduler) reconcile() {
 // scheduleLoop fires the engine's due schedule ticks. It wakes at the next
 // tick, and at least every 10 poll intervals to see pauses, resumes and
 // ticks other engines recorded.
-func (s *scheduler) scheduleLoop() {
+func (s *Scheduler) scheduleLoop() {
 	defer s.bgWG.Done()
 	e := s.e
 	longest := 10 * e.cfg.PollInterval
@@ -855,20 +860,20 @@ func (s *scheduler) scheduleLoop() {
 		if s.bgCtx.Err() != nil {
 			return
 		}
-		if r.storeErr != nil {
-			e.outage.fail("schedules", r.storeErr)
+		if r.StoreErr != nil {
+			e.outage.fail("schedules", r.StoreErr)
 		} else {
 			e.outage.ok()
 		}
-		if r.errs != nil {
-			e.log.Error("schedules: due ticks could not fire; retrying", "err", r.errs)
+		if r.Errs != nil {
+			e.log.Error("schedules: due ticks could not fire; retrying", "err", r.Errs)
 		}
 		wait := longest
 		switch {
-		case r.storeErr != nil:
+		case r.StoreErr != nil:
 			wait = e.cfg.PollInterval
-		case !r.next.IsZero():
-			wait = min(max(r.next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
+		case !r.Next.IsZero():
+			wait = min(max(r.Next.Sub(e.cfg.Clock.Now()), time.Millisecond), longest)
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -1,0 +1,160 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
+)
+
+// testHost finishes every step it is given.
+type testHost struct {
+	flushed int
+}
+
+func (h *testHost) Execute(_ context.Context, c store.Claimed) store.Outcome {
+	return store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Step: c.Step, State: c.State,
+		Result: json.RawMessage(`"ok"`)}
+}
+func (h *testHost) Workflows() []string                         { return []string{"w"} }
+func (h *testHost) StoreNow() time.Time                         { return time.Time{} }
+func (h *testHost) FireSchedules(context.Context) ScheduleRound { return ScheduleRound{} }
+func (h *testHost) Reconcile(context.Context) (store.ReconcileReport, error) {
+	return store.ReconcileReport{}, nil
+}
+func (h *testHost) Flushed() { h.flushed++ }
+
+// refusingStore refuses, as invalid data, every Complete batch that holds an
+// outcome of instance id (bare failures too when all is set).
+type refusingStore struct {
+	store.Store
+	id  string
+	all bool
+}
+
+func (r *refusingStore) Complete(ctx context.Context, w string, outs []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	for _, o := range outs {
+		if o.ID == r.id && (r.all || o.Kind != store.OutcomeFailed) {
+			return nil, fmt.Errorf("%w: the test refuses %s", store.ErrInvalid, o.ID)
+		}
+	}
+	return r.Store.Complete(ctx, w, outs, now)
+}
+
+func newTestRuntime(t *testing.T, st store.Store, n int) (*Runtime, []string) {
+	t.Helper()
+	ctx := context.Background()
+	var rows []store.NewInstance
+	for range n {
+		rows = append(rows, store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`)})
+	}
+	_, err := st.Insert(ctx, rows)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	c := metricnoop.Int64Counter{}
+	rt := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler), Clock: wallClock{}, WorkerID: "test",
+		Queues: map[string]int{"q": 10}, Lease: time.Minute, MaxErrorLength: 1 << 10,
+		StaleCounter: c, ReapedCounter: c}, &testHost{})
+	return rt, ids
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Tick commits through commitOutcomes, as the flusher does: a batch the
+// store refuses is split, the other outcomes commit, and the refused one
+// fails its instance with the store's reason.
+func TestTickSplitsARefusedBatch(t *testing.T) {
+	rs := &refusingStore{Store: memory.New(memory.Options{})}
+	rt, ids := newTestRuntime(t, rs, 5)
+	rs.id = ids[2]
+	ctx := context.Background()
+	round, err := rt.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, round.Claimed, 5)
+	require.Len(t, round.Outcomes, 5)
+	for _, id := range ids {
+		in, err := rs.Get(ctx, id)
+		require.NoError(t, err)
+		if id == rs.id {
+			require.Equal(t, store.StatusFailed, in.Status)
+			require.Contains(t, in.LastError, "the store refused this step's outcome")
+			continue
+		}
+		require.Equal(t, store.StatusDone, in.Status)
+	}
+}
+
+// An outcome refused even as a bare failure is left out, its claim left to
+// the reaper; the others commit.
+func TestTickAbandonsAnOutcomeRefusedAsAFailure(t *testing.T) {
+	rs := &refusingStore{Store: memory.New(memory.Options{}), all: true}
+	rt, ids := newTestRuntime(t, rs, 3)
+	rs.id = ids[0]
+	ctx := context.Background()
+	round, err := rt.Tick(ctx)
+	require.NoError(t, err)
+	require.Len(t, round.Outcomes, 2)
+	for _, o := range round.Outcomes {
+		require.NotEqual(t, rs.id, o.ID)
+	}
+	in, err := rs.Get(ctx, rs.id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusExecuting, in.Status, "the claim is left to the reaper")
+}
+
+type sqlErr string
+
+func (e sqlErr) Error() string    { return "sqlstate " + string(e) }
+func (e sqlErr) SQLState() string { return string(e) }
+
+func TestRejected(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{store.ErrInvalid, true},
+		{fmt.Errorf("wrapped: %w", store.ErrInvalid), true},
+		{sqlErr("22P02"), true},
+		{fmt.Errorf("wrapped: %w", sqlErr("23505")), true},
+		{sqlErr("40001"), false},
+		{sqlErr("08006"), false},
+		{errors.New("connection refused"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		require.Equal(t, c.want, rejected(c.err), "%v", c.err)
+	}
+}
+
+func TestRefusedOutcomeIsABareFailure(t *testing.T) {
+	rt := New(Config{MaxErrorLength: 64}, &testHost{})
+	o := store.Outcome{ID: "i", Fence: 3, Kind: store.OutcomeDone, Step: "s", State: json.RawMessage(`{}`),
+		Result: json.RawMessage(`1`), SetKey: true, Key: "k",
+		History: &store.HistoryEntry{InstanceID: "i", Step: "s", Attempt: 2, Outcome: "done"}}
+	f := rt.refusedOutcome(o, errors.New(strings.Repeat("x", 100)+"\x00"))
+	require.Equal(t, store.OutcomeFailed, f.Kind)
+	require.Equal(t, "i", f.ID)
+	require.EqualValues(t, 3, f.Fence)
+	require.Nil(t, f.State)
+	require.Nil(t, f.Result)
+	require.False(t, f.SetKey)
+	require.LessOrEqual(t, len(f.Error), 64+len("…(truncated)"))
+	require.Equal(t, "refused", f.History.Outcome)
+	require.Equal(t, 2, f.Attempt)
+	require.Equal(t, "done", o.History.Outcome, "the original history is not changed")
+}
