@@ -599,7 +599,7 @@ func ValidatePolicies(namespace string, defs []ConcurrencyPolicy) error {
 	return nil
 }
 
-// ListFilter selects instances for List.
+// ListFilter selects instances for List and ListPage.
 type ListFilter struct {
 	Workflow string
 	Status   Status
@@ -617,6 +617,32 @@ type ListFilter struct {
 	AfterID string
 	// Limit caps the number of results (0: no limit).
 	Limit int
+	// ScanLimit bounds the work of a page when matches are rare (0: no
+	// bound). With ScanLimit > 0 the store examines at most the first
+	// ScanLimit instances in the result order (after AfterID), whatever
+	// they match, and returns those among them that match f, at most Limit
+	// of them; a page may then hold fewer than Limit rows, or none, and
+	// still not be the last. ListPage's Page.Next tells where the next page
+	// starts. Both stores read it the same way (PostgreSQL reads at most
+	// ScanLimit rows of the primary key), so a filter on a rare key, queue
+	// or workflow costs a bounded read per page instead of a table scan.
+	ScanLimit int
+}
+
+// Page is one page of ListPage.
+type Page struct {
+	// Rows are the matching instances, in the result order.
+	Rows []Instance
+	// Next is the AfterID of the next page, "" when this page reached the
+	// end of the instances. It is the last row's id when the page holds
+	// Limit rows (the next page may be empty), and the id of the last
+	// instance examined, matching or not, when the page stopped at
+	// ScanLimit (see ScanStopped).
+	Next string
+	// ScanStopped is true when the page stopped because it had examined
+	// ScanLimit instances before finding Limit matches: more may match
+	// past Next.
+	ScanStopped bool
 }
 
 // Store is the storage contract. Every method is safe for concurrent use by
@@ -722,6 +748,13 @@ type Store interface {
 	// List returns instances matching f, ordered by id (or newest first,
 	// see ListFilter.Newest).
 	List(ctx context.Context, f ListFilter) ([]Instance, error)
+	// ListPage is List that also tells where the listing stopped, so that
+	// a caller can continue a scan bounded by f.ScanLimit even after a
+	// page with few matches or none (see Page). Its Rows are what List
+	// returns for f. Pages chained through Page.Next neither skip nor
+	// repeat an instance, and each page with ScanStopped advances by
+	// ScanLimit instances.
+	ListPage(ctx context.Context, f ListFilter) (Page, error)
 	// Inbox returns the signals sent to an instance and not yet consumed by
 	// a committed step, oldest first, at most limit of them (0: no limit).
 	// A missing instance has an empty inbox.

@@ -29,7 +29,9 @@ import (
 //	go test ./ui -run '^$' -bench BenchmarkPages -benchtime 20x
 //
 // The overview must stay under 100 ms: it is one store Health call
-// (bounded as store.Health documents) and the stored queue policies.
+// (bounded as store.Health documents) and the stored queue policies. The
+// pages filtered by key or queue look at ui.DefaultScanLimit instances at
+// most; list-unbounded-* are the same filters without that bound.
 func BenchmarkPages(b *testing.B) {
 	ready := 1_000_000
 	if v := os.Getenv("UI_BENCH_READY"); v != "" {
@@ -80,17 +82,28 @@ func BenchmarkPages(b *testing.B) {
 	one, err := st.List(ctx, store.ListFilter{Queue: "hot", Status: store.StatusExecuting, Limit: 1})
 	require.NoError(b, err)
 	require.Len(b, one, 1)
+	// Where the by-key page stopped (the key's only row is among the oldest
+	// of queue q), to bench the page its link leads to.
+	stopped, err := st.ListPage(ctx, store.ListFilter{Key: "acct:500", Newest: true, Limit: 51, ScanLimit: ui.DefaultScanLimit})
+	require.NoError(b, err)
+	require.True(b, stopped.ScanStopped)
+	recent := fmt.Sprintf("acct:%d", ready/10*10-10) // among the newest rows
 	for name, path := range map[string]string{
-		"overview":               "/",
-		"key":                    "/key?key=" + url.QueryEscape("stripe:7"),
-		"instances":              "/instances",
-		"instances-by-key":       "/instances?key=" + url.QueryEscape("acct:500"),
-		"instances-by-status":    "/instances?status=blocked",
-		"instances-by-queue":     "/instances?queue=busy",
-		"instances-by-workflow":  "/instances?workflow=wf",
-		"instance":               "/instances/" + one[0].ID,
-		"instances-second-page":  "/instances?after=" + one[0].ID,
-		"instances-failed-empty": "/instances?status=failed",
+		"overview":                   "/",
+		"key":                        "/key?key=" + url.QueryEscape("stripe:7"),
+		"instances":                  "/instances",
+		"instances-by-key":           "/instances?key=" + url.QueryEscape("acct:500"),
+		"instances-by-key-recent":    "/instances?key=" + url.QueryEscape(recent),
+		"instances-by-key-scan-on":   "/instances?key=" + url.QueryEscape("acct:500") + "&after=" + stopped.Next,
+		"instances-by-key-status":    "/instances?status=ready&key=" + url.QueryEscape("acct:500"),
+		"instances-by-status":        "/instances?status=blocked",
+		"instances-by-queue":         "/instances?queue=busy",
+		"instances-by-queue-hot":     "/instances?queue=hot",
+		"instances-by-queue-missing": "/instances?queue=nowhere",
+		"instances-by-workflow":      "/instances?workflow=wf",
+		"instance":                   "/instances/" + one[0].ID,
+		"instances-second-page":      "/instances?after=" + one[0].ID,
+		"instances-failed-empty":     "/instances?status=failed",
 	} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
@@ -99,6 +112,21 @@ func BenchmarkPages(b *testing.B) {
 				if w.Code != http.StatusOK {
 					b.Fatalf("%s: %d %s", path, w.Code, w.Body.String())
 				}
+			}
+		})
+	}
+	// The store's list as the key and queue pages read it before
+	// ListFilter.ScanLimit: the primary key backwards until a page of
+	// matches or the end of the table, which for a rare key or queue is the
+	// whole table.
+	for name, f := range map[string]store.ListFilter{
+		"list-unbounded-by-key":   {Key: "acct:500", Newest: true, Limit: 51},
+		"list-unbounded-by-queue": {Queue: "busy", Newest: true, Limit: 51},
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				_, err := st.List(ctx, f)
+				require.NoError(b, err)
 			}
 		})
 	}

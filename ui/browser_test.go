@@ -206,6 +206,18 @@ func TestUIBrowser(t *testing.T) {
 		browsertest.Screenshot(t, ctx, "instances")
 	})
 
+	t.Run("a filtered list stops at the scan limit and links on", func(t *testing.T) {
+		scan := httptest.NewServer(ui.Handler(sc.st, ui.Options{ScanLimit: 2}))
+		defer scan.Close()
+		open(t, ctx, scan.URL+"/instances?queue=nowhere", "#scan-stopped")
+		assert.Contains(t, text(t, ctx, "#scan-stopped"), "Looked at the newest 2 instances")
+		assert.Contains(t, text(t, ctx, "#instances"), "No instances match among those looked at")
+		browsertest.Screenshot(t, ctx, "instances-scan-stopped")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#scan-on")), chromedp.WaitVisible(chromedp.CSS("#scan-stopped"))))
+		assert.Contains(t, text(t, ctx, "#scan-stopped"), "Looked at the next 2 older instances")
+		assert.Contains(t, eval[string](t, ctx, `location.search`), "after=")
+	})
+
 	t.Run("instance page shows the await, the history and the inbox", func(t *testing.T) {
 		open(t, ctx, srv.URL+"/instances/"+sc.awaiting, "#timeline")
 		assert.Equal(t, "paid", text(t, ctx, "#await"))

@@ -322,7 +322,12 @@ type instancesData struct {
 	// true when this is not the first page.
 	Next  string
 	Paged bool
-	Error string
+	// Stopped is true when the page stopped after looking at Scanned
+	// instances (Options.ScanLimit) with fewer matches than a page: Next
+	// then continues the scan.
+	Stopped bool
+	Scanned int
+	Error   string
 }
 
 func (s *server) instances(w http.ResponseWriter, r *http.Request) {
@@ -339,14 +344,24 @@ func (s *server) instances(w http.ResponseWriter, r *http.Request) {
 	d.Filter = f
 	status := http.StatusOK
 	if d.Error == "" {
-		rows, err := s.st.List(r.Context(), f)
+		// A filter that is not the status alone may match few rows, so the
+		// page looks at ScanLimit instances at most (newest first, through
+		// the primary key) rather than the whole table.
+		if f.Workflow != "" || f.Key != "" || f.Queue != "" {
+			f.ScanLimit = s.opts.ScanLimit
+		}
+		p, err := s.st.ListPage(r.Context(), f)
 		if err != nil {
 			d.Error = "list: " + err.Error()
 			status = http.StatusBadRequest
 		}
-		if len(rows) > s.opts.PageSize {
+		rows := p.Rows
+		switch {
+		case len(rows) > s.opts.PageSize:
 			rows = rows[:s.opts.PageSize]
 			d.Next = rows[len(rows)-1].ID
+		case p.ScanStopped:
+			d.Next, d.Stopped, d.Scanned = p.Next, true, f.ScanLimit
 		}
 		d.Rows = rows
 	} else {

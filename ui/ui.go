@@ -14,7 +14,8 @@
 // every action is a POST that carries a CSRF token and asks for a
 // confirmation first. Each page reads a bounded number of rows: the
 // overview is one store Health call (bounded as store.Health documents)
-// and the stored queue policies; the instance list is a keyset page.
+// and the stored queue policies; the instance list is a keyset page, and a
+// filtered one looks at no more than Options.ScanLimit instances per page.
 //
 // Key ids appear on the pages (an operator looking for a key needs them)
 // and nowhere else: the handler records no metrics and logs no key.
@@ -64,9 +65,18 @@ type Options struct {
 	CSRFKey []byte
 	// PageSize is the number of instances per page (default 50).
 	PageSize int
+	// ScanLimit is the most instances one page of the instance list looks
+	// at when it filters by workflow, queue or key (default
+	// DefaultScanLimit): a page stops there even with few matches, says so,
+	// and links to the next ones (see store.ListFilter.ScanLimit), so that a
+	// rare key or queue never makes a page read the whole table.
+	ScanLimit int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
+
+// DefaultScanLimit is Options.ScanLimit when it is zero.
+const DefaultScanLimit = 10_000
 
 // DefaultRefresh is the overview's refresh interval when Options.Refresh
 // is zero.
@@ -96,6 +106,9 @@ func Handler(st store.Store, opts Options) http.Handler {
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 50
+	}
+	if opts.ScanLimit <= 0 {
+		opts.ScanLimit = DefaultScanLimit
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

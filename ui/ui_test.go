@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/godurable/godurable/durable"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -161,6 +162,59 @@ func TestUIPagesRenderAndEscape(t *testing.T) {
 	assert.Contains(t, js, "sparkline")
 	code, _ = get(t, c, srv.URL+"/static/")
 	assert.Equal(t, http.StatusNotFound, code, "no directory listing")
+}
+
+// TestUIInstancesScanStopsAndContinues filters by a rare key with a small
+// ScanLimit: a page stops after ScanLimit instances, says so, and its link
+// continues the scan, so that following the links shows every match once,
+// newest first, even through pages with no match.
+func TestUIInstancesScanStopsAndContinues(t *testing.T) {
+	st := memory.New(memory.Options{})
+	const key = `acct:<b>&"1`
+	var want []string
+	for i := range 13 {
+		ni := store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1,
+			Queue: "default", Step: "s", State: json.RawMessage(`{}`)}
+		if i == 0 || i == 1 || i == 2 || i == 11 {
+			ni.Key = key
+		}
+		res, err := st.Insert(context.Background(), []store.NewInstance{ni})
+		require.NoError(t, err)
+		if ni.Key != "" {
+			want = append([]string{res[0].ID}, want...)
+		}
+	}
+	srv := httptest.NewServer(ui.Handler(st, ui.Options{PageSize: 2, ScanLimit: 4}))
+	defer srv.Close()
+	c := client(t)
+	link := regexp.MustCompile(`id="(?:next|scan-on)" href="([^"]*)"`)
+	u := srv.URL + "/instances?key=" + url.QueryEscape(key)
+	var seen []string
+	stopped, empty := 0, 0
+	for range 10 {
+		code, body := get(t, c, u)
+		require.Equal(t, http.StatusOK, code)
+		assert.NotContains(t, body, "<b>", "the key is escaped, in the form and the links")
+		ids := regexp.MustCompile(`href="/instances/([0-9a-f-]+)"`).FindAllStringSubmatch(body, -1)
+		for _, m := range ids {
+			seen = append(seen, m[1])
+		}
+		if strings.Contains(body, `id="scan-stopped"`) {
+			stopped++
+			assert.Regexp(t, `Looked at the (newest|next) 4 (older )?instances`, body)
+			if len(ids) == 0 {
+				empty++
+			}
+		}
+		m := link.FindStringSubmatch(body)
+		if m == nil {
+			break
+		}
+		u = srv.URL + html.UnescapeString(m[1])
+	}
+	assert.Equal(t, want, seen, "every match once, newest first")
+	assert.Positive(t, stopped, "some page stopped at the scan limit")
+	assert.Positive(t, empty, "a page with no match still links on")
 }
 
 func TestUIInstancesPageByKeyset(t *testing.T) {

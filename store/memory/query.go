@@ -25,38 +25,60 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 }
 
 // List returns the instances matching f, ordered by id (descending with
-// f.Newest), at most f.Limit of them (0: no limit).
+// f.Newest), at most f.Limit of them (0: no limit), among the first
+// f.ScanLimit after f.AfterID (0: all): ListPage's Rows.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
+	p, err := s.ListPage(ctx, f)
+	return p.Rows, err
+}
+
+// ListPage is List with the position it stopped at (see store.Page).
+func (s *Store) ListPage(ctx context.Context, f store.ListFilter) (store.Page, error) {
 	if err := s.lock(); err != nil {
-		return nil, err
+		return store.Page{}, err
 	}
 	defer s.unlock(nil)
-	var match []*row
+	match := func(in *store.Instance) bool {
+		return (f.Workflow == "" || in.Workflow == f.Workflow) &&
+			(f.Status == "" || in.Status == f.Status) &&
+			(f.Key == "" || in.Key == f.Key) &&
+			(f.Queue == "" || in.Queue == f.Queue)
+	}
+	// seen are the rows after AfterID (only the matching ones when the
+	// scan is not bounded), in the result order.
+	var seen []*row
 	for _, r := range s.rows {
 		in := &r.inst
-		if (f.Workflow != "" && in.Workflow != f.Workflow) ||
-			(f.Status != "" && in.Status != f.Status) ||
-			(f.Key != "" && in.Key != f.Key) ||
-			(f.Queue != "" && in.Queue != f.Queue) ||
-			(!f.Newest && f.AfterID != "" && in.ID <= f.AfterID) ||
-			(f.Newest && f.AfterID != "" && in.ID >= f.AfterID) {
+		if (!f.Newest && f.AfterID != "" && in.ID <= f.AfterID) ||
+			(f.Newest && f.AfterID != "" && in.ID >= f.AfterID) ||
+			(f.ScanLimit <= 0 && !match(in)) {
 			continue
 		}
-		match = append(match, r)
+		seen = append(seen, r)
 	}
 	if f.Newest {
-		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(b.inst.ID, a.inst.ID) })
+		slices.SortFunc(seen, func(a, b *row) int { return strings.Compare(b.inst.ID, a.inst.ID) })
 	} else {
-		slices.SortFunc(match, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
+		slices.SortFunc(seen, func(a, b *row) int { return strings.Compare(a.inst.ID, b.inst.ID) })
 	}
-	if f.Limit > 0 && len(match) > f.Limit {
-		match = match[:f.Limit]
+	var p store.Page
+	for i, r := range seen {
+		if f.ScanLimit > 0 && i == f.ScanLimit {
+			break
+		}
+		if !match(&r.inst) {
+			continue
+		}
+		p.Rows = append(p.Rows, r.snapshot())
+		if f.Limit > 0 && len(p.Rows) == f.Limit {
+			p.Next = r.inst.ID
+			return p, nil
+		}
 	}
-	out := make([]store.Instance, len(match))
-	for i, r := range match {
-		out[i] = r.snapshot()
+	if f.ScanLimit > 0 && len(seen) >= f.ScanLimit {
+		p.Next, p.ScanStopped = seen[f.ScanLimit-1].inst.ID, true
 	}
-	return out, nil
+	return p, nil
 }
 
 // Inbox returns the unconsumed signals of an instance, oldest first, at

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +148,55 @@ func TestNewestListReadsThePrimaryKeyBackwards(t *testing.T) {
 		text := strings.Join(plan, "\n")
 		require.Contains(t, text, "Backward using instances_pkey", "%s:\n%s", name, text)
 		require.NotContains(t, text, "Sort", "%s:\n%s", name, text)
+	}
+}
+
+// TestScanListReadsAtMostScanLimitRows guards the plan of ListPage with
+// ScanLimit (the ui's list by key, queue or workflow): it reads the primary
+// key backwards (forwards for the id order), no more than ScanLimit rows
+// when matches are rare and no more than the page when they are not, and
+// sorts nothing.
+func TestScanListReadsAtMostScanLimitRows(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 20_000)
+	for i := range ins {
+		ins[i] = store.NewInstance{ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+		if i%5_000 == 0 {
+			ins[i].Key = "acct:rare"
+		}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	scanned := regexp.MustCompile(`Index Scan (?:Backward )?using instances_pkey.*actual time=\S+ rows=(\d+)`)
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+		max  int
+	}{
+		"rare key":          {sqlListScanNewest, []any{"", []string{}, "acct:rare", "", nil, 51, 1_000}, 1_000},
+		"missing queue":     {sqlListScanNewest, []any{"", []string{}, "", "nowhere", ins[15_000].ID, 51, 1_000}, 1_000},
+		"rare key, by id":   {sqlListScan, []any{"", []string{}, "acct:rare", "", nil, 51, 1_000}, 1_000},
+		"every row matches": {sqlListScanNewest, []any{"wf", []string{}, "", "", nil, 51, 1_000}, 53},
+	} {
+		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+s.q(c.sql), append([]any{pgx.QueryExecModeExec}, c.args...)...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			plan = append(plan, l)
+		}
+		require.NoError(t, rows.Err(), name)
+		text := strings.Join(plan, "\n")
+		require.Contains(t, text, "using instances_pkey", "%s:\n%s", name, text)
+		require.NotContains(t, text, "Sort", "%s:\n%s", name, text)
+		m := scanned.FindStringSubmatch(text)
+		require.NotNil(t, m, "%s:\n%s", name, text)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, c.max, "%s reads %d rows of the primary key:\n%s", name, n, text)
 	}
 }

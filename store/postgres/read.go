@@ -30,11 +30,19 @@ func (s *Store) Get(ctx context.Context, id string) (store.Instance, error) {
 	return in, nil
 }
 
-// List returns instances matching f, ordered by id (by seq descending with
-// f.Newest); a zero f.Limit means no limit. Status ready includes rows whose run_at is in the future.
+// List returns instances matching f, ordered by id (by id descending with
+// f.Newest); a zero f.Limit means no limit. Status ready includes rows
+// whose run_at is in the future. It is ListPage's Rows.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance, error) {
+	p, err := s.ListPage(ctx, f)
+	return p.Rows, err
+}
+
+// ListPage is List with the position it stopped at (see store.Page). With
+// f.ScanLimit it reads at most f.ScanLimit rows of the primary key.
+func (s *Store) ListPage(ctx context.Context, f store.ListFilter) (store.Page, error) {
 	if err := s.check(); err != nil {
-		return nil, err
+		return store.Page{}, err
 	}
 	var limit *int
 	if f.Limit > 0 {
@@ -47,7 +55,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 	var after *string
 	if f.AfterID != "" {
 		if _, err := uuid.Parse(f.AfterID); err != nil {
-			return nil, fmt.Errorf("list: after id %q is not a UUID", f.AfterID)
+			return store.Page{}, fmt.Errorf("list: after id %q is not a UUID", f.AfterID)
 		}
 		after = &f.AfterID
 	}
@@ -55,10 +63,65 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]store.Instance,
 	// values given can pick the partial index they allow, so List never
 	// runs on a cached generic plan (which scans the table).
 	custom := pgx.QueryExecModeExec
-	if f.Newest {
-		return s.queryInstances(ctx, "list", s.q(sqlListNewest), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	if f.ScanLimit > 0 {
+		return s.listScan(ctx, f, custom, statuses, after, limit)
 	}
-	return s.queryInstances(ctx, "list", s.q(sqlList), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	stmt := sqlList
+	if f.Newest {
+		stmt = sqlListNewest
+	}
+	rows, err := s.queryInstances(ctx, "list", s.q(stmt), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit)
+	if err != nil {
+		return store.Page{}, err
+	}
+	p := store.Page{Rows: rows}
+	if f.Limit > 0 && len(rows) == f.Limit {
+		p.Next = rows[len(rows)-1].ID
+	}
+	return p, nil
+}
+
+// listScan is ListPage bounded by f.ScanLimit: the matching rows among the
+// next f.ScanLimit, and the last of those as the cursor when fewer than
+// f.Limit match.
+func (s *Store) listScan(ctx context.Context, f store.ListFilter, custom pgx.QueryExecMode, statuses []string, after *string, limit *int) (store.Page, error) {
+	stmt := sqlListScan
+	if f.Newest {
+		stmt = sqlListScanNewest
+	}
+	rows, err := s.pool.Query(ctx, s.q(stmt), custom, f.Workflow, statuses, f.Key, f.Queue, after, limit, f.ScanLimit)
+	if err != nil {
+		return store.Page{}, fmt.Errorf("list: %w", err)
+	}
+	defer rows.Close()
+	var p store.Page
+	for rows.Next() {
+		var (
+			hit bool
+			n   int64
+		)
+		r, err := scanInstanceRow(rows, &hit, &n)
+		if err != nil {
+			return store.Page{}, fmt.Errorf("list: %w", err)
+		}
+		if f.Limit > 0 && len(p.Rows) == f.Limit {
+			break // the ScanLimit-th row past a full page
+		}
+		if hit {
+			p.Rows = append(p.Rows, r.Instance)
+			if f.Limit > 0 && len(p.Rows) == f.Limit {
+				p.Next = r.ID
+				continue
+			}
+		}
+		if n == int64(f.ScanLimit) {
+			p.Next, p.ScanStopped = r.ID, true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return store.Page{}, fmt.Errorf("list: %w", err)
+	}
+	return p, nil
 }
 
 // Inbox returns the unconsumed signals of an instance, oldest first, at

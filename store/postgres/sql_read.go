@@ -31,6 +31,39 @@ WHERE ($1 = '' OR workflow = $1)
   AND ($5::uuid IS NULL OR id < $5::uuid)
 ORDER BY instances.id DESC LIMIT $6`
 
+	// sqlListScan and sqlListScanNewest are ListPage bounded by ScanLimit
+	// ($7): the subquery s reads at most $7 rows of the primary key after
+	// the cursor, in the page's order, and numbers them (n) and marks the matching ones (hit; a NULL key
+	// is no match); the outer query
+	// keeps the matching ones and the $7-th row whatever it matches, which
+	// tells ListPage where the scan stopped. Both come from one snapshot,
+	// and the plan is a pipeline (Limit, WindowAgg, Limit, Index Scan): a
+	// page that finds $6 matches early stops there. The extra row ($6 + 1)
+	// is the $7-th row coming after $6 matches.
+	sqlListScan = `
+SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+  SELECT i.*, row_number() OVER (ORDER BY i.id) AS n,
+    coalesce(($1 = '' OR i.workflow = $1)
+      AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
+      AND ($3 = '' OR i.key = $3)
+      AND ($4 = '' OR i.queue = $4), false) AS hit
+  FROM (SELECT * FROM {schema}.instances WHERE ($5::uuid IS NULL OR id > $5::uuid)
+        ORDER BY instances.id LIMIT $7) i
+) s WHERE s.hit OR s.n = $7
+ORDER BY s.id LIMIT $6 + 1`
+
+	sqlListScanNewest = `
+SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+  SELECT i.*, row_number() OVER (ORDER BY i.id DESC) AS n,
+    coalesce(($1 = '' OR i.workflow = $1)
+      AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
+      AND ($3 = '' OR i.key = $3)
+      AND ($4 = '' OR i.queue = $4), false) AS hit
+  FROM (SELECT * FROM {schema}.instances WHERE ($5::uuid IS NULL OR id < $5::uuid)
+        ORDER BY instances.id DESC LIMIT $7) i
+) s WHERE s.hit OR s.n = $7
+ORDER BY s.id DESC LIMIT $6 + 1`
+
 	// sqlInbox reads an instance's unconsumed signals through signals_inbox.
 	sqlInbox = `
 SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at

@@ -128,6 +128,95 @@ var queryTests = []test{
 		require.Equal(h.t, others[2:], listIDs(page))
 		require.Len(h.t, h.list(store.ListFilter{Newest: true, Key: "account:1"}), 3)
 	}},
+	{"list/a scan bounded by ScanLimit pages on without skipping or repeating, even past pages with no match", func(h *harness) {
+		// 23 rows; the rare key and the rare queue match a few, so that some
+		// windows of ScanLimit ids hold no match at all.
+		var ids []string
+		for i := range 23 {
+			ni := inst("")
+			switch i {
+			case 1, 2, 3, 17:
+				ni.Key = "account:rare"
+			case 9, 22:
+				ni.Queue = "q2"
+			}
+			ids = append(ids, h.insert(ni)[0])
+		}
+		slices.Sort(ids)
+		for _, newest := range []bool{false, true} {
+			order := slices.Clone(ids)
+			if newest {
+				slices.Reverse(order)
+			}
+			for _, f := range []store.ListFilter{
+				{Key: "account:rare", Limit: 2, ScanLimit: 5},
+				{Queue: "q2", Limit: 2, ScanLimit: 5},
+				{Key: "account:rare", Status: store.StatusReady, Limit: 1, ScanLimit: 4},
+				{Workflow: "wf", Limit: 3, ScanLimit: 3}, // every row matches
+				{Queue: "q2", ScanLimit: 7},              // no Limit
+			} {
+				f.Newest = newest
+				msg := fmt.Sprintf("%+v", f)
+				var want []string
+				for _, id := range order {
+					in := h.get(id)
+					if (f.Key == "" || in.Key == f.Key) && (f.Queue == "" || in.Queue == f.Queue) &&
+						(f.Workflow == "" || in.Workflow == f.Workflow) && (f.Status == "" || in.Status == f.Status) {
+						want = append(want, id)
+					}
+				}
+				var got []string
+				empty, pages := 0, 0
+				pos := 0 // how many ids of order the pages so far covered
+				for f.AfterID = ""; ; pages++ {
+					require.Less(h.t, pages, len(order)+2, "%s: the pages never end", msg)
+					p, err := h.s.ListPage(h.ctx, f)
+					require.NoError(h.t, err, msg)
+					require.Equal(h.t, listIDs(p.Rows), listIDs(h.list(f)), "%s: List is ListPage's rows", msg)
+					if f.Limit > 0 {
+						require.LessOrEqual(h.t, len(p.Rows), f.Limit, msg)
+					}
+					got = append(got, listIDs(p.Rows)...)
+					if len(p.Rows) == 0 {
+						empty++
+					}
+					if p.Next == "" {
+						require.False(h.t, p.ScanStopped, msg)
+						break
+					}
+					next := slices.Index(order, p.Next)
+					require.GreaterOrEqual(h.t, next, pos, "%s: the cursor moves forward", msg)
+					if p.ScanStopped {
+						if f.Limit > 0 {
+							require.Less(h.t, len(p.Rows), f.Limit, "%s: a stopped page is not full", msg)
+						}
+						require.Equal(h.t, pos+f.ScanLimit-1, next, "%s: a stopped scan advances by ScanLimit ids", msg)
+					} else {
+						require.Len(h.t, p.Rows, f.Limit, "%s: a page that did not stop is full", msg)
+						require.Equal(h.t, p.Rows[len(p.Rows)-1].ID, p.Next, msg)
+						require.LessOrEqual(h.t, next, pos+f.ScanLimit-1, "%s: never past ScanLimit ids", msg)
+					}
+					pos = next + 1
+					f.AfterID = p.Next
+				}
+				require.Equal(h.t, want, got, "%s: the pages hold every match once, in order", msg)
+				if f.Key != "" || f.Queue != "" {
+					require.Positive(h.t, empty, "%s: some page found no match and still advanced", msg)
+				}
+			}
+		}
+
+		// Without ScanLimit, Next is the last row of a full page, "" past the end.
+		p, err := h.s.ListPage(h.ctx, store.ListFilter{Key: "account:rare", Limit: 3})
+		require.NoError(h.t, err)
+		require.Len(h.t, p.Rows, 3)
+		require.Equal(h.t, p.Rows[2].ID, p.Next)
+		require.False(h.t, p.ScanStopped)
+		p, err = h.s.ListPage(h.ctx, store.ListFilter{Key: "account:rare", Limit: 3, AfterID: p.Next})
+		require.NoError(h.t, err)
+		require.Len(h.t, p.Rows, 1)
+		require.Empty(h.t, p.Next)
+	}},
 	{"inbox/lists unconsumed signals oldest first until a step consumes them", func(h *harness) {
 		id := h.insert(inst(""))[0]
 		require.Empty(h.t, h.inbox(id, 0))
