@@ -19,9 +19,9 @@ type Freed struct {
 	Shard int
 }
 
-// Waiting is one of the next blocked rows of a freed key, in the key's
-// admission order (priority, run_at, insertion), as the freeing transaction
-// read and locked it.
+// Waiting is one of the next waiting rows (ready or blocked) of a freed
+// key, in the key's line (queue, priority, round, then FIFO), as the
+// freeing transaction read and locked it.
 type Waiting struct {
 	ID, Key, Queue, Workflow string
 	// InTurn is false when a ready row of the same queue and priority has

@@ -49,7 +49,7 @@ type Scheduler struct {
 	stopping atomic.Bool
 
 	queues  map[string]*queueRunner
-	flushCh chan store.Outcome
+	flushCh chan flushItem
 	// workMu guards sending on the queues' work channels against their
 	// close at stop: the flusher hands rows to executors too.
 	workMu     sync.Mutex
@@ -118,7 +118,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		flushCh: make(chan store.Outcome, 1024)}
+		flushCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -174,8 +174,10 @@ func (s *Scheduler) Start() {
 		s.pickWG.Add(1)
 		go s.pickLoop(q)
 	}
-	s.flushWG.Add(1)
-	go s.flusher()
+	s.flushWG.Add(flushers)
+	for range flushers {
+		go s.flusher()
+	}
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
@@ -419,13 +421,29 @@ func (s *Scheduler) executor(q *queueRunner) {
 				// claim goes back with its attempt unchanged.
 				toRelease = append(toRelease, ref)
 			} else {
-				s.flushCh <- out
+				// A step that held a key passes its executor slot to the
+				// flush of its outcome: the slot the outcome frees may be
+				// handed straight back to this engine (see commit).
+				keyed := c.Key != ""
+				s.flushCh <- flushItem{o: out, queue: q.name, slot: keyed}
+				if keyed {
+					continue
+				}
 			}
 		}
 		q.busy.Add(-1)
 		q.wake()
 	}
 	s.release(toRelease)
+}
+
+// flushItem is an outcome on its way to the flusher. slot is true when
+// the executor slot that ran it goes with it (busy still counts it): the
+// flush hands it a row or gives it back.
+type flushItem struct {
+	o     store.Outcome
+	queue string
+	slot  bool
 }
 
 // release returns claims that did not run to the store and forgets them.
@@ -443,50 +461,66 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 	}
 }
 
+// flushers is how many flushes an engine keeps in flight at once. A flush
+// is a few round trips and a commit; with one in flight, a busy key's slot
+// waits for the flush of the outcomes that came before it, and the cycle
+// of a slot is the step plus up to two flushes. Outcomes that arrive while
+// every flusher is busy still group into the next batch.
+const flushers = 4
+
 func (s *Scheduler) flusher() {
 	defer s.flushWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
 	for first := range s.flushCh {
-		batch := []store.Outcome{first}
+		items := []flushItem{first}
 	drain:
-		for len(batch) < max {
+		for len(items) < max {
 			select {
-			case o, ok := <-s.flushCh:
+			case it, ok := <-s.flushCh:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, o)
+				items = append(items, it)
 			default:
 				break drain
 			}
 		}
-		s.commit(batch, out)
+		s.commit(items, out)
 	}
 }
 
 // commit flushes one batch (see Runtime.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
-// leases expire and the reaper retries the steps: at-least-once). When the
-// store can hand the slots the batch frees straight to the next waiting
-// rows of their keys (store.HandOffer), the executor slots free in each
-// queue (at most one per outcome) are reserved for it before the flush,
-// and the rows handed off go straight to the executors.
-func (s *Scheduler) commit(batch []store.Outcome, out *retrier) {
+// leases expire and the reaper retries the steps: at-least-once). The
+// executor slots that came with the batch's keyed outcomes are the room of
+// a hand-off: when the store can hand the slots the batch frees straight to
+// the next waiting rows of their keys (store.HandOffer), the rows handed
+// off go to those executor slots, and the slots left over are given back
+// once the flush is done.
+func (s *Scheduler) commit(items []flushItem, out *retrier) {
 	e := s.e
-	var ho *store.HandOff
-	if _, ok := e.st.(store.HandOffer); ok && !s.stopping.Load() {
-		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
-		for name, q := range s.queues {
-			if n := q.reserve(len(batch)); n > 0 {
-				ho.Room[name] = n
-			}
-		}
-		if len(ho.Room) == 0 {
-			ho = nil
+	batch := make([]store.Outcome, len(items))
+	room := map[string]int{}
+	for i, it := range items {
+		batch[i] = it.o
+		if it.slot {
+			room[it.queue]++
 		}
 	}
+	var ho *store.HandOff
+	if _, ok := e.st.(store.HandOffer); ok && len(room) > 0 && !s.stopping.Load() {
+		ho = &store.HandOff{Room: room, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
+	}
+	defer func() {
+		for name, n := range room { // the slots no row was handed
+			if n > 0 {
+				s.queues[name].busy.Add(-int64(n))
+				s.queues[name].wake()
+			}
+		}
+	}()
 	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
 		handOff: ho,
 		handed:  s.handed,
@@ -516,11 +550,6 @@ func (s *Scheduler) commit(batch []store.Outcome, out *retrier) {
 			}
 		},
 	})
-	if ho != nil {
-		for name, n := range ho.Room { // the reserved slots no row was handed
-			s.queues[name].busy.Add(-int64(n))
-		}
-	}
 }
 
 // handed gives the rows a flush's hand-off claimed (their executor slots

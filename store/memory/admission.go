@@ -355,13 +355,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		for i, c := range ks.counters {
 			st.Counters[k] = append(st.Counters[k], admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available})
 		}
-		// The key's next rows in line: popped in order, then put back.
-		var line []*row
-		for len(line) < want[k] && ks.blocked.Len() > 0 {
-			line = append(line, ks.blocked.popMin())
-		}
-		for _, r := range line {
-			ks.blocked.add(r)
+		for _, r := range s.line(ks, want[k]) {
 			_, policy := s.policies[r.inst.Queue]
 			_, rated := s.rates.Lookup(gate.NameOf(k))
 			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
@@ -373,13 +367,41 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	req := store.ClaimRequest{Worker: worker, Lease: h.Lease}
 	for _, a := range plan.HandOffs {
 		r := s.rows[a.ID]
-		s.keys[r.inst.Key].blocked.remove(r)
+		s.unpick(r) // off its queue's pick path or its key's blocked rows
 		claimed = append(claimed, s.startClaim(r, req, a.Shard, now))
+	}
+	for _, q := range s.queues {
+		s.dropEmptyPriorities(q)
 	}
 	for _, f := range plan.Rest {
 		s.freeSlot(f.Key, f.Shard, true, n)
 	}
 	return claimed
+}
+
+// line returns the first n waiting rows of a key (due ready rows and
+// blocked rows) in the key's line: queue, priority, round, then FIFO, as
+// PostgreSQL's hand-off reads them.
+func (s *Store) line(ks *keyState, n int) []*row {
+	inLine := func(a, b *row) int {
+		return cmp.Or(cmp.Compare(a.inst.Queue, b.inst.Queue), cmp.Compare(a.inst.Priority, b.inst.Priority),
+			cmp.Compare(a.round, b.round), a.inst.RunAt.Compare(b.inst.RunAt), cmp.Compare(a.seq, b.seq))
+	}
+	var first []*row // the n first so far, in line (n is small: the slots freed)
+	for _, r := range ks.rows {
+		if r.inst.Status != store.StatusBlocked && (r.inst.Status != store.StatusReady || r.scheduled()) {
+			continue
+		}
+		if len(first) == n && inLine(r, first[n-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(first, r, inLine)
+		first = slices.Insert(first, i, r)
+		if len(first) > n {
+			first = first[:n]
+		}
+	}
+	return first
 }
 
 // inTurn reports whether no ready row of r's queue and priority has an

@@ -247,7 +247,7 @@ func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker st
 		slices.Sort(gateKeys)
 		gateKeys = slices.Compact(gateKeys)
 		gk, gs, _ := shardCounts(ns)
-		rb.Queue(s.q(sqlSlotsLockRead), gk, gs).Query(func(rows pgx.Rows) error {
+		rb.Queue(s.q(sqlSlotsRead), gk, gs).Query(func(rows pgx.Rows) error {
 			var k string
 			var c admission.Counter
 			_, err := pgx.ForEachRow(rows, []any{&k, &c.Shard, &c.Capacity, &c.Available}, func() error {

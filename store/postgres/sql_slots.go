@@ -84,31 +84,35 @@ WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
 // Handing freed slots off (see slots.go, handOff): the reads under the
 // freeing transaction's locks, and the move of the chosen rows.
 const (
-	// sqlSlotsLockRead locks the given counters in (key, shard) order, as
-	// sqlSlotsLockExisting does, and returns them.
-	sqlSlotsLockRead = `
+	// sqlSlotsRead reads the given counters, without locking them (see
+	// handOff).
+	sqlSlotsRead = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
-WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
-ORDER BY key, shard FOR UPDATE`
+WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))`
 
 	// sqlKeyLimitsOf returns the limit of each key of $1 whose name has one.
 	sqlKeyLimitsOf = `
 SELECT k, l."limit", l.shards FROM unnest($1::text[]) AS k
 JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)`
 
-	// sqlHandOffCandidates locks and returns the first $2[i] blocked rows of
-	// each key $1[i] in the key's admission order (priority, run_at,
-	// insertion; skipping rows others hold, like sqlPromote), each with
-	// what a hand-off must know of it: whether no ready row of its queue and
-	// priority has an earlier round (both pick indexes answer that with one
-	// index probe), whether its queue has a policy and its key a rate limit.
+	// sqlHandOffCandidates locks and returns the first $2[i] waiting rows
+	// (ready or blocked) of each key $1[i] in the key's line (queue,
+	// priority, round: the order of instances_key_round, so that the read
+	// stops at the first rows of a long line; a key's rows of one queue and
+	// priority have distinct rounds), skipping rows others
+	// hold, like sqlPromote; a ready row of the key that a claim has not
+	// taken yet stands in the line before the key's later blocked rows.
+	// Each comes with what a hand-off must know of it: whether no ready row
+	// of its queue and priority has an earlier round (both pick indexes
+	// answer that with one index probe), whether its queue has a policy and
+	// its key a rate limit.
 	sqlHandOffCandidates = `
 WITH c AS MATERIALIZED (
     SELECT b.* FROM unnest($1::text[], $2::int[]) AS f(key, n)
     CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round, run_at, seq
                         FROM {schema}.instances
-                        WHERE key = f.key AND status = 'blocked'
-                        ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b)
+                        WHERE key = f.key AND status IN ('ready', 'blocked')
+                        ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b)
 SELECT c.id::text, c.key, c.queue, c.workflow,
        coalesce(c.round <= least(
            (SELECT min(r.round) FROM {schema}.instances r
@@ -117,22 +121,26 @@ SELECT c.id::text, c.key, c.queue, c.workflow,
             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = c.queue AND r.priority = c.priority)), true),
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
        EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name)
-FROM c ORDER BY c.key, c.priority, c.run_at, c.seq`
+FROM c ORDER BY c.key, c.queue, c.priority, c.round`
 
-	// sqlHandOff moves the rows a hand-off chose from blocked to executing
-	// for worker $2, each with the freed shard it takes ($4[i]; -1: a K = 1
-	// key), and returns them like sqlClaim. A K = 1 row moves only while
-	// no row of its key executes: the freeing transaction holds the key's
-	// lock and checked that, so this only keeps a flaw from meeting the
-	// unique index (which would refuse the whole outcome batch).
+	// sqlHandOff moves the rows a hand-off chose from ready or blocked to
+	// executing for worker $2, each with the freed shard it takes ($4[i];
+	// -1: a K = 1 key), and returns them like sqlClaim. A K = 1 row moves
+	// only while no row of its key executes (the two probes of sqlKeyBusy):
+	// the freeing transaction holds the key's lock and checked that, so
+	// this only keeps a flaw from meeting the unique index, which would
+	// refuse the whole outcome batch.
 	sqlHandOff = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.status = 'blocked'
-      AND (a.shard >= 0 OR NOT EXISTS (SELECT 1 FROM {schema}.instances e
-                                       WHERE e.key = i.key AND e.status = 'executing'))
+    WHERE i.id = a.id AND i.status IN ('ready', 'blocked')
+      AND CASE WHEN a.shard >= 0 THEN true
+               ELSE NOT EXISTS (SELECT 1 FROM {schema}.instances e
+                                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NULL)
+                AND NOT EXISTS (SELECT 1 FROM {schema}.instances e
+                                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL) END
     RETURNING i.*, a.ord
 )` + claimedRows
 )
