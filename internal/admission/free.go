@@ -24,9 +24,10 @@ type Freed struct {
 // freeing transaction read and locked it.
 type Waiting struct {
 	ID, Key, Queue, Workflow string
-	// InTurn is false when a ready row of the same queue and priority has
-	// an earlier round: handing this row the slot would let its key run
-	// ahead of another key's turn (see store.Store, Order).
+	// InTurn is false when a ready row of the same queue and priority,
+	// without a key or of another key, has an earlier round: handing this
+	// row the slot would let its key run ahead of another key's turn (see
+	// store.Store, Order).
 	InTurn bool
 	// Policy is true when its queue has a concurrency policy, Rated when
 	// its key has a rate limit: a hand-off takes neither a queue budget nor
@@ -71,9 +72,9 @@ type FreePlan struct {
 //     key's hand-offs, so a key never skips its own line);
 //   - the worker has room in the row's queue and runs its workflow;
 //   - its queue has no concurrency policy and its key no rate limit;
-//   - it is in turn: no ready row of its queue and priority has an
-//     earlier round, so a hand-off never lets a key run ahead of another
-//     key's turn, nor ahead of its own work in flight;
+//   - it is in turn: no ready row of its queue and priority, without a key
+//     or of another key, has an earlier round, so a hand-off never lets a
+//     key run ahead of another key's turn;
 //   - for a K = 1 key: the name has no limit now and no row of the key
 //     executes; for a gate key: the name still has a limit, the shard is
 //     one of its shards and the key's counters are clean (see cleanShards),

@@ -174,10 +174,8 @@ func (s *Scheduler) Start() {
 		s.pickWG.Add(1)
 		go s.pickLoop(q)
 	}
-	s.flushWG.Add(flushers)
-	for range flushers {
-		go s.flusher()
-	}
+	s.flushWG.Add(1)
+	go s.flusher()
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
@@ -421,12 +419,12 @@ func (s *Scheduler) executor(q *queueRunner) {
 				// claim goes back with its attempt unchanged.
 				toRelease = append(toRelease, ref)
 			} else {
-				// A step that held a key passes its executor slot to the
-				// flush of its outcome: the slot the outcome frees may be
-				// handed straight back to this engine (see commit).
-				keyed := c.Key != ""
-				s.flushCh <- flushItem{o: out, queue: q.name, slot: keyed}
-				if keyed {
+				// A step whose key had rows waiting passes its executor
+				// slot to the flush of its outcome: the slot the outcome
+				// frees will likely be handed straight back to this engine
+				// (see commit).
+				s.flushCh <- flushItem{o: out, queue: q.name, slot: c.Contended}
+				if c.Contended {
 					continue
 				}
 			}
@@ -461,13 +459,6 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 	}
 }
 
-// flushers is how many flushes an engine keeps in flight at once. A flush
-// is a few round trips and a commit; with one in flight, a busy key's slot
-// waits for the flush of the outcomes that came before it, and the cycle
-// of a slot is the step plus up to two flushes. Outcomes that arrive while
-// every flusher is busy still group into the next batch.
-const flushers = 4
-
 func (s *Scheduler) flusher() {
 	defer s.flushWG.Done()
 	e := s.e
@@ -494,7 +485,7 @@ func (s *Scheduler) flusher() {
 // commit flushes one batch (see Runtime.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
 // leases expire and the reaper retries the steps: at-least-once). The
-// executor slots that came with the batch's keyed outcomes are the room of
+// executor slots that came with the batch's contended outcomes are the room of
 // a hand-off: when the store can hand the slots the batch frees straight to
 // the next waiting rows of their keys (store.HandOffer), the rows handed
 // off go to those executor slots, and the slots left over are given back

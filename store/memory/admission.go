@@ -76,6 +76,11 @@ scan:
 			break
 		}
 	}
+	for i, c := range res.Claimed {
+		if ks := s.keys[c.Key]; ks != nil && ks.blocked.Len() > 0 {
+			res.Claimed[i].Contended = true
+		}
+	}
 	if len(res.Claimed) < req.Limit {
 		res.NextDue = s.nextDue(q)
 	}
@@ -368,7 +373,9 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	for _, a := range plan.HandOffs {
 		r := s.rows[a.ID]
 		s.unpick(r) // off its queue's pick path or its key's blocked rows
-		claimed = append(claimed, s.startClaim(r, req, a.Shard, now))
+		c := s.startClaim(r, req, a.Shard, now)
+		c.Contended = true
+		claimed = append(claimed, c)
 	}
 	for _, q := range s.queues {
 		s.dropEmptyPriorities(q)
@@ -404,18 +411,24 @@ func (s *Store) line(ks *keyState, n int) []*row {
 	return first
 }
 
-// inTurn reports whether no ready row of r's queue and priority has an
-// earlier round than r (see admission.Waiting).
+// inTurn reports whether no ready row of r's queue and priority, without
+// a key or of another key, has an earlier round than r (see
+// admission.Waiting).
 func (s *Store) inTurn(r *row) bool {
 	q := s.queues[r.inst.Queue]
 	if q == nil || !r.hasRound {
 		return true
 	}
 	h := q.ready[r.inst.Priority]
-	if h == nil || h.Len() == 0 {
+	if h == nil || h.Len() == 0 || h.min().round >= r.round {
 		return true
 	}
-	return h.min().round >= r.round
+	for _, o := range h.rows {
+		if o.round < r.round && o.inst.Key != r.inst.Key {
+			return false
+		}
+	}
+	return true
 }
 
 // room is how many more rows of key k would be admitted now. For a gate it

@@ -223,9 +223,13 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	}
 	if len(plan.Saturated) > 0 {
 		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now)
+		s.hot.mark(plan.Saturated...)
 	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	for i, c := range res.Claimed {
+		res.Claimed[i].Contended = c.Key != "" && s.hot.hot(c.Key)
 	}
 	if len(res.Claimed) < req.Limit {
 		next := fromPtr(cc.nextDue)

@@ -100,7 +100,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 
 	b = &pgx.Batch{}
 	var (
-		freed                []freedSlot
+		freed, awaited       []freedSlot // slots freed; those of keys recently saturated
 		sigIDs               []int64
 		sigOwners, parked    []string
 		children             []store.NewInstance
@@ -118,7 +118,11 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
 		leftQueues[a.queue] = true
-		if a.oldKey != "" {
+		switch {
+		case a.oldKey == "":
+		case h != nil && s.hot.hot(a.oldKey):
+			awaited = append(awaited, freedSlot{key: a.oldKey, shard: a.oldShard})
+		default:
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
 		if o.ConsumeSignal != 0 {
@@ -153,12 +157,12 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var claimed []store.Claimed
-	if h != nil && hasRoom(h.Room) {
-		if freed, err = s.handOff(ctx, tx.q(), b, worker, freed, h, now, &claimed); err != nil {
+	if len(awaited) > 0 && hasRoom(h.Room) {
+		if awaited, err = s.handOff(ctx, tx.q(), b, worker, awaited, h, now, &claimed); err != nil {
 			return nil, nil, fmt.Errorf("complete: %w", err)
 		}
 	}
-	stranded := s.queueFree(b, freed, true, now)
+	stranded := s.queueFree(b, append(freed, awaited...), true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))

@@ -83,6 +83,7 @@ type Store struct {
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
 	wakes      wakeSender
+	hot        hotKeys // keys recently found saturated (see handOff)
 }
 
 var (

@@ -184,6 +184,25 @@ func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *s
 	return tx.send(ctx, b, true)
 }
 
+// cool forgets, among keys whose slots a hand-off tried, those with no row
+// waiting, and keeps the others hot.
+func (s *Store) cool(keys []string, waiting []admission.Waiting) {
+	var busy []string
+	for _, w := range waiting {
+		if len(busy) == 0 || busy[len(busy)-1] != w.Key {
+			busy = append(busy, w.Key)
+		}
+	}
+	var idle []string
+	for _, k := range keys {
+		if !slices.Contains(busy, k) {
+			idle = append(idle, k)
+		}
+	}
+	s.hot.cool(idle...)
+	s.hot.mark(busy...)
+}
+
 // handOff decides, under the locks it takes, which of the freed slots go
 // straight to the next waiting rows of their keys (admission.Free), and
 // queues on b the move of those rows to executing for worker; their
@@ -289,6 +308,7 @@ func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker st
 		return nil, fmt.Errorf("hand-off: %w", err)
 	}
 	plan := admission.Free(slots, waiting, st)
+	s.cool(keys, waiting)
 	if len(plan.HandOffs) == 0 {
 		return freed, nil
 	}
@@ -303,6 +323,7 @@ func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker st
 			if err != nil {
 				return err
 			}
+			c.Contended = true
 			*claimed = append(*claimed, c)
 		}
 		return rows.Err()

@@ -99,29 +99,39 @@ JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)`
 	// (ready or blocked) of each key $1[i] in the key's line (queue,
 	// priority, round: the order of instances_key_round, so that the read
 	// stops at the first rows of a long line; a key's rows of one queue and
-	// priority have distinct rounds), skipping rows others
-	// hold, like sqlPromote; a ready row of the key that a claim has not
-	// taken yet stands in the line before the key's later blocked rows.
-	// Each comes with what a hand-off must know of it: whether no ready row
-	// of its queue and priority has an earlier round (both pick indexes
-	// answer that with one index probe), whether its queue has a policy and
-	// its key a rate limit.
+	// priority have distinct rounds), skipping rows others hold, like
+	// sqlPromote; a ready row of the key that no claim has taken yet stands
+	// in the line before the key's later blocked rows. Each comes with what
+	// a hand-off must know of it: whether it is in turn (no ready row of
+	// its queue and priority without a key, or of another key, has an
+	// earlier round; rows of its own key ahead of it are being claimed or
+	// handed off by others), whether its queue has a policy and its key a
+	// rate limit. The turn is read once per key, queue and priority: the
+	// first other key's round below the group's last candidate (a range of
+	// the keyed pick index that ends at the first row of another key), and
+	// the keyless head (one probe).
 	sqlHandOffCandidates = `
 WITH c AS MATERIALIZED (
     SELECT b.* FROM unnest($1::text[], $2::int[]) AS f(key, n)
-    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round, run_at, seq
+    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked')
-                        ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b)
+                        ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+g AS (
+    SELECT g.key, g.queue, g.priority,
+           (SELECT r.round FROM {schema}.instances r
+            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue AND r.priority = g.priority
+              AND r.round < g.last AND r.key <> g.key
+            ORDER BY r.round LIMIT 1) AS other,
+           (SELECT min(r.round) FROM {schema}.instances r
+            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue AND r.priority = g.priority) AS free
+    FROM (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority) g)
 SELECT c.id::text, c.key, c.queue, c.workflow,
-       coalesce(c.round <= least(
-           (SELECT min(r.round) FROM {schema}.instances r
-            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = c.queue AND r.priority = c.priority),
-           (SELECT min(r.round) FROM {schema}.instances r
-            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = c.queue AND r.priority = c.priority)), true),
+       c.round IS NULL OR ((g.other IS NULL OR c.round <= g.other) AND (g.free IS NULL OR c.round <= g.free)),
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
        EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name)
-FROM c ORDER BY c.key, c.queue, c.priority, c.round`
+FROM c JOIN g ON g.key = c.key AND g.queue = c.queue AND g.priority = c.priority
+ORDER BY c.key, c.queue, c.priority, c.round`
 
 	// sqlHandOff moves the rows a hand-off chose from ready or blocked to
 	// executing for worker $2, each with the freed shard it takes ($4[i];

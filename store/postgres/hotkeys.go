@@ -1,0 +1,77 @@
+package postgres
+
+import (
+	"sync"
+	"time"
+)
+
+// hotKeys remembers, in this process, the keys recently found saturated:
+// keys a claim of this store found full (their rows were blocked), and keys
+// whose freed slots a hand-off recently gave to waiting rows. Only the
+// slots of such keys are worth the reads of a hand-off (see handOff): a
+// key with room has no blocked row to hand its slot to, and most keyed
+// outcomes free keys of that kind. It is a hint, never a rule: a key
+// wrongly taken for cold frees its slot the usual way (credit and
+// promote), and one wrongly taken for hot costs one read that finds
+// nothing and cools it.
+//
+// The hint is not read from the table because no query of the apply
+// statement could ask "is a row of this key blocked?" cheaply under a
+// generic plan: the planner, not knowing which key, picks an index that
+// reads every waiting row of a hot key (20,000 rows per outcome on
+// scenario 4 of make bench).
+type hotKeys struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // key -> last found saturated (monotonic clock)
+}
+
+const (
+	// hotFor is how long a key stays hot after it was last found saturated.
+	hotFor = 10 * time.Second
+	// hotMax bounds the keys remembered; past it, the stale ones are
+	// dropped, and if none is stale, the map starts over.
+	hotMax = 50_000
+)
+
+// mark records keys as found saturated now.
+func (h *hotKeys) mark(keys ...string) {
+	if len(keys) == 0 {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
+	if len(h.seen)+len(keys) > hotMax {
+		for k, at := range h.seen {
+			if now.Sub(at) > hotFor {
+				delete(h.seen, k)
+			}
+		}
+		if len(h.seen)+len(keys) > hotMax {
+			clear(h.seen)
+		}
+	}
+	for _, k := range keys {
+		h.seen[k] = now
+	}
+}
+
+// cool forgets keys: a hand-off found nothing waiting for them.
+func (h *hotKeys) cool(keys ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		delete(h.seen, k)
+	}
+}
+
+// hot reports whether key was found saturated within hotFor.
+func (h *hotKeys) hot(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.seen[key]
+	return ok && time.Since(at) <= hotFor
+}
