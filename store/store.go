@@ -53,10 +53,23 @@
 // queue and priority (rows of one key made ready together take consecutive
 // rounds in run_at, insertion order). Claims take rows in
 // (priority, round, run_at, insertion) order, so a key's backlog of any size
-// delays another key's new row by at most one round. Rows that become ready
-// again after running (next step, signal, timeout, children, release, reap,
-// retry) keep their round, so work in flight finishes before new work of
-// the same key starts.
+// delays another key's new row by at most one round. A row that becomes
+// ready again after running (next step, signal, timeout, children, retry)
+// takes a fresh round by the same rule, behind the rows of its key already
+// waiting; a released or reaped claim, and a promoted blocked row, keep
+// theirs.
+//
+// # Hand-off
+//
+// A store that implements HandOffer may give the slot an outcome frees
+// straight to the next waiting row of the key (its ready and blocked rows,
+// in round order), in the outcome's transaction, claimed by the completing
+// worker: the row goes to executing without passing through ready, and the
+// slot's counter does not change. It does so only when the claim would
+// have admitted that row at once (see HandOffer) and the row is in turn:
+// no ready row of its queue and priority, without a key or of another key,
+// has an earlier round. The decision is internal/admission.Free, the same
+// for every backend.
 //
 // Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
 // rows (awaiting a signal, a timer or children) hold none.

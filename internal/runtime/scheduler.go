@@ -49,7 +49,8 @@ type Scheduler struct {
 	stopping atomic.Bool
 
 	queues  map[string]*queueRunner
-	flushCh chan flushItem
+	flushCh chan flushItem // outcomes of steps whose keys had no rows waiting
+	handCh  chan flushItem // outcomes whose executor slots wait for a hand-off
 	// workMu guards sending on the queues' work channels against their
 	// close at stop: the flusher hands rows to executors too.
 	workMu     sync.Mutex
@@ -118,7 +119,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		flushCh: make(chan flushItem, 1024)}
+		flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -174,8 +175,11 @@ func (s *Scheduler) Start() {
 		s.pickWG.Add(1)
 		go s.pickLoop(q)
 	}
-	s.flushWG.Add(1)
-	go s.flusher()
+	s.flushWG.Add(1 + handFlushers)
+	go s.flusher(s.flushCh)
+	for range handFlushers {
+		go s.flusher(s.handCh)
+	}
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
@@ -223,6 +227,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		}
 	}
 	close(s.flushCh)
+	close(s.handCh)
 	// The last outcomes are committed before Stop returns, unless the store
 	// stays unreachable past the deadline: then the flush is abandoned (the
 	// steps run again after their leases expire: at-least-once) rather than
@@ -423,10 +428,11 @@ func (s *Scheduler) executor(q *queueRunner) {
 				// slot to the flush of its outcome: the slot the outcome
 				// frees will likely be handed straight back to this engine
 				// (see commit).
-				s.flushCh <- flushItem{o: out, queue: q.name, slot: c.Contended}
 				if c.Contended {
+					s.handCh <- flushItem{o: out, queue: q.name, slot: true}
 					continue
 				}
+				s.flushCh <- flushItem{o: out, queue: q.name}
 			}
 		}
 		q.busy.Add(-1)
@@ -459,17 +465,28 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 	}
 }
 
-func (s *Scheduler) flusher() {
+// handFlushers is how many flushes of contended outcomes an engine keeps
+// in flight, beside the one of the other outcomes. A contended outcome's
+// executor waits for its flush to be handed a row: its slot's cycle is the
+// step plus the wait for the flush in flight plus its own flush, and a key
+// with K slots runs at most K steps per cycle. Two such flushes in flight
+// take the wait out; the other outcomes (plain work, keys with room) keep
+// one flush, whose batches grow while it is in flight (fewer, larger
+// transactions: what plain throughput needs).
+const handFlushers = 2
+
+// flusher group-commits the outcomes of ch.
+func (s *Scheduler) flusher(ch chan flushItem) {
 	defer s.flushWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
-	for first := range s.flushCh {
+	for first := range ch {
 		items := []flushItem{first}
 	drain:
 		for len(items) < max {
 			select {
-			case it, ok := <-s.flushCh:
+			case it, ok := <-ch:
 				if !ok {
 					break drain
 				}
@@ -512,9 +529,13 @@ func (s *Scheduler) commit(items []flushItem, out *retrier) {
 			}
 		}
 	}()
+	handedN := 0
 	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
 		handOff: ho,
-		handed:  s.handed,
+		handed: func(cs []store.Claimed, validUntil time.Time) {
+			handedN += len(cs)
+			s.handed(cs, validUntil)
+		},
 		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
 			e.countStale(res)
@@ -522,7 +543,13 @@ func (s *Scheduler) commit(items []flushItem, out *retrier) {
 				s.untrack(o.ID, o.Fence)
 			}
 			e.notifyFlushed()
-			s.WakeAll()
+			// A freed slot may admit blocked work: wake the pick loops,
+			// unless every slot of the batch went straight to a row handed
+			// back (the common case of a saturated key), where a claim
+			// would only find the key full again.
+			if handedN < len(items) {
+				s.WakeAll()
+			}
 		},
 		abandoned: func(o store.Outcome) { s.untrack(o.ID, o.Fence) },
 		unreachable: func(err error) bool {
