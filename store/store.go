@@ -378,6 +378,11 @@ type Outcome struct {
 	// among the handed-back rows (Health.HandedBack) until an outcome that
 	// is not a hand-back.
 	HandBack bool
+	// Contended is Claimed.Contended of the claim the outcome ends: a
+	// store that hands slots off (HandOffer) reads what the hand-off of
+	// such an outcome's slot needs in the same round trip as the outcome.
+	// It is a hint: it never changes what is committed.
+	Contended bool
 }
 
 // OutcomeResult reports one outcome of a Complete batch.
@@ -842,7 +847,10 @@ type TxInserter interface {
 // runs its workflow, the queue has no concurrency policy, the key has no
 // rate limit, and no ready row of the same queue and priority has an
 // earlier round (keys keep taking turns). Every other freed slot is
-// credited and promotes its key's next blocked row, as with Complete.
+// credited and promotes its key's next blocked row, as with Complete. Only
+// the slots of outcomes marked Contended are considered (the worker kept
+// the executors that ran them for the rows handed back; the store reads
+// what their hand-off needs in the round trip that applies the outcomes).
 type HandOffer interface {
 	// CompleteHandOff is Complete, handing freed slots off as h allows; it
 	// returns the rows handed to worker, claimed under h.Lease, in the

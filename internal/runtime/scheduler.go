@@ -429,6 +429,7 @@ func (s *Scheduler) executor(q *queueRunner) {
 				// frees will likely be handed straight back to this engine
 				// (see commit).
 				if c.Contended {
+					out.Contended = true
 					s.handCh <- flushItem{o: out, queue: q.name, slot: true}
 					continue
 				}

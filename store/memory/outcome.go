@@ -201,9 +201,6 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 		}
 	}
 	var freed []admission.Freed
-	if h != nil {
-		s.freeing = &freed
-	}
 	res := make([]store.OutcomeResult, len(outcomes))
 	for i, o := range outcomes {
 		res[i].ID = o.ID
@@ -212,9 +209,12 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			res[i].Stale = true
 			continue
 		}
+		if h != nil && o.Contended {
+			s.freeing = &freed // its slot is decided by the hand-off below
+		}
 		s.apply(r, worker, o, now, n)
+		s.freeing = nil
 	}
-	s.freeing = nil
 	var claimed []store.Claimed
 	if h != nil {
 		claimed = s.handOff(freed, worker, *h, now, n)

@@ -90,6 +90,10 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		})
 		return err
 	})
+	var reads *handOffReads
+	if h != nil {
+		reads = s.queueHandOffReads(b, outcomes, h)
+	}
 	if err := tx.send(ctx, b, false); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", refused(err))
 	}
@@ -100,7 +104,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 
 	b = &pgx.Batch{}
 	var (
-		freed, awaited       []freedSlot // slots freed; those of keys recently saturated
+		freed                []freedSlot
 		sigIDs               []int64
 		sigOwners, parked    []string
 		children             []store.NewInstance
@@ -118,11 +122,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
 		leftQueues[a.queue] = true
-		switch {
-		case a.oldKey == "":
-		case h != nil && s.hot.hot(a.oldKey):
-			awaited = append(awaited, freedSlot{key: a.oldKey, shard: a.oldShard})
-		default:
+		if a.oldKey != "" {
 			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
 		}
 		if o.ConsumeSignal != 0 {
@@ -157,12 +157,10 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var claimed []store.Claimed
-	if len(awaited) > 0 && hasRoom(h.Room) {
-		if awaited, err = s.handOff(ctx, tx.q(), b, worker, awaited, h, now, &claimed); err != nil {
-			return nil, nil, fmt.Errorf("complete: %w", err)
-		}
+	if reads != nil {
+		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
 	}
-	stranded := s.queueFree(b, append(freed, awaited...), true, now)
+	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))

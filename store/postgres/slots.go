@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -203,114 +202,106 @@ func (s *Store) cool(keys []string, waiting []admission.Waiting) {
 	s.hot.mark(busy...)
 }
 
-// handOff decides, under the locks it takes, which of the freed slots go
-// straight to the next waiting rows of their keys (admission.Free), and
-// queues on b the move of those rows to executing for worker; their
-// claimed rows are appended to *claimed when b runs. It returns the freed
-// slots that were not handed off: the caller credits and promotes them
-// (queueFree). The locks are the ones queueFree takes, in the same order
-// (K = 1 keys' advisory locks, then counters in (key, shard) order); rows
-// are locked with SKIP LOCKED, never waited for.
-func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker string, freed []freedSlot,
-	h *store.HandOff, now time.Time, claimed *[]store.Claimed) ([]freedSlot, error) {
-	var one, keys []string
-	gates := map[shardKey]bool{}
-	want := map[string]int{} // key -> freed slots
-	slots := make([]admission.Freed, 0, len(freed))
-	for _, f := range freed {
-		if f.key == "" {
-			continue
-		}
-		slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard})
-		if want[f.key] == 0 {
-			keys = append(keys, f.key)
-		}
-		want[f.key]++
-		if f.shard < 0 {
-			one = append(one, f.key)
-		} else {
-			gates[shardKey(f)] = true
+// handOffReads are the reads a hand-off decides on, queued on the outcome
+// transaction's first batch after the outcomes are applied (see
+// queueHandOffReads).
+type handOffReads struct {
+	st      admission.FreeState
+	waiting []admission.Waiting
+	keys    []string // the keys read
+}
+
+// queueHandOffReads queues on b, after the statement that applies the
+// outcomes, what a hand-off of the contended outcomes' slots needs: the
+// advisory locks of their K = 1 keys (waiting, in key order, as queueFree
+// takes them) and which still execute, their gate keys' limits and
+// counters (read, not locked: a hand-off does not write them), and the
+// keys' next waiting rows, locked with SKIP LOCKED.
+func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *store.HandOff) *handOffReads {
+	var ids []string
+	for _, o := range outcomes {
+		if o.Contended {
+			ids = append(ids, o.ID)
 		}
 	}
-	if len(slots) == 0 {
-		return freed, nil
+	if len(ids) == 0 || !hasRoom(h.Room) {
+		return nil
 	}
-	slices.Sort(one)
-	one = slices.Compact(one)
-	slices.Sort(keys)
-	st := admission.FreeState{
+	r := &handOffReads{st: admission.FreeState{
 		Limits:    map[string]gate.Limit{},
 		Counters:  map[string][]admission.Counter{},
 		Count:     map[string]int{},
 		Busy:      map[string]bool{},
 		Room:      h.Room,
 		Workflows: h.Workflows,
-	}
-	var waiting []admission.Waiting
-	rb := &pgx.Batch{}
-	if len(one) > 0 {
-		rb.Queue(s.q(sqlKeyLock), one, s.keySalt)
-		rb.Queue(s.q(sqlKeyBusy), one).Query(func(rows pgx.Rows) error {
-			var k string
-			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { st.Busy[k] = true; return nil })
-			return err
-		})
-	}
-	if len(gates) > 0 {
-		ns := map[shardKey]int{}
-		var gateKeys []string
-		for sk := range gates {
-			ns[sk] = 1
-			gateKeys = append(gateKeys, sk.key)
-		}
-		slices.Sort(gateKeys)
-		gateKeys = slices.Compact(gateKeys)
-		gk, gs, _ := shardCounts(ns)
-		rb.Queue(s.q(sqlSlotsRead), gk, gs).Query(func(rows pgx.Rows) error {
-			var k string
-			var c admission.Counter
-			_, err := pgx.ForEachRow(rows, []any{&k, &c.Shard, &c.Capacity, &c.Available}, func() error {
-				st.Counters[k] = append(st.Counters[k], c)
-				return nil
-			})
-			return err
-		})
-		rb.Queue(s.q(sqlSlotsCount), gateKeys).Query(func(rows pgx.Rows) error {
-			var k string
-			var n int64
-			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { st.Count[k] = int(n); return nil })
-			return err
-		})
-	}
-	rb.Queue(s.q(sqlKeyLimitsOf), keys).Query(func(rows pgx.Rows) error {
+	}}
+	b.Queue(s.q(sqlHandOffLock), ids, s.keySalt).Query(func(rows pgx.Rows) error {
+		var k string
+		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.keys = append(r.keys, k); return nil })
+		return err
+	})
+	b.Queue(s.q(sqlHandOffBusy), ids).Query(func(rows pgx.Rows) error {
+		var k string
+		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.st.Busy[k] = true; return nil })
+		return err
+	})
+	b.Queue(s.q(sqlHandOffGates), ids).Query(func(rows pgx.Rows) error {
 		var k string
 		var l gate.Limit
-		_, err := pgx.ForEachRow(rows, []any{&k, &l.Limit, &l.Shards}, func() error {
-			l.Name = gate.NameOf(k)
-			st.Limits[k] = l
+		var shard, capacity, available *int32
+		_, err := pgx.ForEachRow(rows, []any{&k, &l.Limit, &l.Shards, &shard, &capacity, &available}, func() error {
+			if _, seen := r.st.Limits[k]; !seen {
+				l.Name = gate.NameOf(k)
+				r.st.Limits[k] = l
+				r.keys = append(r.keys, k)
+			}
+			if shard != nil {
+				r.st.Counters[k] = append(r.st.Counters[k], admission.Counter{Shard: int(*shard), Capacity: int(*capacity), Available: int(*available)})
+				r.st.Count[k]++
+			}
 			return nil
 		})
 		return err
 	})
-	ns := make([]int32, len(keys))
-	for i, k := range keys {
-		ns[i] = int32(want[k])
-	}
-	rb.Queue(s.q(sqlHandOffCandidates), keys, ns).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffCandidates), ids).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
-			waiting = append(waiting, w)
+			r.waiting = append(r.waiting, w)
 			return nil
 		})
 		return err
 	})
-	if err := tx.SendBatch(ctx, rb).Close(); err != nil {
-		return nil, fmt.Errorf("hand-off: %w", err)
+	return r
+}
+
+// handOff decides which of the freed slots go straight to the next waiting
+// rows of their keys (admission.Free), on the reads queueHandOffReads
+// made, and queues on b the move of those rows to executing for worker;
+// their claimed rows are appended to *claimed when b runs. It returns the
+// freed slots that were not handed off: the caller credits and promotes
+// them (queueFree). Slots of keys that were not read (an outcome not
+// contended, a key an outcome changed) are among them.
+func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []freedSlot,
+	h *store.HandOff, now time.Time, claimed *[]store.Claimed) []freedSlot {
+	var slots []admission.Freed
+	var rest []freedSlot
+	for _, f := range freed {
+		if f.key != "" && slices.Contains(r.keys, f.key) {
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard})
+		} else {
+			rest = append(rest, f)
+		}
 	}
-	plan := admission.Free(slots, waiting, st)
-	s.cool(keys, waiting)
+	if len(slots) == 0 {
+		return freed
+	}
+	plan := admission.Free(slots, r.waiting, r.st)
+	s.cool(r.keys, r.waiting)
+	for _, f := range plan.Rest {
+		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
+	}
 	if len(plan.HandOffs) == 0 {
-		return freed, nil
+		return rest
 	}
 	ids := make([]string, len(plan.HandOffs))
 	shards := make([]int32, len(plan.HandOffs))
@@ -328,9 +319,5 @@ func (s *Store) handOff(ctx context.Context, tx querier, b *pgx.Batch, worker st
 		}
 		return rows.Err()
 	})
-	rest := make([]freedSlot, 0, len(plan.Rest))
-	for _, f := range plan.Rest {
-		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
-	}
-	return rest, nil
+	return rest
 }

@@ -81,38 +81,65 @@ SELECT '', 0, f.key FROM f
 WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
 )
 
-// Handing freed slots off (see slots.go, handOff): the reads under the
-// freeing transaction's locks, and the move of the chosen rows.
+// Handing freed slots off (see slots.go, handOff). The reads run in the
+// outcome transaction's first round trip, after the outcomes are applied:
+// they name the keys by the ids of the outcomes whose claims were
+// contended ($1), as their rows now carry them (a key an outcome changed
+// is read under its new name: its old one frees the usual way).
 const (
-	// sqlSlotsRead reads the given counters, without locking them (see
-	// handOff).
-	sqlSlotsRead = `
-SELECT key, shard, capacity, available FROM {schema}.key_slots
-WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))`
+	// heldKeys is the keys of the rows $1, with how many of them hold each.
+	heldKeys = `held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+                 WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)`
 
-	// sqlKeyLimitsOf returns the limit of each key of $1 whose name has one.
-	sqlKeyLimitsOf = `
-SELECT k, l."limit", l.shards FROM unnest($1::text[]) AS k
-JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)`
+	// sqlHandOffLock takes the advisory locks of the held K = 1 keys (names
+	// with no limit), in key order, waiting, as sqlKeyLock does, and
+	// returns the ones that still have an executing row, read after the
+	// locks (sqlKeyBusy's two probes).
+	sqlHandOffLock = `
+WITH ` + heldKeys + `,
+one AS MATERIALIZED (
+    SELECT k.key, pg_advisory_xact_lock(hashtextextended(k.key, $2::bigint))
+    FROM (SELECT h.key FROM held h
+          WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1))
+          ORDER BY h.key OFFSET 0) k)
+SELECT key FROM one`
+	sqlHandOffBusy = `
+WITH ` + heldKeys + `
+SELECT h.key FROM held h
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1))
+  AND (EXISTS (SELECT 1 FROM {schema}.instances WHERE key = h.key AND status = 'executing' AND key_shard IS NULL)
+    OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = h.key AND status = 'executing' AND key_shard IS NOT NULL))`
 
-	// sqlHandOffCandidates locks and returns the first $2[i] waiting rows
-	// (ready or blocked) of each key $1[i] in the key's line (queue,
-	// priority, round: the order of instances_key_round, so that the read
-	// stops at the first rows of a long line; a key's rows of one queue and
-	// priority have distinct rounds), skipping rows others hold, like
-	// sqlPromote; a ready row of the key that no claim has taken yet stands
-	// in the line before the key's later blocked rows. Each comes with what
-	// a hand-off must know of it: whether it is in turn (no ready row of
-	// its queue and priority without a key, or of another key, has an
-	// earlier round; rows of its own key ahead of it are being claimed or
-	// handed off by others), whether its queue has a policy and its key a
-	// rate limit. The turn is read once per key, queue and priority: the
-	// first other key's round below the group's last candidate (a range of
-	// the keyed pick index that ends at the first row of another key), and
-	// the keyless head (one probe).
+	// sqlHandOffGates returns, for each held key whose name has a limit,
+	// the limit and every counter of the key (read, not locked: a hand-off
+	// does not write them).
+	sqlHandOffGates = `
+WITH ` + heldKeys + `
+SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
+FROM held h JOIN {schema}.limits l ON l.name = split_part(h.key, ':', 1)
+LEFT JOIN {schema}.key_slots s ON s.key = h.key
+ORDER BY h.key, s.shard`
+
+	// sqlHandOffCandidates locks and returns the first n waiting rows
+	// (ready or blocked) of each held key, n being how many of the rows
+	// hold it, in the key's line (queue, priority, round: the order of
+	// instances_key_round, so that the read stops at the first rows of a
+	// long line; a key's rows of one queue and priority have distinct
+	// rounds), skipping rows others hold, like sqlPromote; a ready row of
+	// the key that no claim has taken yet stands in the line before the
+	// key's later blocked rows. Each comes with what a hand-off must know
+	// of it: whether it is in turn (no ready row of its queue and priority
+	// without a key, or of another key, has an earlier round; rows of its
+	// own key ahead of it are being claimed or handed off by others),
+	// whether its queue has a policy and its key a rate limit. The turn is
+	// read once per key, queue and priority: the first other key's round
+	// below the group's last candidate (a range of the keyed pick index
+	// that ends at the first row of another key), and the keyless head
+	// (one probe).
 	sqlHandOffCandidates = `
-WITH c AS MATERIALIZED (
-    SELECT b.* FROM unnest($1::text[], $2::int[]) AS f(key, n)
+WITH ` + heldKeys + `,
+c AS MATERIALIZED (
+    SELECT b.* FROM held f
     CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked')

@@ -14,6 +14,7 @@ func (h *harness) handOff(worker string, now time.Time, room map[string]int, out
 	h.t.Helper()
 	ho, ok := h.s.(store.HandOffer)
 	require.True(h.t, ok, "the store does not implement store.HandOffer")
+	outs = contended(outs)
 	res, claimed, err := ho.CompleteHandOff(h.ctx, worker, outs, now, store.HandOff{Room: room, Lease: lease})
 	require.NoError(h.t, err)
 	require.Len(h.t, res, len(outs))
@@ -23,6 +24,16 @@ func (h *harness) handOff(worker string, now time.Time, room map[string]int, out
 		near(h.t, now.Add(lease), c.LeaseExpiresAt, "a handed-off row's lease counts from the outcome's now")
 	}
 	return claimed
+}
+
+// contended marks outcomes as ending contended claims (an engine copies
+// Claimed.Contended): only their slots may be handed off.
+func contended(outs []store.Outcome) []store.Outcome {
+	outs = append([]store.Outcome(nil), outs...)
+	for i := range outs {
+		outs[i].Contended = true
+	}
+	return outs
 }
 
 var handOffTests = []test{
@@ -69,6 +80,17 @@ var handOffTests = []test{
 		require.Equal(h.t, ids[6], h.claimOne("w", at(5*time.Second)).ID)
 		require.Equal(h.t, 3, h.available("stripe:a"))
 	}},
+	{"handoff/only the slots of contended outcomes are handed off", func(h *harness) {
+		ids := h.insertKeyed("acct:1", 2)
+		c := h.claimOne("w", at(time.Second))
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+		ho := h.s.(store.HandOffer)
+		_, got, err := ho.CompleteHandOff(h.ctx, "w", []store.Outcome{done(c)}, at(2*time.Second),
+			store.HandOff{Room: map[string]int{queue: 5}, Lease: lease})
+		require.NoError(h.t, err)
+		require.Empty(h.t, got)
+		h.requireStatus(store.StatusReady, ids[1])
+	}},
 	{"handoff/a stale outcome hands nothing off", func(h *harness) {
 		ids := h.insertKeyed("acct:1", 2)
 		c := h.claimOne("w", at(time.Second))
@@ -108,7 +130,7 @@ var handOffTests = []test{
 			h.requireStatus(store.StatusBlocked, ids[1])
 			ho, ok := h.s.(store.HandOffer)
 			require.True(h.t, ok)
-			_, got, err := ho.CompleteHandOff(h.ctx, "w", []store.Outcome{done(c)}, at(2*time.Second),
+			_, got, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(c)}), at(2*time.Second),
 				store.HandOff{Room: s.room, Workflows: s.workflows, Lease: lease})
 			require.NoError(h.t, err, s.name)
 			require.Empty(h.t, got, "%s: no hand-off", s.name)
