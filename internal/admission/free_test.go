@@ -48,6 +48,9 @@ func TestFree(t *testing.T) {
 	}{
 		{name: "a K = 1 key goes to its next row, one row only", freed: one, waiting: line, st: freeState(nil),
 			want: []Admitted{{ID: "r1", Shard: -1}}},
+		{name: "a K = 1 key is handed to one row, even if listed freed twice",
+			freed: []Freed{{Key: "a:1", Shard: -1}, {Key: "a:1", Shard: -1}}, waiting: line, st: freeState(nil),
+			want: []Admitted{{ID: "r1", Shard: -1}}, rest: []Freed{{Key: "a:1", Shard: -1}}},
 		{name: "a K = 1 key with nothing waiting is freed", freed: one, st: freeState(nil), rest: one},
 		{name: "a K = 1 key that still executes is not handed", freed: one, waiting: line,
 			st: freeState(func(st *FreeState) { st.Busy["a:1"] = true }), rest: one},
