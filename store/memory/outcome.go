@@ -155,7 +155,9 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 // is busy: a row of it executes or it already has blocked rows. A due row
 // inserted for such a key goes in blocked, behind them (as in PostgreSQL;
 // no race to close here, the store's mutex serializes the insert with
-// whatever frees the key).
+// whatever frees the key). Unlike PostgreSQL it also counts a holder that
+// a gate admitted before the key's limit was removed: here such a holder's
+// end passes the turn on like any other.
 func (s *Store) busyOne(k string) bool {
 	if _, gated := s.limits.Lookup(gate.NameOf(k)); gated {
 		return false

@@ -137,6 +137,18 @@ var insertBlockedTests = []test{
 		}
 		require.Equal(h.t, ids, order)
 	}},
+	{"keys/a schedule's tick behind a busy K = 1 key is blocked and runs after the holder", func(h *harness) {
+		holder := h.holdKey("acct:1")
+		sc := h.syncSchedules("workers", every5("tick"))[0]
+		tick := sc.Anchor.Add(5 * time.Minute)
+		ni := tickInstance("tick", tick)
+		ni.Key, ni.RunAt = "acct:1", time.Time{}
+		res := h.fire(store.FireRequest{Name: "tick", Epoch: sc.Epoch, Tick: tick, Instance: ni})
+		require.NotEmpty(h.t, res.Inserted)
+		h.requireStatus(store.StatusBlocked, res.Inserted)
+		h.commit("w", at(time.Second), done(holder))
+		require.Equal(h.t, res.Inserted, h.claimOne("w", at(time.Second)).ID)
+	}},
 	{"keys/a child spawned behind a busy K = 1 key is blocked and runs after the holder", func(h *harness) {
 		holder := h.holdKey("acct:1")
 		h.insert(dueNow(""))
