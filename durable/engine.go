@@ -448,6 +448,12 @@ var ErrNoTxInsert = errors.New("store cannot insert in a caller's transaction")
 // state encoding, Strict key checks) and returns the instance id, or the
 // existing instance's id for a UniqueKey that is taken. The engine's store
 // must be store/postgres (see ErrNoTxInsert), on the database tx belongs to.
+//
+// Insert puts an instance whose concurrency key (without a limit) is taken
+// straight into the key's line (blocked), healing the key once its insert
+// has committed; InsertTx cannot act after the caller's commit, so such an
+// instance goes in ready and waits in line from the first claim that finds
+// its key taken (see store.TxInserter).
 func (e *Engine) InsertTx(ctx context.Context, tx pgx.Tx, workflow string, state any, opts InsertOptions) (string, error) {
 	ids, err := e.InsertManyTx(ctx, tx, []InsertRequest{{Workflow: workflow, State: state, Options: opts}})
 	if err != nil {

@@ -258,6 +258,12 @@ func verdict(x Explanation, k keyView) string {
 		return fmt.Sprintf("throttled by its rate limit: the bucket of %s holds no token; its waiting rows are rescheduled to when their tokens are due, the next %s",
 			x.Key, When(r.Due(b, 1), now))
 	case "":
+		if info.Blocked > 0 && info.Blocked == info.Waiting && info.K == 1 && info.Shards == 0 && len(info.Holders) == 0 {
+			// Rows inserted behind a busy K = 1 key go in blocked; the
+			// insert's heal, or the holder's end, makes the first ready
+			// within milliseconds. Seen for longer, one of them was lost.
+			return fmt.Sprintf("nothing executes under %s, yet its rows wait blocked: the end of its last holder, or the insert that blocked them, did not pass the turn on (a crash, or rows locked at that moment); the reconciler makes the next one ready at its next sweep", x.Key)
+		}
 		if info.Blocked > 0 {
 			return fmt.Sprintf("a slot of %s is free: its blocked rows are made ready at the next outcome or reconciler sweep", x.Key)
 		}

@@ -128,16 +128,42 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	}
 	// Rounds are given to the due rows of the batch together (see assignRounds).
 	var due []*row
+	busy := map[string]bool{}
 	for _, r := range rows {
 		if !r.inst.RunAt.After(now) {
 			due = append(due, r)
+			if k := r.inst.Key; k != "" {
+				busy[k] = s.busyOne(k)
+			}
 		}
 	}
 	s.assignRounds(due)
 	for _, r := range rows {
+		if busy[r.inst.Key] && !r.inst.RunAt.After(now) {
+			// Behind a busy K = 1 key: off the pick path at once, with
+			// the round it would have had ready.
+			r.inst.Status = store.StatusBlocked
+			s.keys[r.inst.Key].blocked.add(r)
+			continue
+		}
 		s.place(r, r.inst.RunAt, now, n)
 	}
 	return out
+}
+
+// busyOne reports whether key k is a K = 1 key (its name has no limit) that
+// is busy: a row of it executes or it already has blocked rows. A due row
+// inserted for such a key goes in blocked, behind them (as in PostgreSQL;
+// no race to close here, the store's mutex serializes the insert with
+// whatever frees the key). Unlike PostgreSQL it also counts a holder that
+// a gate admitted before the key's limit was removed: here such a holder's
+// end passes the turn on like any other.
+func (s *Store) busyOne(k string) bool {
+	if _, gated := s.limits.Lookup(gate.NameOf(k)); gated {
+		return false
+	}
+	ks := s.keys[k]
+	return ks != nil && (ks.executing > 0 || ks.blocked.Len() > 0)
 }
 
 // uniqueTaken returns the oldest instance other than self holding

@@ -48,7 +48,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
 	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
-		"key waiting": true, "key next": true, "key oldest": true, "inbox": true}
+		"key waiting": true, "key next": true, "key oldest": true, "inbox": true, "insert busy keys": true}
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
@@ -90,8 +90,10 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			ORDER BY r.round DESC LIMIT 1`, []any{"q", 0, "acct:abcd"}},
 		// The round query of the COPY insert path (fresh_round is inlined
 		// or not; either way no scan of the table).
+		// The busy K = 1 keys of an insert (sqlInsert, sqlInsertRounds).
+		"insert busy keys": {`SELECT k FROM unnest($1::text[]) AS k WHERE ` + busyKeyWhere, []any{[]string{"acct:abcd"}}},
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
-			[]*time.Time{nil, nil}, []int64{0, 0}, "c"}},
+			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			tx, err := s.pool.Begin(ctx)

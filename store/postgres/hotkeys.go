@@ -6,7 +6,8 @@ import (
 )
 
 // hotKeys remembers, in this process, the keys recently found saturated:
-// keys a claim of this store found full (their rows were blocked), and keys
+// keys a claim of this store found full (their rows were blocked), keys an
+// insert of this store put blocked rows behind (see healInserted), and keys
 // whose freed slots a hand-off recently gave to waiting rows. Only the
 // slots of such keys are worth the reads of a hand-off (see handOff): a
 // key with room has no blocked row to hand its slot to, and most keyed

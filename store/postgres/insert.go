@@ -16,6 +16,10 @@ const DefaultQueue = store.DefaultQueue
 // Insert inserts instances atomically (see store.Store). A batch without
 // unique keys is one statement, or, from copyInsertMin (500) rows on, one
 // transaction that copies the rows in (COPY). Any batch size fits.
+//
+// A due row of a busy K = 1 key (see busyKeyWhere) goes in blocked, off the
+// pick path, with the round it would have had ready; once the insert has
+// committed, Insert heals those keys (see healInserted).
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -27,23 +31,19 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	if len(p.rows) == 0 {
 		return nil, nil
 	}
-	if !p.unique && len(p.rows) >= s.copyMin {
-		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p.rows) })
-		if err != nil {
-			return nil, err
-		}
-		return p.results, nil
+	p.block = true
+	switch {
+	case !p.unique && len(p.rows) >= s.copyMin:
+		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p) })
+	case !p.unique:
+		err = s.runInsert(ctx, s.pool, p)
+	default:
+		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.insertUnique(ctx, tx, p) })
 	}
-	if !p.unique {
-		if _, err := s.runInsert(ctx, s.pool, p); err != nil {
-			return nil, err
-		}
-		return p.results, nil
-	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error { return s.insertUnique(ctx, tx, p) })
 	if err != nil {
 		return nil, err
 	}
+	s.healInserted(ctx, p.blocked)
 	return p.results, nil
 }
 
@@ -52,6 +52,11 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 // store.TxInserter). Workers are notified when tx commits. Results are as
 // for Insert; unique-key checks hold an advisory lock per unique key until
 // tx ends.
+//
+// Unlike Insert, InsertTx inserts every due row ready, even one whose K = 1
+// key is busy: a row inserted blocked must be healed after its commit (see
+// healInserted), which the caller's transaction does not tell the store
+// about. The first claim that finds its key busy blocks it.
 //
 // Prefer durable.Engine.InsertTx (or Workflow.InsertTx): the store does not
 // know which workflows the engines have registered, so it refuses only rows
@@ -80,9 +85,9 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewIn
 	}
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
-		err = s.copyInsert(ctx, tx, p.rows)
+		err = s.copyInsert(ctx, tx, p)
 	case !p.unique:
-		_, err = s.runInsert(ctx, tx, p)
+		err = s.runInsert(ctx, tx, p)
 	default:
 		err = s.insertUnique(ctx, tx, p)
 	}
@@ -93,11 +98,16 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewIn
 }
 
 // insertPlan is a validated batch: results in input order, and the rows to
-// insert (duplicates by unique key are dropped by insertUnique).
+// insert (duplicates by unique key are dropped by insertUnique). With
+// block, due rows of busy K = 1 keys go in blocked (see busyKeyWhere), and
+// the insert fills blocked with their keys: whoever commits the insert
+// must then heal them (healInserted).
 type insertPlan struct {
 	rows    []insertRow
 	results []store.InsertResult
 	unique  bool
+	block   bool
+	blocked []string
 }
 
 type insertRow struct {
@@ -176,8 +186,7 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	if len(kept) == 0 {
 		return nil
 	}
-	_, err := s.runInsert(ctx, q, p)
-	return err
+	return s.runInsert(ctx, q, p)
 }
 
 func holderIn(byStatus map[string]string, scope []string) (string, bool) {
@@ -190,20 +199,39 @@ func holderIn(byStatus map[string]string, scope []string) (string, bool) {
 }
 
 // runInsert inserts p.rows in one statement.
-func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) (int64, error) {
-	_, err := q.Exec(ctx, s.q(sqlInsert), s.insertArgs(p.rows)...)
-	if err != nil {
-		return 0, insertError(err)
+func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
+	rows, err := q.Query(ctx, s.q(sqlInsert), s.insertArgs(p.rows, p.block)...)
+	if err == nil {
+		err = scanInserted(rows, p)
 	}
-	return int64(len(p.rows)), nil
+	if err != nil {
+		return insertError(err)
+	}
+	return nil
 }
 
-// queueInsert queues the insert of rows on b.
-func (s *Store) queueInsert(b *pgx.Batch, rows []insertRow) {
-	b.Queue(s.q(sqlInsert), s.insertArgs(rows)...)
+// queueInsert queues the insert of p.rows on b.
+func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
+	b.Queue(s.q(sqlInsert), s.insertArgs(p.rows, p.block)...).Query(func(rows pgx.Rows) error {
+		return scanInserted(rows, p)
+	})
 }
 
-func (s *Store) insertArgs(rows []insertRow) []any {
+// scanInserted reads sqlInsert's rows: it appends to p.blocked the keys
+// that received blocked rows.
+func scanInserted(rows pgx.Rows, p *insertPlan) error {
+	var q, k string
+	var n int64
+	_, err := pgx.ForEachRow(rows, []any{&q, &n, &k}, func() error {
+		if k != "" {
+			p.blocked = append(p.blocked, k)
+		}
+		return nil
+	})
+	return err
+}
+
+func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 	n := len(rows)
 	var (
 		ids       = make([]string, n)
@@ -235,7 +263,7 @@ func (s *Store) insertArgs(rows []insertRow) []any {
 		delays[i] = micros(in.Delay)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow()}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block}
 }
 
 func insertError(err error) error {

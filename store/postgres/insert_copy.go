@@ -52,9 +52,12 @@ type roundGroupKey struct {
 // and notifications. One statement (sqlInsertRounds) reads the clock and
 // the fresh round of every (queue, priority, key) with a due row, and
 // notifies the queues that receive due rows (delivered at commit); the rows
-// are then computed here and copied straight into instances. Any error
-// leaves tx to be rolled back: nothing of the batch is kept.
-func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) error {
+// are then computed here and copied straight into instances. With p.block,
+// the due rows of busy K = 1 keys go in blocked, and their keys are
+// appended to p.blocked (see insertPlan). Any error leaves tx to be rolled
+// back: nothing of the batch is kept.
+func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error {
+	rows := p.rows
 	groupOf := make([]int, len(rows))
 	index := map[roundGroupKey]int{}
 	var groups []roundGroup
@@ -85,20 +88,23 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) err
 		runAts = make([]*time.Time, len(groups))
 		delays = make([]*int64, len(groups))
 		base   = make([]*int64, len(groups))
+		busy   = make([]bool, len(groups))
 		now    time.Time
 	)
 	for i, g := range groups {
 		queues[i], prios[i], keys[i], runAts[i], delays[i] = g.queue, g.priority, g.key, g.runAt, g.delayUS
 	}
-	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays, s.channel)
+	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays, s.channel, p.block)
 	if err != nil {
 		return insertError(err)
 	}
 	var gi *int32
 	var b *int64
-	_, err = pgx.ForEachRow(res, []any{&now, &gi, &b}, func() error {
+	var blocked *bool
+	_, err = pgx.ForEachRow(res, []any{&now, &gi, &b, &blocked}, func() error {
 		if gi != nil {
 			base[*gi] = b
+			busy[*gi] = blocked != nil && *blocked
 		}
 		return nil
 	})
@@ -149,7 +155,12 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) err
 		}
 		round[i] = &n
 	}
-	src := &copyRows{rows: rows, at: at, due: due, round: round, now: now}
+	for g, gr := range groups {
+		if busy[g] {
+			p.blocked = append(p.blocked, gr.key) // repeated per queue and priority: healInserted compacts
+		}
+	}
+	src := &copyRows{rows: rows, at: at, due: due, blocked: busy, groupOf: groupOf, round: round, now: now}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "instances"}, copyColumns, src); err != nil {
 		return insertError(err)
 	}
@@ -158,13 +169,15 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, rows []insertRow) err
 
 // copyRows is the pgx.CopyFromSource of copyInsert.
 type copyRows struct {
-	rows  []insertRow
-	at    []time.Time
-	due   []bool
-	round []*int64
-	now   time.Time
-	i     int
-	vals  []any
+	rows    []insertRow
+	at      []time.Time
+	due     []bool
+	blocked []bool // per group: a busy K = 1 key
+	groupOf []int
+	round   []*int64
+	now     time.Time
+	i       int
+	vals    []any
 }
 
 func (c *copyRows) Next() bool {
@@ -195,7 +208,10 @@ func (c *copyRows) Values() ([]any, error) {
 		key = &in.Key
 	}
 	status := statusScheduled
-	if c.due[i] {
+	switch {
+	case c.due[i] && c.blocked[c.groupOf[i]]:
+		status = "blocked"
+	case c.due[i]:
 		status = "ready"
 	}
 	if c.vals == nil {

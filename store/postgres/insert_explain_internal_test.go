@@ -43,7 +43,7 @@ func TestExplainInsert(t *testing.T) {
 		return p.rows
 	}
 	for round := 0; round < 3; round++ {
-		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q(sqlInsert), s.insertArgs(batch())...)
+		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q(sqlInsert), s.insertArgs(batch(), true)...)
 		require.NoError(t, err)
 		for rows.Next() {
 			var line string
@@ -70,11 +70,11 @@ func TestExplainInsert(t *testing.T) {
 		}
 		var plan string
 		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+s.q(sqlInsertRounds), s.clockNow(),
-			qs, prios, keys, runAts, delays, s.channel).Scan(&plan)
+			qs, prios, keys, runAts, delays, s.channel, true).Scan(&plan)
 		require.NoError(t, err)
 		require.NoError(t, tx.Rollback(ctx))
 		t0 := time.Now()
-		require.NoError(t, s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, cp) }))
+		require.NoError(t, s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, &insertPlan{rows: cp, block: true}) }))
 		fmt.Printf("COPY path: round query %s; copyInsert + commit %s\n", planTime(plan), time.Since(t0))
 		fmt.Println("-----")
 	}

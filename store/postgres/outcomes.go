@@ -165,8 +165,10 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
+	var spawn *insertPlan
 	if len(spawned) > 0 {
-		inserted, err := s.queueChildren(ctx, tx.q(), b, children, spawnGen)
+		var inserted map[string]int
+		spawn, inserted, err = s.queueChildren(ctx, tx.q(), b, children, spawnGen)
 		if err != nil {
 			return nil, nil, fmt.Errorf("complete: %w", refused(err))
 		}
@@ -195,6 +197,9 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	s.heal(ctx, stranded, now)
+	if spawn != nil {
+		s.healInserted(ctx, spawn.blocked)
+	}
 	return results, claimed, nil
 }
 
@@ -227,30 +232,34 @@ func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
 
 // queueChildren inserts spawned children: queued on b when none has a
 // unique key, else at once (the unique check needs its own round trip). It
-// returns, per parent, how many children were inserted.
-func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int) (map[string]int, error) {
+// returns the insert's plan, whose blocked keys (filled once b ran) the
+// caller heals after its commit (healInserted), and, per parent, how many
+// children were inserted. Like Insert, it inserts the due children of a
+// busy K = 1 key blocked.
+func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int) (*insertPlan, map[string]int, error) {
 	inserted := map[string]int{}
 	if len(children) == 0 {
-		return inserted, nil
+		return nil, inserted, nil
 	}
 	p, err := prepareInsert(children)
 	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
+		return nil, nil, fmt.Errorf("spawn: %w", err)
 	}
+	p.block = true
 	for i := range p.rows {
 		p.rows[i].joinGen = gens[p.rows[i].in.ParentID]
 	}
 	if p.unique {
 		if err := s.insertUnique(ctx, tx, p); err != nil {
-			return nil, fmt.Errorf("spawn: %w", err)
+			return nil, nil, fmt.Errorf("spawn: %w", err)
 		}
 	} else {
-		s.queueInsert(b, p.rows)
+		s.queueInsert(b, p)
 	}
 	for _, r := range p.rows {
 		inserted[r.in.ParentID]++
 	}
-	return inserted, nil
+	return p, inserted, nil
 }
 
 func insertErrorIfDuplicate(err error) error {

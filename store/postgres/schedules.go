@@ -118,7 +118,9 @@ func (s *Store) PauseSchedule(ctx context.Context, name string, paused bool, now
 
 // FireSchedule records a tick and inserts its instance through the normal
 // insert path, in one transaction that holds the schedule's row lock, so
-// that of several engines firing one tick exactly one records it.
+// that of several engines firing one tick exactly one records it. Like
+// Insert, it inserts a due instance of a busy K = 1 key blocked and heals
+// the key after the commit (healInserted).
 func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.FireResult, error) {
 	if err := s.check(); err != nil {
 		return store.FireResult{}, err
@@ -156,10 +158,11 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 		}
 		var inserted any
 		if plan != nil && !res.SkippedRunning {
+			plan.block, plan.blocked = true, nil
 			if plan.unique {
 				err = s.insertUnique(ctx, tx, plan)
 			} else {
-				_, err = s.runInsert(ctx, tx, plan)
+				err = s.runInsert(ctx, tx, plan)
 			}
 			if err != nil {
 				return err
@@ -176,6 +179,9 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 	})
 	if err != nil {
 		return store.FireResult{}, fmt.Errorf("fire schedule %q: %w", req.Name, err)
+	}
+	if plan != nil {
+		s.healInserted(ctx, plan.blocked)
 	}
 	return res, nil
 }

@@ -161,6 +161,53 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 	}
 }
 
+// healInserted heals the K = 1 keys a committed insert put blocked rows
+// behind (see busyKeyWhere), and marks them hot (the outcome of their
+// holders can hand off: see hotKeys): one healOnce at once, then heal's retries for
+// the keys it left stranded. Errors are dropped: the rows are in, and the
+// reconciler's sweep is the safety net.
+//
+// This closes the lost wakeup of an insert racing the end of its key's
+// holder. The insert does not take the key's advisory lock, so a freeing
+// transaction (an outcome, a release, a cancel, a reap: every path that
+// frees a K = 1 key takes its advisory lock, waiting, before it reads the
+// key's waiting rows, each statement with a snapshot taken after the lock
+// was granted) may look for the key's blocked rows before the insert
+// commits, find none, and commit: nothing would ever promote the new row.
+// healOnce runs after the insert committed and takes the same lock, so the
+// two serialize on it: a freeing transaction that took the lock first has
+// committed when the heal reads the key, which the heal then sees free (no
+// executing row: it promotes the first blocked row unless a ready row of
+// the key is already in line, whose claim and end pass the turn on); one
+// that takes the lock after the heal reads the key after the insert's
+// commit, so it sees the blocked row and promotes it or hands the slot to
+// it. A key held only by a gate-admitted row (its limit was removed since)
+// frees without the advisory lock: busyKeyWhere does not count such a
+// holder, so the insert blocks rows behind it only when the key has
+// blocked rows already, which that freeing sees and promotes first (the
+// reconciler covers such a key as it did before).
+func (s *Store) healInserted(ctx context.Context, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	s.hot.mark(keys...) // found saturated: their holders' outcomes may hand off
+	one := make([]bool, len(keys))
+	for i := range one {
+		one[i] = true
+	}
+	var now time.Time
+	if t := s.clockNow(); t != nil {
+		now = *t
+	}
+	next := &strandedKeys{}
+	if err := s.healOnce(ctx, keys, one, next, now); err != nil {
+		return
+	}
+	s.heal(ctx, next, now)
+}
+
 func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *strandedKeys, now time.Time) error {
 	tx, err := s.beginBatch(ctx)
 	if err != nil {

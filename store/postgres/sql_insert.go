@@ -7,8 +7,13 @@ package postgres
 // Insert.
 const (
 	// sqlInsert inserts a batch in input order and notifies the queues that
-	// received due rows. $14 is the notification channel, $17 the store's
-	// clock (Options.Clock; null: the database's).
+	// received ready rows. $14 is the notification channel, $17 the store's
+	// clock (Options.Clock; null: the database's). With $18, the due rows of
+	// a K = 1 key that is busy (see busyKeyWhere) are inserted blocked, with
+	// the rounds they would have had ready; the statement returns a row
+	// ('', 0, key) per such key, for the caller to heal once it has
+	// committed (see healInserted), and a row (queue, n, '') per notified
+	// queue.
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -25,11 +30,15 @@ b AS (
     SELECT g.queue, g.priority, g.key, {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
     FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
 ),
+k AS MATERIALIZED (
+    SELECT g.k FROM (SELECT DISTINCT key AS k FROM x WHERE due AND key <> '') g
+    WHERE $18::bool AND ` + busyKeyWhere + `
+),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
         key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
-           CASE WHEN x.due THEN 'ready' ELSE 'scheduled' END,
+           CASE WHEN NOT x.due THEN 'scheduled' WHEN k.k IS NOT NULL THEN 'blocked' ELSE 'ready' END,
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
@@ -40,32 +49,52 @@ ins AS (
            x.parent_id, x.join_gen, t.now, t.now
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
+    LEFT JOIN k ON x.due AND k.k = x.key
     ORDER BY x.ord
     RETURNING queue, status
 )
-SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x`
+SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
+CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x
+UNION ALL
+SELECT '', 0, k.k FROM k`
 
 	// sqlInsertRounds is the query of the COPY insert path (copyInsert): it
 	// returns the clock ($1: Options.Clock; null: the database's) and, for
 	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
 	// with a due row (its earliest explicit run_at $5 or its shortest delay
-	// $6 is not after the clock), the fresh round its rows start from; one
-	// row with a null i when no group is due. It notifies on channel $7 the
-	// queues of the due groups: delivered when the transaction commits, so
-	// after the rows it then copies in.
+	// $6 is not after the clock), the fresh round its rows start from and,
+	// with $8, whether its key is a busy K = 1 key (see busyKeyWhere: its
+	// due rows go in blocked); one row with a null i when no group is due.
+	// It notifies on channel $7 the queues of the due groups that are not
+	// blocked: delivered when the transaction commits, so after the rows it
+	// then copies in.
 	sqlInsertRounds = `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 g AS MATERIALIZED (
     SELECT (g.ord - 1)::int AS i, g.queue,
-           {schema}.fresh_round(g.queue, g.priority, nullif(g.key, '')) AS base
+           {schema}.fresh_round(g.queue, g.priority, nullif(g.k, '')) AS base,
+           $8::bool AND g.k <> '' AND ` + busyKeyWhere + ` AS blocked
     FROM unnest($2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[]) WITH ORDINALITY
-         AS g(queue, priority, key, run_at, delay_us, ord)
+         AS g(queue, priority, k, run_at, delay_us, ord)
     CROSS JOIN t
     WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
 ),
-n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g) q)
-SELECT t.now, g.i, g.base FROM t CROSS JOIN n LEFT JOIN g ON true`
+n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.blocked) q)
+SELECT t.now, g.i, g.base, g.blocked FROM t CROSS JOIN n LEFT JOIN g ON true`
+
+	// busyKeyWhere is the condition on a key k (text, not empty) under which
+	// an insert puts the key's due rows in blocked rather than ready: k is a
+	// K = 1 key (its name has no limit) and is busy, either held (a row of
+	// it executes under K = 1: key_shard is null, so that its end frees the
+	// key through the key's advisory lock; see healInserted) or already
+	// waited for (it has blocked rows, which the new rows wait behind). A
+	// key held only by a row a gate admitted (its limit was removed since)
+	// and with no blocked row gets ready rows, as it did before: the claim
+	// that finds it busy blocks them.
+	busyKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
+      AND (EXISTS (SELECT 1 FROM {schema}.instances e
+                   WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NULL)
+           OR EXISTS (SELECT 1 FROM {schema}.instances w WHERE w.key = k AND w.status = 'blocked'))`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size
