@@ -152,8 +152,8 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 }
 
 // busyOne reports whether key k is a K = 1 key (its name has no limit) that
-// is busy: a row of it executes or it already has blocked rows. A due row
-// inserted for such a key goes in blocked, behind them (as in PostgreSQL;
+// is busy: a row of it executes. A due row inserted for such a key goes in
+// blocked, behind the key's blocked rows (as in PostgreSQL;
 // no race to close here, the store's mutex serializes the insert with
 // whatever frees the key). Unlike PostgreSQL it also counts a holder that
 // a gate admitted before the key's limit was removed: here such a holder's
@@ -163,7 +163,7 @@ func (s *Store) busyOne(k string) bool {
 		return false
 	}
 	ks := s.keys[k]
-	return ks != nil && (ks.executing > 0 || ks.blocked.Len() > 0)
+	return ks != nil && ks.executing > 0
 }
 
 // uniqueTaken returns the oldest instance other than self holding

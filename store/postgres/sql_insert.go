@@ -84,17 +84,22 @@ SELECT t.now, g.i, g.base, g.blocked FROM t CROSS JOIN n LEFT JOIN g ON true`
 
 	// busyKeyWhere is the condition on a key k (text, not empty) under which
 	// an insert puts the key's due rows in blocked rather than ready: k is a
-	// K = 1 key (its name has no limit) and is busy, either held (a row of
-	// it executes under K = 1: key_shard is null, so that its end frees the
-	// key through the key's advisory lock; see healInserted) or already
-	// waited for (it has blocked rows, which the new rows wait behind). A
-	// key held only by a row a gate admitted (its limit was removed since)
-	// and with no blocked row gets ready rows, as it did before: the claim
-	// that finds it busy blocks them.
+	// K = 1 key (its name has no limit) held by an executing row admitted
+	// under K = 1 (key_shard is null, so that its end frees the key through
+	// the key's advisory lock; see healInserted). It is one probe of the
+	// unique index instances_key_one per key, written as a scalar subquery
+	// with LIMIT so that the planner cannot turn it into a hashed subplan
+	// that reads every executing row. A key that is only waited for (blocked
+	// rows, nothing executing: its first row was just promoted) and a key
+	// held by a row a gate admitted (its limit was removed since) get ready
+	// rows, as before: the claim that finds the key busy blocks them. (Asking
+	// "has the key blocked rows?" here cannot be made cheap under a generic
+	// plan: the planner reads the blocked rows of every key, or every
+	// waiting row of this one.)
 	busyKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
-      AND (EXISTS (SELECT 1 FROM {schema}.instances e
-                   WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NULL)
-           OR EXISTS (SELECT 1 FROM {schema}.instances w WHERE w.key = k AND w.status = 'blocked'))`
+      AND (SELECT true FROM {schema}.instances e
+           WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+           LIMIT 1) IS NOT NULL`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size
