@@ -20,9 +20,12 @@ import (
 //
 //	pick loop (one per queue) ── Claim(free slots) ──▶ work buffer ──▶ executors (N per queue)
 //	                                                                    │ outcome
-//	flusher (one per engine) ◀─────────────────────────────────────────┘
-//	   group-commits every outcome that arrived while the previous flush was in flight,
-//	   then wakes the pick loops (a freed slot may admit blocked work).
+//	flushers ◀──────────────────────────────────────────────────────────┘
+//	   group-commit every outcome that arrived while the previous flush was in flight,
+//	   then wake the pick loops (a freed slot may admit blocked work). Outcomes of
+//	   contended claims (rows waited for their key) go to flushers of their own, with
+//	   their executor slots: the store may hand each freed slot straight to the key's
+//	   next waiting row (store.HandOffer), which goes to that executor without a claim.
 //	heartbeat loop: extends the leases of every claim not yet committed; a lost
 //	   claim's step context is cancelled and its outcome will be stale; a
 //	   canceled instance's step context is cancelled (its outcome cancels it).
@@ -49,8 +52,8 @@ type Scheduler struct {
 	stopping atomic.Bool
 
 	queues  map[string]*queueRunner
-	flushCh chan flushItem // outcomes of steps whose keys had no rows waiting
-	handCh  chan flushItem // outcomes whose executor slots wait for a hand-off
+	flushCh chan flushItem // outcomes of claims that were not contended
+	handCh  chan flushItem // outcomes of contended claims, with their executor slots
 	// workMu guards sending on the queues' work channels against their
 	// close at stop: the flusher hands rows to executors too.
 	workMu     sync.Mutex
