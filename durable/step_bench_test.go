@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
@@ -18,16 +21,24 @@ import (
 // step (a one-step workflow without a key, as durable-bench scenario 1 runs
 // it): looking up the step, its context, decoding the state, the step's
 // telemetry (no-op providers) and building the outcome and history entry.
-// The store is not involved.
+// The store is not involved. "noop" is the default (OpenTelemetry's no-op
+// providers), "metrics" records the step metrics with the SDK.
 //
 //	go test ./durable -run '^$' -bench ExecutePlainStep -benchmem
 func BenchmarkExecutePlainStep(b *testing.B) {
+	b.Run("noop", func(b *testing.B) { benchExecutePlainStep(b, nil) })
+	b.Run("metrics", func(b *testing.B) {
+		benchExecutePlainStep(b, sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+	})
+}
+
+func benchExecutePlainStep(b *testing.B, mp metric.MeterProvider) {
 	type state struct {
 		I int           `json:"i"`
 		K int           `json:"k"`
 		D time.Duration `json:"d,omitempty"`
 	}
-	e, err := New(Config{Store: memory.New(memory.Options{}), WorkerID: "bench-worker",
+	e, err := New(Config{Store: memory.New(memory.Options{}), WorkerID: "bench-worker", MeterProvider: mp,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		b.Fatal(err)
