@@ -406,21 +406,19 @@ func shardCounts(m map[shardKey]int) (keys []string, shards, ns []int32) {
 }
 
 func scanClaimed(rows pgx.Rows) (store.Claimed, error) {
-	var (
-		sigID      *int64
-		sigName    *string
-		sigPayload []byte
-		sigDedup   *string
-		sigCreated *time.Time
-	)
-	r, err := scanInstanceRow(rows, &sigID, &sigName, &sigPayload, &sigDedup, &sigCreated)
+	var cs claimScan
+	r, err := cs.scan(rows, &cs.sigID, &cs.sigName, &cs.sigPayload, &cs.sigDedup, &cs.sigCreated)
 	if err != nil {
 		return store.Claimed{}, err
 	}
 	c := store.Claimed{Instance: r.Instance, TimedOut: r.timedOut}
-	if sigID != nil {
-		c.Signal = &store.Signal{ID: *sigID, InstanceID: r.ID, Name: *sigName,
-			Payload: json.RawMessage(slices.Clone(sigPayload)), DedupKey: *sigDedup, CreatedAt: *sigCreated}
+	if cs.sigID.Valid {
+		created, err := timeOf(cs.sigCreated, "sig_created")
+		if err != nil {
+			return store.Claimed{}, err
+		}
+		c.Signal = &store.Signal{ID: cs.sigID.Int64, InstanceID: r.ID, Name: cs.sigName.String,
+			Payload: json.RawMessage(cs.sigPayload), DedupKey: cs.sigDedup.String, CreatedAt: created}
 	}
 	return c, nil
 }
