@@ -198,7 +198,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		for i, a := range plan.Admitted {
 			ids[i], shards[i] = a.ID, int32(a.Shard)
 		}
-		b.Queue(s.q(sqlClaim), ids, req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
+		res.Claimed = make([]store.Claimed, 0, len(plan.Admitted))
+		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				c, err := scanClaimed(rows)
 				if err != nil {

@@ -302,19 +302,19 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 	n := len(outcomes)
 	var (
 		ids           = make([]string, n)
-		fences        = make([]int64, n)
-		kinds         = make([]string, n)
-		steps         = make([]string, n)
-		states        = make([]*string, n)
+		fences        = make(int8Array, n)
+		kinds         = make(textArray, n)
+		steps         = make(textArray, n)
+		states        = make(textArray, n)
 		attempts      = make([]int32, n)
 		runAts        = make([]*time.Time, n)
 		setKeys       = make([]bool, n)
-		keys          = make([]string, n)
-		intents       = make([]string, n)
-		awaits        = make([]string, n)
+		keys          = make(textArray, n)
+		intents       = make(textArray, n)
+		awaits        = make(textArray, n)
 		timeouts      = make([]*time.Time, n)
-		results       = make([]*string, n)
-		errs          = make([]string, n)
+		results       = make(textArray, n)
+		errs          = make(textArray, n)
 		children      = make([]int32, n)
 		delays        = make([]int64, n)
 		timeoutDelays = make([]int64, n)
@@ -322,16 +322,16 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 	)
 	for i, o := range outcomes {
 		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)
-		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, o.Kind.String(), o.Step
-		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
-		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
+		ids[i], fences[i], kinds[i], steps[i] = o.ID, int8Elem(o.Fence), textElem(o.Kind.String()), textElem(o.Step)
+		states[i], attempts[i], runAts[i] = jsonElem(o.State), int32(o.Attempt), tsPtr(o.RunAt)
+		setKeys[i], keys[i], intents[i] = o.SetKey, textElem(o.Key), textElem(string(o.KeyIntent))
 		if o.SetKey && o.Key == "" {
-			intents[i] = ""
+			intents[i] = textElem("")
 		}
-		awaits[i], timeouts[i], results[i] = o.AwaitSignal, tsPtr(o.TimeoutAt), jsonArg(o.Result)
-		errs[i], children[i], handBacks[i] = o.Error, int32(len(o.Children)), o.HandBack
+		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
+		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
 	}
-	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
+	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
 		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks}
 }
 

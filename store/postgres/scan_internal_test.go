@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/store"
@@ -142,4 +144,34 @@ func TestInternIsBounded(t *testing.T) {
 	s := intern(b)
 	b[0] = 'x'
 	require.Equal(t, "wf", s, "an interned string does not share the scanned bytes")
+}
+
+// uuidArg sends canonical ids in binary and leaves any other spelling to
+// PostgreSQL, as text; both read back as the same ids.
+func TestUUIDArg(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	id := uuid.NewString()
+	upper := strings.ToUpper(id)
+	_, ok := uuidArg([]string{id, upper}).(ptrArray[pgtype.UUID])
+	require.True(t, ok, "canonical ids go in binary")
+	braces := "{" + id + "}"
+	require.Equal(t, []string{id, braces}, uuidArg([]string{id, braces}))
+	require.Equal(t, []string{"nope"}, uuidArg([]string{"nope"}))
+	for _, ids := range [][]string{{id, upper}, {id, braces}, {}} {
+		var got []string
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(x::text), '{}') FROM unnest($1::uuid[]) x`, uuidArg(ids)).Scan(&got))
+		want := make([]string, len(ids))
+		for i := range want {
+			want[i] = id
+		}
+		require.Equal(t, want, got)
+	}
+	for _, ids := range [][]string{nil, {}} {
+		var isNull, wasNull bool
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT $1::uuid[] IS NULL, $2::uuid[] IS NULL`, uuidArg(ids), ids).Scan(&isNull, &wasNull))
+		require.Equal(t, wasNull, isNull, "nil is NULL, empty is empty, as with a []string")
+	}
+	_, err := s.pool.Exec(ctx, `SELECT $1::uuid[]`, uuidArg([]string{"nope"}))
+	require.Error(t, err, "an invalid id is still refused by PostgreSQL")
 }
