@@ -300,25 +300,28 @@ func validateOutcomes(outcomes []store.Outcome) error {
 
 func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
 	n := len(outcomes)
+	// The arrays of one type share one allocation.
+	texts, int32s, int64s := make(textArray, 8*n), make([]int32, 2*n), make([]int64, 2*n)
+	times, bools := make([]*time.Time, 2*n), make([]bool, 2*n)
 	var (
 		ids           = make([]string, n)
 		fences        = make(int8Array, n)
-		kinds         = make(textArray, n)
-		steps         = make(textArray, n)
-		states        = make(textArray, n)
-		attempts      = make([]int32, n)
-		runAts        = make([]*time.Time, n)
-		setKeys       = make([]bool, n)
-		keys          = make(textArray, n)
-		intents       = make(textArray, n)
-		awaits        = make(textArray, n)
-		timeouts      = make([]*time.Time, n)
-		results       = make(textArray, n)
-		errs          = make(textArray, n)
-		children      = make([]int32, n)
-		delays        = make([]int64, n)
-		timeoutDelays = make([]int64, n)
-		handBacks     = make([]bool, n)
+		kinds         = texts[0*n : 1*n : 1*n]
+		steps         = texts[1*n : 2*n : 2*n]
+		states        = texts[2*n : 3*n : 3*n]
+		attempts      = int32s[0*n : 1*n : 1*n]
+		runAts        = times[0*n : 1*n : 1*n]
+		setKeys       = bools[0*n : 1*n : 1*n]
+		keys          = texts[3*n : 4*n : 4*n]
+		intents       = texts[4*n : 5*n : 5*n]
+		awaits        = texts[5*n : 6*n : 6*n]
+		timeouts      = times[1*n : 2*n : 2*n]
+		results       = texts[6*n : 7*n : 7*n]
+		errs          = texts[7*n : 8*n : 8*n]
+		children      = int32s[1*n : 2*n : 2*n]
+		delays        = int64s[0*n : 1*n : 1*n]
+		timeoutDelays = int64s[1*n : 2*n : 2*n]
+		handBacks     = bools[1*n : 2*n : 2*n]
 	)
 	for i, o := range outcomes {
 		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)

@@ -228,7 +228,9 @@ func tsPtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	return &t
+	p := new(time.Time) // not &t: t would be moved to the heap even when zero
+	*p = t
+	return p
 }
 
 func fromPtr(t *time.Time) time.Time {
