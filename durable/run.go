@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/godurable/godurable/steps"
@@ -278,24 +279,34 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 // stepContext implements steps.Context.
 type stepContext struct {
 	context.Context
-	e   *Engine
-	c   store.Claimed
-	log *slog.Logger
+	e *Engine
+	c store.Claimed
+	// log is the step's logger, built the first time Logger is called:
+	// most steps never log, and With formats its attributes at once.
+	logOnce sync.Once
+	log     *slog.Logger
 }
 
 func (e *Engine) newStepContext(ctx context.Context, c store.Claimed, def *definition) *stepContext {
-	l := e.log.With("instance", c.ID, "workflow", c.Workflow, "step", c.Step, "attempt", c.Attempt)
-	return &stepContext{Context: ctx, e: e, c: c, log: l}
+	return &stepContext{Context: ctx, e: e, c: c}
 }
 
-func (s *stepContext) InstanceID() string   { return s.c.ID }
-func (s *stepContext) Workflow() string     { return s.c.Workflow }
-func (s *stepContext) Step() string         { return s.c.Step }
-func (s *stepContext) Attempt() int         { return s.c.Attempt }
-func (s *stepContext) Key() string          { return s.c.Key }
-func (s *stepContext) TimedOut() bool       { return s.c.TimedOut }
-func (s *stepContext) Now() time.Time       { return s.e.cfg.Clock.Now() }
-func (s *stepContext) Logger() *slog.Logger { return s.log }
+func (s *stepContext) InstanceID() string { return s.c.ID }
+func (s *stepContext) Workflow() string   { return s.c.Workflow }
+func (s *stepContext) Step() string       { return s.c.Step }
+func (s *stepContext) Attempt() int       { return s.c.Attempt }
+func (s *stepContext) Key() string        { return s.c.Key }
+func (s *stepContext) TimedOut() bool     { return s.c.TimedOut }
+func (s *stepContext) Now() time.Time     { return s.e.cfg.Clock.Now() }
+
+// Logger is the engine's logger with the step's instance, workflow, step
+// and attempt.
+func (s *stepContext) Logger() *slog.Logger {
+	s.logOnce.Do(func() {
+		s.log = s.e.log.With("instance", s.c.ID, "workflow", s.c.Workflow, "step", s.c.Step, "attempt", s.c.Attempt)
+	})
+	return s.log
+}
 
 func (s *stepContext) Signal() (steps.Signal, bool) {
 	if s.c.Signal == nil {

@@ -2,6 +2,9 @@ package durable
 
 import (
 	"context"
+	"maps"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -42,6 +45,61 @@ type telemetry struct {
 	reaped       metric.Int64Counter
 	stepDuration metric.Float64Histogram
 	queueLatency metric.Float64Histogram
+
+	// noopTrace and noopMetrics say that the providers are OpenTelemetry's
+	// no-op ones (the default): a step's telemetry is then skipped, as it
+	// would record nothing.
+	noopTrace, noopMetrics bool
+	// stepSets holds the attribute sets of the step metrics by workflow,
+	// step, queue and outcome: building a set sorts and copies its
+	// attributes, for every step otherwise. The map is replaced, never
+	// changed, so that a step reads it without a lock.
+	stepSets   atomic.Pointer[map[stepSetKey]*stepSets]
+	stepSetsMu sync.Mutex
+}
+
+// maxStepSets bounds the cached attribute sets; past it, the sets of a new
+// combination are built for each step (as they always were).
+const maxStepSets = 1024
+
+type stepSetKey struct{ workflow, step, queue, outcome string }
+
+// stepSets are the measurement options of one step's metrics.
+type stepSets struct {
+	steps, duration, latency metric.MeasurementOption
+}
+
+// stepSetsOf returns the attribute sets of a step's metrics.
+func (t *telemetry) stepSetsOf(c store.Claimed, outcome string) *stepSets {
+	k := stepSetKey{c.Workflow, c.Step, c.Queue, outcome}
+	if m := t.stepSets.Load(); m != nil {
+		if s, ok := (*m)[k]; ok {
+			return s
+		}
+	}
+	s := &stepSets{
+		steps:    metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue), AttrOutcome.String(outcome)),
+		duration: metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue)),
+		latency:  metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrQueue.String(c.Queue)),
+	}
+	t.stepSetsMu.Lock()
+	defer t.stepSetsMu.Unlock()
+	old := t.stepSets.Load()
+	if old != nil {
+		if s, ok := (*old)[k]; ok {
+			return s
+		}
+		if len(*old) >= maxStepSets {
+			return s
+		}
+	}
+	m := map[stepSetKey]*stepSets{}
+	if old != nil {
+		m = maps.Clone(*old)
+	}
+	m[k] = s
+	t.stepSets.Store(&m)
+	return s
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
@@ -53,6 +111,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	}
 	m := mp.Meter(instrumentationName)
 	t := &telemetry{meter: m, tracer: tp.Tracer(instrumentationName)}
+	_, t.noopTrace = tp.(tracenoop.TracerProvider)
+	_, t.noopMetrics = mp.(metricnoop.MeterProvider)
 	var err error
 	if t.steps, err = m.Int64Counter("durable.steps", metric.WithDescription("Steps run, by workflow, step, queue and outcome."), metric.WithUnit("{step}")); err != nil {
 		return nil, err
@@ -74,6 +134,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 
 // startStep opens the span of a step.
 func (t *telemetry) startStep(ctx context.Context, c store.Claimed) (context.Context, trace.Span) {
+	if t.noopTrace {
+		// The no-op tracer ignores the name and options; skip building them.
+		return t.tracer.Start(ctx, "durable.step")
+	}
 	return t.tracer.Start(ctx, "durable.step "+c.Workflow+"/"+c.Step, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue),
 			AttrAttempt.Int(c.Attempt), AttrInstanceID.String(c.ID)))
@@ -81,17 +145,22 @@ func (t *telemetry) startStep(ctx context.Context, c store.Claimed) (context.Con
 
 // endStep closes the span and records the step's metrics.
 func (t *telemetry) endStep(ctx context.Context, span trace.Span, c store.Claimed, outcome, errText string, took time.Duration) {
-	span.SetAttributes(AttrOutcome.String(outcome))
-	if errText != "" {
-		span.SetStatus(codes.Error, errText)
+	if span.IsRecording() { // a span that does not record ignores both
+		span.SetAttributes(AttrOutcome.String(outcome))
+		if errText != "" {
+			span.SetStatus(codes.Error, errText)
+		}
 	}
 	span.End()
-	attrs := metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue), AttrOutcome.String(outcome))
-	t.steps.Add(ctx, 1, attrs)
-	t.stepDuration.Record(ctx, took.Seconds(), metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrStep.String(c.Step), AttrQueue.String(c.Queue)))
+	if t.noopMetrics {
+		return
+	}
+	sets := t.stepSetsOf(c, outcome)
+	t.steps.Add(ctx, 1, sets.steps)
+	t.stepDuration.Record(ctx, took.Seconds(), sets.duration)
 	if !c.StartedAt.IsZero() && !c.RunAt.IsZero() {
 		if lat := c.StartedAt.Sub(c.RunAt); lat >= 0 {
-			t.queueLatency.Record(ctx, lat.Seconds(), metric.WithAttributes(AttrWorkflow.String(c.Workflow), AttrQueue.String(c.Queue)))
+			t.queueLatency.Record(ctx, lat.Seconds(), sets.latency)
 		}
 	}
 }

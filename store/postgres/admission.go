@@ -198,7 +198,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		for i, a := range plan.Admitted {
 			ids[i], shards[i] = a.ID, int32(a.Shard)
 		}
-		b.Queue(s.q(sqlClaim), ids, req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
+		res.Claimed = make([]store.Claimed, 0, len(plan.Admitted))
+		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				c, err := scanClaimed(rows)
 				if err != nil {
@@ -406,21 +407,19 @@ func shardCounts(m map[shardKey]int) (keys []string, shards, ns []int32) {
 }
 
 func scanClaimed(rows pgx.Rows) (store.Claimed, error) {
-	var (
-		sigID      *int64
-		sigName    *string
-		sigPayload []byte
-		sigDedup   *string
-		sigCreated *time.Time
-	)
-	r, err := scanInstanceRow(rows, &sigID, &sigName, &sigPayload, &sigDedup, &sigCreated)
+	var cs claimScan
+	r, err := cs.scan(rows, &cs.sigID, &cs.sigName, &cs.sigPayload, &cs.sigDedup, &cs.sigCreated)
 	if err != nil {
 		return store.Claimed{}, err
 	}
 	c := store.Claimed{Instance: r.Instance, TimedOut: r.timedOut}
-	if sigID != nil {
-		c.Signal = &store.Signal{ID: *sigID, InstanceID: r.ID, Name: *sigName,
-			Payload: json.RawMessage(slices.Clone(sigPayload)), DedupKey: *sigDedup, CreatedAt: *sigCreated}
+	if cs.sigID.Valid {
+		created, err := timeOf(cs.sigCreated, "sig_created")
+		if err != nil {
+			return store.Claimed{}, err
+		}
+		c.Signal = &store.Signal{ID: cs.sigID.Int64, InstanceID: r.ID, Name: cs.sigName.String,
+			Payload: json.RawMessage(cs.sigPayload), DedupKey: cs.sigDedup.String, CreatedAt: created}
 	}
 	return c, nil
 }

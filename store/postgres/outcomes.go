@@ -307,38 +307,41 @@ func validateOutcomes(outcomes []store.Outcome) error {
 
 func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
 	n := len(outcomes)
+	// The arrays of one type share one allocation.
+	texts, int32s, int64s := make(textArray, 8*n), make([]int32, 2*n), make([]int64, 2*n)
+	times, bools := make([]*time.Time, 2*n), make([]bool, 2*n)
 	var (
 		ids           = make([]string, n)
-		fences        = make([]int64, n)
-		kinds         = make([]string, n)
-		steps         = make([]string, n)
-		states        = make([]*string, n)
-		attempts      = make([]int32, n)
-		runAts        = make([]*time.Time, n)
-		setKeys       = make([]bool, n)
-		keys          = make([]string, n)
-		intents       = make([]string, n)
-		awaits        = make([]string, n)
-		timeouts      = make([]*time.Time, n)
-		results       = make([]*string, n)
-		errs          = make([]string, n)
-		children      = make([]int32, n)
-		delays        = make([]int64, n)
-		timeoutDelays = make([]int64, n)
-		handBacks     = make([]bool, n)
+		fences        = make(int8Array, n)
+		kinds         = texts[0*n : 1*n : 1*n]
+		steps         = texts[1*n : 2*n : 2*n]
+		states        = texts[2*n : 3*n : 3*n]
+		attempts      = int32s[0*n : 1*n : 1*n]
+		runAts        = times[0*n : 1*n : 1*n]
+		setKeys       = bools[0*n : 1*n : 1*n]
+		keys          = texts[3*n : 4*n : 4*n]
+		intents       = texts[4*n : 5*n : 5*n]
+		awaits        = texts[5*n : 6*n : 6*n]
+		timeouts      = times[1*n : 2*n : 2*n]
+		results       = texts[6*n : 7*n : 7*n]
+		errs          = texts[7*n : 8*n : 8*n]
+		children      = int32s[1*n : 2*n : 2*n]
+		delays        = int64s[0*n : 1*n : 1*n]
+		timeoutDelays = int64s[1*n : 2*n : 2*n]
+		handBacks     = bools[1*n : 2*n : 2*n]
 	)
 	for i, o := range outcomes {
 		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)
-		ids[i], fences[i], kinds[i], steps[i] = o.ID, o.Fence, o.Kind.String(), o.Step
-		states[i], attempts[i], runAts[i] = jsonArg(o.State), int32(o.Attempt), tsPtr(o.RunAt)
-		setKeys[i], keys[i], intents[i] = o.SetKey, o.Key, string(o.KeyIntent)
+		ids[i], fences[i], kinds[i], steps[i] = o.ID, int8Elem(o.Fence), textElem(o.Kind.String()), textElem(o.Step)
+		states[i], attempts[i], runAts[i] = jsonElem(o.State), int32(o.Attempt), tsPtr(o.RunAt)
+		setKeys[i], keys[i], intents[i] = o.SetKey, textElem(o.Key), textElem(string(o.KeyIntent))
 		if o.SetKey && o.Key == "" {
-			intents[i] = ""
+			intents[i] = textElem("")
 		}
-		awaits[i], timeouts[i], results[i] = o.AwaitSignal, tsPtr(o.TimeoutAt), jsonArg(o.Result)
-		errs[i], children[i], handBacks[i] = o.Error, int32(len(o.Children)), o.HandBack
+		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
+		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
 	}
-	return []any{worker, tsArg(now), ids, fences, kinds, steps, states, attempts, runAts, setKeys, keys,
+	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
 		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks}
 }
 

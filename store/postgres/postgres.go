@@ -228,7 +228,9 @@ func tsPtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	return &t
+	p := new(time.Time) // not &t: t would be moved to the heap even when zero
+	*p = t
+	return p
 }
 
 func fromPtr(t *time.Time) time.Time {
@@ -289,28 +291,6 @@ func scanInstance(row pgx.Row) (store.Instance, error) {
 
 // scanInstanceRow scans the columns of instanceColumns, then extra.
 func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
-	var (
-		r                             instanceRow
-		status, intent                string
-		state, result                 []byte
-		timeoutAt, leaseAt, startedAt *time.Time
-		readySince                    *time.Time
-	)
-	in := &r.Instance
-	dest := []any{&in.ID, &in.Workflow, &in.Version, &in.Queue, &in.Priority, &status, &in.Step, &state,
-		&in.Attempt, &in.Key, &intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &timeoutAt, &r.timedOut,
-		&in.Worker, &in.Fence, &leaseAt, &result, &in.LastError, &in.ParentID, &in.PendingChildren,
-		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested, &readySince}
-	if err := row.Scan(append(dest, extra...)...); err != nil {
-		return instanceRow{}, err
-	}
-	in.Status = publicStatus(status)
-	in.KeyIntent = gateIntent(intent)
-	in.State = rawJSON(state)
-	in.Result = rawJSON(result)
-	in.TimeoutAt = fromPtr(timeoutAt)
-	in.LeaseExpiresAt = fromPtr(leaseAt)
-	in.StartedAt = fromPtr(startedAt)
-	in.ReadySince = fromPtr(readySince)
-	return r, nil
+	var rs rowScan
+	return rs.scan(row, extra...)
 }

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -45,11 +44,3 @@ func uniqueScope(ss []store.Status) []string {
 func joinScope(scope []string) string { return strings.Join(scope, ",") }
 
 func gateIntent(s string) gate.Intent { return gate.Intent(s) }
-
-// rawJSON copies a scanned JSON value (nil for SQL NULL).
-func rawJSON(b []byte) json.RawMessage {
-	if b == nil {
-		return nil
-	}
-	return json.RawMessage(slices.Clone(b))
-}
