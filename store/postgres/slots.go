@@ -282,17 +282,18 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *sto
 		Room:      h.Room,
 		Workflows: h.Workflows,
 	}}
-	b.Queue(s.q(sqlHandOffLock), ids, s.keySalt).Query(func(rows pgx.Rows) error {
+	uids := uuidArg(ids)
+	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
 		var k string
 		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.keys = append(r.keys, k); return nil })
 		return err
 	})
-	b.Queue(s.q(sqlHandOffBusy), ids).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffBusy), uids).Query(func(rows pgx.Rows) error {
 		var k string
 		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.st.Busy[k] = true; return nil })
 		return err
 	})
-	b.Queue(s.q(sqlHandOffGates), ids).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffGates), uids).Query(func(rows pgx.Rows) error {
 		var k string
 		var l gate.Limit
 		var shard, capacity, available *int32
@@ -310,7 +311,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *sto
 		})
 		return err
 	})
-	b.Queue(s.q(sqlHandOffCandidates), ids).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffCandidates), uids).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
 			r.waiting = append(r.waiting, w)
@@ -355,7 +356,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	for i, a := range plan.HandOffs {
 		ids[i], shards[i] = a.ID, int32(a.Shard)
 	}
-	b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOff), uuidArg(ids), worker, micros(h.Lease), shards, tsArg(now)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			c, err := scanClaimed(rows)
 			if err != nil {
