@@ -471,13 +471,14 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 
 // handFlushers is how many flushes of contended outcomes an engine keeps
 // in flight, beside the one of the other outcomes. A contended outcome's
-// executor waits for its flush to be handed a row: its slot's cycle is the
-// step plus the wait for the flush in flight plus its own flush, and a key
-// with K slots runs at most K steps per cycle. Two such flushes in flight
-// take the wait out; the other outcomes (plain work, keys with room) keep
-// one flush, whose batches grow while it is in flight (fewer, larger
-// transactions: what plain throughput needs).
-const handFlushers = 2
+// executor waits for its flush to be handed a row, so these flushes are
+// kept apart from plain work's batch (which grows while it is in flight:
+// fewer, larger transactions, what plain throughput needs) and do not wait
+// behind it. Two of them in flight gave a hot gate no more (make bench
+// scenario 3, -n 3: 2,650-2,940 steps/s against 2,810-2,850) and cost 500
+// K = 1 keys a fifth (9,500-10,500 against 12,300-12,500): they halve the
+// batches, and each batch reads its keys' state once.
+const handFlushers = 1
 
 // flusher group-commits the outcomes of ch.
 func (s *Scheduler) flusher(ch chan flushItem) {
