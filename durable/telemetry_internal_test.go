@@ -27,7 +27,8 @@ func TestStepMetricSets(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := store.Claimed{Instance: store.Instance{Workflow: "wf", Step: "s", Queue: "q"}}
-	if tel.stepSetsOf(c, "done") != tel.stepSetsOf(c, "done") {
+	first, again := tel.stepSetsOf(c, "done"), tel.stepSetsOf(c, "done")
+	if first != again {
 		t.Fatal("sets of one combination are built once")
 	}
 	run := func(step, outcome string) {
