@@ -20,21 +20,26 @@ type batchTx struct {
 const (
 	sqlBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
 	// sqlNoSeqScan keeps the planner on the indexes for the rest of the
-	// transaction, and on the generic plans of its prepared statements.
-	// The hot statements join a batch (unnest of arrays) to instances by
-	// id; with the statistics of a table whose statuses churn by the
-	// thousand per second, the planner can judge a sequential scan of the
+	// transaction. The hot statements join a batch (unnest of arrays) to
+	// instances by id; with the statistics of a table whose statuses churn by
+	// the thousand per second, the planner can judge a sequential scan of the
 	// whole table cheaper than one index probe per batch row, which is then
 	// thousands of times slower. Every statement of these transactions has
 	// an index path (TestHotPathPlansUseIndexes checks it, generic plans
-	// included). Left to plan_cache_mode = auto, PostgreSQL kept making
-	// custom plans of these statements (array parameters make the generic
-	// plan look no cheaper), and planning the outcome, hand-off and claim
-	// statements at every call cost more CPU than running them: a hot gate
-	// ran at 1,311 steps/s with 1,146 µs of PostgreSQL CPU per step, and at
-	// 2,616 steps/s with 442 µs with generic plans (make bench, scenario 3).
-	sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
-	sqlCommit    = `COMMIT`
+	// included).
+	sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
+	// sqlGenericPlans makes the rest of the transaction run the generic
+	// plans of its prepared statements. The hand-off's reads (CTEs with
+	// correlated subqueries) kept being planned anew at every call under
+	// plan_cache_mode = auto (array parameters make the generic plan look no
+	// cheaper), and planning them cost more CPU than running them: a hot
+	// gate ran at 1,311 steps/s with 1,146 µs of PostgreSQL CPU per step
+	// under auto, and at 2,674 with 424 µs on generic plans (make bench,
+	// scenario 3). Only transactions that hand slots off take it: taken by
+	// every hot transaction, it cost scenario 7 (await + signal) about a
+	// tenth, for no gain on plain work.
+	sqlGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlCommit       = `COMMIT`
 )
 
 func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {

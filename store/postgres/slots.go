@@ -283,6 +283,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *sto
 		Workflows: h.Workflows,
 	}}
 	uids := uuidArg(ids)
+	b.Queue(sqlGenericPlans)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
 		var k string
 		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.keys = append(r.keys, k); return nil })
