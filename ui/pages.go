@@ -344,10 +344,11 @@ func (s *server) instances(w http.ResponseWriter, r *http.Request) {
 	d.Filter = f
 	status := http.StatusOK
 	if d.Error == "" {
-		// A filter that is not the status alone may match few rows, so the
-		// page looks at ScanLimit instances at most (newest first, through
-		// the primary key) rather than the whole table.
-		if f.Workflow != "" || f.Key != "" || f.Queue != "" {
+		// Any filter may match few rows (a rare status too: a few failed
+		// among a million done), so a filtered page looks at ScanLimit
+		// instances at most (newest first, through the primary key) rather
+		// than the whole table.
+		if f.Workflow != "" || f.Key != "" || f.Queue != "" || f.Status != "" {
 			f.ScanLimit = s.opts.ScanLimit
 		}
 		p, err := s.st.ListPage(r.Context(), f)

@@ -66,10 +66,10 @@ type Options struct {
 	// PageSize is the number of instances per page (default 50).
 	PageSize int
 	// ScanLimit is the most instances one page of the instance list looks
-	// at when it filters by workflow, queue or key (default
+	// at when it filters (by workflow, status, queue or key; default
 	// DefaultScanLimit): a page stops there even with few matches, says so,
 	// and links to the next ones (see store.ListFilter.ScanLimit), so that a
-	// rare key or queue never makes a page read the whole table.
+	// rare key, queue or status never makes a page read the whole table.
 	ScanLimit int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
