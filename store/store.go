@@ -30,8 +30,8 @@
 //     of other work; when a slot of its key frees, the next blocked row of the
 //     key (priority, then FIFO) is made ready again.
 //   - A due row inserted (Insert, a spawned child, a schedule's tick) for a
-//     K = 1 key that is busy (a row of it executes, or it has blocked rows
-//     already) goes in blocked at once, with the round it would have had
+//     K = 1 key that is busy (a row admitted under K = 1 executes) goes in
+//     blocked at once, with the round it would have had
 //     ready (see Order), behind the key's blocked rows; whatever frees the
 //     key passes the turn on to it as to any blocked row. Rows of a gate key
 //     go in ready, and so do rows inserted in a caller's transaction

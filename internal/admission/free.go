@@ -52,6 +52,13 @@ type FreeState struct {
 	Workflows []string
 }
 
+// NewFreeState is an empty FreeState for a worker with room in each queue
+// and the workflows it runs, ready for a store to fill.
+func NewFreeState(room map[string]int, workflows []string) FreeState {
+	return FreeState{Limits: map[string]gate.Limit{}, Counters: map[string][]Counter{}, Count: map[string]int{},
+		Busy: map[string]bool{}, Room: room, Workflows: workflows}
+}
+
 // FreePlan is what becomes of the freed slots.
 type FreePlan struct {
 	// HandOffs are the waiting rows that take a freed slot and start

@@ -13,8 +13,7 @@ func waiting(id, key string) Waiting {
 }
 
 func freeState(mut func(*FreeState)) FreeState {
-	st := FreeState{Limits: map[string]gate.Limit{}, Counters: map[string][]Counter{}, Count: map[string]int{},
-		Busy: map[string]bool{}, Room: map[string]int{"q": 10}}
+	st := NewFreeState(map[string]int{"q": 10}, nil)
 	if mut != nil {
 		mut(&st)
 	}

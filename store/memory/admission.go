@@ -330,14 +330,7 @@ func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 // PostgreSQL's hand-off follows too), claimed by worker; the other slots
 // are freed as without a hand-off. It returns the rows handed off.
 func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) []store.Claimed {
-	st := admission.FreeState{
-		Limits:    map[string]gate.Limit{},
-		Counters:  map[string][]admission.Counter{},
-		Count:     map[string]int{},
-		Busy:      map[string]bool{},
-		Room:      h.Room,
-		Workflows: h.Workflows,
-	}
+	st := admission.NewFreeState(h.Room, h.Workflows)
 	want := map[string]int{}
 	var keys []string
 	for _, f := range freed {

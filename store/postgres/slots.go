@@ -183,9 +183,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // commit, so it sees the blocked row and promotes it or hands the slot to
 // it. A key held only by a gate-admitted row (its limit was removed since)
 // frees without the advisory lock: busyKeyWhere does not count such a
-// holder, so the insert blocks rows behind it only when the key has
-// blocked rows already, which that freeing sees and promotes first (the
-// reconciler covers such a key as it did before).
+// holder, so the insert puts its rows in ready, as before.
 func (s *Store) healInserted(ctx context.Context, keys []string) {
 	if len(keys) == 0 {
 		return
@@ -274,14 +272,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *sto
 	if len(ids) == 0 || !hasRoom(h.Room) {
 		return nil
 	}
-	r := &handOffReads{st: admission.FreeState{
-		Limits:    map[string]gate.Limit{},
-		Counters:  map[string][]admission.Counter{},
-		Count:     map[string]int{},
-		Busy:      map[string]bool{},
-		Room:      h.Room,
-		Workflows: h.Workflows,
-	}}
+	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
 	uids := uuidArg(ids)
 	b.Queue(sqlGenericPlans)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
