@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,6 +316,32 @@ func cliList(t *testing.T, s *seeded) {
 	assert.Equal(t, map[string]any{"amount": float64(9)}, js.Instances[0]["state"], "state is a JSON object, not a string")
 	assert.Equal(t, "card declined", js.Instances[0]["last_error"])
 	assert.Empty(t, js.Next, "the last page")
+
+	// A filtered page looks at -scan instances at most, says so, and the
+	// hint it prints goes on from where it stopped: the oldest instance is
+	// found in bounded pages.
+	args = []string{"ls", "-status", "done", "-scan", "3"}
+	var found []string
+	for page := 0; ; page++ {
+		require.Less(t, page, 6, "pages of 3 reach the oldest of 10 instances")
+		out = s.ok(t, args...)
+		found = append(found, ids(out)...)
+		m := regexp.MustCompile(`(?:looked at 3 instances; older ones may match|more): durable ls (.*)`).FindStringSubmatch(out)
+		if m == nil {
+			break
+		}
+		args = []string{"ls"}
+		for _, f := range strings.Fields(m[1]) {
+			if u, err := strconv.Unquote(f); err == nil {
+				f = u
+			}
+			args = append(args, f)
+		}
+	}
+	assert.Equal(t, []string{s.done}, found)
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-status", "done", "-scan", "3")), &js))
+	assert.Empty(t, js.Instances, "the newest three are not done")
+	assert.NotEmpty(t, js.Next, "a stopped page says where to go on")
 
 	_, errOut, code := s.cli(t, "ls", "-status", "sleeping")
 	assert.Equal(t, 2, code)

@@ -33,6 +33,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.Queue, "queue", "", "only instances on this queue")
 	fs.StringVar(&f.AfterID, "after", "", "page: only instances inserted before this one (the last id of the previous page)")
 	fs.IntVar(&f.Limit, "limit", 50, "page size")
+	fs.IntVar(&f.ScanLimit, "scan", 10_000, "with a filter, the most instances one page looks at (0: no bound; a rare key, queue or status otherwise reads the table)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parse(fs, args, 0, 0, ""); err != nil {
 		return err
@@ -45,6 +46,12 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if f.Limit < 1 {
 		return usagef("ls: -limit must be at least 1")
+	}
+	if f.ScanLimit < 0 {
+		return usagef("ls: -scan must be 0 or more")
+	}
+	if f.Workflow == "" && f.Status == "" && f.Key == "" && f.Queue == "" {
+		f.ScanLimit = 0 // unfiltered: every row matches, a page reads a page
 	}
 	if f.AfterID != "" {
 		if err := checkID("ls: -after", f.AfterID); err != nil {
@@ -63,25 +70,30 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// One more than the page tells whether there is a next page.
 	page := f
 	page.Limit = f.Limit + 1
-	ins, err := st.List(ctx, page)
+	p, err := st.ListPage(ctx, page)
 	if err != nil {
 		return fmt.Errorf("ls: %w", err)
 	}
-	more := len(ins) > f.Limit
-	if more {
+	ins := p.Rows
+	next := ""
+	switch {
+	case len(ins) > f.Limit:
 		ins = ins[:f.Limit]
+		next = ins[len(ins)-1].ID
+	case p.ScanStopped:
+		next = p.Next
 	}
 	if *asJSON {
 		out := struct {
 			Instances []instanceView `json:"instances"`
 			// Next is the -after of the next page ("" on the last page).
 			Next string `json:"next_after"`
-		}{Instances: []instanceView{}}
+			// ScanStopped is true when the page stopped after looking at
+			// -scan instances: older ones may match past next_after.
+			ScanStopped bool `json:"scan_stopped"`
+		}{Instances: []instanceView{}, Next: next, ScanStopped: p.ScanStopped && len(p.Rows) <= f.Limit}
 		for _, in := range ins {
 			out.Instances = append(out.Instances, viewOf(in))
-		}
-		if more {
-			out.Next = ins[len(ins)-1].ID
 		}
 		return writeJSON(stdout, out)
 	}
@@ -93,11 +105,17 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			in.Queue, orDash(in.Key), age(now.Sub(in.UpdatedAt))+" ago")
 	}
 	tw.Flush()
+	stopped := p.ScanStopped && len(p.Rows) <= f.Limit
 	switch {
+	case stopped:
+		if len(ins) == 0 {
+			fmt.Fprintln(stdout, "(no instances match among these)")
+		}
+		fmt.Fprintf(stdout, "looked at %d instances; older ones may match: durable ls %s-after %s\n", f.ScanLimit, filterArgs(f), next)
 	case len(ins) == 0:
 		fmt.Fprintln(stdout, "(no instances match)")
-	case more:
-		fmt.Fprintf(stdout, "more: durable ls %s-after %s\n", filterArgs(f), ins[len(ins)-1].ID)
+	case next != "":
+		fmt.Fprintf(stdout, "more: durable ls %s-after %s\n", filterArgs(f), next)
 	}
 	return nil
 }
@@ -112,6 +130,9 @@ func filterArgs(f store.ListFilter) string {
 	}
 	if f.Limit != 50 {
 		fmt.Fprintf(&b, "-limit %d ", f.Limit)
+	}
+	if f.ScanLimit != 10_000 && (f.Workflow != "" || f.Status != "" || f.Key != "" || f.Queue != "") {
+		fmt.Fprintf(&b, "-scan %d ", f.ScanLimit)
 	}
 	return b.String()
 }

@@ -56,7 +56,8 @@ const usage = `usage: durable <command> [arguments] [flags]
 commands:
   migrate              apply (or with -down N, revert) the schema migrations
   health               queues, gates and warnings at a glance (-json for JSON)
-  ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit)
+  ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit;
+                       a filtered page looks at -scan instances at most, default 10000)
   show ID              one instance: state, step, attempt, last error, history
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
   cancel ID            cancel a non-terminal instance
