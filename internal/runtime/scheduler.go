@@ -93,7 +93,11 @@ type queueRunner struct {
 	n      int
 	wakeCh chan struct{}
 	work   chan store.Claimed
-	busy   atomic.Int64 // claimed (or reserved for a claim) and not yet finished executing
+	// busy counts the rows claimed and not yet finished executing, and the
+	// executor slots a flush holds for a hand-off. Only the pick loop adds
+	// to it (a handed-off row takes a slot its flush held), so what it
+	// reads free is free.
+	busy atomic.Int64
 	// stepNanos is a moving average of how long the queue's steps run
 	// (see limit).
 	stepNanos atomic.Int64
@@ -128,24 +132,6 @@ func (q *queueRunner) ran(d time.Duration) {
 		return
 	}
 	q.stepNanos.Store(old + (int64(d)-old)/8)
-}
-
-// reserve takes up to max of the queue's free executor slots for a claim
-// or a hand-off about to be made, and returns how many it took; the
-// caller gives back what it does not fill (busy.Add(-n)). Reserving
-// before the store call keeps the pick loop and the flusher from claiming
-// the same free slots twice.
-func (q *queueRunner) reserve(max int) int {
-	for {
-		cur := q.busy.Load()
-		take := min(q.limit()-int(cur), max)
-		if take <= 0 {
-			return 0
-		}
-		if q.busy.CompareAndSwap(cur, cur+int64(take)) {
-			return take
-		}
-	}
 }
 
 func (q *queueRunner) wake() {
@@ -214,9 +200,9 @@ func (s *Scheduler) Start() {
 		go s.pickLoop(q)
 	}
 	s.flushWG.Add(1 + handFlushers)
-	go s.flusher(s.flushCh)
+	go s.flusher(s.flushCh, false)
 	for range handFlushers {
-		go s.flusher(s.handCh)
+		go s.flusher(s.handCh, true)
 	}
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
@@ -378,12 +364,11 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	workflows := e.workflowNames()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
-		if free := q.reserve(q.limit()); free > 0 {
+		if free := q.limit() - int(q.busy.Load()); free > 0 {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
 			res, err := e.st.Claim(s.bgCtx, e.claimRequest(q.name, free, workflows))
-			q.busy.Add(-int64(free - len(res.Claimed))) // the slots reserved and not filled
 			if err != nil {
 				if s.bgCtx.Err() != nil {
 					return
@@ -393,6 +378,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 				out.ok()
 				for _, c := range res.Claimed {
 					s.track(c, sent.Add(e.cfg.Lease))
+					q.busy.Add(1)
 					q.work <- c
 				}
 				if len(res.Claimed) == free {
@@ -470,7 +456,7 @@ func (s *Scheduler) executor(q *queueRunner) {
 				// (see commit).
 				if c.Contended {
 					out.Contended = true
-					s.handCh <- flushItem{o: out, queue: q.name, slot: true}
+					s.handCh <- flushItem{o: out, queue: q.name}
 					continue
 				}
 				s.flushCh <- flushItem{o: out, queue: q.name}
@@ -482,13 +468,12 @@ func (s *Scheduler) executor(q *queueRunner) {
 	s.release(toRelease)
 }
 
-// flushItem is an outcome on its way to the flusher. slot is true when
-// the executor slot that ran it goes with it (busy still counts it): the
-// flush hands it a row or gives it back.
+// flushItem is an outcome on its way to a flusher, with the queue whose
+// executor ran it. On handCh the executor slot goes with it (busy still
+// counts it): the flush hands it a row or gives it back.
 type flushItem struct {
 	o     store.Outcome
 	queue string
-	slot  bool
 }
 
 // release returns claims that did not run to the store and forgets them.
@@ -517,8 +502,9 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 // batches, and each batch reads its keys' state once.
 const handFlushers = 1
 
-// flusher group-commits the outcomes of ch.
-func (s *Scheduler) flusher(ch chan flushItem) {
+// flusher group-commits the outcomes of ch; withSlots says that their
+// executor slots come with them (handCh).
+func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 	defer s.flushWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "flush")
@@ -537,25 +523,25 @@ func (s *Scheduler) flusher(ch chan flushItem) {
 				break drain
 			}
 		}
-		s.commit(items, out)
+		s.commit(items, withSlots, out)
 	}
 }
 
 // commit flushes one batch (see Runtime.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
 // leases expire and the reaper retries the steps: at-least-once). The
-// executor slots that came with the batch's contended outcomes are the room of
-// a hand-off: when the store can hand the slots the batch frees straight to
+// executor slots that came with the batch (withSlots) are the room of a
+// hand-off: when the store can hand the slots the batch frees straight to
 // the next waiting rows of their keys (store.HandOffer), the rows handed
 // off go to those executor slots, and the slots left over are given back
 // once the flush is done.
-func (s *Scheduler) commit(items []flushItem, out *retrier) {
+func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	e := s.e
 	batch := make([]store.Outcome, len(items))
 	room := map[string]int{}
 	for i, it := range items {
 		batch[i] = it.o
-		if it.slot {
+		if withSlots {
 			room[it.queue]++
 		}
 	}
@@ -612,9 +598,9 @@ func (s *Scheduler) commit(items []flushItem, out *retrier) {
 	})
 }
 
-// handed gives the rows a flush's hand-off claimed (their executor slots
-// were reserved) to the executors, or, once Stop has closed the work
-// channels, back to the store.
+// handed gives the rows a flush's hand-off claimed to the executors (each
+// takes an executor slot the flush held), or, once Stop has closed the
+// work channels, back to the store.
 func (s *Scheduler) handed(cs []store.Claimed, validUntil time.Time) {
 	s.workMu.Lock()
 	closed := s.workClosed
@@ -626,7 +612,7 @@ func (s *Scheduler) handed(cs []store.Claimed, validUntil time.Time) {
 			s.queues[c.Queue].busy.Add(-1)
 			continue
 		}
-		s.queues[c.Queue].work <- c // never blocks: the slot was reserved
+		s.queues[c.Queue].work <- c // never blocks: busy counted the slot
 	}
 	s.workMu.Unlock()
 	s.release(back)
@@ -635,8 +621,8 @@ func (s *Scheduler) handed(cs []store.Claimed, validUntil time.Time) {
 // commitHooks are what a caller of commitOutcomes does with its results.
 type commitHooks struct {
 	// handOff, when set, lets the store hand the freed slots to waiting
-	// rows (see store.HandOffer): its Room is what this caller reserved,
-	// and commitOutcomes takes the rows handed off out of it.
+	// rows (see store.HandOffer): its Room is the executor slots this
+	// caller holds, and commitOutcomes takes the rows handed off out of it.
 	handOff *store.HandOff
 	// handed receives the rows handed off, with the time until which their
 	// leases are sure to hold by this engine's clock.
