@@ -92,10 +92,10 @@ SELECT t.now, g.i, g.base, g.blocked FROM t CROSS JOIN n LEFT JOIN g ON true`
 	// that reads every executing row. A key that is only waited for (blocked
 	// rows, nothing executing: its first row was just promoted) and a key
 	// held by a row a gate admitted (its limit was removed since) get ready
-	// rows, as before: the claim that finds the key busy blocks them. (Asking
-	// "has the key blocked rows?" here cannot be made cheap under a generic
-	// plan: the planner reads the blocked rows of every key, or every
-	// waiting row of this one.)
+	// rows, as before: the claim that finds the key busy blocks them. (The
+	// forms of "has the key blocked rows?" tried here were planned to read
+	// the blocked rows of every key, as a hashed subplan, or every waiting
+	// row of this one.)
 	busyKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
       AND (SELECT true FROM {schema}.instances e
            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
