@@ -82,6 +82,12 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	defer tx.end()
 	b := &pgx.Batch{}
+	handIDs := handOffIDs(outcomes, h)
+	if len(handIDs) > 0 {
+		// Before the apply: planning it anew at every call cost a hand-off
+		// flush more than running it (see sqlGenericPlans).
+		b.Queue(sqlGenericPlans)
+	}
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue}, func() error {
@@ -91,8 +97,8 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		return err
 	})
 	var reads *handOffReads
-	if h != nil {
-		reads = s.queueHandOffReads(b, outcomes, h)
+	if len(handIDs) > 0 {
+		reads = s.queueHandOffReads(b, handIDs, h)
 	}
 	if err := tx.send(ctx, b, false); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", refused(err))

@@ -247,6 +247,21 @@ func (s *Store) cool(keys []string, waiting []admission.Waiting) {
 	s.hot.mark(busy...)
 }
 
+// handOffIDs returns the ids of the contended outcomes whose slots a
+// flush with h may hand off: none without h or without room in it.
+func handOffIDs(outcomes []store.Outcome, h *store.HandOff) []string {
+	if h == nil || !hasRoom(h.Room) {
+		return nil
+	}
+	var ids []string
+	for _, o := range outcomes {
+		if o.Contended {
+			ids = append(ids, o.ID)
+		}
+	}
+	return ids
+}
+
 // handOffReads are the reads a hand-off decides on, queued on the outcome
 // transaction's first batch after the outcomes are applied (see
 // queueHandOffReads).
@@ -257,24 +272,15 @@ type handOffReads struct {
 }
 
 // queueHandOffReads queues on b, after the statement that applies the
-// outcomes, what a hand-off of the contended outcomes' slots needs: the
+// outcomes, what a hand-off of the slots of the contended outcomes ids
+// (handOffIDs) needs: the
 // advisory locks of their K = 1 keys (waiting, in key order, as queueFree
 // takes them) and which still execute, their gate keys' limits and
 // counters (read, not locked: a hand-off does not write them), and the
 // keys' next waiting rows, locked with SKIP LOCKED.
-func (s *Store) queueHandOffReads(b *pgx.Batch, outcomes []store.Outcome, h *store.HandOff) *handOffReads {
-	var ids []string
-	for _, o := range outcomes {
-		if o.Contended {
-			ids = append(ids, o.ID)
-		}
-	}
-	if len(ids) == 0 || !hasRoom(h.Room) {
-		return nil
-	}
+func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, h *store.HandOff) *handOffReads {
 	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
 	uids := uuidArg(ids)
-	b.Queue(sqlGenericPlans)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
 		var k string
 		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.keys = append(r.keys, k); return nil })

@@ -40,6 +40,16 @@ package postgres
 //     `id = ANY ($ids)` conjunct the planner re-ran the array for every row
 //     of a nested loop (commit 0ce969f: 136 → 27 µs of PostgreSQL time per
 //     row).
+//   - The reverse holds where a batch looks claims up by id (outcomes,
+//     heartbeats, releases): there the status check is written
+//     `status = 'executing' COLLATE "C"` (the same equality), so that no
+//     plan can prove instances_active's predicate and read that partial
+//     index of every executing row, filtering on id, once per batch row.
+//     Plans took it whenever the statistics made it look small (a freshly
+//     analyzed table with nothing executing; generic plans), and it grows
+//     with the fleet's concurrency. TestHotPathPlansUseIndexes fails on any
+//     index scan of instances without an index condition in these
+//     statements.
 
 // Migrator bookkeeping.
 const (

@@ -13,6 +13,8 @@ const (
 	// serialize. It returns the key and shard each row held, for crediting.
 	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
 	// name leaves the status NULL, which the NOT NULL constraint refuses.
+	// The claim's status is compared under "C" (see sql.go: the lookup by
+	// id must not take instances_active).
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -67,7 +69,7 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
       CROSS JOIN t
       CROSS JOIN LATERAL (
           SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
-          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
@@ -156,7 +158,8 @@ SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval 
 FROM (SELECT c.id
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
-        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
+      WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
 RETURNING i.id::text, i.cancel_requested`
@@ -172,7 +175,7 @@ SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END, work
 FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
-        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing'
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id

@@ -92,9 +92,12 @@ const (
                  WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)`
 
 	// sqlHandOffLock takes the advisory locks of the held K = 1 keys (names
-	// with no limit), in key order, waiting, as sqlKeyLock does, and
-	// returns the ones that still have an executing row, read after the
-	// locks (sqlKeyBusy's two probes).
+	// with no limit), in key order, waiting, as sqlKeyLock does;
+	// sqlHandOffBusy then returns the ones that still have an executing row,
+	// read after the locks (sqlKeyBusy's two probes). The probes run once
+	// per K = 1 key (a lateral join, not EXISTS: PostgreSQL turned the
+	// EXISTS into hashed subplans that read every executing row of the
+	// table, for gate keys too, which have no use for them).
 	sqlHandOffLock = `
 WITH ` + heldKeys + `,
 one AS MATERIALIZED (
@@ -104,11 +107,16 @@ one AS MATERIALIZED (
           ORDER BY h.key OFFSET 0) k)
 SELECT key FROM one`
 	sqlHandOffBusy = `
-WITH ` + heldKeys + `
-SELECT h.key FROM held h
-WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1))
-  AND (EXISTS (SELECT 1 FROM {schema}.instances WHERE key = h.key AND status = 'executing' AND key_shard IS NULL)
-    OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = h.key AND status = 'executing' AND key_shard IS NOT NULL))`
+WITH ` + heldKeys + `,
+one AS MATERIALIZED (
+    SELECT h.key FROM held h
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
+SELECT o.key FROM one o
+CROSS JOIN LATERAL (
+    (SELECT 1 FROM {schema}.instances WHERE key = o.key AND status = 'executing' AND key IS NOT NULL AND key_shard IS NULL LIMIT 1)
+    UNION ALL
+    (SELECT 1 FROM {schema}.instances WHERE key = o.key AND status = 'executing' AND key_shard IS NOT NULL LIMIT 1)
+    LIMIT 1) e`
 
 	// sqlHandOffGates returns, for each held key whose name has a limit,
 	// the limit and every counter of the key (read, not locked: a hand-off
@@ -166,18 +174,23 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 	// only while no row of its key executes (the two probes of sqlKeyBusy):
 	// the freeing transaction holds the key's lock and checked that, so
 	// this only keeps a flaw from meeting the unique index, which would
-	// refuse the whole outcome batch.
+	// refuse the whole outcome batch. The redundant id = ANY gives the
+	// generic plan (hand-off transactions run generic plans) an index
+	// condition: without it, it read the whole primary key, filtering on
+	// status, and hash-joined the ids to it.
 	sqlHandOff = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.status IN ('ready', 'blocked')
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked')
       AND CASE WHEN a.shard >= 0 THEN true
-               ELSE NOT EXISTS (SELECT 1 FROM {schema}.instances e
-                                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NULL)
-                AND NOT EXISTS (SELECT 1 FROM {schema}.instances e
-                                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL) END
+               ELSE (SELECT true FROM {schema}.instances e
+                     WHERE e.key = i.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                     LIMIT 1) IS NULL
+                AND (SELECT true FROM {schema}.instances e
+                     WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL
+                     LIMIT 1) IS NULL END
     RETURNING i.*, a.ord
 )` + claimedRows
 )
