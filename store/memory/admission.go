@@ -313,14 +313,32 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 // freeSlot credits a slot of key k's shard (when credit is set and the
 // slot was a gate's) and promotes the key's next blocked row if the key now
 // has room.
+//
+// The credit is admission.Credit, the rule's one statement (PostgreSQL's
+// sqlCredit is its SQL form). This store's counters are always shaped as
+// the limit makes them (repairCounters reshapes them whenever limits
+// change; a row's shard beyond them is credited to shard % count, as
+// executingByShard counts it), so each counter's capacity is its share,
+// and Credit never shrinks or drops one. This store keeps debt (after a
+// lowered limit) as a negative available under that capacity where
+// Credit would raise the capacity to the slots in use: it keeps Credit's
+// slots in use (Capacity − Available), which makes the credit
+// available = min(capacity, available + 1), as repairCounters and
+// ensureCounters count it.
 func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 	ks := s.keys[k]
 	if ks == nil {
 		return
 	}
 	if credit && shard >= 0 && ks.counters != nil {
-		c := &ks.counters[shard%len(ks.counters)]
-		c.available = min(c.capacity, c.available+1)
+		i := shard % len(ks.counters)
+		c := &ks.counters[i]
+		var lim *gate.Limit
+		if l, ok := s.limits.Lookup(gate.NameOf(k)); ok {
+			lim = &l
+		}
+		next, _ := admission.Credit(admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available}, 1, lim)
+		c.available = c.capacity - (next.Capacity - next.Available)
 	}
 	s.promote(k, 1, n)
 }
