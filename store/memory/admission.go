@@ -179,11 +179,10 @@ func (s *Store) promoteDue(q *queueState, now time.Time) {
 	}
 }
 
-// assignRounds gives a round to each row of rows that has none (see
-// store.Store, Order). The rows are about to be made ready together: the
-// current rounds and the keys' last rounds are read before any of them is
-// added, and rows of one key take consecutive rounds in run_at, insertion
-// order.
+// assignRounds gives a round to each row of rows that has none, as
+// admission.Rounds decides (see store.Store, Order). The rows are about to
+// be made ready together: the current rounds and the keys' last rounds are
+// read before any of them gets its round.
 func (s *Store) assignRounds(rows []*row) {
 	var fresh []*row
 	for _, r := range rows {
@@ -194,37 +193,20 @@ func (s *Store) assignRounds(rows []*row) {
 	if len(fresh) == 0 {
 		return
 	}
-	slices.SortFunc(fresh, func(a, b *row) int {
-		return cmp.Or(a.inst.RunAt.Compare(b.inst.RunAt), cmp.Compare(a.seq, b.seq))
+	in := make([]admission.RoundRow, len(fresh))
+	for i, r := range fresh {
+		in[i] = admission.RoundRow{RoundGroup: admission.RoundGroup{Queue: r.inst.Queue, Priority: r.inst.Priority, Key: r.inst.Key},
+			At: r.inst.RunAt, Seq: r.seq}
+	}
+	rounds := admission.Rounds(in, func(g admission.RoundGroup) int64 {
+		head := s.currentRound(g.Queue, g.Priority)
+		if g.Key == "" {
+			return head
+		}
+		return max(head, s.keyNextRound(g.Key, g.Queue, g.Priority))
 	})
-	type qp struct {
-		queue string
-		prio  int
-	}
-	type kqp struct {
-		key string
-		qp
-	}
-	heads := map[qp]int64{}
-	next := map[kqp]int64{}
-	for _, r := range fresh {
-		at := qp{r.inst.Queue, r.inst.Priority}
-		head, ok := heads[at]
-		if !ok {
-			head = s.currentRound(at.queue, at.prio)
-			heads[at] = head
-		}
-		if r.inst.Key == "" {
-			r.round, r.hasRound = head, true
-			continue
-		}
-		k := kqp{r.inst.Key, at}
-		nx, ok := next[k]
-		if !ok {
-			nx = s.keyNextRound(r.inst.Key, at.queue, at.prio)
-		}
-		r.round, r.hasRound = max(head, nx), true
-		next[k] = r.round + 1
+	for i, r := range fresh {
+		r.round, r.hasRound = rounds[i], true
 	}
 }
 
