@@ -179,11 +179,10 @@ func (s *Store) promoteDue(q *queueState, now time.Time) {
 	}
 }
 
-// assignRounds gives a round to each row of rows that has none (see
-// store.Store, Order). The rows are about to be made ready together: the
-// current rounds and the keys' last rounds are read before any of them is
-// added, and rows of one key take consecutive rounds in run_at, insertion
-// order.
+// assignRounds gives a round to each row of rows that has none, as
+// admission.Rounds decides (see store.Store, Order). The rows are about to
+// be made ready together: the current rounds and the keys' last rounds are
+// read before any of them gets its round.
 func (s *Store) assignRounds(rows []*row) {
 	var fresh []*row
 	for _, r := range rows {
@@ -194,37 +193,20 @@ func (s *Store) assignRounds(rows []*row) {
 	if len(fresh) == 0 {
 		return
 	}
-	slices.SortFunc(fresh, func(a, b *row) int {
-		return cmp.Or(a.inst.RunAt.Compare(b.inst.RunAt), cmp.Compare(a.seq, b.seq))
+	in := make([]admission.RoundRow, len(fresh))
+	for i, r := range fresh {
+		in[i] = admission.RoundRow{RoundGroup: admission.RoundGroup{Queue: r.inst.Queue, Priority: r.inst.Priority, Key: r.inst.Key},
+			At: r.inst.RunAt, Seq: r.seq}
+	}
+	rounds := admission.Rounds(in, func(g admission.RoundGroup) int64 {
+		head := s.currentRound(g.Queue, g.Priority)
+		if g.Key == "" {
+			return head
+		}
+		return max(head, s.keyNextRound(g.Key, g.Queue, g.Priority))
 	})
-	type qp struct {
-		queue string
-		prio  int
-	}
-	type kqp struct {
-		key string
-		qp
-	}
-	heads := map[qp]int64{}
-	next := map[kqp]int64{}
-	for _, r := range fresh {
-		at := qp{r.inst.Queue, r.inst.Priority}
-		head, ok := heads[at]
-		if !ok {
-			head = s.currentRound(at.queue, at.prio)
-			heads[at] = head
-		}
-		if r.inst.Key == "" {
-			r.round, r.hasRound = head, true
-			continue
-		}
-		k := kqp{r.inst.Key, at}
-		nx, ok := next[k]
-		if !ok {
-			nx = s.keyNextRound(r.inst.Key, at.queue, at.prio)
-		}
-		r.round, r.hasRound = max(head, nx), true
-		next[k] = r.round + 1
+	for i, r := range fresh {
+		r.round, r.hasRound = rounds[i], true
 	}
 }
 
@@ -313,14 +295,32 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 // freeSlot credits a slot of key k's shard (when credit is set and the
 // slot was a gate's) and promotes the key's next blocked row if the key now
 // has room.
+//
+// The credit is admission.Credit, the rule's one statement (PostgreSQL's
+// sqlCredit is its SQL form). This store's counters are always shaped as
+// the limit makes them (repairCounters reshapes them whenever limits
+// change; a row's shard beyond them is credited to shard % count, as
+// executingByShard counts it), so each counter's capacity is its share,
+// and Credit never shrinks or drops one. This store keeps debt (after a
+// lowered limit) as a negative available under that capacity where
+// Credit would raise the capacity to the slots in use: it keeps Credit's
+// slots in use (Capacity − Available), which makes the credit
+// available = min(capacity, available + 1), as repairCounters and
+// ensureCounters count it.
 func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 	ks := s.keys[k]
 	if ks == nil {
 		return
 	}
 	if credit && shard >= 0 && ks.counters != nil {
-		c := &ks.counters[shard%len(ks.counters)]
-		c.available = min(c.capacity, c.available+1)
+		i := shard % len(ks.counters)
+		c := &ks.counters[i]
+		var lim *gate.Limit
+		if l, ok := s.limits.Lookup(gate.NameOf(k)); ok {
+			lim = &l
+		}
+		next, _ := admission.Credit(admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available}, 1, lim)
+		c.available = c.capacity - (next.Capacity - next.Available)
 	}
 	s.promote(k, 1, n)
 }

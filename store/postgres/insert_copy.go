@@ -2,15 +2,15 @@ package postgres
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/godurable/godurable/internal/admission"
 )
 
 // copyInsertMin is the smallest batch (rows) that Insert and InsertTx write
@@ -130,36 +130,29 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		}
 		due[i] = !at[i].After(now)
 	}
-	// Rounds: a due keyless row takes its group's fresh round; the due rows
-	// of one key take consecutive rounds from it, in run_at then input order.
+	// Rounds, as admission.Rounds decides (sqlInsert is its SQL form): a
+	// due keyless row takes its group's fresh round; the due rows of one
+	// key take consecutive rounds from it, in run_at then input order.
 	round := make([]*int64, len(rows))
-	var keyed []int
+	var fresh []admission.RoundRow
+	var freshOf []int
 	for i, r := range rows {
 		if !due[i] {
 			continue
 		}
-		g := base[groupOf[i]]
-		if g == nil {
+		if base[groupOf[i]] == nil {
 			return fmt.Errorf("insert: no round for queue %q priority %d key %q", r.in.Queue, r.in.Priority, r.in.Key)
 		}
-		if r.in.Key == "" {
-			round[i] = g
-		} else {
-			keyed = append(keyed, i)
-		}
+		fresh = append(fresh, admission.RoundRow{
+			RoundGroup: admission.RoundGroup{Queue: r.in.Queue, Priority: r.in.Priority, Key: r.in.Key},
+			At:         at[i], Seq: int64(i)})
+		freshOf = append(freshOf, i)
 	}
-	slices.SortStableFunc(keyed, func(a, b int) int {
-		if c := cmp.Compare(groupOf[a], groupOf[b]); c != 0 {
-			return c
-		}
-		return at[a].Compare(at[b])
+	rounds := admission.Rounds(fresh, func(g admission.RoundGroup) int64 {
+		return *base[index[roundGroupKey{g.Queue, int32(g.Priority), g.Key}]]
 	})
-	for j, i := range keyed {
-		n := *base[groupOf[i]]
-		if j > 0 && groupOf[keyed[j-1]] == groupOf[i] {
-			n = *round[keyed[j-1]] + 1
-		}
-		round[i] = &n
+	for j, i := range freshOf {
+		round[i] = &rounds[j]
 	}
 	for g, gr := range groups {
 		if busy[g] {

@@ -16,17 +16,17 @@ SELECT 1 FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
 ORDER BY key, shard FOR UPDATE`
 
-	// sqlCredit returns $3[i] slots to shard $2[i] of key $1[i], never
-	// above capacity, and shrinks a shard that a lowered limit or shard
-	// count left larger than its name's limit gives it (see resizeShards):
-	// the freed slots of such a shard go back to the limit, not to its
-	// capacity, until it is down to its share (0 for a shard the limit no
-	// longer has). Slots in use become max(0, used − n); capacity becomes
-	// max(min(capacity, share), in use), which is what Reconcile computes
-	// from the executing rows, so no drift appears on this path. A credit
-	// never grows a capacity nor frees more than it returns, so it cannot
-	// admit more than before. Counters of a name with no limit keep their
-	// capacity (SyncKeyLimits deletes them).
+	// sqlCredit returns $3[i] slots to shard $2[i] of key $1[i] as
+	// admission.Credit decides: that function is the rule's one statement
+	// (and says why it cannot over-admit and leaves no drift); this and
+	// sqlSlotsDropEmpty are its PostgreSQL form, pinned equal to it by
+	// TestCreditMatchesAdmission. In short: never above capacity, and a
+	// shard that a lowered limit or shard count left larger than its
+	// name's limit gives it (see resizeShards) shrinks, its freed slots
+	// going back to the limit, until it is down to its share (0 for a shard
+	// the limit no longer has): slots in use become max(0, used − n) and
+	// capacity max(min(capacity, share), in use). Counters of a name with
+	// no limit keep their capacity (SyncKeyLimits deletes them).
 	sqlCredit = `
 WITH x AS (
     SELECT s.key, s.shard, greatest(0, s.capacity - s.available - d.n) AS used,
@@ -43,8 +43,9 @@ SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) 
 FROM x WHERE s.key = x.key AND s.shard = x.shard`
 
 	// sqlSlotsDropEmpty deletes, among the counters a credit touched, those
-	// left with no capacity: shards the limit no longer has, once the last
-	// row they admitted is gone. Claims never create or draw from them.
+	// left with no capacity (admission.Credit's drop): shards the limit no
+	// longer has, once the last row they admitted is gone. Claims never
+	// create or draw from them.
 	sqlSlotsDropEmpty = `
 DELETE FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
