@@ -24,7 +24,9 @@
 //   - A key whose name has a limit L with S shards has K = L: each key has S
 //     slot counters whose capacities sum to L; an admitted row debits one slot
 //     of a shard with room and remembers the shard; every outcome that takes
-//     the row out of executing credits that shard back.
+//     the row out of executing credits that shard back (internal/admission.Credit:
+//     never above capacity; a shard a lowered limit left larger than its
+//     share shrinks instead, and one the limit no longer has goes once empty).
 //   - A row that is not admitted because its key is full leaves the pick path
 //     (status blocked) so that a saturated key's backlog never sits in front
 //     of other work; when a slot of its key frees, the next blocked row of the
@@ -64,7 +66,8 @@
 // ready again after running (next step, signal, timeout, children, retry)
 // takes a fresh round by the same rule, behind the rows of its key already
 // waiting; a released or reaped claim, and a promoted blocked row, keep
-// theirs.
+// theirs. The rule is internal/admission.Rounds for both backends
+// (PostgreSQL's insert statement is its SQL form, pinned equal to it).
 //
 // # Hand-off
 //
