@@ -81,6 +81,17 @@
 // has an earlier round. The decision is internal/admission.Free, the same
 // for every backend.
 //
+// Such a transaction may also reserve, for each row it makes executing, the
+// key's next waiting row as that row's successor (HandOff.Reserve): the
+// reserved row stays blocked, holds no slot, and no claim, promotion or
+// hand-off takes it. The worker starts it as soon as its predecessor's step
+// ends, in the slot that step still holds by the rows (the predecessor's
+// outcome is not committed yet), and that outcome's transaction passes the
+// slot to it. So a busy key's slot goes from one step to the next without
+// waiting for a commit, and at no time do more steps run than rows hold
+// slots: the successor starts after its predecessor's step ended, and its
+// lease is bound by its predecessor's until the slot is passed.
+//
 // Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
 // rows (awaiting a signal, a timer or children) hold none.
 //
@@ -270,6 +281,16 @@ type Claimed struct {
 	// (see HandOffer), so a worker keeps the executor that ran it for the
 	// row handed back. It never changes what the store admits.
 	Contended bool
+	// After, when set, makes this row a reservation, not a claim: it stays
+	// blocked, holds no slot and belongs to the worker under Fence (its
+	// heartbeats, releases and cancels work as for a claim, and an expired
+	// one goes back to ready when reaped). It is the successor of the
+	// worker's claim of row After, of the same key and queue: the worker
+	// may start it in that claim's slot as soon as that claim's step has
+	// ended, and names it as that claim's Outcome.Successor, whose commit
+	// makes it executing. Until then its step is bound by both leases.
+	// Only CompleteHandOff with HandOff.Reserve returns reservations.
+	After string
 }
 
 // ClaimResult is what Claim returns.
@@ -393,6 +414,14 @@ type Outcome struct {
 	// such an outcome's slot needs in the same round trip as the outcome.
 	// It is a hint: it never changes what is committed.
 	Contended bool
+	// Successor names the row reserved for this worker as the successor of
+	// the outcome's claim (a Claimed whose After is this outcome's ID): the
+	// slot the outcome frees passes to it, whatever the key's limit is by
+	// now, and its reservation becomes a claim (executing, same fence) in
+	// the outcome's transaction. Zero: none. Only the HandOffer that
+	// reserved it takes it (see HandOff.Reserve); the worker may already
+	// run it (see Claimed.After).
+	Successor ClaimRef
 }
 
 // OutcomeResult reports one outcome of a Complete batch.
@@ -867,7 +896,9 @@ type TxInserter interface {
 type HandOffer interface {
 	// CompleteHandOff is Complete, handing freed slots off as h allows; it
 	// returns the rows handed to worker, claimed under h.Lease, in the
-	// order their slots were freed. With no room it is Complete.
+	// order their slots were freed (outcomes' successors first), then the
+	// reservations made (h.Reserve). With no room and no successors it is
+	// Complete.
 	CompleteHandOff(ctx context.Context, worker string, outcomes []Outcome, now time.Time, h HandOff) ([]OutcomeResult, []Claimed, error)
 }
 
@@ -879,6 +910,14 @@ type HandOff struct {
 	Workflows []string
 	// Lease is the lease of the rows handed off (zero: DefaultLease).
 	Lease time.Duration
+	// Reserve asks for a successor for each row the call makes executing
+	// (a hand-off, or an outcome's Successor) whose key has more rows
+	// waiting: the key's next waiting row, reserved for the worker as
+	// Claimed.After describes, under the same rule as a hand-off except
+	// for room (it runs in its predecessor's executor, so it must be of
+	// the same queue). A worker that asks must run or release every
+	// reservation it is given. A store may ignore it.
+	Reserve bool
 }
 
 // Notifier is implemented by stores that can wake idle engines when work may

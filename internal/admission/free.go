@@ -17,6 +17,10 @@ import (
 type Freed struct {
 	Key   string
 	Shard int
+	// Successor, when set, is the row reserved (FreePlan.Reserved of an
+	// earlier transaction) to take this slot, and Queue its queue: the slot
+	// passes to it unconditionally, since the worker may already run it.
+	Successor, Queue string
 }
 
 // Waiting is one of the next waiting rows (ready or blocked) of a freed
@@ -50,6 +54,9 @@ type FreeState struct {
 	Room map[string]int
 	// Workflows, when not empty, are the workflows the worker runs.
 	Workflows []string
+	// Reserve asks for a successor for each row the plan makes executing
+	// (FreePlan.Reserved).
+	Reserve bool
 }
 
 // NewFreeState is an empty FreeState for a worker with room in each queue
@@ -68,6 +75,18 @@ type FreePlan struct {
 	// Rest are the freed slots not handed off: they are credited and
 	// promote their key's next blocked row, as without a hand-off.
 	Rest []Freed
+	// Successions are the reserved rows that take the slots of the freed
+	// entries that name them (Freed.Successor), with the shard.
+	Successions []Admitted
+	// Reserved are the waiting rows reserved for the freeing worker, each
+	// as the successor of a row the plan makes executing (a succession or
+	// a hand-off): it will take that row's slot when that row's step ends.
+	Reserved []Reservation
+}
+
+// Reservation is a waiting row reserved as the successor of row After.
+type Reservation struct {
+	ID, After string
 }
 
 // Free decides which freed slots go straight to the next waiting row of
@@ -88,7 +107,16 @@ type FreePlan struct {
 //     so the slot the row takes is one the limit gives, and the key's slots
 //     in use stay what they were.
 //
-// Every other freed slot is in Rest. Free does not modify its arguments.
+// Every other freed slot is in Rest. A slot that names a successor is not
+// decided: it passes to that row (Successions).
+//
+// With st.Reserve, each row the plan makes executing whose slot passes (as
+// above) gets the key's next waiting row after the hand-offs as its
+// successor, by the same rule except for room (the successor runs in its
+// predecessor's executor after it, so it must be of the same queue); the
+// first row that cannot be reserved ends the key's reservations.
+//
+// Free does not modify its arguments.
 func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	var plan FreePlan
 	next := map[string][]Waiting{} // key -> its waiting rows, in line
@@ -100,8 +128,18 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	for q, n := range st.Room {
 		room[q] = n
 	}
+	type holder struct {
+		id, queue string
+		slot      Freed
+	}
+	var holders []holder // rows the plan makes executing, in slot order
 	for _, f := range freed {
 		if f.Key == "" {
+			continue
+		}
+		if f.Successor != "" {
+			plan.Successions = append(plan.Successions, Admitted{ID: f.Successor, Shard: f.Shard})
+			holders = append(holders, holder{f.Successor, f.Queue, f})
 			continue
 		}
 		if done[f.Key] || !slotPasses(f, st) {
@@ -118,11 +156,36 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		next[f.Key] = line[1:]
 		room[w.Queue]--
 		plan.HandOffs = append(plan.HandOffs, Admitted{ID: w.ID, Shard: f.Shard})
+		holders = append(holders, holder{w.ID, w.Queue, f})
 		if f.Shard < 0 {
 			done[f.Key] = true // a K = 1 key has one slot
 		}
 	}
+	if !st.Reserve {
+		return plan
+	}
+	stopped := map[string]bool{} // keys whose reservations stopped
+	for _, h := range holders {
+		k := h.slot.Key
+		if stopped[k] || !slotPasses(h.slot, st) {
+			continue
+		}
+		line := next[k]
+		if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) {
+			stopped[k] = true
+			continue
+		}
+		next[k] = line[1:]
+		plan.Reserved = append(plan.Reserved, Reservation{ID: line[0].ID, After: h.id})
+	}
 	return plan
+}
+
+// reservable reports whether w may be reserved as the successor of a row
+// of queue.
+func reservable(w Waiting, queue string, workflows []string) bool {
+	return w.InTurn && !w.Policy && !w.Rated && w.Queue == queue &&
+		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
 }
 
 // slotPasses reports whether the freed slot may pass to another row of its

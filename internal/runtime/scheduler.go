@@ -62,6 +62,11 @@ type Scheduler struct {
 
 	mu       sync.Mutex
 	inflight map[string]*claimState
+	// succ holds the reservations a hand-off flush made (store.Claimed.After),
+	// by the id of the claim whose slot each will take, until an executor
+	// (its predecessor's step ended) or a flusher (its predecessor's
+	// outcome is on its way without it) takes it.
+	succ map[string]store.Claimed
 
 	execWG  sync.WaitGroup
 	pickWG  sync.WaitGroup
@@ -79,7 +84,15 @@ type claimState struct {
 	// lease is sure to hold: the send time of the claim or of the last
 	// heartbeat that renewed it, plus the lease.
 	validUntil time.Time
+	// pred is, for a reservation (store.Claimed.After) whose step runs in
+	// its predecessor's slot, the predecessor's claim until the outcome
+	// that passes the slot commits: the step must stop before either lease
+	// may end (see leaseWatchdog).
+	pred *claimState
 }
+
+// started reports whether an executor began the claim's step.
+func (st *claimState) started() bool { return st.cancel != nil }
 
 // stop cancels the claim's step context, if its step has started.
 func (st *claimState) stop() {
@@ -143,7 +156,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+		succ: map[string]store.Claimed{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -257,7 +270,19 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	// steps run again after their leases expire: at-least-once) rather than
 	// Stop hanging for as long as the outage lasts.
 	flushed := make(chan struct{})
-	go func() { s.flushWG.Wait(); close(flushed) }()
+	go func() {
+		s.flushWG.Wait()
+		// Reservations made for steps that will not run here.
+		s.mu.Lock()
+		var left []store.ClaimRef
+		for id, c := range s.succ {
+			left = append(left, store.ClaimRef{ID: c.ID, Fence: c.Fence})
+			delete(s.succ, id)
+		}
+		s.mu.Unlock()
+		s.release(left)
+		close(flushed)
+	}()
 	select {
 	case <-flushed:
 	case <-ctx.Done():
@@ -417,55 +442,142 @@ func (s *Scheduler) executor(q *queueRunner) {
 	defer s.execWG.Done()
 	var toRelease []store.ClaimRef
 	for c := range q.work {
-		ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
-		s.mu.Lock()
-		st := s.inflight[c.ID]
-		lost := st == nil || st.lost || st.ref != ref
-		canceled := !lost && st.canceled
-		ctx, cancel := context.WithCancel(s.runCtx)
-		if !lost {
-			st.cancel = cancel
+		for r := s.begin(c, &toRelease); r != nil; {
+			r = s.run(q, r, &toRelease)
 		}
-		s.mu.Unlock()
-		switch {
-		case lost:
-			cancel()
-			s.untrack(c.ID, c.Fence)
-		case canceled:
-			// Canceled before it started: releasing the claim cancels the
-			// instance (see store.Store, Cancel).
-			cancel()
-			s.release([]store.ClaimRef{ref})
-		case s.stopping.Load():
-			cancel()
-			toRelease = append(toRelease, ref)
-		default:
-			began := time.Now()
-			out := s.e.execute(ctx, c)
-			q.ran(time.Since(began))
-			hard := s.runCtx.Err() != nil
-			cancel()
-			if hard {
-				// Cut short by the stop deadline: not the step's fault, so the
-				// claim goes back with its attempt unchanged.
-				toRelease = append(toRelease, ref)
-			} else {
-				// A step whose key had rows waiting passes its executor
-				// slot to the flush of its outcome: the slot the outcome
-				// frees will likely be handed straight back to this engine
-				// (see commit).
-				if c.Contended {
-					out.Contended = true
-					s.handCh <- flushItem{o: out, queue: q.name}
-					continue
-				}
-				s.flushCh <- flushItem{o: out, queue: q.name}
-			}
-		}
-		q.busy.Add(-1)
-		q.wake()
 	}
 	s.release(toRelease)
+}
+
+// running is a claim whose step an executor is about to run.
+type running struct {
+	c      store.Claimed
+	st     *claimState
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// begin marks claim c started, unless it is lost, canceled or the engine
+// is stopping: then it gives it back (or forgets it, lost), with any
+// reservation made for it, and frees its executor slot.
+func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running {
+	q := s.queues[c.Queue]
+	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+	s.mu.Lock()
+	st := s.inflight[c.ID]
+	lost := st == nil || st.lost || st.ref != ref
+	canceled := !lost && st.canceled
+	stopping := s.stopping.Load()
+	var r *running
+	if !lost && !canceled && !stopping {
+		ctx, cancel := context.WithCancel(s.runCtx)
+		st.cancel = cancel
+		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
+	}
+	s.mu.Unlock()
+	if r != nil {
+		return r
+	}
+	switch {
+	case lost:
+		s.untrack(c.ID, c.Fence)
+	case canceled:
+		// Canceled before it started: releasing the claim cancels the
+		// instance (see store.Store, Cancel).
+		s.release([]store.ClaimRef{ref})
+	default:
+		*toRelease = append(*toRelease, ref)
+	}
+	s.dropSuccessor(c.ID, toRelease)
+	q.busy.Add(-1)
+	q.wake()
+	return nil
+}
+
+// run runs a started claim in one of q's executors and returns the
+// reservation the executor goes on with in the same slot (see
+// takeSuccessor), or nil when the executor's slot is free again or went to
+// a flush with the outcome.
+func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef) *running {
+	c := r.c
+	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+	began := time.Now()
+	out := s.e.execute(r.ctx, c)
+	q.ran(time.Since(began))
+	hard := s.runCtx.Err() != nil
+	r.cancel()
+	switch {
+	case hard:
+		// Cut short by the stop deadline: not the step's fault, so the
+		// claim goes back with its attempt unchanged.
+		*toRelease = append(*toRelease, ref)
+		s.dropSuccessor(c.ID, toRelease)
+	case !c.Contended:
+		s.flushCh <- flushItem{o: out, queue: q.name}
+	default:
+		// A step whose key had rows waiting passes its executor slot on:
+		// to the successor reserved for it, which starts now, in the slot
+		// the step held (its outcome passes the slot to it), or else to
+		// the flush of its outcome, as the slot the outcome frees will
+		// likely be handed straight back to this engine (see commit).
+		out.Contended = true
+		if next := s.takeSuccessor(c.ID, r.st, toRelease); next != nil {
+			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
+			s.handCh <- flushItem{o: out, queue: q.name, successor: next.c.ID}
+			return next
+		}
+		s.handCh <- flushItem{o: out, queue: q.name, slot: true}
+		return nil
+	}
+	q.busy.Add(-1)
+	q.wake()
+	return nil
+}
+
+// takeSuccessor takes the reservation made for the claim whose step just
+// ended (pred is its state) and starts it in the same slot: its step is
+// bound by pred's lease too, until the outcome that passes the slot to it
+// commits (see handed). A reservation that cannot run (lost, canceled,
+// the engine stopping, pred lost) is released instead.
+func (s *Scheduler) takeSuccessor(id string, pred *claimState, toRelease *[]store.ClaimRef) *running {
+	s.mu.Lock()
+	c, ok := s.succ[id]
+	delete(s.succ, id)
+	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+	var r *running
+	if st := s.inflight[c.ID]; ok && st != nil && st.ref == ref && !st.lost && !st.canceled &&
+		!s.stopping.Load() && !pred.lost {
+		ctx, cancel := context.WithCancel(s.runCtx)
+		st.cancel, st.pred = cancel, pred
+		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
+	}
+	s.mu.Unlock()
+	if ok && r == nil {
+		s.giveBack(ref, toRelease)
+	}
+	return r
+}
+
+// giveBack releases a claim or reservation that will not run here: at
+// once, or with the executor's last release once the engine is stopping.
+func (s *Scheduler) giveBack(ref store.ClaimRef, toRelease *[]store.ClaimRef) {
+	if s.stopping.Load() {
+		*toRelease = append(*toRelease, ref)
+		return
+	}
+	s.release([]store.ClaimRef{ref})
+}
+
+// dropSuccessor releases the reservation made for claim id, if any: that
+// claim's step will not run here.
+func (s *Scheduler) dropSuccessor(id string, toRelease *[]store.ClaimRef) {
+	s.mu.Lock()
+	c, ok := s.succ[id]
+	delete(s.succ, id)
+	s.mu.Unlock()
+	if ok {
+		s.giveBack(store.ClaimRef{ID: c.ID, Fence: c.Fence}, toRelease)
+	}
 }
 
 // flushItem is an outcome on its way to a flusher, with the queue whose
@@ -474,6 +586,11 @@ func (s *Scheduler) executor(q *queueRunner) {
 type flushItem struct {
 	o     store.Outcome
 	queue string
+	// slot: the executor slot came with the outcome (a contended outcome
+	// whose executor did not go on with a successor). successor: the
+	// reservation the outcome passes its slot to, already running.
+	slot      bool
+	successor string
 }
 
 // release returns claims that did not run to the store and forgets them.
@@ -509,8 +626,22 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 	e := s.e
 	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
-	for first := range ch {
+	var held *flushItem // the first of the next batch
+	for {
+		var first flushItem
+		if held != nil {
+			first, held = *held, nil
+		} else {
+			it, ok := <-ch
+			if !ok {
+				return
+			}
+			first = it
+		}
 		items := []flushItem{first}
+		// A successor's outcome waits for the batch that passes it its
+		// slot: before that commits, its row is not executing.
+		succ := map[string]bool{first.successor: true}
 	drain:
 		for len(items) < max {
 			select {
@@ -518,7 +649,12 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 				if !ok {
 					break drain
 				}
+				if succ[it.o.ID] {
+					held = &it
+					break drain
+				}
 				items = append(items, it)
+				succ[it.successor] = true
 			default:
 				break drain
 			}
@@ -529,25 +665,50 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 
 // commit flushes one batch (see Runtime.commitOutcomes), retrying with
 // backoff while the store is down, until the stop deadline passes (then the
-// leases expire and the reaper retries the steps: at-least-once). The
-// executor slots that came with the batch (withSlots) are the room of a
-// hand-off: when the store can hand the slots the batch frees straight to
-// the next waiting rows of their keys (store.HandOffer), the rows handed
-// off go to those executor slots, and the slots left over are given back
-// once the flush is done.
+// leases expire and the reaper retries the steps: at-least-once).
+//
+// With slots (withSlots: contended outcomes), the store may pass the slots
+// the batch frees on (store.HandOffer): to the successors the outcomes name
+// (reserved earlier: running already, or attached here when reserved after
+// their predecessor's step ended), or straight to the next waiting rows of
+// their keys, which go to the executor slots that came with the batch; it
+// reserves successors for the rows it makes executing (see handed). The
+// slots left over are given back once the flush is done.
 func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	e := s.e
 	batch := make([]store.Outcome, len(items))
-	room := map[string]int{}
+	room := map[string]int{}      // executor slots this flush holds, per queue
+	running := map[string]bool{}  // successors already running, passed a slot by this batch
+	attached := map[string]bool{} // successors attached here, to run once passed a slot
 	for i, it := range items {
 		batch[i] = it.o
-		if withSlots {
+		if it.successor != "" {
+			running[it.successor] = true
+		}
+		if withSlots && it.slot {
 			room[it.queue]++
+			if ref, ok := s.attachSuccessor(it.o.ID); ok {
+				batch[i].Successor = ref
+				attached[ref.ID] = true
+			}
 		}
 	}
 	var ho *store.HandOff
-	if _, ok := e.st.(store.HandOffer); ok && len(room) > 0 && !s.stopping.Load() {
-		ho = &store.HandOff{Room: room, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
+	if _, ok := e.st.(store.HandOffer); ok && withSlots {
+		// Even when stopping: the successors that run already must be
+		// passed their slots.
+		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
+		if !s.stopping.Load() {
+			for name, n := range room {
+				ho.Room[name] = n
+			}
+			for _, o := range batch {
+				if attached[o.Successor.ID] {
+					ho.Room[queueOf(items, o.ID)]--
+				}
+			}
+			ho.Reserve = true
+		}
 	}
 	defer func() {
 		for name, n := range room { // the slots no row was handed
@@ -557,29 +718,50 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			}
 		}
 	}()
-	handedN := 0
+	passed := 0 // outcomes whose slot went to a row this engine runs
+	got := map[string]bool{}
 	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
 		handOff: ho,
 		handed: func(cs []store.Claimed, validUntil time.Time) {
-			handedN += len(cs)
-			s.handed(cs, validUntil)
+			for _, c := range cs {
+				got[c.ID] = true
+			}
+			for q, n := range s.handed(cs, running, validUntil) {
+				room[q] -= n
+				passed += n
+			}
+			for _, c := range cs {
+				if running[c.ID] {
+					passed++
+				}
+			}
 		},
 		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
 			e.countStale(res)
 			for _, o := range b {
 				s.untrack(o.ID, o.Fence)
+				if next := o.Successor; next.ID != "" && !got[next.ID] {
+					// Not passed the slot (the outcome was stale): a
+					// running successor stops, an attached one goes back.
+					s.successorRefused(next, running[next.ID])
+				}
 			}
 			e.notifyFlushed()
 			// A freed slot may admit blocked work: wake the pick loops,
-			// unless every slot of the batch went straight to a row handed
-			// back (the common case of a saturated key), where a claim
-			// would only find the key full again.
-			if handedN < len(items) {
+			// unless every slot of the batch went straight to a row this
+			// engine runs (the common case of a saturated key), where a
+			// claim would only find the key full again.
+			if passed < len(items) {
 				s.WakeAll()
 			}
 		},
-		abandoned: func(o store.Outcome) { s.untrack(o.ID, o.Fence) },
+		abandoned: func(o store.Outcome) {
+			s.untrack(o.ID, o.Fence)
+			if next := o.Successor; next.ID != "" {
+				s.successorRefused(next, running[next.ID])
+			}
+		},
 		unreachable: func(err error) bool {
 			if s.runCtx.Err() != nil {
 				e.log.Error("outcomes not committed before stop; the reaper will retry their steps", "n", len(batch), "err", err)
@@ -598,24 +780,101 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	})
 }
 
-// handed gives the rows a flush's hand-off claimed to the executors (each
-// takes an executor slot the flush held), or, once Stop has closed the
-// work channels, back to the store.
-func (s *Scheduler) handed(cs []store.Claimed, validUntil time.Time) {
+// queueOf is the queue of the item whose outcome is id's.
+func queueOf(items []flushItem, id string) string {
+	for _, it := range items {
+		if it.o.ID == id {
+			return it.queue
+		}
+	}
+	return ""
+}
+
+// attachSuccessor takes the reservation made for claim id, whose outcome
+// is on its way with its executor slot: the outcome names it, and the
+// reservation runs in that slot once the outcome commits. One that cannot
+// run (lost, canceled, the engine stopping) is released instead.
+func (s *Scheduler) attachSuccessor(id string) (store.ClaimRef, bool) {
+	s.mu.Lock()
+	c, ok := s.succ[id]
+	delete(s.succ, id)
+	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+	st := s.inflight[c.ID]
+	runnable := ok && st != nil && st.ref == ref && !st.lost && !st.canceled && !s.stopping.Load()
+	s.mu.Unlock()
+	if ok && !runnable {
+		s.release([]store.ClaimRef{ref})
+	}
+	return ref, runnable
+}
+
+// successorRefused handles a successor whose predecessor's outcome did not
+// pass it a slot: a running one is stopped (its outcome will be stale, and
+// its reservation is left to expire, by which time its step has ended); an
+// attached one, not started, is released.
+func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
+	if !running {
+		s.release([]store.ClaimRef{ref})
+		return
+	}
+	s.mu.Lock()
+	if st := s.inflight[ref.ID]; st != nil && st.ref == ref {
+		st.lost = true
+		st.stop()
+	}
+	s.mu.Unlock()
+}
+
+// handed takes the rows a flush's hand-off returned: reservations wait
+// in succ for the step they follow; successors already running have their
+// slot now (their lease is their own again); every other row goes to an
+// executor, taking an executor slot the flush held, or, once Stop has
+// closed the work channels, back to the store. It returns how many rows
+// went to executors, per queue.
+func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, validUntil time.Time) map[string]int {
+	dispatched := map[string]int{}
 	s.workMu.Lock()
 	closed := s.workClosed
 	var back []store.ClaimRef
 	for _, c := range cs {
-		s.track(c, validUntil)
-		if closed {
-			back = append(back, store.ClaimRef{ID: c.ID, Fence: c.Fence})
-			s.queues[c.Queue].busy.Add(-1)
-			continue
+		ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+		s.mu.Lock()
+		st := s.inflight[c.ID]
+		if st != nil && st.ref == ref {
+			st.validUntil = later(st.validUntil, validUntil)
+			if running[c.ID] {
+				st.pred = nil
+			}
+		} else {
+			st = &claimState{ref: ref, validUntil: validUntil}
+			s.inflight[c.ID] = st
 		}
-		s.queues[c.Queue].work <- c // never blocks: busy counted the slot
+		if c.After != "" && !closed {
+			s.succ[c.After] = c
+		}
+		s.mu.Unlock()
+		switch {
+		case c.After != "" && closed:
+			back = append(back, ref)
+		case c.After != "", running[c.ID]:
+		case closed:
+			back = append(back, ref) // its executor slot is given back with the others
+		default:
+			dispatched[c.Queue]++
+			s.queues[c.Queue].work <- c // never blocks: busy counted the slot
+		}
 	}
 	s.workMu.Unlock()
 	s.release(back)
+	return dispatched
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // commitHooks are what a caller of commitOutcomes does with its results.
@@ -658,7 +917,8 @@ func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h c
 			return e.commitOutcomes(ctx, batch[mid:], h)
 		case rejected(err):
 			o := batch[0]
-			if o.Kind == store.OutcomeFailed && o.State == nil && o.Result == nil && len(o.Children) == 0 && !o.SetKey {
+			if o.Kind == store.OutcomeFailed && o.State == nil && o.Result == nil && len(o.Children) == 0 && !o.SetKey &&
+				o.History == nil {
 				// Even the bare failure was refused: give the claim up to the reaper.
 				e.log.Error("outcome refused by the store; its lease will expire and the step will run again",
 					"instance", o.ID, "err", err)
@@ -685,8 +945,14 @@ func (e *Runtime) complete(ctx context.Context, batch []store.Outcome, h commitH
 	if err != nil || len(claimed) == 0 {
 		return res, err
 	}
+	succ := map[string]bool{}
+	for _, o := range batch {
+		succ[o.Successor.ID] = true
+	}
 	for _, c := range claimed {
-		h.handOff.Room[c.Queue]--
+		if c.After == "" && !succ[c.ID] {
+			h.handOff.Room[c.Queue]-- // a part of a split batch leaves less room to the next
+		}
 	}
 	h.handed(claimed, sent.Add(e.cfg.Lease))
 	return res, nil
@@ -726,7 +992,9 @@ func rejected(err error) bool {
 // the instance (state, key and inbox left as they were).
 func (e *Runtime) refusedOutcome(o store.Outcome, err error) store.Outcome {
 	msg := CleanText("the store refused this step's outcome: "+err.Error(), e.cfg.MaxErrorLength)
-	f := store.Outcome{ID: o.ID, Fence: o.Fence, Kind: store.OutcomeFailed, Step: o.Step, Error: msg}
+	// The successor keeps its slot: it may be running in it already.
+	f := store.Outcome{ID: o.ID, Fence: o.Fence, Kind: store.OutcomeFailed, Step: o.Step, Error: msg,
+		Contended: o.Contended, Successor: o.Successor}
 	if o.History != nil {
 		h := *o.History
 		h.Outcome, h.Error = "refused", msg
@@ -826,7 +1094,12 @@ func (s *Scheduler) leaseWatchdog() {
 		n := 0
 		s.mu.Lock()
 		for _, st := range s.inflight {
-			if !st.lost && deadline.After(st.validUntil) {
+			if st.lost {
+				continue
+			}
+			// A successor running in its predecessor's slot holds it by
+			// the predecessor's lease as much as by its own.
+			if p := st.pred; deadline.After(st.validUntil) || (p != nil && (p.lost || deadline.After(p.validUntil))) {
 				st.lost = true
 				st.stop()
 				n++

@@ -83,7 +83,8 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	defer tx.end()
 	b := &pgx.Batch{}
 	handIDs := handOffIDs(outcomes, h)
-	if len(handIDs) > 0 {
+	succIDs, succFences := successorRefs(outcomes, h)
+	if len(handIDs) > 0 || len(succIDs) > 0 {
 		// Before the apply: planning it anew at every call cost a hand-off
 		// flush more than running it (see sqlGenericPlans).
 		b.Queue(sqlGenericPlans)
@@ -96,6 +97,14 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		})
 		return err
 	})
+	succQueue := map[string]string{} // reserved successor still held -> its queue
+	if len(succIDs) > 0 {
+		b.Queue(s.q(sqlSuccessorsLock), uuidArg(succIDs), succFences, worker).Query(func(rows pgx.Rows) error {
+			var id, q string
+			_, err := pgx.ForEachRow(rows, []any{&id, &q}, func() error { succQueue[id] = q; return nil })
+			return err
+		})
+	}
 	var reads *handOffReads
 	if len(handIDs) > 0 {
 		reads = s.queueHandOffReads(b, handIDs, h)
@@ -129,7 +138,11 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		results[a.ord-1].Stale = false
 		leftQueues[a.queue] = true
 		if a.oldKey != "" {
-			freed = append(freed, freedSlot{key: a.oldKey, shard: a.oldShard})
+			f := freedSlot{key: a.oldKey, shard: a.oldShard}
+			if q, ok := succQueue[o.Successor.ID]; ok {
+				f.successor, f.queue = o.Successor.ID, q
+			}
+			freed = append(freed, f)
 		}
 		if o.ConsumeSignal != 0 {
 			sigIDs, sigOwners = append(sigIDs, o.ConsumeSignal), append(sigOwners, o.ID)
@@ -163,7 +176,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var claimed []store.Claimed
-	if reads != nil {
+	if h != nil {
 		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
 	}
 	stranded := s.queueFree(b, freed, true, now)
@@ -500,8 +513,10 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		}
 		b := &pgx.Batch{}
 		switch {
-		case oldStatus == "executing":
-			// The step may still run: it keeps its slot until its claim ends.
+		case oldStatus == "executing" || oldStatus == "reserved":
+			// The step may still run (a reserved row's in its
+			// predecessor's slot): it keeps its slot until its claim
+			// ends.
 			b.Queue(s.q(sqlNotifyCancel), s.cancelChannel, id)
 		case oldKey == "":
 		case oldStatus == "ready" || oldStatus == statusScheduled:
@@ -511,7 +526,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
 			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
 		}
-		if parentID != "" && oldStatus != "executing" {
+		if parentID != "" && oldStatus != "executing" && oldStatus != "reserved" {
 			s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
 		}
 		if b.Len() > 0 {
@@ -571,7 +586,7 @@ func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
 		return fmt.Errorf("%s %s: %w", op, id, store.ErrNotFound)
 	case err != nil:
 		return fmt.Errorf("%s %s: %w", op, id, err)
-	case status == "executing":
+	case status == "executing" || status == "blocked": // blocked: reserved (see sqlCancel)
 		return fmt.Errorf("%s %s: %w", op, id, errStillExecuting)
 	}
 	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)

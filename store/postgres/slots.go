@@ -16,6 +16,9 @@ import (
 type freedSlot struct {
 	key   string
 	shard int
+	// successor is the reservation the freeing outcome named that takes
+	// the slot (see sqlSucceed), and queue its queue.
+	successor, queue string
 }
 
 // queueFree queues, on b, what must follow rows leaving executing: the
@@ -39,7 +42,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		case f.shard < 0:
 			one = append(one, f.key)
 		case credit:
-			gates[shardKey(f)]++
+			gates[shardKey{f.key, f.shard}]++
 		}
 	}
 	slices.Sort(one)
@@ -248,9 +251,10 @@ func (s *Store) cool(keys []string, waiting []admission.Waiting) {
 }
 
 // handOffIDs returns the ids of the contended outcomes whose slots a
-// flush with h may hand off: none without h or without room in it.
+// flush with h may hand off, or whose successors may reserve theirs: none
+// without h, or without room in it when it does not reserve.
 func handOffIDs(outcomes []store.Outcome, h *store.HandOff) []string {
-	if h == nil || !hasRoom(h.Room) {
+	if h == nil || (!hasRoom(h.Room) && !h.Reserve) {
 		return nil
 	}
 	var ids []string
@@ -260,6 +264,23 @@ func handOffIDs(outcomes []store.Outcome, h *store.HandOff) []string {
 		}
 	}
 	return ids
+}
+
+// successorRefs returns the successors the outcomes name (see
+// store.Outcome.Successor): none without h, which only a hand-off flush
+// carries.
+func successorRefs(outcomes []store.Outcome, h *store.HandOff) ([]string, []int64) {
+	if h == nil {
+		return nil, nil
+	}
+	var ids []string
+	var fences []int64
+	for _, o := range outcomes {
+		if o.Successor.ID != "" {
+			ids, fences = append(ids, o.Successor.ID), append(fences, o.Successor.Fence)
+		}
+	}
+	return ids, fences
 }
 
 // handOffReads are the reads a hand-off decides on, queued on the outcome
@@ -309,7 +330,11 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, h *store.HandOff) 
 		})
 		return err
 	})
-	b.Queue(s.q(sqlHandOffCandidates), uids).Query(func(rows pgx.Rows) error {
+	per := 1 // candidates per row holding a key: its hand-off, and its successor's
+	if h.Reserve {
+		per = 2
+	}
+	b.Queue(s.q(sqlHandOffCandidates), uids, per).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
 			r.waiting = append(r.waiting, w)
@@ -320,50 +345,85 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, h *store.HandOff) 
 	return r
 }
 
-// handOff decides which of the freed slots go straight to the next waiting
-// rows of their keys (admission.Free), on the reads queueHandOffReads
-// made, and queues on b the move of those rows to executing for worker;
-// their claimed rows are appended to *claimed when b runs. It returns the
-// freed slots that were not handed off: the caller credits and promotes
-// them (queueFree). Slots of keys that were not read (an outcome not
-// contended, a key an outcome changed) are among them.
+// handOff decides, on the reads queueHandOffReads made (nil: none), what
+// becomes of the freed slots (admission.Free): those that name a held
+// successor pass to it, others go straight to the next waiting rows of
+// their keys, and with h.Reserve each row made executing gets a
+// successor reserved. It queues on b those moves for worker; their rows
+// are appended to *claimed when b runs (successors, then hand-offs, then
+// reservations, which carry After). It returns the freed slots that were
+// not passed on: the caller credits and promotes them (queueFree). Slots of
+// keys that were not read (an outcome not contended, a key an outcome
+// changed) are among them.
 func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []freedSlot,
 	h *store.HandOff, now time.Time, claimed *[]store.Claimed) []freedSlot {
 	var slots []admission.Freed
 	var rest []freedSlot
 	for _, f := range freed {
-		if f.key != "" && slices.Contains(r.keys, f.key) {
+		switch {
+		case f.successor != "":
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue})
+		case r != nil && f.key != "" && slices.Contains(r.keys, f.key):
 			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard})
-		} else {
+		default:
 			rest = append(rest, f)
 		}
 	}
 	if len(slots) == 0 {
 		return freed
 	}
-	plan := admission.Free(slots, r.waiting, r.st)
-	s.cool(r.keys, r.waiting)
+	st := admission.NewFreeState(nil, nil)
+	var waiting []admission.Waiting
+	if r != nil {
+		st, waiting = r.st, r.waiting
+		st.Reserve = h.Reserve
+	}
+	plan := admission.Free(slots, waiting, st)
+	if r != nil {
+		s.cool(r.keys, r.waiting)
+	}
 	for _, f := range plan.Rest {
 		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
 	}
-	if len(plan.HandOffs) == 0 {
-		return rest
+	scan := func(after map[string]string) func(pgx.Rows) error {
+		return func(rows pgx.Rows) error {
+			for rows.Next() {
+				c, err := scanClaimed(rows)
+				if err != nil {
+					return err
+				}
+				c.Contended = true
+				c.After = after[c.ID]
+				*claimed = append(*claimed, c)
+			}
+			return rows.Err()
+		}
 	}
-	ids := make([]string, len(plan.HandOffs))
-	shards := make([]int32, len(plan.HandOffs))
-	for i, a := range plan.HandOffs {
+	if len(plan.Successions) > 0 {
+		ids, shards := admittedArrays(plan.Successions)
+		b.Queue(s.q(sqlSucceed), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(scan(nil))
+	}
+	if len(plan.HandOffs) > 0 {
+		ids, shards := admittedArrays(plan.HandOffs)
+		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(scan(nil))
+	}
+	if len(plan.Reserved) > 0 {
+		ids := make([]string, len(plan.Reserved))
+		after := make(map[string]string, len(plan.Reserved))
+		for i, a := range plan.Reserved {
+			ids[i], after[a.ID] = a.ID, a.After
+		}
+		b.Queue(s.q(sqlReserve), uuidArg(ids), worker, micros(h.Lease), tsArg(now)).Query(scan(after))
+	}
+	return rest
+}
+
+// admittedArrays are the ids and shards of rows a plan admits.
+func admittedArrays(as []admission.Admitted) (any, []int32) {
+	ids := make([]string, len(as))
+	shards := make([]int32, len(as))
+	for i, a := range as {
 		ids[i], shards[i] = a.ID, int32(a.Shard)
 	}
-	b.Queue(s.q(sqlHandOff), uuidArg(ids), worker, micros(h.Lease), shards, tsArg(now)).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			c, err := scanClaimed(rows)
-			if err != nil {
-				return err
-			}
-			c.Contended = true
-			*claimed = append(*claimed, c)
-		}
-		return rows.Err()
-	})
-	return rest
+	return uuidArg(ids), shards
 }

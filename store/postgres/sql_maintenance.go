@@ -22,18 +22,27 @@ w AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
-	// sqlReap takes back up to $2 claims whose lease expired before $1.
+	// sqlReap takes back up to $2 claims whose lease expired before $1,
+	// and up to $2 such reservations (store.Claimed.After), which held no
+	// slot (no key to free).
 	sqlReap = `
-WITH o AS MATERIALIZED (
+WITH e AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
     WHERE status = 'executing' AND lease_expires_at < coalesce($1::timestamptz, now())
-    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)` + takeBackApply
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+r AS MATERIALIZED (
+    SELECT id, NULL::text AS old_key, NULL::int AS old_shard FROM {schema}.instances
+    WHERE status = 'blocked' AND worker IS NOT NULL AND lease_expires_at < coalesce($1::timestamptz, now())
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+o AS (SELECT * FROM e UNION ALL SELECT * FROM r)` + takeBackApply
 
-	// sqlReclaimWorker takes back every claim of worker $2, like sqlReap.
+	// sqlReclaimWorker takes back every claim and reservation of worker
+	// $2, like sqlReap.
 	sqlReclaimWorker = `
 WITH o AS MATERIALIZED (
-    SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
-    WHERE status = 'executing' AND worker = $2
+    SELECT id, CASE WHEN status = 'executing' THEN key END AS old_key, key_shard AS old_shard
+    FROM {schema}.instances
+    WHERE status IN ('executing', 'blocked') AND worker = $2
     ORDER BY id FOR UPDATE)` + takeBackApply
 
 	// takeBackApply is how a claim taken back (sqlReap, sqlReclaimWorker:
@@ -146,7 +155,7 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// and nothing else would promote them before the reconciler's sweep. A
 	// gate whose slots are all taken is saturated, not stranded.
 	strandedWhere = `
-    EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked')
+    EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' AND b.worker IS NULL)
     AND NOT EXISTS (SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready')
     AND CASE WHEN f.one
              THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
@@ -170,7 +179,7 @@ WITH d AS MATERIALIZED (
                ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = k AND status = 'blocked'
+                        WHERE key = k AND status = 'blocked' AND worker IS NULL
                         ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())

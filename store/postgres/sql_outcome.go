@@ -149,7 +149,8 @@ FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::times
 JOIN {schema}.instances i ON i.id = x.id
 ORDER BY x.ord`
 
-	// sqlHeartbeat extends the leases of claims the worker still holds,
+	// sqlHeartbeat extends the leases of claims (and reservations: a
+	// blocked row with the worker and fence) the worker still holds,
 	// locking the rows in id order like every other multi-row transition (a
 	// plain join locked them in plan order and deadlocked with Complete).
 	sqlHeartbeat = `
@@ -158,24 +159,25 @@ SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval 
 FROM (SELECT c.id
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
-        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status COLLATE "C" IN ('executing', 'blocked')
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
 RETURNING i.id::text, i.cancel_requested`
 
-	// sqlRelease returns unstarted claims to ready, keeping their place
-	// (run_at) and attempt; a claim whose cancel was requested ends
-	// canceled. It returns the key and shard each row held, and what a
-	// canceled child needs for its parent's join.
+	// sqlRelease returns unstarted claims and reservations to ready,
+	// keeping their place (run_at, round) and attempt; one whose cancel was
+	// requested ends canceled. It returns the key and shard each claim
+	// held (none for a reservation), and what a canceled child needs for
+	// its parent's join.
 	sqlRelease = `
 UPDATE {schema}.instances i
 SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END, worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL,
     updated_at = coalesce($4::timestamptz, now())
-FROM (SELECT c.id, c.key AS old_key, c.key_shard AS old_shard
+FROM (SELECT c.id, CASE WHEN c.status = 'executing' THEN c.key END AS old_key, c.key_shard AS old_shard
       FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
       JOIN {schema}.instances c
-        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
+        ON c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status COLLATE "C" IN ('executing', 'blocked')
       WHERE c.id = ANY ($2::uuid[])
       ORDER BY c.id FOR UPDATE OF c) o
 WHERE i.id = o.id
@@ -183,19 +185,23 @@ RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
           i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlCancel cancels a non-terminal instance and returns what it held.
-	// An executing row keeps its claim and slot: it is only marked, and
-	// its worker told on the cancel channel; its claim's end makes it
-	// canceled (see store.Store).
+	// An executing row keeps its claim and slot, and a reserved one its
+	// reservation (its step may run in its predecessor's slot: see
+	// store.Claimed.After): it is only marked, and its worker told on the
+	// cancel channel; its claim's end makes it canceled (see store.Store).
+	// A reserved row comes back with old status 'reserved'.
 	sqlCancel = `
 UPDATE {schema}.instances i
-SET status = CASE WHEN o.old_status = 'executing' THEN 'executing' ELSE 'canceled' END,
-    cancel_requested = (o.old_status = 'executing'),
+SET status = CASE WHEN o.held THEN o.old_status ELSE 'canceled' END,
+    cancel_requested = o.held,
     updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested
+FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested,
+             status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL) AS held
       FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
 WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
   AND NOT o.was_requested
-RETURNING o.old_status, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
+RETURNING CASE WHEN o.old_status = 'blocked' AND o.held THEN 'reserved' ELSE o.old_status END,
+          coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlNotifyCancel tells the workers that the cancel of executing
 	// instance $2 was requested, on the schema's cancel channel $1.

@@ -51,7 +51,8 @@ DELETE FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
-	// (priority, then FIFO) ready and notifies their queues. It must not wait
+	// (priority, then FIFO; reserved rows are not waiting: see
+	// sqlReserve) ready and notifies their queues. It must not wait
 	// for row locks, so it skips locked rows: under READ COMMITTED a row lock
 	// is also left on rows that failed a locking statement's recheck (a
 	// claim's window keeps the lock of a row it saw ready but found blocked;
@@ -68,7 +69,7 @@ WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, 
 d AS MATERIALIZED (
     SELECT f.key, b.id FROM f
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = f.key AND status = 'blocked'
+                        WHERE key = f.key AND status = 'blocked' AND worker IS NULL
                         ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
@@ -129,9 +130,10 @@ FROM held h JOIN {schema}.limits l ON l.name = split_part(h.key, ':', 1)
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 
-	// sqlHandOffCandidates locks and returns the first n waiting rows
-	// (ready or blocked) of each held key, n being how many of the rows
-	// hold it, in the key's line (queue, priority, round: the order of
+	// sqlHandOffCandidates locks and returns the first n × $2 waiting rows
+	// (ready or blocked, not reserved) of each held key, n being how many
+	// of the rows hold it ($2 = 2 when each row made executing may reserve
+	// a successor), in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
 	// long line; a key's rows of one queue and priority have distinct
 	// rounds), skipping rows others hold, like sqlPromote; a ready row of
@@ -151,8 +153,8 @@ c AS MATERIALIZED (
     SELECT b.* FROM held f
     CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round
                         FROM {schema}.instances
-                        WHERE key = f.key AND status IN ('ready', 'blocked')
-                        ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
+                        WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
+                        ORDER BY queue, priority, round LIMIT f.n * $2 FOR NO KEY UPDATE SKIP LOCKED) b),
 g AS (
     SELECT g.key, g.queue, g.priority,
            (SELECT r.round FROM {schema}.instances r
@@ -184,7 +186,7 @@ WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked')
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
       AND CASE WHEN a.shard >= 0 THEN true
                ELSE (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
@@ -192,6 +194,51 @@ c AS (
                 AND (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
+    RETURNING i.*, a.ord
+)` + claimedRows
+
+	// sqlSuccessorsLock locks, in id order, the reservations of worker $3
+	// that outcomes name as their successors ($1, fences $2), and returns
+	// those still reserved, with their queue. The outcome transaction runs
+	// it in its first round trip and passes each locked one the slot of
+	// its predecessor's outcome, if that outcome commits (sqlSucceed).
+	sqlSuccessorsLock = `
+SELECT i.id::text, i.queue FROM unnest($1::uuid[], $2::bigint[]) AS x(id, fence)
+JOIN {schema}.instances i
+  ON i.id = x.id AND i.worker = $3 AND i.fence = x.fence AND i.status = 'blocked' COLLATE "C"
+WHERE i.id = ANY ($1::uuid[])
+ORDER BY i.id FOR UPDATE OF i`
+
+	// sqlSucceed makes reservations of worker $2 (locked by
+	// sqlSuccessorsLock) executing, each with the slot its predecessor's
+	// outcome freed (shard $4[i]; -1: a K = 1 key), under a lease of $3 µs
+	// from $5; the fence stays the reservation's, under which the worker
+	// may already run the step. It returns them like sqlClaim.
+	sqlSucceed = `
+WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'executing', lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
+    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.worker = $2 AND i.status = 'blocked'
+    RETURNING i.*, a.ord
+)` + claimedRows
+
+	// sqlReserve reserves waiting rows (locked by sqlHandOffCandidates) for
+	// worker $2 as successors (store.Claimed.After): blocked, so that no
+	// claim picks them, with the worker, a new fence and a lease of $3 µs
+	// from $4, so that no promotion or hand-off takes them (they skip
+	// blocked rows with a worker) and the reaper gives back the expired
+	// ones. It returns them like sqlClaim.
+	sqlReserve = `
+WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
+    FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord), t
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
     RETURNING i.*, a.ord
 )` + claimedRows
 )
