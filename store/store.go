@@ -420,8 +420,14 @@ type Outcome struct {
 	// now, and its reservation becomes a claim (executing, same fence) in
 	// the outcome's transaction. Zero: none. Only the HandOffer that
 	// reserved it takes it (see HandOff.Reserve); the worker may already
-	// run it (see Claimed.After).
+	// run it (see Claimed.After). The reserved row's own outcome may come
+	// in the same call, after this one: the slot then passes on along the
+	// chain, and the reserved row never holds it by the rows.
 	Successor ClaimRef
+	// Ahead is, with HandOff.Reserve, how many successors the worker wants
+	// reserved for the row that takes this outcome's slot (the outcome's
+	// Successor, or a row handed off); a store may reserve fewer.
+	Ahead int
 }
 
 // OutcomeResult reports one outcome of a Complete batch.

@@ -21,6 +21,9 @@ type Freed struct {
 	// earlier transaction) to take this slot, and Queue its queue: the slot
 	// passes to it unconditionally, since the worker may already run it.
 	Successor, Queue string
+	// Ahead is how many successors to reserve, with FreeState.Reserve,
+	// for the row that takes this slot.
+	Ahead int
 }
 
 // Waiting is one of the next waiting rows (ready or blocked) of a freed
@@ -54,8 +57,8 @@ type FreeState struct {
 	Room map[string]int
 	// Workflows, when not empty, are the workflows the worker runs.
 	Workflows []string
-	// Reserve asks for a successor for each row the plan makes executing
-	// (FreePlan.Reserved).
+	// Reserve asks for successors (Freed.Ahead of them) for each row the
+	// plan makes executing (FreePlan.Reserved).
 	Reserve bool
 }
 
@@ -78,9 +81,10 @@ type FreePlan struct {
 	// Successions are the reserved rows that take the slots of the freed
 	// entries that name them (Freed.Successor), with the shard.
 	Successions []Admitted
-	// Reserved are the waiting rows reserved for the freeing worker, each
-	// as the successor of a row the plan makes executing (a succession or
-	// a hand-off): it will take that row's slot when that row's step ends.
+	// Reserved are the waiting rows reserved for the freeing worker as
+	// successors of a row the plan makes executing (a succession or a
+	// hand-off), in the order they are to run after it: each will take
+	// the slot when the step before it ends.
 	Reserved []Reservation
 }
 
@@ -111,10 +115,10 @@ type Reservation struct {
 // decided: it passes to that row (Successions).
 //
 // With st.Reserve, each row the plan makes executing whose slot passes (as
-// above) gets the key's next waiting row after the hand-offs as its
-// successor, by the same rule except for room (the successor runs in its
-// predecessor's executor after it, so it must be of the same queue); the
-// first row that cannot be reserved ends the key's reservations.
+// above) gets up to its slot's Ahead of the key's next waiting rows after
+// the hand-offs as its successors, by the same rule except for room (they
+// run in its executor after it, so they must be of its queue); the first
+// row that cannot be reserved ends the key's reservations.
 //
 // Free does not modify its arguments.
 func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
@@ -167,16 +171,18 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	stopped := map[string]bool{} // keys whose reservations stopped
 	for _, h := range holders {
 		k := h.slot.Key
-		if stopped[k] || !slotPasses(h.slot, st) {
+		if !slotPasses(h.slot, st) {
 			continue
 		}
-		line := next[k]
-		if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) {
-			stopped[k] = true
-			continue
+		for n := 0; n < h.slot.Ahead && !stopped[k]; n++ {
+			line := next[k]
+			if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) {
+				stopped[k] = true
+				break
+			}
+			next[k] = line[1:]
+			plan.Reserved = append(plan.Reserved, Reservation{ID: line[0].ID, After: h.id})
 		}
-		next[k] = line[1:]
-		plan.Reserved = append(plan.Reserved, Reservation{ID: line[0].ID, After: h.id})
 	}
 	return plan
 }

@@ -62,11 +62,19 @@ type Scheduler struct {
 
 	mu       sync.Mutex
 	inflight map[string]*claimState
-	// succ holds the reservations a hand-off flush made (store.Claimed.After),
-	// by the id of the claim whose slot each will take, until an executor
-	// (its predecessor's step ended) or a flusher (its predecessor's
-	// outcome is on its way without it) takes it.
+	// succ holds the reservations hand-off flushes made (store.Claimed.After)
+	// as chains: by the id of the claim or reservation whose step each
+	// runs after, in the same slot, until an executor (that step ended) or
+	// a flusher (that step's outcome is on its way without it) takes it.
 	succ map[string]store.Claimed
+	// moved links a claim or reservation whose step ended to the
+	// reservation that went on in its slot, until its outcome commits: a
+	// flush in flight may still reserve successors after it, and those go
+	// to the end of the slot's chain.
+	moved map[string]string
+	// flushNanos is a moving average of how long a flush of contended
+	// outcomes takes (see depth).
+	flushNanos atomic.Int64
 
 	execWG  sync.WaitGroup
 	pickWG  sync.WaitGroup
@@ -156,7 +164,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		succ: map[string]store.Claimed{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+		succ: map[string]store.Claimed{}, moved: map[string]string{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -550,6 +558,7 @@ func (s *Scheduler) takeSuccessor(id string, pred *claimState, toRelease *[]stor
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel, st.pred = cancel, pred
 		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
+		s.moved[id] = c.ID
 	}
 	s.mu.Unlock()
 	if ok && r == nil {
@@ -626,22 +635,8 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 	e := s.e
 	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
-	var held *flushItem // the first of the next batch
-	for {
-		var first flushItem
-		if held != nil {
-			first, held = *held, nil
-		} else {
-			it, ok := <-ch
-			if !ok {
-				return
-			}
-			first = it
-		}
+	for first := range ch {
 		items := []flushItem{first}
-		// A successor's outcome waits for the batch that passes it its
-		// slot: before that commits, its row is not executing.
-		succ := map[string]bool{first.successor: true}
 	drain:
 		for len(items) < max {
 			select {
@@ -649,12 +644,7 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 				if !ok {
 					break drain
 				}
-				if succ[it.o.ID] {
-					held = &it
-					break drain
-				}
 				items = append(items, it)
-				succ[it.successor] = true
 			default:
 				break drain
 			}
@@ -692,6 +682,22 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 				attached[ref.ID] = true
 			}
 		}
+	}
+	if withSlots {
+		d := s.depth(items)
+		s.mu.Lock()
+		for i := range batch {
+			batch[i].Ahead = d
+			if next := batch[i].Successor.ID; next != "" {
+				batch[i].Ahead = max(0, d-s.chainLen(next))
+			}
+		}
+		s.mu.Unlock()
+		began := time.Now()
+		defer func() {
+			old := s.flushNanos.Load()
+			s.flushNanos.Store(old + (int64(time.Since(began))-old)/8)
+		}()
 	}
 	var ho *store.HandOff
 	if _, ok := e.st.(store.HandOffer); ok && withSlots {
@@ -739,9 +745,18 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
 			e.countStale(res)
+			inBatch := map[string]bool{}
+			for _, o := range b {
+				inBatch[o.ID] = true
+			}
+			s.mu.Lock()
+			for _, o := range b {
+				delete(s.moved, o.ID)
+			}
+			s.mu.Unlock()
 			for _, o := range b {
 				s.untrack(o.ID, o.Fence)
-				if next := o.Successor; next.ID != "" && !got[next.ID] {
+				if next := o.Successor; next.ID != "" && !got[next.ID] && !inBatch[next.ID] {
 					// Not passed the slot (the outcome was stale): a
 					// running successor stops, an attached one goes back.
 					s.successorRefused(next, running[next.ID])
@@ -780,6 +795,51 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	})
 }
 
+// depth is how many reservations a chain keeps ahead of its running step:
+// enough for the steps that end while a flush is in flight (each ends
+// when the next starts), so that a slot's steps follow one another without
+// waiting for a commit. It is 1 for steps longer than a flush, and at
+// most 4.
+func (s *Scheduler) depth(items []flushItem) int {
+	step := int64(0)
+	for _, it := range items {
+		if q := s.queues[it.queue]; q != nil {
+			step = max(step, q.stepNanos.Load())
+		}
+	}
+	flush := s.flushNanos.Load()
+	if step <= 0 || flush <= 0 {
+		return 1
+	}
+	return int(min(4, 1+(flush+step-1)/step))
+}
+
+// chainEnd follows the slot of claim id to the last reservation queued in
+// it, through the reservations that took it over (moved) and those queued
+// (succ), and counts the latter (s.mu held).
+func (s *Scheduler) chainEnd(id string) (string, int) {
+	n := 0
+	for {
+		if c, ok := s.succ[id]; ok {
+			id = c.ID
+			n++
+			continue
+		}
+		if next, ok := s.moved[id]; ok {
+			id = next
+			continue
+		}
+		return id, n
+	}
+}
+
+// chainLen counts the reservations queued in the slot of claim id after
+// the step that runs in it (s.mu held).
+func (s *Scheduler) chainLen(id string) int {
+	_, n := s.chainEnd(id)
+	return n
+}
+
 // queueOf is the queue of the item whose outcome is id's.
 func queueOf(items []flushItem, id string) string {
 	for _, it := range items {
@@ -801,6 +861,9 @@ func (s *Scheduler) attachSuccessor(id string) (store.ClaimRef, bool) {
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	st := s.inflight[c.ID]
 	runnable := ok && st != nil && st.ref == ref && !st.lost && !st.canceled && !s.stopping.Load()
+	if runnable {
+		s.moved[id] = c.ID
+	}
 	s.mu.Unlock()
 	if ok && !runnable {
 		s.release([]store.ClaimRef{ref})
@@ -833,6 +896,7 @@ func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 // went to executors, per queue.
 func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, validUntil time.Time) map[string]int {
 	dispatched := map[string]int{}
+
 	s.workMu.Lock()
 	closed := s.workClosed
 	var back []store.ClaimRef
@@ -850,7 +914,8 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, validUnt
 			s.inflight[c.ID] = st
 		}
 		if c.After != "" && !closed {
-			s.succ[c.After] = c
+			end, _ := s.chainEnd(c.After) // reservations run in the order made
+			s.succ[end] = c
 		}
 		s.mu.Unlock()
 		switch {
@@ -1098,8 +1163,12 @@ func (s *Scheduler) leaseWatchdog() {
 				continue
 			}
 			// A successor running in its predecessor's slot holds it by
-			// the predecessor's lease as much as by its own.
-			if p := st.pred; deadline.After(st.validUntil) || (p != nil && (p.lost || deadline.After(p.validUntil))) {
+			// the leases of the claims before it as much as by its own.
+			expired := deadline.After(st.validUntil)
+			for p := st.pred; p != nil && !expired; p = p.pred {
+				expired = p.lost || deadline.After(p.validUntil)
+			}
+			if expired {
 				st.lost = true
 				st.stop()
 				n++

@@ -45,7 +45,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		ids[i], shards[i] = ins[i].ID, -1
 	}
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
-	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{})
+	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{}, nil)
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
 	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
 		"key waiting": true, "key next": true, "key oldest": true, "inbox": true, "insert busy keys": true}

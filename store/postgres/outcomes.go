@@ -83,13 +83,14 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	defer tx.end()
 	b := &pgx.Batch{}
 	handIDs := handOffIDs(outcomes, h)
-	succIDs, succFences := successorRefs(outcomes, h)
+	ch := chains(outcomes, h)
+	succIDs, succFences := ch.pending(outcomes)
 	if len(handIDs) > 0 || len(succIDs) > 0 {
 		// Before the apply: planning it anew at every call cost a hand-off
 		// flush more than running it (see sqlGenericPlans).
 		b.Queue(sqlGenericPlans)
 	}
-	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now)...).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch.chained)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue}, func() error {
 			done = append(done, a)
@@ -107,7 +108,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	var reads *handOffReads
 	if len(handIDs) > 0 {
-		reads = s.queueHandOffReads(b, handIDs, h)
+		reads = s.queueHandOffReads(b, handIDs, outcomes, h)
 	}
 	if err := tx.send(ctx, b, false); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", refused(err))
@@ -134,15 +135,15 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	)
 	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
-		o := outcomes[a.ord-1]
 		results[a.ord-1].Stale = false
+	}
+	for _, a := range done {
+		o := outcomes[a.ord-1]
 		leftQueues[a.queue] = true
-		if a.oldKey != "" {
-			f := freedSlot{key: a.oldKey, shard: a.oldShard}
-			if q, ok := succQueue[o.Successor.ID]; ok {
-				f.successor, f.queue = o.Successor.ID, q
+		if a.oldKey != "" && !ch.chained[o.ID] {
+			if f, ok := ch.pass(outcomes, results, o, freedSlot{key: a.oldKey, shard: a.oldShard}, succQueue); ok {
+				freed = append(freed, f)
 			}
-			freed = append(freed, f)
 		}
 		if o.ConsumeSignal != 0 {
 			sigIDs, sigOwners = append(sigIDs, o.ConsumeSignal), append(sigOwners, o.ID)
@@ -324,11 +325,14 @@ func validateOutcomes(outcomes []store.Outcome) error {
 	return nil
 }
 
-func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time) []any {
+// completeArgs are sqlCompleteApply's arguments; chained holds the
+// outcomes of reserved rows whose predecessors' outcomes are in the batch
+// (see chains).
+func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time, chained map[string]bool) []any {
 	n := len(outcomes)
 	// The arrays of one type share one allocation.
 	texts, int32s, int64s := make(textArray, 8*n), make([]int32, 2*n), make([]int64, 2*n)
-	times, bools := make([]*time.Time, 2*n), make([]bool, 2*n)
+	times, bools := make([]*time.Time, 2*n), make([]bool, 3*n)
 	var (
 		ids           = make([]string, n)
 		fences        = make(int8Array, n)
@@ -348,6 +352,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		delays        = int64s[0*n : 1*n : 1*n]
 		timeoutDelays = int64s[1*n : 2*n : 2*n]
 		handBacks     = bools[1*n : 2*n : 2*n]
+		chainedRows   = bools[2*n : 3*n : 3*n]
 	)
 	for i, o := range outcomes {
 		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)
@@ -359,9 +364,10 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		}
 		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
 		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
+		chainedRows[i] = chained[o.ID]
 	}
 	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks}
+		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows}
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

@@ -17,8 +17,10 @@ type freedSlot struct {
 	key   string
 	shard int
 	// successor is the reservation the freeing outcome named that takes
-	// the slot (see sqlSucceed), and queue its queue.
+	// the slot (see sqlSucceed), and queue its queue; ahead is how many
+	// successors the row that takes it wants reserved.
 	successor, queue string
+	ahead            int
 }
 
 // queueFree queues, on b, what must follow rows leaving executing: the
@@ -266,22 +268,88 @@ func handOffIDs(outcomes []store.Outcome, h *store.HandOff) []string {
 	return ids
 }
 
-// successorRefs returns the successors the outcomes name (see
-// store.Outcome.Successor): none without h, which only a hand-off flush
-// carries.
-func successorRefs(outcomes []store.Outcome, h *store.HandOff) ([]string, []int64) {
+// outcomeChains are the successor links among a hand-off batch's outcomes
+// (store.Outcome.Successor): a worker may send the outcome of a reserved
+// row together with its predecessor's, and a chain R → S1 → S2 of them
+// passes R's slot to S2's successor, the row still running (or, when S2
+// names none, frees it): S1 and S2 never hold the slot by the rows, since
+// their steps ran in it before the batch commits.
+type outcomeChains struct {
+	next    map[string]string // outcome id -> the successor it names
+	index   map[string]int    // outcome id -> its index in the batch
+	chained map[string]bool   // outcomes of reserved rows whose predecessor's outcome is in the batch
+}
+
+// chains reads the successor links of a batch; none without h, which only
+// a hand-off flush carries.
+func chains(outcomes []store.Outcome, h *store.HandOff) outcomeChains {
+	ch := outcomeChains{next: map[string]string{}, index: map[string]int{}, chained: map[string]bool{}}
 	if h == nil {
-		return nil, nil
+		return ch
 	}
+	for i, o := range outcomes {
+		ch.index[o.ID] = i
+		if o.Successor.ID != "" {
+			ch.next[o.ID] = o.Successor.ID
+		}
+	}
+	for _, nx := range ch.next {
+		if _, ok := ch.index[nx]; ok {
+			ch.chained[nx] = true
+		}
+	}
+	return ch
+}
+
+// pending returns the successors that end chains: rows reserved and named
+// by an outcome of the batch, whose own outcome is not in it (the worker
+// runs them, or is about to).
+func (ch outcomeChains) pending(outcomes []store.Outcome) ([]string, []int64) {
 	var ids []string
 	var fences []int64
 	for _, o := range outcomes {
-		if o.Successor.ID != "" {
-			ids, fences = append(ids, o.Successor.ID), append(fences, o.Successor.Fence)
+		nx := o.Successor
+		if _, in := ch.index[nx.ID]; nx.ID != "" && !in {
+			ids, fences = append(ids, nx.ID), append(fences, nx.Fence)
 		}
 	}
 	return ids, fences
 }
+
+// pass follows the chain that starts at the committed outcome o, which
+// freed slot f: the slot goes to the successor that ends the chain, when
+// that row is still reserved for the worker (held: the ones
+// sqlSuccessorsLock found, with their queues), or is freed (credited,
+// promoted, handed off) when the chain ends without one, with the last
+// outcome's Ahead. It is not freed at all (false) when an outcome of the
+// chain was stale: a step after it ran in the slot with no claim of its
+// own, so the slot stays taken; an under-credit, which the reconciler
+// repairs.
+func (ch outcomeChains) pass(outcomes []store.Outcome, results []store.OutcomeResult, o store.Outcome,
+	f freedSlot, held map[string]string) (freedSlot, bool) {
+	last := o
+	for nx := ch.next[o.ID]; nx != ""; nx = ch.next[last.ID] {
+		i, in := ch.index[nx]
+		if !in {
+			if q, ok := held[nx]; ok {
+				f.successor, f.queue = nx, q
+			}
+			break
+		}
+		if results[i].Stale {
+			return f, false
+		}
+		last = outcomes[i]
+	}
+	f.ahead = clampAhead(last.Ahead)
+	return f, true
+}
+
+// aheadMax bounds store.Outcome.Ahead: the most successors a row gets
+// reserved at once.
+const aheadMax = 4
+
+func clampAhead(n int) int { return min(max(n, 0), aheadMax) }
 
 // handOffReads are the reads a hand-off decides on, queued on the outcome
 // transaction's first batch after the outcomes are applied (see
@@ -299,7 +367,7 @@ type handOffReads struct {
 // takes them) and which still execute, their gate keys' limits and
 // counters (read, not locked: a hand-off does not write them), and the
 // keys' next waiting rows, locked with SKIP LOCKED.
-func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, h *store.HandOff) *handOffReads {
+func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, h *store.HandOff) *handOffReads {
 	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
 	uids := uuidArg(ids)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
@@ -330,9 +398,11 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, h *store.HandOff) 
 		})
 		return err
 	})
-	per := 1 // candidates per row holding a key: its hand-off, and its successor's
+	per := 1 // candidates per row holding a key: its hand-off, and its successors
 	if h.Reserve {
-		per = 2
+		for _, o := range outcomes {
+			per = max(per, 1+clampAhead(o.Ahead))
+		}
 	}
 	b.Queue(s.q(sqlHandOffCandidates), uids, per).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
@@ -362,9 +432,9 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	for _, f := range freed {
 		switch {
 		case f.successor != "":
-			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue})
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue, Ahead: f.ahead})
 		case r != nil && f.key != "" && slices.Contains(r.keys, f.key):
-			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard})
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Ahead: f.ahead})
 		default:
 			rest = append(rest, f)
 		}

@@ -14,7 +14,10 @@ const (
 	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
 	// name leaves the status NULL, which the NOT NULL constraint refuses.
 	// The claim's status is compared under "C" (see sql.go: the lookup by
-	// id must not take instances_active).
+	// id must not take instances_active). An outcome of a reserved row
+	// whose predecessor's outcome is in the batch ($21: see outcomeChains)
+	// is guarded by its reservation instead: blocked, with the worker and
+	// fence.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -61,15 +64,16 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
-                  $20::bool[])
+                  $20::bool[], $21::bool[])
                 WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
                                      key_intent, await_signal, timeout_at, result, error, children,
-                                     delay_us, timeout_us, hand_back, ord)
+                                     delay_us, timeout_us, hand_back, chained, ord)
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
           SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
-          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status = 'executing' COLLATE "C"
+          WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence
+            AND c.status COLLATE "C" = CASE WHEN x.chained THEN 'blocked' ELSE 'executing' END
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
