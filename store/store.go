@@ -902,9 +902,10 @@ type TxInserter interface {
 type HandOffer interface {
 	// CompleteHandOff is Complete, handing freed slots off as h allows; it
 	// returns the rows handed to worker, claimed under h.Lease, in the
-	// order their slots were freed (outcomes' successors first), then the
-	// reservations made (h.Reserve). With no room and no successors it is
-	// Complete.
+	// order their slots were freed (outcomes' successors first, with only
+	// their ID, Fence, Queue and Status: the worker has the rest from the
+	// reservation), then the reservations made (h.Reserve). With no room
+	// and no successors it is Complete.
 	CompleteHandOff(ctx context.Context, worker string, outcomes []Outcome, now time.Time, h HandOff) ([]OutcomeResult, []Claimed, error)
 }
 

@@ -667,9 +667,9 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	e := s.e
 	batch := make([]store.Outcome, len(items))
-	room := map[string]int{}      // executor slots this flush holds, per queue
-	running := map[string]bool{}  // successors already running, passed a slot by this batch
-	attached := map[string]bool{} // successors attached here, to run once passed a slot
+	room := map[string]int{}               // executor slots this flush holds, per queue
+	running := map[string]bool{}           // successors already running, passed a slot by this batch
+	attached := map[string]store.Claimed{} // successors attached here, to run once passed a slot
 	for i, it := range items {
 		batch[i] = it.o
 		if it.successor != "" {
@@ -677,9 +677,9 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		}
 		if withSlots && it.slot {
 			room[it.queue]++
-			if ref, ok := s.attachSuccessor(it.o.ID); ok {
-				batch[i].Successor = ref
-				attached[ref.ID] = true
+			if c, ok := s.attachSuccessor(it.o.ID); ok {
+				batch[i].Successor = store.ClaimRef{ID: c.ID, Fence: c.Fence}
+				attached[c.ID] = c
 			}
 		}
 	}
@@ -709,7 +709,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 				ho.Room[name] = n
 			}
 			for _, o := range batch {
-				if attached[o.Successor.ID] {
+				if _, ok := attached[o.Successor.ID]; ok {
 					ho.Room[queueOf(items, o.ID)]--
 				}
 			}
@@ -732,7 +732,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			for _, c := range cs {
 				got[c.ID] = true
 			}
-			for q, n := range s.handed(cs, running, validUntil) {
+			for q, n := range s.handed(cs, running, attached, validUntil) {
 				room[q] -= n
 				passed += n
 			}
@@ -811,7 +811,7 @@ func (s *Scheduler) depth(items []flushItem) int {
 	if step <= 0 || flush <= 0 {
 		return 1
 	}
-	return int(min(4, 1+(flush+step-1)/step))
+	return int(min(8, 2+(flush+step-1)/step))
 }
 
 // chainEnd follows the slot of claim id to the last reservation queued in
@@ -854,7 +854,7 @@ func queueOf(items []flushItem, id string) string {
 // is on its way with its executor slot: the outcome names it, and the
 // reservation runs in that slot once the outcome commits. One that cannot
 // run (lost, canceled, the engine stopping) is released instead.
-func (s *Scheduler) attachSuccessor(id string) (store.ClaimRef, bool) {
+func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
 	s.mu.Lock()
 	c, ok := s.succ[id]
 	delete(s.succ, id)
@@ -868,7 +868,7 @@ func (s *Scheduler) attachSuccessor(id string) (store.ClaimRef, bool) {
 	if ok && !runnable {
 		s.release([]store.ClaimRef{ref})
 	}
-	return ref, runnable
+	return c, runnable
 }
 
 // successorRefused handles a successor whose predecessor's outcome did not
@@ -890,11 +890,12 @@ func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 
 // handed takes the rows a flush's hand-off returned: reservations wait
 // in succ for the step they follow; successors already running have their
-// slot now (their lease is their own again); every other row goes to an
-// executor, taking an executor slot the flush held, or, once Stop has
+// slot now (their lease is their own again); every other row (a hand-off,
+// or a successor attached to its predecessor's outcome, which goes as it
+// was reserved) goes to an executor, taking an executor slot the flush held, or, once Stop has
 // closed the work channels, back to the store. It returns how many rows
 // went to executors, per queue.
-func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, validUntil time.Time) map[string]int {
+func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached map[string]store.Claimed, validUntil time.Time) map[string]int {
 	dispatched := map[string]int{}
 
 	s.workMu.Lock()
@@ -925,6 +926,10 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, validUnt
 		case closed:
 			back = append(back, ref) // its executor slot is given back with the others
 		default:
+			if a, ok := attached[c.ID]; ok {
+				c = a // the store returns a successor's id only
+				c.Status = store.StatusExecuting
+			}
 			dispatched[c.Queue]++
 			s.queues[c.Queue].work <- c // never blocks: busy counted the slot
 		}

@@ -347,9 +347,36 @@ func (ch outcomeChains) pass(outcomes []store.Outcome, results []store.OutcomeRe
 
 // aheadMax bounds store.Outcome.Ahead: the most successors a row gets
 // reserved at once.
-const aheadMax = 4
+const aheadMax = 8
 
 func clampAhead(n int) int { return min(max(n, 0), aheadMax) }
+
+// candidateWants is, for each contended outcome of ids, how many of its
+// key's waiting rows a hand-off may need for it: one for the row its slot
+// may be handed to when it names no successor, and, with h.Reserve, its
+// Ahead when it ends its chain (see outcomeChains.pass: only the chain's
+// last outcome's Ahead counts).
+func candidateWants(ids []string, outcomes []store.Outcome, h *store.HandOff) []int32 {
+	byID := make(map[string]store.Outcome, len(outcomes))
+	for _, o := range outcomes {
+		byID[o.ID] = o
+	}
+	wants := make([]int32, len(ids))
+	for i, id := range ids {
+		o := byID[id]
+		nx, last := o.Successor.ID, true
+		if _, in := byID[nx]; nx != "" && in {
+			last = false
+		}
+		if nx == "" {
+			wants[i]++
+		}
+		if h.Reserve && last {
+			wants[i] += int32(clampAhead(o.Ahead))
+		}
+	}
+	return wants
+}
 
 // handOffReads are the reads a hand-off decides on, queued on the outcome
 // transaction's first batch after the outcomes are applied (see
@@ -398,13 +425,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		})
 		return err
 	})
-	per := 1 // candidates per row holding a key: its hand-off, and its successors
-	if h.Reserve {
-		for _, o := range outcomes {
-			per = max(per, 1+clampAhead(o.Ahead))
-		}
-	}
-	b.Queue(s.q(sqlHandOffCandidates), uids, per).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffCandidates), uids, candidateWants(ids, outcomes, h)).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
 			r.waiting = append(r.waiting, w)
@@ -471,7 +492,15 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	}
 	if len(plan.Successions) > 0 {
 		ids, shards := admittedArrays(plan.Successions)
-		b.Queue(s.q(sqlSucceed), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(scan(nil))
+		b.Queue(s.q(sqlSucceed), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(func(rows pgx.Rows) error {
+			var c store.Claimed
+			_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Fence, &c.Queue}, func() error {
+				c.Status, c.Contended = store.StatusExecuting, true
+				*claimed = append(*claimed, c)
+				return nil
+			})
+			return err
+		})
 	}
 	if len(plan.HandOffs) > 0 {
 		ids, shards := admittedArrays(plan.HandOffs)

@@ -130,10 +130,9 @@ FROM held h JOIN {schema}.limits l ON l.name = split_part(h.key, ':', 1)
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 
-	// sqlHandOffCandidates locks and returns the first n × $2 waiting rows
-	// (ready or blocked, not reserved) of each held key, n being how many
-	// of the rows hold it ($2 = 2 when each row made executing may reserve
-	// a successor), in the key's line (queue, priority, round: the order of
+	// sqlHandOffCandidates locks and returns the first n waiting rows
+	// (ready or blocked, not reserved) of each held key, n being the sum
+	// of the wants $2 of the rows $1 that hold it (see candidateWants), in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
 	// long line; a key's rows of one queue and priority have distinct
 	// rounds), skipping rows others hold, like sqlPromote; a ready row of
@@ -148,13 +147,15 @@ ORDER BY h.key, s.shard`
 	// that ends at the first row of another key), and the keyless head
 	// (one probe).
 	sqlHandOffCandidates = `
-WITH ` + heldKeys + `,
+WITH held AS (SELECT i.key, sum(w.n)::int AS n
+              FROM unnest($1::uuid[], $2::int[]) AS w(id, n) JOIN {schema}.instances i ON i.id = w.id
+              WHERE i.id = ANY ($1::uuid[]) AND i.key IS NOT NULL GROUP BY i.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
     CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
-                        ORDER BY queue, priority, round LIMIT f.n * $2 FOR NO KEY UPDATE SKIP LOCKED) b),
+                        ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 g AS (
     SELECT g.key, g.queue, g.priority,
            (SELECT r.round FROM {schema}.instances r
@@ -213,17 +214,19 @@ ORDER BY i.id FOR UPDATE OF i`
 	// sqlSuccessorsLock) executing, each with the slot its predecessor's
 	// outcome freed (shard $4[i]; -1: a K = 1 key), under a lease of $3 µs
 	// from $5; the fence stays the reservation's, under which the worker
-	// may already run the step. It returns them like sqlClaim.
+	// may already run the step. It returns their ids, fences and queues
+	// (the worker has the rest from the reservations).
 	sqlSucceed = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i
     SET status = 'executing', lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
-    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+    FROM unnest($1::uuid[], $4::int[]) AS a(id, shard), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.worker = $2 AND i.status = 'blocked'
-    RETURNING i.*, a.ord
-)` + claimedRows
+    RETURNING i.id::text, i.fence, i.queue
+)
+SELECT * FROM c`
 
 	// sqlReserve reserves waiting rows (locked by sqlHandOffCandidates) for
 	// worker $2 as successors (store.Claimed.After): blocked, so that no
