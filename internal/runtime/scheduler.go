@@ -550,18 +550,21 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 func (s *Scheduler) takeSuccessor(id string, pred *claimState, toRelease *[]store.ClaimRef) *running {
 	s.mu.Lock()
 	c, ok := s.succ[id]
-	delete(s.succ, id)
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	var r *running
+	var refused []store.ClaimRef
 	if st := s.inflight[c.ID]; ok && st != nil && st.ref == ref && !st.lost && !st.canceled &&
 		!s.stopping.Load() && !pred.lost {
+		delete(s.succ, id)
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel, st.pred = cancel, pred
 		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
 		s.moved[id] = c.ID
+	} else if ok {
+		refused = s.popChain(id) // the rest of the chain would run in this slot
 	}
 	s.mu.Unlock()
-	if ok && r == nil {
+	for _, ref := range refused {
 		s.giveBack(ref, toRelease)
 	}
 	return r
@@ -577,16 +580,27 @@ func (s *Scheduler) giveBack(ref store.ClaimRef, toRelease *[]store.ClaimRef) {
 	s.release([]store.ClaimRef{ref})
 }
 
-// dropSuccessor releases the reservation made for claim id, if any: that
-// claim's step will not run here.
+// dropSuccessor releases the reservations queued after claim id, if any:
+// that claim's step will not run here, nor will they.
 func (s *Scheduler) dropSuccessor(id string, toRelease *[]store.ClaimRef) {
 	s.mu.Lock()
-	c, ok := s.succ[id]
-	delete(s.succ, id)
+	refs := s.popChain(id)
 	s.mu.Unlock()
-	if ok {
-		s.giveBack(store.ClaimRef{ID: c.ID, Fence: c.Fence}, toRelease)
+	for _, r := range refs {
+		s.giveBack(r, toRelease)
 	}
+}
+
+// popChain removes the reservations queued after id from succ and returns
+// them (s.mu held).
+func (s *Scheduler) popChain(id string) []store.ClaimRef {
+	var refs []store.ClaimRef
+	for c, ok := s.succ[id]; ok; c, ok = s.succ[id] {
+		delete(s.succ, id)
+		refs = append(refs, store.ClaimRef{ID: c.ID, Fence: c.Fence})
+		id = c.ID
+	}
+	return refs
 }
 
 // flushItem is an outcome on its way to a flusher, with the queue whose
@@ -749,6 +763,11 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			for _, o := range b {
 				inBatch[o.ID] = true
 			}
+			for i, o := range b {
+				if inBatch[o.Successor.ID] && !res[i].Stale {
+					passed++ // its slot went on along a chain in the batch
+				}
+			}
 			s.mu.Lock()
 			for _, o := range b {
 				delete(s.moved, o.ID)
@@ -857,17 +876,18 @@ func queueOf(items []flushItem, id string) string {
 func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
 	s.mu.Lock()
 	c, ok := s.succ[id]
-	delete(s.succ, id)
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	st := s.inflight[c.ID]
 	runnable := ok && st != nil && st.ref == ref && !st.lost && !st.canceled && !s.stopping.Load()
+	var refused []store.ClaimRef
 	if runnable {
+		delete(s.succ, id)
 		s.moved[id] = c.ID
+	} else if ok {
+		refused = s.popChain(id)
 	}
 	s.mu.Unlock()
-	if ok && !runnable {
-		s.release([]store.ClaimRef{ref})
-	}
+	s.release(refused)
 	return c, runnable
 }
 
@@ -877,7 +897,10 @@ func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
 // attached one, not started, is released.
 func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 	if !running {
-		s.release([]store.ClaimRef{ref})
+		s.mu.Lock()
+		refs := append([]store.ClaimRef{ref}, s.popChain(ref.ID)...)
+		s.mu.Unlock()
+		s.release(refs)
 		return
 	}
 	s.mu.Lock()
@@ -892,9 +915,9 @@ func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 // in succ for the step they follow; successors already running have their
 // slot now (their lease is their own again); every other row (a hand-off,
 // or a successor attached to its predecessor's outcome, which goes as it
-// was reserved) goes to an executor, taking an executor slot the flush held, or, once Stop has
-// closed the work channels, back to the store. It returns how many rows
-// went to executors, per queue.
+// was reserved) goes to an executor, taking an executor slot the flush
+// held, or, once Stop has closed the work channels, back to the store. It
+// returns how many rows went to executors, per queue.
 func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached map[string]store.Claimed, validUntil time.Time) map[string]int {
 	dispatched := map[string]int{}
 

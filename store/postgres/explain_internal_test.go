@@ -64,8 +64,11 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"hand-off lock":       {sqlHandOffLock, []any{ids, int64(1)}},
 		"hand-off busy":       {sqlHandOffBusy, []any{ids}},
 		"hand-off gates":      {sqlHandOffGates, []any{ids}},
-		"hand-off candidates": {sqlHandOffCandidates, []any{ids}},
+		"hand-off candidates": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids))}},
 		"hand-off":            {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil}},
+		"successors lock":     {sqlSuccessorsLock, []any{ids, fences, "w"}},
+		"succeed":             {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
+		"reserve":             {sqlReserve, []any{ids, "w", int64(60e6), nil}},
 		"promote":             {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
 		"stranded":            {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
 		"heartbeat":           {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
@@ -98,6 +101,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			tx, err := s.pool.Begin(ctx)
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed check must not hold the pool's connection
 			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
 			require.NoError(t, err)
 			if !outsideBatch[name] {
@@ -132,7 +136,8 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 // filtering; a partial index of executing rows still grows with the
 // fleet's concurrency, not with the batch).
 var byID = map[string]bool{"complete apply": true, "claim": true, "hand-off": true, "hand-off lock": true,
-	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true}
+	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true,
+	"successors lock": true, "succeed": true, "reserve": true}
 
 // unboundedIndexScans returns the index scans of instances in an EXPLAIN
 // text plan that have no Index Cond.
