@@ -13,5 +13,6 @@ func TestWallClockPostgres(t *testing.T) {
 			s, _ := pgStore(t)
 			return s
 		},
+		Reserves: true,
 	})
 }

@@ -66,6 +66,13 @@ func (r *Recorder) Exit(key string) {
 	r.mu.Unlock()
 }
 
+// Running is how many steps of key run now.
+func (r *Recorder) Running(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur[key]
+}
+
 // Violations returns every time a key exceeded its K.
 func (r *Recorder) Violations() []string {
 	r.mu.Lock()

@@ -3,6 +3,8 @@ package enginetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -89,6 +91,35 @@ func (h *holder) workflow() *durable.Workflow[holdState] {
 	return wf
 }
 
+// waitFor polls cond every 2 ms until it holds (true) or d has passed.
+func waitFor(cond func() bool, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// timeline describes, for a failure message, when each step started,
+// saw its context end and ended, relative to at.
+func (h *holder) timeline(at time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for tag, st := range h.started {
+		fmt.Fprintf(&b, "\n  %s: started %v", tag, st.Sub(at).Round(time.Millisecond))
+		if o, ok := h.observed[tag]; ok {
+			fmt.Fprintf(&b, ", cancelled %v", o.Sub(at).Round(time.Millisecond))
+		}
+		if e, ok := h.ended[tag]; ok {
+			fmt.Fprintf(&b, ", ended %v", e.Sub(at).Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, ", runs %d", h.runs[tag])
+	}
+	return b.String()
+}
+
 func (h *holder) when(m map[string]time.Time, tag string) (time.Time, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -112,6 +143,10 @@ type WallClockOptions struct {
 	// NewStore returns a store shared by the engines of one test (called
 	// once per test).
 	NewStore func(t *testing.T) store.Store
+	// Reserves says that the store reserves successors (see
+	// store.HandOff.Reserve), whose steps start in their predecessors'
+	// slots before the rows pass them the slot: the successor tests run.
+	Reserves bool
 }
 
 // WallClock runs every wall-clock test against the backend.
@@ -128,6 +163,11 @@ func WallClock(t *testing.T, o WallClockOptions) {
 	t.Run("a heartbeat answer about an earlier claim does not touch the next one", func(t *testing.T) {
 		wallClockHeartbeatRace(t, o)
 	})
+	if o.Reserves {
+		t.Run("a successor running in its predecessor's slot stops before that claim's lease ends", func(t *testing.T) {
+			wallClockSuccessorCutOff(t, o)
+		})
+	}
 }
 
 func newWallEngine(t *testing.T, cfg durable.Config, defs ...durable.Definition) *durable.Engine {
@@ -311,6 +351,80 @@ func wallClockCutOff(t *testing.T, o WallClockOptions) {
 	}, 20*time.Second, 5*time.Millisecond, "the step never ran again elsewhere")
 	in := waitTerminal(t, b, id)
 	require.Equal(t, store.StatusDone, in.Status)
+	require.Empty(t, h.rec.Violations())
+}
+
+// successorCutStore is a cutStore that hands slots off, and cuts itself
+// off from its engine at the first outcome that would pass its slot to a
+// successor already running in it: the rows still give the slot to the
+// predecessor, whose lease can no longer be renewed.
+type successorCutStore struct {
+	*cutStore
+	ho      store.HandOffer
+	tripped atomic.Bool
+}
+
+func (c *successorCutStore) CompleteHandOff(ctx context.Context, w string, outs []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	for _, o := range outs {
+		if o.Successor.ID != "" && !c.tripped.Swap(true) {
+			c.cut.Store(true)
+		}
+	}
+	if c.cut.Load() {
+		return nil, nil, errCut
+	}
+	return c.ho.CompleteHandOff(ctx, w, outs, now, h)
+}
+
+// wallClockSuccessorCutOff: engine A works a backlog of one K = 1 key,
+// steps of 1.5 s, with a 1 s lease. Once it hands the key's slot off and
+// reserves successors, a successor starts in its predecessor's slot the
+// moment that step ends, before the outcome that passes the slot commits;
+// the store is cut off right then. The successor runs on in the slot the
+// rows still give the predecessor, whose lease nobody renews: A must
+// cancel it before that lease can have expired. Engine B then reaps the claim
+// and the reservations and runs everything, never while a body of A's
+// still runs.
+func wallClockSuccessorCutOff(t *testing.T, o WallClockOptions) {
+	st := o.NewStore(t)
+	ho, ok := st.(store.HandOffer)
+	require.True(t, ok, "Reserves is set but the store does not hand slots off")
+	h := newHolder(gate.Limits{}, 0)
+	cut := &successorCutStore{cutStore: &cutStore{Store: st}, ho: ho}
+	lease := time.Second
+	k := gate.Identity("acct", "succ")
+	a := newWallEngine(t, durable.Config{Store: cut, WorkerID: "wall-succ", Lease: lease, PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)}, h.workflow())
+	t.Cleanup(func() { cut.cut.Store(false) })
+	ctx := t.Context()
+	var ids []string
+	for i := range 4 {
+		id, err := a.Insert(ctx, "hold", holdState{Tag: fmt.Sprint(i), Hold: 3 * lease / 2}, durable.InsertOptions{Key: k})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.Eventually(t, cut.tripped.Load, 20*time.Second, time.Millisecond, "no successor ever started")
+	cutAt := time.Now()
+
+	// Every body of A's ends before the lease of the claim whose slot it
+	// runs in can have expired.
+	stopped := func() bool {
+		h.mu.Lock()
+		cancelled := len(h.observed)
+		h.mu.Unlock()
+		return cancelled > 0 && h.rec.Running(k.String()) == 0
+	}
+	if !waitFor(stopped, 3*time.Second) {
+		t.Fatalf("the cut-off engine's successor was never cancelled, or ran on:%s", h.timeline(cutAt))
+	}
+	require.Less(t, time.Since(cutAt), lease, "A's last body ended before the lease can have expired")
+
+	b := newWallEngine(t, durable.Config{Store: st, WorkerID: "wall-succ-other", Lease: 30 * time.Second,
+		PollInterval: 20 * time.Millisecond, ReaperInterval: 50 * time.Millisecond}, h.workflow())
+	for _, id := range ids {
+		in := waitTerminal(t, b, id)
+		require.Equal(t, store.StatusDone, in.Status)
+	}
 	require.Empty(t, h.rec.Violations())
 }
 
