@@ -99,9 +99,6 @@ type claimState struct {
 	pred *claimState
 }
 
-// started reports whether an executor began the claim's step.
-func (st *claimState) started() bool { return st.cancel != nil }
-
 // stop cancels the claim's step context, if its step has started.
 func (st *claimState) stop() {
 	if st.cancel != nil {
