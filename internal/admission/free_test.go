@@ -114,3 +114,81 @@ func TestFree(t *testing.T) {
 		})
 	}
 }
+
+func TestFreeReservations(t *testing.T) {
+	reserve := func(mut func(*FreeState)) FreeState {
+		return freeState(func(st *FreeState) {
+			st.Reserve = true
+			if mut != nil {
+				mut(st)
+			}
+		})
+	}
+	line := []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1"), waiting("r3", "a:1"), waiting("r4", "a:1")}
+	for _, tc := range []struct {
+		name     string
+		freed    []Freed
+		waiting  []Waiting
+		st       FreeState
+		succeed  []Admitted
+		handed   []Admitted
+		reserved []Reservation
+		rest     []Freed
+	}{
+		{name: "a hand-off reserves Ahead of the key's next rows for the row handed the slot, in line",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 2}}, waiting: line, st: reserve(nil),
+			handed:   []Admitted{{ID: "r1", Shard: -1}},
+			reserved: []Reservation{{ID: "r2", After: "r1"}, {ID: "r3", After: "r1"}}},
+		{name: "without Reserve, no reservation",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 2}}, waiting: line, st: freeState(nil),
+			handed: []Admitted{{ID: "r1", Shard: -1}}},
+		{name: "a successor takes its slot and gets the next rows reserved",
+			freed: []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 1}}, waiting: line, st: reserve(nil),
+			succeed: []Admitted{{ID: "s", Shard: -1}}, reserved: []Reservation{{ID: "r1", After: "s"}}},
+		{name: "a successor takes its slot even when the slot would not pass, but gets nothing reserved",
+			freed: []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 2}}, waiting: line,
+			st:      reserve(func(st *FreeState) { st.Busy["a:1"] = true }),
+			succeed: []Admitted{{ID: "s", Shard: -1}}},
+		{name: "a successor takes its slot with no room in its queue",
+			freed: []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q"}}, waiting: line,
+			st:      reserve(func(st *FreeState) { st.Room = map[string]int{} }),
+			succeed: []Admitted{{ID: "s", Shard: -1}}},
+		{name: "a row of another queue ends the reservations",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
+			waiting: []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1"),
+				{ID: "r3", Key: "a:1", Queue: "other", Workflow: "wf", InTurn: true}, waiting("r4", "a:1")},
+			st:       reserve(func(st *FreeState) { st.Room["other"] = 1 }),
+			handed:   []Admitted{{ID: "r1", Shard: -1}},
+			reserved: []Reservation{{ID: "r2", After: "r1"}}},
+		{name: "a row out of turn ends the reservations",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
+			waiting: []Waiting{waiting("r1", "a:1"),
+				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "wf"}, waiting("r3", "a:1")},
+			st: reserve(nil), handed: []Admitted{{ID: "r1", Shard: -1}}},
+		{name: "a workflow the worker does not run ends the reservations",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
+			waiting: []Waiting{waiting("r1", "a:1"),
+				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "unknown", InTurn: true}},
+			st:     reserve(func(st *FreeState) { st.Workflows = []string{"wf"} }),
+			handed: []Admitted{{ID: "r1", Shard: -1}}},
+		{name: "gate slots: each row handed a slot gets its own reservations, in slot order",
+			freed:    []Freed{{Key: "g:1", Shard: 0, Ahead: 1}, {Key: "g:1", Shard: 1, Ahead: 1}},
+			waiting:  []Waiting{waiting("g1", "g:1"), waiting("g2", "g:1"), waiting("g3", "g:1"), waiting("g4", "g:1")},
+			st:       reserve(withGate("g:1", 2, 2)),
+			handed:   []Admitted{{ID: "g1", Shard: 0}, {ID: "g2", Shard: 1}},
+			reserved: []Reservation{{ID: "g3", After: "g1"}, {ID: "g4", After: "g2"}}},
+		{name: "a gate shard the lowered limit no longer has passes to its successor, and reserves nothing",
+			freed:   []Freed{{Key: "g:1", Shard: 1, Successor: "s", Queue: "q", Ahead: 2}},
+			waiting: []Waiting{waiting("g1", "g:1")},
+			st:      reserve(withGate("g:1", 1, 1)),
+			succeed: []Admitted{{ID: "s", Shard: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Free(tc.freed, tc.waiting, tc.st)
+			require.Equal(t, tc.succeed, p.Successions, "successions")
+			require.Equal(t, tc.handed, p.HandOffs, "hand-offs")
+			require.Equal(t, tc.reserved, p.Reserved, "reserved")
+			require.Equal(t, tc.rest, p.Rest, "rest")
+		})
+	}
+}
