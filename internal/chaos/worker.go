@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -135,6 +136,14 @@ func RunWorker(ctx context.Context, c WorkerConfig) error {
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Stop must return by its deadline; if it has not a while after, the
+	// goroutines go to stderr (out-<proc>.log) before the controller kills
+	// the process.
+	hung := time.AfterFunc(35*time.Second, func() {
+		fmt.Fprintln(os.Stderr, "stop still running 5s past its deadline; goroutines:")
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	})
+	defer hung.Stop()
 	if err := e.Stop(stopCtx); err != nil {
 		return fmt.Errorf("worker %s: stop: %w", c.Proc, err)
 	}

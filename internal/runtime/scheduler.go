@@ -63,15 +63,15 @@ type Scheduler struct {
 	mu       sync.Mutex
 	inflight map[string]*claimState
 	// succ holds the reservations hand-off flushes made (store.Claimed.After)
-	// as chains: by the id of the claim or reservation whose step each
-	// runs after, in the same slot, until an executor (that step ended) or
+	// as chains: by the claim or reservation (id and fence: an instance
+	// runs many steps) whose step each runs after, in the same slot, until an executor (that step ended) or
 	// a flusher (that step's outcome is on its way without it) takes it.
-	succ map[string]store.Claimed
+	succ map[store.ClaimRef]store.Claimed
 	// moved links a claim or reservation whose step ended to the
 	// reservation that went on in its slot, until its outcome commits: a
 	// flush in flight may still reserve successors after it, and those go
 	// to the end of the slot's chain.
-	moved map[string]string
+	moved map[store.ClaimRef]store.ClaimRef
 	// flushNanos is a moving average of how long a flush of contended
 	// outcomes takes (see depth).
 	flushNanos atomic.Int64
@@ -161,7 +161,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		succ: map[string]store.Claimed{}, moved: map[string]string{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+		succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -206,9 +206,36 @@ func (s *Scheduler) WakeAll() {
 	}
 }
 
-// Start starts the loops: pick loops, executors, flusher, heartbeat,
-// lease watchdog, maintenance, schedules and notifications.
+// listenWait bounds how long Start waits for the store's notifications to
+// be listened to before the first claim (see Start).
+const listenWait = 20 * time.Millisecond
+
+// Start starts the loops: notifications, pick loops, executors, flusher,
+// heartbeat, lease watchdog, maintenance and schedules. A store whose Listen
+// registers and returns at once (the memory store) is listened to before
+// the first claim, so that no cancel of a step this engine runs goes
+// unheard; one whose Listen connects and then blocks (PostgreSQL) gets
+// listenWait, after which a cancel sent meanwhile reaches the step at its
+// next heartbeat.
 func (s *Scheduler) Start() {
+	if n, ok := s.e.st.(store.Notifier); ok {
+		returned := make(chan struct{})
+		s.bgWG.Add(1)
+		go func() {
+			defer s.bgWG.Done()
+			err := n.Listen(s.bgCtx, s.notified)
+			close(returned)
+			if err != nil && s.bgCtx.Err() == nil {
+				s.e.log.Warn("notifications stopped; falling back to polling", "err", err)
+			}
+		}()
+		t := time.NewTimer(listenWait)
+		select {
+		case <-returned:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	for _, q := range s.queues {
 		for i := 0; i < q.n; i++ {
 			s.execWG.Add(1)
@@ -229,16 +256,6 @@ func (s *Scheduler) Start() {
 	if s.e.cfg.Schedules {
 		s.bgWG.Add(1)
 		go s.scheduleLoop()
-	}
-	if n, ok := s.e.st.(store.Notifier); ok {
-		s.bgWG.Add(1)
-		go func() {
-			defer s.bgWG.Done()
-			err := n.Listen(s.bgCtx, s.notified)
-			if err != nil && s.bgCtx.Err() == nil {
-				s.e.log.Warn("notifications stopped; falling back to polling", "err", err)
-			}
-		}()
 	}
 }
 
@@ -280,9 +297,9 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		// Reservations made for steps that will not run here.
 		s.mu.Lock()
 		var left []store.ClaimRef
-		for id, c := range s.succ {
+		for ref, c := range s.succ {
 			left = append(left, store.ClaimRef{ID: c.ID, Fence: c.Fence})
-			delete(s.succ, id)
+			delete(s.succ, ref)
 		}
 		s.mu.Unlock()
 		s.release(left)
@@ -440,6 +457,7 @@ func (s *Scheduler) untrack(id string, fence int64) {
 	if st := s.inflight[id]; st != nil && st.ref.Fence == fence {
 		delete(s.inflight, id)
 	}
+	delete(s.moved, store.ClaimRef{ID: id, Fence: fence})
 	s.mu.Unlock()
 }
 
@@ -493,7 +511,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	default:
 		*toRelease = append(*toRelease, ref)
 	}
-	s.dropSuccessor(c.ID, toRelease)
+	s.dropSuccessor(ref, toRelease)
 	q.busy.Add(-1)
 	q.wake()
 	return nil
@@ -516,7 +534,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		// Cut short by the stop deadline: not the step's fault, so the
 		// claim goes back with its attempt unchanged.
 		*toRelease = append(*toRelease, ref)
-		s.dropSuccessor(c.ID, toRelease)
+		s.dropSuccessor(ref, toRelease)
 	case !c.Contended:
 		s.flushCh <- flushItem{o: out, queue: q.name}
 	default:
@@ -526,7 +544,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		// the flush of its outcome, as the slot the outcome frees will
 		// likely be handed straight back to this engine (see commit).
 		out.Contended = true
-		if next := s.takeSuccessor(c.ID, r.st, toRelease); next != nil {
+		if next := s.takeSuccessor(r.st, toRelease); next != nil {
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
 			s.handCh <- flushItem{o: out, queue: q.name, successor: next.c.ID}
 			return next
@@ -544,8 +562,9 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 // bound by pred's lease too, until the outcome that passes the slot to it
 // commits (see handed). A reservation that cannot run (lost, canceled,
 // the engine stopping, pred lost) is released instead.
-func (s *Scheduler) takeSuccessor(id string, pred *claimState, toRelease *[]store.ClaimRef) *running {
+func (s *Scheduler) takeSuccessor(pred *claimState, toRelease *[]store.ClaimRef) *running {
 	s.mu.Lock()
+	id := pred.ref
 	c, ok := s.succ[id]
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	var r *running
@@ -556,7 +575,7 @@ func (s *Scheduler) takeSuccessor(id string, pred *claimState, toRelease *[]stor
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel, st.pred = cancel, pred
 		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
-		s.moved[id] = c.ID
+		s.moved[id] = ref
 	} else if ok {
 		refused = s.popChain(id) // the rest of the chain would run in this slot
 	}
@@ -579,7 +598,7 @@ func (s *Scheduler) giveBack(ref store.ClaimRef, toRelease *[]store.ClaimRef) {
 
 // dropSuccessor releases the reservations queued after claim id, if any:
 // that claim's step will not run here, nor will they.
-func (s *Scheduler) dropSuccessor(id string, toRelease *[]store.ClaimRef) {
+func (s *Scheduler) dropSuccessor(id store.ClaimRef, toRelease *[]store.ClaimRef) {
 	s.mu.Lock()
 	refs := s.popChain(id)
 	s.mu.Unlock()
@@ -590,12 +609,12 @@ func (s *Scheduler) dropSuccessor(id string, toRelease *[]store.ClaimRef) {
 
 // popChain removes the reservations queued after id from succ and returns
 // them (s.mu held).
-func (s *Scheduler) popChain(id string) []store.ClaimRef {
+func (s *Scheduler) popChain(id store.ClaimRef) []store.ClaimRef {
 	var refs []store.ClaimRef
 	for c, ok := s.succ[id]; ok; c, ok = s.succ[id] {
 		delete(s.succ, id)
-		refs = append(refs, store.ClaimRef{ID: c.ID, Fence: c.Fence})
-		id = c.ID
+		id = store.ClaimRef{ID: c.ID, Fence: c.Fence}
+		refs = append(refs, id)
 	}
 	return refs
 }
@@ -688,7 +707,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		}
 		if withSlots && it.slot {
 			room[it.queue]++
-			if c, ok := s.attachSuccessor(it.o.ID); ok {
+			if c, ok := s.attachSuccessor(store.ClaimRef{ID: it.o.ID, Fence: it.o.Fence}); ok {
 				batch[i].Successor = store.ClaimRef{ID: c.ID, Fence: c.Fence}
 				attached[c.ID] = c
 			}
@@ -699,8 +718,8 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		s.mu.Lock()
 		for i := range batch {
 			batch[i].Ahead = d
-			if next := batch[i].Successor.ID; next != "" {
-				batch[i].Ahead = max(0, d-s.chainLen(next))
+			if batch[i].Successor.ID != "" {
+				batch[i].Ahead = max(0, d-s.chainLen(batch[i].Successor))
 			}
 		}
 		s.mu.Unlock()
@@ -765,11 +784,6 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 					passed++ // its slot went on along a chain in the batch
 				}
 			}
-			s.mu.Lock()
-			for _, o := range b {
-				delete(s.moved, o.ID)
-			}
-			s.mu.Unlock()
 			for _, o := range b {
 				s.untrack(o.ID, o.Fence)
 				if next := o.Successor; next.ID != "" && !got[next.ID] && !inBatch[next.ID] {
@@ -832,12 +846,16 @@ func (s *Scheduler) depth(items []flushItem) int {
 
 // chainEnd follows the slot of claim id to the last reservation queued in
 // it, through the reservations that took it over (moved) and those queued
-// (succ), and counts the latter (s.mu held).
-func (s *Scheduler) chainEnd(id string) (string, int) {
+// (succ), and counts the latter (s.mu held). It stops at a claim seen
+// twice (a link left by a claim that ended without its outcome
+// committing must not make it loop).
+func (s *Scheduler) chainEnd(id store.ClaimRef) (store.ClaimRef, int) {
 	n := 0
-	for {
+	seen := map[store.ClaimRef]bool{}
+	for !seen[id] {
+		seen[id] = true
 		if c, ok := s.succ[id]; ok {
-			id = c.ID
+			id = store.ClaimRef{ID: c.ID, Fence: c.Fence}
 			n++
 			continue
 		}
@@ -845,13 +863,14 @@ func (s *Scheduler) chainEnd(id string) (string, int) {
 			id = next
 			continue
 		}
-		return id, n
+		break
 	}
+	return id, n
 }
 
 // chainLen counts the reservations queued in the slot of claim id after
 // the step that runs in it (s.mu held).
-func (s *Scheduler) chainLen(id string) int {
+func (s *Scheduler) chainLen(id store.ClaimRef) int {
 	_, n := s.chainEnd(id)
 	return n
 }
@@ -870,7 +889,7 @@ func queueOf(items []flushItem, id string) string {
 // is on its way with its executor slot: the outcome names it, and the
 // reservation runs in that slot once the outcome commits. One that cannot
 // run (lost, canceled, the engine stopping) is released instead.
-func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
+func (s *Scheduler) attachSuccessor(id store.ClaimRef) (store.Claimed, bool) {
 	s.mu.Lock()
 	c, ok := s.succ[id]
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
@@ -879,7 +898,7 @@ func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
 	var refused []store.ClaimRef
 	if runnable {
 		delete(s.succ, id)
-		s.moved[id] = c.ID
+		s.moved[id] = ref
 	} else if ok {
 		refused = s.popChain(id)
 	}
@@ -895,7 +914,7 @@ func (s *Scheduler) attachSuccessor(id string) (store.Claimed, bool) {
 func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 	if !running {
 		s.mu.Lock()
-		refs := append([]store.ClaimRef{ref}, s.popChain(ref.ID)...)
+		refs := append([]store.ClaimRef{ref}, s.popChain(ref)...)
 		s.mu.Unlock()
 		s.release(refs)
 		return
@@ -917,34 +936,40 @@ func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 // returns how many rows went to executors, per queue.
 func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached map[string]store.Claimed, validUntil time.Time) map[string]int {
 	dispatched := map[string]int{}
-
 	s.workMu.Lock()
 	closed := s.workClosed
 	var back []store.ClaimRef
+	// Every row is tracked, and every reservation queued, before any row
+	// goes to an executor: one that cannot start gives its reservations
+	// back (see begin).
+	s.mu.Lock()
 	for _, c := range cs {
 		ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
-		s.mu.Lock()
-		st := s.inflight[c.ID]
-		if st != nil && st.ref == ref {
+		if st := s.inflight[c.ID]; st != nil && st.ref == ref {
 			st.validUntil = later(st.validUntil, validUntil)
 			if running[c.ID] {
 				st.pred = nil
 			}
 		} else {
-			st = &claimState{ref: ref, validUntil: validUntil}
-			s.inflight[c.ID] = st
+			s.inflight[c.ID] = &claimState{ref: ref, validUntil: validUntil}
 		}
-		if c.After != "" && !closed {
-			end, _ := s.chainEnd(c.After) // reservations run in the order made
-			s.succ[end] = c
+		if c.After == "" {
+			continue
 		}
-		s.mu.Unlock()
+		holder := s.inflight[c.After]
+		if closed || holder == nil {
+			back = append(back, ref) // nothing will run it here
+			continue
+		}
+		end, _ := s.chainEnd(holder.ref) // reservations run in the order made
+		s.succ[end] = c
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
 		switch {
-		case c.After != "" && closed:
-			back = append(back, ref)
 		case c.After != "", running[c.ID]:
 		case closed:
-			back = append(back, ref) // its executor slot is given back with the others
+			back = append(back, store.ClaimRef{ID: c.ID, Fence: c.Fence}) // its executor slot is given back with the others
 		default:
 			if a, ok := attached[c.ID]; ok {
 				c = a // the store returns a successor's id only
