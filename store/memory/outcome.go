@@ -219,6 +219,12 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	now = s.now(now)
 	taken := map[string]bool{}
 	for i, o := range outcomes {
+		if o.Successor.ID != "" {
+			// This store reserves no successors (HandOff.Reserve), so none
+			// can name one: freeing its slot could admit a row beside a
+			// step already running in it.
+			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w: it names a successor, and this store reserves none", i, o.ID, store.ErrInvalid)
+		}
 		// Children ids are only checked for current claims: a retried
 		// Complete whose spawn already committed is stale, not an error.
 		current := s.current(o.ID, worker, o.Fence) != nil

@@ -67,7 +67,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if len(outcomes) == 0 {
 		return nil, nil, nil
 	}
-	if err := validateOutcomes(outcomes); err != nil {
+	if err := validateOutcomes(outcomes, h != nil); err != nil {
 		return nil, nil, err
 	}
 	results := make([]store.OutcomeResult, len(outcomes))
@@ -296,10 +296,21 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func validateOutcomes(outcomes []store.Outcome) error {
+// validateOutcomes checks what PostgreSQL would refuse, or worse accept
+// wrongly: a successor (store.Outcome.Successor) passes only with a
+// hand-off (handOff), since Complete would free its slot under it.
+func validateOutcomes(outcomes []store.Outcome, handOff bool) error {
 	for i, o := range outcomes {
 		if _, err := uuid.Parse(o.ID); err != nil {
 			return fmt.Errorf("complete: %w: outcome %d: id %q is not a UUID", store.ErrInvalid, i, o.ID)
+		}
+		if nx := o.Successor.ID; nx != "" {
+			if !handOff {
+				return fmt.Errorf("complete: %w: outcome %d names a successor: only CompleteHandOff passes a slot on", store.ErrInvalid, i)
+			}
+			if _, err := uuid.Parse(nx); err != nil {
+				return fmt.Errorf("complete: %w: outcome %d: successor id %q is not a UUID", store.ErrInvalid, i, nx)
+			}
 		}
 		switch o.Kind {
 		case store.OutcomeReady, store.OutcomeDone, store.OutcomeFailed, store.OutcomeSpawn:

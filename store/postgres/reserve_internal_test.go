@@ -239,3 +239,16 @@ func TestReservationLostFreesTheSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestSuccessorOnlyWithHandOff: Complete, which cannot pass a slot on,
+// refuses an outcome that names a successor rather than free the slot
+// under a step that may run in it.
+func TestSuccessorOnlyWithHandOff(t *testing.T) {
+	ctx := context.Background()
+	s, holder, ids := reserveSetup(t, "acct:1", nil, 1)
+	o := doneOf(holder)
+	o.Successor = store.ClaimRef{ID: ids[0], Fence: 1}
+	_, err := s.Complete(ctx, "w", []store.Outcome{o}, time.Time{})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	require.Equal(t, store.StatusExecuting, rowOf(t, s, holder.ID).Status, "nothing committed")
+}
