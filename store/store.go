@@ -934,11 +934,14 @@ type HandOff struct {
 // without losing work or a cancel.
 type Notifier interface {
 	// Listen calls fn for every notification until ctx is done. fn must not
-	// block.
+	// block. It calls fn with the zero Notification each time it starts
+	// listening (again, after a lost connection): notifications sent before
+	// that may not have reached fn.
 	Listen(ctx context.Context, fn func(Notification)) error
 }
 
-// Notification is one message of a Notifier: exactly one field is set.
+// Notification is one message of a Notifier: at most one field is set
+// (none: the Notifier is listening now; see Listen).
 type Notification struct {
 	// Queue: work may be ready in this queue.
 	Queue string

@@ -60,6 +60,10 @@ type Scheduler struct {
 	workMu     sync.Mutex
 	workClosed bool
 
+	// listening is closed once the store's notifications are listened to.
+	listening  chan struct{}
+	listenOnce sync.Once
+
 	mu       sync.Mutex
 	inflight map[string]*claimState
 	// succ holds the reservations hand-off flushes made (store.Claimed.After)
@@ -161,7 +165,7 @@ func (q *queueRunner) wake() {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+		listening: make(chan struct{}), succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -180,6 +184,12 @@ func (s *Scheduler) Wake(queue string) {
 
 // notified handles a store notification.
 func (s *Scheduler) notified(n store.Notification) {
+	if n == (store.Notification{}) {
+		// Listening (again): what was notified meanwhile may be lost.
+		s.listenOnce.Do(func() { close(s.listening) })
+		s.WakeAll()
+		return
+	}
 	if n.Queue != "" {
 		s.Wake(n.Queue)
 	}
@@ -208,30 +218,30 @@ func (s *Scheduler) WakeAll() {
 
 // listenWait bounds how long Start waits for the store's notifications to
 // be listened to before the first claim (see Start).
-const listenWait = 20 * time.Millisecond
+const listenWait = 500 * time.Millisecond
 
 // Start starts the loops: notifications, pick loops, executors, flusher,
-// heartbeat, lease watchdog, maintenance and schedules. A store whose Listen
-// registers and returns at once (the memory store) is listened to before
-// the first claim, so that no cancel of a step this engine runs goes
-// unheard; one whose Listen connects and then blocks (PostgreSQL) gets
-// listenWait, after which a cancel sent meanwhile reaches the step at its
-// next heartbeat.
+// heartbeat, lease watchdog, maintenance and schedules. Notifications come
+// first: the first claim waits until the store listens (store.Notifier), so
+// that no cancel of a step this engine runs goes unheard, or for listenWait
+// at most (a store that cannot listen yet: such a cancel then reaches the
+// step at its next heartbeat).
 func (s *Scheduler) Start() {
 	if n, ok := s.e.st.(store.Notifier); ok {
-		returned := make(chan struct{})
+		failed := make(chan struct{})
 		s.bgWG.Add(1)
 		go func() {
 			defer s.bgWG.Done()
 			err := n.Listen(s.bgCtx, s.notified)
-			close(returned)
 			if err != nil && s.bgCtx.Err() == nil {
+				close(failed)
 				s.e.log.Warn("notifications stopped; falling back to polling", "err", err)
 			}
 		}()
 		t := time.NewTimer(listenWait)
 		select {
-		case <-returned:
+		case <-s.listening:
+		case <-failed:
 		case <-t.C:
 		}
 		t.Stop()

@@ -353,6 +353,7 @@ func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 		delete(s.listeners, id)
 		s.mu.Unlock()
 	})
+	fn(store.Notification{}) // listening from now on
 	return nil
 }
 

@@ -64,6 +64,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 		return err
 	}
 	connected()
+	fn(store.Notification{}) // listening from now on
 	for {
 		if s.closed.Load() {
 			return errStoreClosed
