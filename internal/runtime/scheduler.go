@@ -556,7 +556,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		out.Contended = true
 		if next := s.takeSuccessor(r.st, toRelease); next != nil {
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
-			s.handCh <- flushItem{o: out, queue: q.name, successor: next.c.ID}
+			s.handCh <- flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
 			return next
 		}
 		s.handCh <- flushItem{o: out, queue: q.name, slot: true}
@@ -639,7 +639,7 @@ type flushItem struct {
 	// whose executor did not go on with a successor). successor: the
 	// reservation the outcome passes its slot to, already running.
 	slot      bool
-	successor string
+	successor store.ClaimRef
 }
 
 // release returns claims that did not run to the store and forgets them.
@@ -707,19 +707,19 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	e := s.e
 	batch := make([]store.Outcome, len(items))
-	room := map[string]int{}               // executor slots this flush holds, per queue
-	running := map[string]bool{}           // successors already running, passed a slot by this batch
-	attached := map[string]store.Claimed{} // successors attached here, to run once passed a slot
+	room := map[string]int{}                       // executor slots this flush holds, per queue
+	running := map[store.ClaimRef]bool{}           // successors already running, passed a slot by this batch
+	attached := map[store.ClaimRef]store.Claimed{} // successors attached here, to run once passed a slot
 	for i, it := range items {
 		batch[i] = it.o
-		if it.successor != "" {
+		if it.successor.ID != "" {
 			running[it.successor] = true
 		}
 		if withSlots && it.slot {
 			room[it.queue]++
 			if c, ok := s.attachSuccessor(store.ClaimRef{ID: it.o.ID, Fence: it.o.Fence}); ok {
 				batch[i].Successor = store.ClaimRef{ID: c.ID, Fence: c.Fence}
-				attached[c.ID] = c
+				attached[refOf(c)] = c
 			}
 		}
 	}
@@ -749,7 +749,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 				ho.Room[name] = n
 			}
 			for _, o := range batch {
-				if _, ok := attached[o.Successor.ID]; ok {
+				if _, ok := attached[o.Successor]; ok {
 					ho.Room[queueOf(items, o.ID)]--
 				}
 			}
@@ -764,20 +764,20 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			}
 		}
 	}()
-	passed := 0 // outcomes whose slot went to a row this engine runs
-	got := map[string]bool{}
+	passed := 0                      // outcomes whose slot went to a row this engine runs
+	got := map[store.ClaimRef]bool{} // rows the store returned, by claim
 	_ = e.commitOutcomes(s.runCtx, batch, commitHooks{
 		handOff: ho,
 		handed: func(cs []store.Claimed, validUntil time.Time) {
 			for _, c := range cs {
-				got[c.ID] = true
+				got[refOf(c)] = true
 			}
 			for q, n := range s.handed(cs, running, attached, validUntil) {
 				room[q] -= n
 				passed += n
 			}
 			for _, c := range cs {
-				if running[c.ID] {
+				if running[refOf(c)] {
 					passed++
 				}
 			}
@@ -785,21 +785,21 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		committed: func(b []store.Outcome, res []store.OutcomeResult) {
 			out.ok()
 			e.countStale(res)
-			inBatch := map[string]bool{}
+			inBatch := map[store.ClaimRef]bool{}
 			for _, o := range b {
-				inBatch[o.ID] = true
+				inBatch[store.ClaimRef{ID: o.ID, Fence: o.Fence}] = true
 			}
 			for i, o := range b {
-				if inBatch[o.Successor.ID] && !res[i].Stale {
+				if inBatch[o.Successor] && !res[i].Stale {
 					passed++ // its slot went on along a chain in the batch
 				}
 			}
 			for _, o := range b {
 				s.untrack(o.ID, o.Fence)
-				if next := o.Successor; next.ID != "" && !got[next.ID] && !inBatch[next.ID] {
+				if next := o.Successor; next.ID != "" && !got[next] && !inBatch[next] {
 					// Not passed the slot (the outcome was stale): a
 					// running successor stops, an attached one goes back.
-					s.successorRefused(next, running[next.ID])
+					s.successorRefused(next, running[next])
 				}
 			}
 			e.notifyFlushed()
@@ -814,7 +814,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		abandoned: func(o store.Outcome) {
 			s.untrack(o.ID, o.Fence)
 			if next := o.Successor; next.ID != "" {
-				s.successorRefused(next, running[next.ID])
+				s.successorRefused(next, running[next])
 			}
 		},
 		unreachable: func(err error) bool {
@@ -944,7 +944,7 @@ func (s *Scheduler) successorRefused(ref store.ClaimRef, running bool) {
 // was reserved) goes to an executor, taking an executor slot the flush
 // held, or, once Stop has closed the work channels, back to the store. It
 // returns how many rows went to executors, per queue.
-func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached map[string]store.Claimed, validUntil time.Time) map[string]int {
+func (s *Scheduler) handed(cs []store.Claimed, running map[store.ClaimRef]bool, attached map[store.ClaimRef]store.Claimed, validUntil time.Time) map[string]int {
 	dispatched := map[string]int{}
 	s.workMu.Lock()
 	closed := s.workClosed
@@ -957,7 +957,7 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached
 		ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 		if st := s.inflight[c.ID]; st != nil && st.ref == ref {
 			st.validUntil = later(st.validUntil, validUntil)
-			if running[c.ID] {
+			if running[ref] {
 				st.pred = nil
 			}
 		} else {
@@ -977,11 +977,11 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached
 	s.mu.Unlock()
 	for _, c := range cs {
 		switch {
-		case c.After != "", running[c.ID]:
+		case c.After != "", running[refOf(c)]:
 		case closed:
 			back = append(back, store.ClaimRef{ID: c.ID, Fence: c.Fence}) // its executor slot is given back with the others
 		default:
-			if a, ok := attached[c.ID]; ok {
+			if a, ok := attached[refOf(c)]; ok {
 				c = a // the store returns a successor's id only
 				c.Status = store.StatusExecuting
 			}
@@ -993,6 +993,10 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[string]bool, attached
 	s.release(back)
 	return dispatched
 }
+
+// refOf is c's claim: an instance may be in one flush under two claims
+// (an outcome, and the row handed back to its next step).
+func refOf(c store.Claimed) store.ClaimRef { return store.ClaimRef{ID: c.ID, Fence: c.Fence} }
 
 // later is the later of two times.
 func later(a, b time.Time) time.Time {
@@ -1070,12 +1074,12 @@ func (e *Runtime) complete(ctx context.Context, batch []store.Outcome, h commitH
 	if err != nil || len(claimed) == 0 {
 		return res, err
 	}
-	succ := map[string]bool{}
+	succ := map[store.ClaimRef]bool{} // named successors: their room is counted by the caller
 	for _, o := range batch {
-		succ[o.Successor.ID] = true
+		succ[o.Successor] = true
 	}
 	for _, c := range claimed {
-		if c.After == "" && !succ[c.ID] {
+		if c.After == "" && !succ[refOf(c)] {
 			h.handOff.Room[c.Queue]-- // a part of a split batch leaves less room to the next
 		}
 	}
