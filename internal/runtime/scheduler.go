@@ -710,6 +710,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	room := map[string]int{}                       // executor slots this flush holds, per queue
 	running := map[store.ClaimRef]bool{}           // successors already running, passed a slot by this batch
 	attached := map[store.ClaimRef]store.Claimed{} // successors attached here, to run once passed a slot
+	attachedIn := map[string]int{}                 // how many of the slots of each queue they take
 	for i, it := range items {
 		batch[i] = it.o
 		if it.successor.ID != "" {
@@ -720,6 +721,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			if c, ok := s.attachSuccessor(store.ClaimRef{ID: it.o.ID, Fence: it.o.Fence}); ok {
 				batch[i].Successor = store.ClaimRef{ID: c.ID, Fence: c.Fence}
 				attached[refOf(c)] = c
+				attachedIn[it.queue]++
 			}
 		}
 	}
@@ -746,12 +748,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
 		if !s.stopping.Load() {
 			for name, n := range room {
-				ho.Room[name] = n
-			}
-			for _, o := range batch {
-				if _, ok := attached[o.Successor]; ok {
-					ho.Room[queueOf(items, o.ID)]--
-				}
+				ho.Room[name] = n - attachedIn[name]
 			}
 			ho.Reserve = true
 		}
@@ -888,16 +885,6 @@ func (s *Scheduler) chainEnd(id store.ClaimRef) (store.ClaimRef, int) {
 func (s *Scheduler) chainLen(id store.ClaimRef) int {
 	_, n := s.chainEnd(id)
 	return n
-}
-
-// queueOf is the queue of the item whose outcome is id's.
-func queueOf(items []flushItem, id string) string {
-	for _, it := range items {
-		if it.o.ID == id {
-			return it.queue
-		}
-	}
-	return ""
 }
 
 // attachSuccessor takes the reservation made for claim id, whose outcome
