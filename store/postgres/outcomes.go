@@ -108,7 +108,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	var reads *handOffReads
 	if len(handIDs) > 0 {
-		reads = s.queueHandOffReads(b, handIDs, outcomes, h)
+		reads = s.queueHandOffReads(b, handIDs, outcomes, ch, h)
 	}
 	if err := tx.send(ctx, b, false); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", refused(err))

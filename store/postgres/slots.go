@@ -351,28 +351,21 @@ const aheadMax = 8
 
 func clampAhead(n int) int { return min(max(n, 0), aheadMax) }
 
-// candidateWants is, for each contended outcome of ids, how many of its
-// key's waiting rows a hand-off may need for it: one for the row its slot
-// may be handed to when it names no successor, and, with h.Reserve, its
-// Ahead when it ends its chain (see outcomeChains.pass: only the chain's
-// last outcome's Ahead counts).
-func candidateWants(ids []string, outcomes []store.Outcome, h *store.HandOff) []int32 {
-	byID := make(map[string]store.Outcome, len(outcomes))
-	for _, o := range outcomes {
-		byID[o.ID] = o
-	}
+// wants is, for each contended outcome of ids, how many of its key's
+// waiting rows a hand-off may need for it: one for the row its slot may be
+// handed to when it names no successor, and, with reserve, its Ahead when
+// it ends its chain (see pass: only the chain's last outcome's Ahead
+// counts).
+func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bool) []int32 {
 	wants := make([]int32, len(ids))
 	for i, id := range ids {
-		o := byID[id]
-		nx, last := o.Successor.ID, true
-		if _, in := byID[nx]; nx != "" && in {
-			last = false
-		}
+		nx := ch.next[id]
+		_, chainGoesOn := ch.index[nx]
 		if nx == "" {
 			wants[i]++
 		}
-		if h.Reserve && last {
-			wants[i] += int32(clampAhead(o.Ahead))
+		if reserve && !chainGoesOn {
+			wants[i] += int32(clampAhead(outcomes[ch.index[id]].Ahead))
 		}
 	}
 	return wants
@@ -394,7 +387,7 @@ type handOffReads struct {
 // takes them) and which still execute, their gate keys' limits and
 // counters (read, not locked: a hand-off does not write them), and the
 // keys' next waiting rows, locked with SKIP LOCKED.
-func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, h *store.HandOff) *handOffReads {
+func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, ch outcomeChains, h *store.HandOff) *handOffReads {
 	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
 	uids := uuidArg(ids)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
@@ -425,7 +418,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		})
 		return err
 	})
-	b.Queue(s.q(sqlHandOffCandidates), uids, candidateWants(ids, outcomes, h)).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve)).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
 			r.waiting = append(r.waiting, w)

@@ -132,7 +132,7 @@ ORDER BY h.key, s.shard`
 
 	// sqlHandOffCandidates locks and returns the first n waiting rows
 	// (ready or blocked, not reserved) of each held key, n being the sum
-	// of the wants $2 of the rows $1 that hold it (see candidateWants), in the key's line (queue, priority, round: the order of
+	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants), in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
 	// long line; a key's rows of one queue and priority have distinct
 	// rounds), skipping rows others hold, like sqlPromote; a ready row of
