@@ -126,22 +126,32 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		rows = append(rows, r)
 		out[i] = store.InsertResult{ID: r.inst.ID}
 	}
-	// Rounds are given to the due rows of the batch together (see assignRounds).
-	var due []*row
-	busy := map[string]bool{}
+	// Rounds are given to the due rows of the batch together (see
+	// assignRounds); due rows of K = 1 keys go in blocked as
+	// admission.InsertBlocked decides (see busyOne).
+	var due, waitingRows []*row
+	var waiting []admission.InsertRow
 	for _, r := range rows {
-		if !r.inst.RunAt.After(now) {
-			due = append(due, r)
-			if k := r.inst.Key; k != "" {
-				busy[k] = s.busyOne(k)
-			}
+		if r.inst.RunAt.After(now) {
+			continue
+		}
+		due = append(due, r)
+		if k := r.inst.Key; k != "" && s.isOne(k) {
+			waiting = append(waiting, admission.InsertRow{Key: k, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
+			waitingRows = append(waitingRows, r)
 		}
 	}
 	s.assignRounds(due)
+	blocked := map[*row]bool{}
+	for i, b := range admission.InsertBlocked(waiting, s.oneState) {
+		if b {
+			blocked[waitingRows[i]] = true
+		}
+	}
 	for _, r := range rows {
-		if busy[r.inst.Key] && !r.inst.RunAt.After(now) {
-			// Behind a busy K = 1 key: off the pick path at once, with
-			// the round it would have had ready.
+		if blocked[r] {
+			// Behind its key's holder or its ready rows: off the pick path
+			// at once, with the round it would have had ready.
 			r.inst.Status = store.StatusBlocked
 			s.keys[r.inst.Key].blocked.add(r)
 			continue
@@ -151,19 +161,37 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	return out
 }
 
-// busyOne reports whether key k is a K = 1 key (its name has no limit) that
-// is busy: a row of it executes. A due row inserted for such a key goes in
-// blocked, behind the key's blocked rows (as in PostgreSQL;
-// no race to close here, the store's mutex serializes the insert with
-// whatever frees the key). Unlike PostgreSQL it also counts a holder that
-// a gate admitted before the key's limit was removed: here such a holder's
-// end passes the turn on like any other.
-func (s *Store) busyOne(k string) bool {
-	if _, gated := s.limits.Lookup(gate.NameOf(k)); gated {
-		return false
-	}
+// isOne reports whether key k is a K = 1 key: its name has no limit.
+func (s *Store) isOne(k string) bool {
+	_, gated := s.limits.Lookup(gate.NameOf(k))
+	return !gated
+}
+
+// oneState is what admission.InsertBlocked needs of K = 1 key k, as read
+// before an insert places its rows: whether a row of it executes, and how
+// many are ready and due (on a queue's pick path), up to
+// admission.ReadyCap. A due row inserted blocked waits behind the key's
+// blocked rows (as in PostgreSQL; no race to close here, the store's mutex
+// serializes the insert with whatever frees the key). Unlike PostgreSQL it
+// also counts a holder that a gate admitted before the key's limit was
+// removed: here such a holder's end passes the turn on like any other.
+func (s *Store) oneState(k string) admission.KeyState {
 	ks := s.keys[k]
-	return ks != nil && ks.executing > 0
+	if ks == nil {
+		return admission.KeyState{}
+	}
+	if ks.executing > 0 {
+		return admission.KeyState{Busy: true}
+	}
+	st := admission.KeyState{}
+	for _, r := range ks.rows {
+		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+			if st.Ready++; st.Ready >= admission.ReadyCap {
+				break
+			}
+		}
+	}
+	return st
 }
 
 // uniqueTaken returns the oldest instance other than self holding

@@ -29,7 +29,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	for i := range ins {
 		key := ""
 		if i%2 == 0 {
-			key = "acct:" + uuid.NewString()[:4]
+			key = "acct:" + uuid.NewString()[:8] // about one row per key
 		}
 		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: key}
 	}
@@ -93,10 +93,11 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			ORDER BY r.round DESC LIMIT 1`, []any{"q", 0, "acct:abcd"}},
 		// The round query of the COPY insert path (fresh_round is inlined
 		// or not; either way no scan of the table).
-		// The busy K = 1 keys of an insert (sqlInsert, sqlInsertRounds).
-		"insert busy keys": {`SELECT k FROM unnest($1::text[]) AS k WHERE ` + busyKeyWhere, []any{[]string{"acct:abcd"}}},
+		// The state of an insert's K = 1 keys (sqlInsert, sqlInsertRounds).
+		"insert busy keys": {`SELECT k, ` + keyBusy + `, ` + keyReady + `$2) r) FROM unnest($1::text[]) AS k`,
+			[]any{[]string{"acct:abcd"}, 16}},
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
-			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true}},
+			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			tx, err := s.pool.Begin(ctx)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 )
@@ -17,9 +18,11 @@ const DefaultQueue = store.DefaultQueue
 // unique keys is one statement, or, from copyInsertMin (500) rows on, one
 // transaction that copies the rows in (COPY). Any batch size fits.
 //
-// A due row of a busy K = 1 key (see busyKeyWhere) goes in blocked, off the
-// pick path, with the round it would have had ready; once the insert has
-// committed, Insert heals those keys (see healInserted).
+// Due rows of a K = 1 key go in blocked, off the pick path, with the rounds
+// they would have had ready, when the key is busy or has
+// admission.ReadyCap rows ready (admission.InsertBlocked); once the insert
+// has committed, Insert heals the keys it blocked behind rows already there
+// (see healInserted).
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -43,7 +46,7 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	if err != nil {
 		return nil, err
 	}
-	s.healInserted(ctx, p.blocked)
+	s.afterInsert(ctx, p)
 	return p.results, nil
 }
 
@@ -99,15 +102,18 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, instances []store.NewIn
 
 // insertPlan is a validated batch: results in input order, and the rows to
 // insert (duplicates by unique key are dropped by insertUnique). With
-// block, due rows of busy K = 1 keys go in blocked (see busyKeyWhere), and
-// the insert fills blocked with their keys: whoever commits the insert
-// must then heal them (healInserted).
+// block, due rows of K = 1 keys go in as admission.InsertBlocked decides,
+// and the insert fills blocked with the keys that received blocked rows
+// behind rows already there (whoever commits the insert must then heal
+// them: healInserted) and behind with the keys blocked only behind the
+// batch's own rows (which commit with them: nothing to heal).
 type insertPlan struct {
 	rows    []insertRow
 	results []store.InsertResult
 	unique  bool
 	block   bool
 	blocked []string
+	behind  []string
 }
 
 type insertRow struct {
@@ -217,14 +223,29 @@ func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 	})
 }
 
-// scanInserted reads sqlInsert's rows: it appends to p.blocked the keys
-// that received blocked rows.
+// afterInsert runs once a batch with block has committed: it heals the busy
+// keys that received blocked rows (healInserted) and marks hot the keys
+// whose rows went in blocked behind their own first row, so that its
+// outcome may hand its slot off (see hotKeys).
+func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
+	if p == nil {
+		return
+	}
+	s.hot.mark(p.behind...)
+	s.healInserted(ctx, p.blocked)
+}
+
+// scanInserted reads sqlInsert's rows: it fills p.blocked and p.behind.
 func scanInserted(rows pgx.Rows, p *insertPlan) error {
 	var q, k string
 	var n int64
 	_, err := pgx.ForEachRow(rows, []any{&q, &n, &k}, func() error {
-		if k != "" {
+		switch {
+		case k == "":
+		case n == 1:
 			p.blocked = append(p.blocked, k)
+		default:
+			p.behind = append(p.behind, k)
 		}
 		return nil
 	})
@@ -263,7 +284,7 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		delays[i] = micros(in.Delay)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap}
 }
 
 func insertError(err error) error {

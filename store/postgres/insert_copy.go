@@ -59,8 +59,8 @@ type roundGroupKey struct {
 // the fresh round of every (queue, priority, key) with a due row, and
 // notifies the queues that receive due rows (delivered at commit); the rows
 // are then computed here and copied straight into instances. With p.block,
-// the due rows of busy K = 1 keys go in blocked, and their keys are
-// appended to p.blocked (see insertPlan). Any error leaves tx to be rolled
+// due rows of K = 1 keys go in blocked as admission.InsertBlocked decides,
+// and their keys are appended to p.blocked or p.behind (see insertPlan). Any error leaves tx to be rolled
 // back: nothing of the batch is kept.
 func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error {
 	rows := p.rows
@@ -94,23 +94,30 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		runAts = make([]*time.Time, len(groups))
 		delays = make([]*int64, len(groups))
 		base   = make([]*int64, len(groups))
-		busy   = make([]bool, len(groups))
+		one    = make([]bool, len(groups)) // a K = 1 key
+		state  = make([]admission.KeyState, len(groups))
 		now    time.Time
 	)
 	for i, g := range groups {
 		queues[i], prios[i], keys[i], runAts[i], delays[i] = g.queue, g.priority, g.key, g.runAt, g.delayUS
 	}
-	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays, s.channel, p.block)
+	res, err := tx.Query(ctx, s.q(sqlInsertRounds), s.clockNow(), queues, prios, keys, runAts, delays, s.channel, p.block,
+		admission.ReadyCap)
 	if err != nil {
 		return insertError(err)
 	}
 	var gi *int32
 	var b *int64
-	var blocked *bool
-	_, err = pgx.ForEachRow(res, []any{&now, &gi, &b, &blocked}, func() error {
+	var isOne, isBusy *bool
+	var ready *int64
+	_, err = pgx.ForEachRow(res, []any{&now, &gi, &b, &isOne, &isBusy, &ready}, func() error {
 		if gi != nil {
 			base[*gi] = b
-			busy[*gi] = blocked != nil && *blocked
+			one[*gi] = isOne != nil && *isOne
+			state[*gi] = admission.KeyState{Busy: isBusy != nil && *isBusy}
+			if ready != nil {
+				state[*gi].Ready = int(*ready)
+			}
 		}
 		return nil
 	})
@@ -154,12 +161,34 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	for j, i := range freshOf {
 		round[i] = &rounds[j]
 	}
-	for g, gr := range groups {
-		if busy[g] {
-			p.blocked = append(p.blocked, gr.key) // repeated per queue and priority: healInserted compacts
+	// Which due rows of K = 1 keys go in blocked (sqlInsert decides the same in SQL).
+	var waiting []admission.InsertRow
+	var waitingOf []int
+	for i, r := range rows {
+		if due[i] && one[groupOf[i]] {
+			waiting = append(waiting, admission.InsertRow{Key: r.in.Key, Priority: r.in.Priority, At: at[i], Seq: int64(i)})
+			waitingOf = append(waitingOf, i)
 		}
 	}
-	src := &copyRows{rows: rows, at: at, due: due, blocked: busy, groupOf: groupOf, round: round, now: now}
+	keyState := map[string]admission.KeyState{} // the same in every group of the key
+	for g, gr := range groups {
+		if one[g] {
+			keyState[gr.key] = state[g]
+		}
+	}
+	blocked := make([]bool, len(rows))
+	for j, b := range admission.InsertBlocked(waiting, func(k string) admission.KeyState { return keyState[k] }) {
+		i := waitingOf[j]
+		blocked[i] = b
+		switch k := rows[i].in.Key; {
+		case !b:
+		case keyState[k].Busy || keyState[k].Ready > 0:
+			p.blocked = append(p.blocked, k) // repeated per row: healInserted compacts
+		default:
+			p.behind = append(p.behind, k) // repeated too: hot.mark does not mind
+		}
+	}
+	src := &copyRows{rows: rows, at: at, due: due, blocked: blocked, round: round, now: now}
 	data, err := src.encode()
 	if err != nil {
 		return err
@@ -175,8 +204,7 @@ type copyRows struct {
 	rows    []insertRow
 	at      []time.Time
 	due     []bool
-	blocked []bool // per group: a busy K = 1 key
-	groupOf []int
+	blocked []bool // per row: goes in blocked
 	round   []*int64
 	now     time.Time
 }
@@ -200,7 +228,7 @@ func (c *copyRows) encode() ([]byte, error) {
 		}
 		status := statusScheduled
 		switch {
-		case c.due[i] && c.blocked[c.groupOf[i]]:
+		case c.due[i] && c.blocked[i]:
 			status = "blocked"
 		case c.due[i]:
 			status = "ready"

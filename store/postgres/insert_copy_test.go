@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
 	"github.com/google/uuid"
@@ -88,7 +89,11 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	a, b := dump(stmt), dump(cp)
 	require.Len(t, a, 1000)
 	require.Equal(t, a, b)
-	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'ready' AND key IS NOT NULL AND round > 0`))
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked' AND key IS NOT NULL AND round > 0`))
+	// Past admission.ReadyCap ready rows, a key's rows went in blocked.
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances i WHERE status = 'ready' AND key IS NOT NULL`))
+	require.EqualValues(t, admission.ReadyCap, cp.scalar(`SELECT max(n) FROM (SELECT count(*) AS n FROM instances
+		WHERE status = 'ready' AND key IS NOT NULL GROUP BY key) k`))
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'scheduled'`))
 }
 
@@ -188,7 +193,11 @@ func TestInsertBeyondParameterLimit(t *testing.T) {
 					t.Fatalf("result %d: %+v", i, r)
 				}
 			}
-			require.EqualValues(t, n, e.scalar(`SELECT count(*) FROM instances WHERE status = 'ready'`))
+			// Each of the 10 keys has its first admission.ReadyCap rows
+			// ready and the rest blocked behind them.
+			blocked := n/10 - 10*admission.ReadyCap
+			require.EqualValues(t, n-blocked, e.scalar(`SELECT count(*) FROM instances WHERE status = 'ready'`))
+			require.EqualValues(t, blocked, e.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked'`))
 			// The 700 rows of each key take consecutive rounds.
 			require.EqualValues(t, 699, e.scalar(`SELECT max(round) FROM instances WHERE key = 'acct:10'`))
 		})

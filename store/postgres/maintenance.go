@@ -186,7 +186,9 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		if err := s.inTx(ctx, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel, false).Query(func(rows pgx.Rows) error {
+			// Only keys with no ready row: a ready row holds the key's turn
+			// (its claim and end pass it on), as the memory store counts it.
+			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel, true).Query(func(rows pgx.Rows) error {
 				n, err := sumQueueCounts(rows)
 				rep.Promoted += n
 				return err

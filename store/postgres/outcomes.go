@@ -217,9 +217,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	s.heal(ctx, stranded, now)
-	if spawn != nil {
-		s.healInserted(ctx, spawn.blocked)
-	}
+	s.afterInsert(ctx, spawn)
 	return results, claimed, nil
 }
 

@@ -180,9 +180,7 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 	if err != nil {
 		return store.FireResult{}, fmt.Errorf("fire schedule %q: %w", req.Name, err)
 	}
-	if plan != nil {
-		s.healInserted(ctx, plan.blocked)
-	}
+	s.afterInsert(ctx, plan)
 	return res, nil
 }
 

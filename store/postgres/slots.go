@@ -196,20 +196,28 @@ func (s *Store) healInserted(ctx context.Context, keys []string) {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	s.hot.mark(keys...) // found saturated: their holders' outcomes may hand off
-	one := make([]bool, len(keys))
-	for i := range one {
-		one[i] = true
-	}
 	var now time.Time
 	if t := s.clockNow(); t != nil {
 		now = *t
 	}
 	next := &strandedKeys{}
-	if err := s.healOnce(ctx, keys, one, next, now); err != nil {
-		return
+	for chunk := range slices.Chunk(keys, healChunk) {
+		one := make([]bool, len(chunk))
+		for i := range one {
+			one[i] = true
+		}
+		more := &strandedKeys{}
+		if err := s.healOnce(ctx, chunk, one, more, now); err != nil {
+			return
+		}
+		next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
 	}
 	s.heal(ctx, next, now)
 }
+
+// healChunk bounds the keys one heal transaction locks (one advisory lock
+// each: PostgreSQL's lock table is shared and finite).
+const healChunk = 256
 
 func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *strandedKeys, now time.Time) error {
 	tx, err := s.beginBatch(ctx)

@@ -8,12 +8,16 @@ package postgres
 const (
 	// sqlInsert inserts a batch in input order and notifies the queues that
 	// received ready rows. $14 is the notification channel, $17 the store's
-	// clock (Options.Clock; null: the database's). With $18, the due rows of
-	// a K = 1 key that is busy (see busyKeyWhere) are inserted blocked, with
-	// the rounds they would have had ready; the statement returns a row
-	// ('', 0, key) per such key, for the caller to heal once it has
-	// committed (see healInserted), and a row (queue, n, '') per notified
-	// queue.
+	// clock (Options.Clock; null: the database's). With $18, due rows of K =
+	// 1 keys go in as admission.InsertBlocked decides (this is its SQL form;
+	// $19 is admission.ReadyCap): blocked, with the rounds they would have
+	// had ready, when the key is busy (see keyBusy) or already has $19 rows
+	// ready (see keyReady), counting the batch's rows in (priority, run_at,
+	// input) order. The statement returns a row ('', 1, key) per key that
+	// received blocked rows behind rows already there, for the caller to
+	// heal once it has committed (see healInserted), a row ('', 0, key) per
+	// key blocked only behind the batch's own rows (no race to close: they
+	// commit together), and a row (queue, n, '') per notified queue.
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -31,14 +35,18 @@ b AS (
     FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
 ),
 k AS MATERIALIZED (
-    SELECT g.k FROM (SELECT DISTINCT key AS k FROM x WHERE due AND key <> '') g
-    WHERE $18::bool AND ` + busyKeyWhere + `
+    SELECT g.k, g.n, ` + keyBusy + ` AS busy, ` + keyReady + `$19) r) AS ready
+    FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' GROUP BY key) g
+    WHERE $18::bool AND ` + oneKeyWhere + `
 ),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
         key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
-           CASE WHEN NOT x.due THEN 'scheduled' WHEN k.k IS NOT NULL THEN 'blocked' ELSE 'ready' END,
+           CASE WHEN NOT x.due THEN 'scheduled'
+                WHEN k.k IS NOT NULL AND (k.busy OR k.ready + row_number() OVER (PARTITION BY x.key, x.due, k.k IS NULL
+                                                                  ORDER BY x.priority, x.at, x.ord) > $19) THEN 'blocked'
+                ELSE 'ready' END,
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
@@ -56,15 +64,18 @@ ins AS (
 SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x
 UNION ALL
-SELECT '', 0, k.k FROM k`
+SELECT '', CASE WHEN k.busy OR k.ready > 0 THEN 1 ELSE 0 END, k.k FROM k
+WHERE k.busy OR k.ready + k.n > $19`
 
 	// sqlInsertRounds is the query of the COPY insert path (copyInsert): it
 	// returns the clock ($1: Options.Clock; null: the database's) and, for
 	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
 	// with a due row (its earliest explicit run_at $5 or its shortest delay
 	// $6 is not after the clock), the fresh round its rows start from and,
-	// with $8, whether its key is a busy K = 1 key (see busyKeyWhere: its
-	// due rows go in blocked); one row with a null i when no group is due.
+	// with $8, whether its key is a K = 1 key, whether that key is busy
+	// (see keyBusy) and how many of its rows are ready (see keyReady, up to
+	// $9: admission.ReadyCap); the caller decides which rows go in blocked
+	// with admission.InsertBlocked. One row with a null i when no group is due.
 	// It notifies on channel $7 the queues of the due groups that are not
 	// blocked: delivered when the transaction commits, so after the rows it
 	// then copies in.
@@ -73,33 +84,38 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 g AS MATERIALIZED (
     SELECT (g.ord - 1)::int AS i, g.queue,
            {schema}.fresh_round(g.queue, g.priority, nullif(g.k, '')) AS base,
-           $8::bool AND g.k <> '' AND ` + busyKeyWhere + ` AS blocked
+           o.one, o.one AND ` + keyBusy + ` AS busy, CASE WHEN o.one THEN ` + keyReady + `$9) r) ELSE 0 END AS ready
     FROM unnest($2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bigint[]) WITH ORDINALITY
          AS g(queue, priority, k, run_at, delay_us, ord)
     CROSS JOIN t
+    CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> '' AND ` + oneKeyWhere + ` AS one) o
     WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
 ),
-n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.blocked) q)
-SELECT t.now, g.i, g.base, g.blocked FROM t CROSS JOIN n LEFT JOIN g ON true`
+n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.busy) q)
+SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`
 
-	// busyKeyWhere is the condition on a key k (text, not empty) under which
-	// an insert puts the key's due rows in blocked rather than ready: k is a
-	// K = 1 key (its name has no limit) held by an executing row admitted
-	// under K = 1 (key_shard is null, so that its end frees the key through
-	// the key's advisory lock; see healInserted). It is one probe of the
-	// unique index instances_key_one per key, written as a scalar subquery
-	// with LIMIT so that the planner cannot turn it into a hashed subplan
-	// that reads every executing row. A key that is only waited for (blocked
-	// rows, nothing executing: its first row was just promoted) and a key
-	// held by a row a gate admitted (its limit was removed since) get ready
-	// rows, as before: the claim that finds the key busy blocks them. (The
-	// forms of "has the key blocked rows?" tried here were planned to read
-	// the blocked rows of every key, as a hashed subplan, or every waiting
-	// row of this one.)
-	busyKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
-      AND (SELECT true FROM {schema}.instances e
-           WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-           LIMIT 1) IS NOT NULL`
+	// oneKeyWhere is the condition on a key k (text, not empty) under which
+	// an insert may put the key's due rows in blocked: k is a K = 1 key (its
+	// name has no limit). Rows of a gate key go in ready: the claim that
+	// finds the gate full blocks them.
+	oneKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))`
+
+	// keyBusy is true when K = 1 key k is busy: an executing row admitted
+	// under K = 1 holds it (key_shard is null, so that its end frees the key
+	// through the key's advisory lock; see healInserted). A key held by a
+	// row a gate admitted (its limit was removed since) is not counted: its
+	// end frees without the advisory lock. keyReady counts the key's ready
+	// rows, up to admission.ReadyCap (a parameter of each statement). Each reads at
+	// most that many index entries (instances_key_one; instances_key_waiting
+	// in its own order), written as scalar subqueries with LIMIT so that the
+	// planner can neither turn them into hashed subplans that read every
+	// executing row nor walk the key's waiting rows on another index.
+	keyBusy = `((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL)`
+	// keyReady is completed by the cap's parameter and ") r)".
+	keyReady = `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready'
+            ORDER BY r.priority, r.run_at, r.seq LIMIT `
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size

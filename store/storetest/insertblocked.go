@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"slices"
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 	"github.com/stretchr/testify/require"
 )
@@ -63,10 +65,64 @@ var insertBlockedTests = []test{
 		later.RunAt = time.Now().Add(time.Hour)
 		h.insert(later)
 		require.NotEqual(h.t, store.StatusBlocked, h.status(later.ID))
-		// A batch of a free key's rows goes in ready: the claim admits the first.
+		// A batch of a free key's rows goes in ready, up to the cap: the
+		// claim admits the first.
 		batch := []store.NewInstance{dueNow("acct:3"), dueNow("acct:3")}
 		h.insert(batch...)
 		h.requireStatus(store.StatusReady, batch[0].ID, batch[1].ID)
+	}},
+	{"keys/rows of a K = 1 key past its cap of ready rows go in blocked and run in order", func(h *harness) {
+		// Rows already ready count toward the cap.
+		var ids []string
+		for range admission.ReadyCap - 2 {
+			ids = append(ids, h.insert(dueNow("acct:1"))...)
+		}
+		h.requireStatus(store.StatusReady, ids...)
+		// A batch whose input order is not promotion order: priority,
+		// then run_at, then input order decide which rows stay ready. The
+		// rows are due at the store's clock (the wall clock's past), as
+		// dueNow's are.
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+		mk := func(prio int, ago time.Duration) store.NewInstance {
+			ni := dueNow("acct:1")
+			ni.Priority, ni.RunAt = prio, t0.Add(-ago)
+			return ni
+		}
+		batch := h.insert(mk(1, 3*time.Second), mk(0, time.Second), mk(0, 2*time.Second), mk(0, time.Second),
+			dueNow("acct:2"))
+		h.requireStatus(store.StatusReady, batch[2], batch[1], batch[4])
+		h.requireStatus(store.StatusBlocked, batch[3], batch[0])
+		// A key at its cap takes no more ready rows.
+		last := h.insert(dueNow("acct:1"))[0]
+		h.requireStatus(store.StatusBlocked, last)
+		info := h.keyInfo("acct:1")
+		require.Equal(h.t, admission.ReadyCap, info.Waiting-info.Blocked)
+		require.Equal(h.t, 3, info.Blocked)
+		// The reconciler leaves them: the key has no room beside its ready rows.
+		require.Zero(h.t, h.reconcile(0, at(time.Second)).Promoted)
+		h.requireStatus(store.StatusBlocked, batch[3], batch[0], last)
+
+		// Every row runs once, one at a time (the claims block and promote
+		// the key's rows in turn), the priority 1 row last.
+		var order []string
+		for i := range admission.ReadyCap + 6 {
+			now := at(time.Duration(1+i) * time.Second)
+			cs := h.claim("w", 10, now)
+			n := 0
+			for _, c := range cs {
+				if c.Key == "acct:1" {
+					order = append(order, c.ID)
+					n++
+				}
+			}
+			require.LessOrEqual(h.t, n, 1, "K = 1: one row of the key at a time")
+			for _, c := range cs {
+				h.commit("w", now, done(c))
+			}
+		}
+		all := append(append(slices.Clone(ids), batch[:4]...), last)
+		require.ElementsMatch(h.t, all, order)
+		require.Equal(h.t, batch[0], order[len(order)-1])
 	}},
 	{"keys/a row inserted blocked runs after its holder completes", func(h *harness) {
 		holder := h.holdKey("acct:1")

@@ -1,0 +1,85 @@
+package admission
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// This file is the insert rule of K = 1 keys: which due rows of an insert
+// go in blocked rather than ready (see store.Store, Admission). The memory
+// store and PostgreSQL's COPY insert path call InsertBlocked; PostgreSQL's
+// statement insert (sqlInsert) is its SQL form, pinned equal to the COPY
+// path by TestInsertCopyMatchesStatement.
+
+// ReadyCap is the most rows of one K = 1 key an insert leaves on the pick
+// path (ready): the key runs one row at a time, and more of its rows there
+// would only crowd claims' windows (each claim locks the rows it reads, to
+// admit at most one of them). Keys with fewer rows waiting are unaffected:
+// taking turns by rounds, their next row usually comes up after the last
+// one ended, so it goes from ready to executing at once; blocking it at
+// insert would cost it a promotion.
+const ReadyCap = 16
+
+// InsertRow is a due row of an insert batch whose key is a K = 1 key.
+type InsertRow struct {
+	Key      string
+	Priority int
+	// At is the row's run_at and Seq its place in the batch: with
+	// Priority, the order in which a key's blocked rows are promoted.
+	At  time.Time
+	Seq int64
+}
+
+// KeyState is what an insert read of a K = 1 key before inserting: whether
+// a row of it executes (Busy), and how many of its rows are ready and due
+// (Ready, read up to ReadyCap).
+type KeyState struct {
+	Busy  bool
+	Ready int
+}
+
+// InsertBlocked reports, for each row of rows, whether it goes in blocked.
+// A row goes in blocked when its key is busy (a row of it executes), or
+// when the key already has ReadyCap rows ready: those it had, then the
+// batch's rows in (Priority, At, Seq) order, the order in which blocked
+// rows are promoted. Every other row goes in ready. state is called once
+// per key.
+//
+// A row inserted blocked is written once until its turn comes (whatever
+// frees the key promotes it), and never sits in a claim's window.
+func InsertBlocked(rows []InsertRow, state func(key string) KeyState) []bool {
+	out := make([]bool, len(rows))
+	byKey := map[string][]int{}
+	var keys []string
+	for i, r := range rows {
+		if _, ok := byKey[r.Key]; !ok {
+			keys = append(keys, r.Key)
+		}
+		byKey[r.Key] = append(byKey[r.Key], i)
+	}
+	for _, k := range keys {
+		st := state(k)
+		idx := byKey[k]
+		if st.Busy {
+			for _, i := range idx {
+				out[i] = true
+			}
+			continue
+		}
+		if st.Ready+len(idx) <= ReadyCap {
+			continue
+		}
+		// Rank the key's rows in promotion order; past the cap, blocked.
+		ranked := slices.Clone(idx)
+		slices.SortFunc(ranked, func(a, b int) int { return insertOrder(rows[a], rows[b]) })
+		for n, i := range ranked {
+			out[i] = st.Ready+n >= ReadyCap
+		}
+	}
+	return out
+}
+
+func insertOrder(a, b InsertRow) int {
+	return cmp.Or(cmp.Compare(a.Priority, b.Priority), a.At.Compare(b.At), cmp.Compare(a.Seq, b.Seq))
+}

@@ -1,0 +1,60 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestInsertBlocked(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	row := func(key string, prio int, at time.Duration, seq int64) InsertRow {
+		return InsertRow{Key: key, Priority: prio, At: t0.Add(at), Seq: seq}
+	}
+	many := func(key string, n int) []InsertRow {
+		rs := make([]InsertRow, n)
+		for i := range rs {
+			rs[i] = row(key, 0, 0, int64(i))
+		}
+		return rs
+	}
+	states := map[string]KeyState{"busy:1": {Busy: true}, "ready:1": {Ready: ReadyCap - 2}, "full:1": {Ready: ReadyCap}}
+	upTo := func(n, of int) []bool {
+		out := make([]bool, of)
+		for i := n; i < of; i++ {
+			out[i] = true
+		}
+		return out
+	}
+	// Past the cap, by priority, then run_at, then sequence, not input order.
+	ordered := many("a:1", ReadyCap-1)
+	ordered = append(ordered, row("a:1", 1, 0, 100), row("a:1", 0, time.Second, 101), row("a:1", 0, 0, 103), row("a:1", 0, 0, 102))
+	orderedWant := upTo(ReadyCap-1, ReadyCap-1+4)
+	orderedWant[ReadyCap-1+3] = false // seq 102: the cap's last row
+	for _, tc := range []struct {
+		name string
+		rows []InsertRow
+		want []bool
+	}{
+		{name: "none", rows: nil, want: []bool{}},
+		{name: "rows of a free key go in ready up to the cap", rows: many("a:1", ReadyCap), want: upTo(ReadyCap, ReadyCap)},
+		{name: "past the cap they go in blocked", rows: many("a:1", ReadyCap+3), want: upTo(ReadyCap, ReadyCap+3)},
+		{name: "every row of a busy key goes in blocked", rows: many("busy:1", 2), want: []bool{true, true}},
+		{name: "ready rows already there count", rows: many("ready:1", 4), want: upTo(2, 4)},
+		{name: "a key at the cap takes no more ready rows", rows: many("full:1", 1), want: []bool{true}},
+		{name: "past the cap by priority, run_at, sequence", rows: ordered, want: orderedWant},
+		{name: "keys are independent",
+			rows: []InsertRow{row("a:1", 0, 0, 1), row("busy:1", 0, 0, 2), row("ready:1", 0, 0, 3), row("full:1", 0, 0, 4)},
+			want: []bool{false, true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := map[string]int{}
+			got := InsertBlocked(tc.rows, func(k string) KeyState { calls[k]++; return states[k] })
+			require.Equal(t, tc.want, got)
+			for k, n := range calls {
+				require.Equal(t, 1, n, "state(%s) called once", k)
+			}
+		})
+	}
+}
