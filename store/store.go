@@ -32,12 +32,19 @@
 //     of other work; when a slot of its key frees, the next blocked row of the
 //     key (priority, then FIFO) is made ready again.
 //   - A due row inserted (Insert, a spawned child, a schedule's tick) for a
-//     K = 1 key that is busy (a row admitted under K = 1 executes) goes in
-//     blocked at once, with the round it would have had
-//     ready (see Order), behind the key's blocked rows; whatever frees the
-//     key passes the turn on to it as to any blocked row. Rows of a gate key
-//     go in ready, and so do rows inserted in a caller's transaction
-//     (TxInserter), which a claim blocks when it finds their key full.
+//     K = 1 key that is busy (a row admitted under K = 1 executes), or that
+//     already has admission.ReadyCap rows ready, goes in blocked at once,
+//     with the round it would have had ready (see Order), behind the key's
+//     blocked rows; whatever frees the key passes the turn on to it as to
+//     any blocked row. A batch's rows of one key count toward the cap in
+//     (priority, run_at, insertion) order, the order in which blocked rows
+//     are promoted (internal/admission.InsertBlocked decides, for both
+//     backends). So a key's deep backlog is written once and never crowds
+//     the claims' windows, while a key with a few rows waiting keeps them
+//     ready: taking turns by rounds, each usually comes up after the last
+//     one ended. Rows of a gate key go in ready, and so do rows inserted in
+//     a caller's transaction (TxInserter), which a claim blocks when it
+//     finds their key full.
 //   - A queue with a ConcurrencyPolicy admits a row only while fewer than
 //     MaxActive rows of the queue execute (fleet-wide: every claimer of the
 //     store counts the same rows), and a keyed row only while fewer than
@@ -873,8 +880,8 @@ type Store interface {
 type TxInserter interface {
 	// InsertTx inserts instances in tx, atomically with the rest of tx, with
 	// the results of Insert. Nothing is visible to other sessions, or runs,
-	// before tx commits. Unlike Insert, it inserts a due row of a busy K = 1
-	// key ready, not blocked (see Admission): a row inserted blocked needs a
+	// before tx commits. Unlike Insert, it inserts every due row ready, even
+	// one of a busy K = 1 key (see Admission): a row inserted blocked needs a
 	// step after the commit that closes its race with the end of the key's
 	// holder, and the store does not see the caller's commit.
 	InsertTx(ctx context.Context, tx pgx.Tx, instances []NewInstance) ([]InsertResult, error)

@@ -57,7 +57,7 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 // tx ends.
 //
 // Unlike Insert, InsertTx inserts every due row ready, even one whose K = 1
-// key is busy: a row inserted blocked must be healed after its commit (see
+// key is busy or at its cap of ready rows: a row inserted blocked must be healed after its commit (see
 // healInserted), which the caller's transaction does not tell the store
 // about. The first claim that finds its key busy blocks it.
 //

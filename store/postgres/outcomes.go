@@ -253,7 +253,7 @@ func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
 // returns the insert's plan, whose blocked keys (filled once b ran) the
 // caller heals after its commit (healInserted), and, per parent, how many
 // children were inserted. Like Insert, it inserts the due children of a
-// busy K = 1 key blocked.
+// busy K = 1 key, or of one at its cap of ready rows, blocked.
 func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int) (*insertPlan, map[string]int, error) {
 	inserted := map[string]int{}
 	if len(children) == 0 {

@@ -119,8 +119,9 @@ func (s *Store) PauseSchedule(ctx context.Context, name string, paused bool, now
 // FireSchedule records a tick and inserts its instance through the normal
 // insert path, in one transaction that holds the schedule's row lock, so
 // that of several engines firing one tick exactly one records it. Like
-// Insert, it inserts a due instance of a busy K = 1 key blocked and heals
-// the key after the commit (healInserted).
+// Insert, it inserts a due instance of a busy K = 1 key (or of one at its
+// cap of ready rows) blocked and heals the key after the commit
+// (healInserted).
 func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.FireResult, error) {
 	if err := s.check(); err != nil {
 		return store.FireResult{}, err
