@@ -80,7 +80,8 @@ const DefaultLease = store.DefaultLease
 
 const (
 	// minWindow is the smallest keyed window a claim looks at; the window is
-	// max(2 × Limit, minWindow) rows, at most max(Limit, maxWindow). A claim
+	// Limit rows and what the queue's last claim passed over, up to Limit
+	// more (see windows), at least minWindow, at most max(Limit, maxWindow). A claim
 	// holds one advisory lock per distinct K = 1 key of its window (and an
 	// outcome batch one per K = 1 key it frees): PostgreSQL's lock table
 	// (max_locks_per_transaction × max_connections) bounds how many such
@@ -123,7 +124,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		return store.ClaimResult{}, err
 	}
 	lease := req.Lease
-	window := min(max(2*req.Limit, minWindow), max(req.Limit, maxWindow))
+	window := s.windows.size(req.Queue, req.Limit)
 	now := tsArg(req.Now)
 	workflows := req.Workflows
 	if workflows == nil {
@@ -173,6 +174,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
+	s.windows.record(req.Queue, req.Limit, cc.candidates, plan.Admitted)
 
 	var res store.ClaimResult
 	b = &pgx.Batch{}

@@ -84,6 +84,7 @@ type Store struct {
 	stmts      sync.Map // statement constant -> rendered text
 	wakes      wakeSender
 	hot        hotKeys // keys recently found saturated (see handOff)
+	windows    windows // per queue, the keyed rows the last claim passed over
 }
 
 var (
