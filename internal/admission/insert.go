@@ -21,7 +21,8 @@ import (
 // insert would cost it a promotion. Measured with the peers driver alone
 // (500 keys K = 1, 1 ms steps): with a cap of 16, 40 rows per key fell from
 // about 15,000 to 9,000 steps/s (24 promotions per key); with 64 it ran
-// 20,837-22,579, and 100 rows per key as fast as without a cap. make
+// 20,837-22,579, and 100 rows per key 8,029-8,959 (7,287-11,437 without a
+// cap: that run varies a lot). make
 // bench's scenario 5 (100,000 rows of one key) needs the cap well below a
 // claim's window.
 const ReadyCap = 64
