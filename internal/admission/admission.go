@@ -70,6 +70,10 @@ type State struct {
 	Locked map[string]bool
 	// Busy holds the K = 1 keys with an executing row.
 	Busy map[string]bool
+	// InSight counts, per K = 1 key, the ready rows of the key the claimer
+	// looks at (nil: the window's rows of the key), the row being decided
+	// included.
+	InSight map[string]int
 	// Gates holds the state of each gate key of the window.
 	Gates map[string]GateState
 	// Policy is the queue's policy (nil: none). Active is how many rows of
@@ -130,7 +134,11 @@ type Plan struct {
 //
 //   - a row without a key needs nothing of its own;
 //   - a K = 1 key needs this claimer to hold its lock (otherwise the row is
-//     left ready) and no executing row; the key's further rows are blocked;
+//     left ready) and no executing row; the key's further rows are blocked,
+//     unless the row is the only one of its key in sight (see
+//     State.InSight): then it is left ready, since the key's holder will
+//     likely have ended by the next claim, and blocking it would cost it a
+//     promotion (a write, and the flush's statement that makes it);
 //   - a gate key needs a shard with a free slot (the one with the most, the
 //     first on ties) while its slots in use are below its limit, and is
 //     blocked otherwise; when another transaction holds some of its
@@ -168,6 +176,14 @@ func Decide(window []Candidate, st State) Plan {
 		waiting[b] = n
 	}
 	saturated := map[string]bool{}
+	inSight := func(k string) int { return st.InSight[k] }
+	if st.InSight == nil {
+		inWindow := map[string]int{}
+		for _, c := range window {
+			inWindow[c.Key]++
+		}
+		inSight = func(k string) int { return inWindow[k] }
+	}
 	plan.Debits = map[ShardKey]int{}
 	plan.Buckets = map[string]gate.Bucket{}
 	for _, c := range window {
@@ -180,6 +196,9 @@ func Decide(window []Candidate, st State) Plan {
 				continue // another claim or an outcome holds the key: leave the row ready
 			}
 			if st.Busy[c.Key] || taken[c.Key] {
+				if inSight(c.Key) < 2 {
+					continue // its key's only row in sight: leave it ready
+				}
 				plan.Blocked = append(plan.Blocked, c.ID)
 				saturated[c.Key] = true
 				continue

@@ -88,11 +88,35 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
-			name:   "K = 1: a busy key is blocked",
+			name:   "K = 1: a busy key's rows are blocked",
+			window: []Candidate{row("a1", "acct:1"), row("x", ""), row("a2", "acct:1")},
+			st:     state(func(st *State) { st.Locked["acct:1"], st.Busy["acct:1"] = true, true }),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"x"}, ids(p))
+				require.Equal(t, []string{"a1", "a2"}, p.Blocked)
+				require.Equal(t, []string{"acct:1"}, p.Saturated)
+			},
+		},
+		{
+			name:   "K = 1: a busy key's only row in the window is left ready",
 			window: []Candidate{row("a1", "acct:1"), row("x", "")},
 			st:     state(func(st *State) { st.Locked["acct:1"], st.Busy["acct:1"] = true, true }),
 			check: func(t *testing.T, p Plan) {
 				require.Equal(t, []string{"x"}, ids(p))
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Saturated)
+			},
+		},
+		{
+			name:   "K = 1: the rows in sight are the store's count when it gives one",
+			window: []Candidate{row("a1", "acct:1"), row("b1", "acct:2")},
+			st: state(func(st *State) {
+				st.Locked["acct:1"], st.Busy["acct:1"] = true, true
+				st.Locked["acct:2"], st.Busy["acct:2"] = true, true
+				st.InSight = map[string]int{"acct:1": 3, "acct:2": 1}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Admitted)
 				require.Equal(t, []string{"a1"}, p.Blocked)
 				require.Equal(t, []string{"acct:1"}, p.Saturated)
 			},

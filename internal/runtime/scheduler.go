@@ -124,6 +124,10 @@ type queueRunner struct {
 	// and claimNanos of how long its claims take (see limit).
 	stepNanos  atomic.Int64
 	claimNanos atomic.Int64
+	// unflushed counts the queue's outcomes sent to the flusher and not
+	// yet committed (not contended: their executors are free already).
+	// Their rows still hold their slots: see free.
+	unflushed atomic.Int64
 }
 
 // shortStep is the average step duration under which a queue claims a
@@ -134,28 +138,42 @@ type queueRunner struct {
 // executors: 28,837-29,283 steps/s against 23,219-23,927).
 const shortStep = time.Millisecond
 
-// limit is how many rows the queue holds claimed at most: one per
-// executor, and rows ahead, waiting in the buffer, so that executors that
-// finish need not wait for the next claim's round trip: as many again while
-// its steps are short (shortStep), and for longer steps as many as finish
-// while a claim is in flight (n × claim time / step time, rounded down, at
-// most n), so that a row waits in the buffer about one claim's time, not a
-// step's. A row that waited a whole long step in one engine's buffer,
-// holding its key's slot, would be a row another engine could have run:
-// with steps much longer than a claim, nothing is claimed ahead. Steps of
-// 1 ms with 100 executors claim a full n ahead (claims take milliseconds):
-// the peers driver alone, 500 keys K = 1, 1 ms steps, three runs each, ran
-// 15,501-15,926 steps/s without it and 16,678-18,374 with it.
-func (q *queueRunner) limit() int {
+// free is how many rows the queue's next claim may take: one per executor
+// and rows ahead, waiting in the buffer, less the rows it holds claimed
+// (busy). Rows ahead spare executors that finish the wait for the next
+// claim's round trip:
+//
+//   - while its steps are short (shortStep), as many again as executors:
+//     a claimed row waits in the buffer about one step;
+//   - for longer steps, as many as finish while a claim is in flight (n ×
+//     claim time / step time, rounded down, at most n), so that a row waits
+//     about one claim's time, not a step's: a row that waited a whole long
+//     step in one engine's buffer, holding its key's slot, would be a row
+//     another engine could have run, and with steps much longer than a
+//     claim nothing is claimed ahead. Rows whose outcomes wait for the
+//     flusher count against these rows ahead: they hold their slots too,
+//     and an engine that claimed ahead while its flush fell behind held ever
+//     more of a gate's slots (make bench's scenario 4, a gate of 1,000 with
+//     200 executors and 1 ms steps, then found the gate full, took the slow
+//     path of a contended key and fell from about 18,000 to 4,000-5,000
+//     steps/s in about half its runs). Short steps do not count them: plain
+//     no-op steps ran about a fifth slower when they did.
+//
+// The peers driver alone, 500 keys K = 1, 1 ms steps, three runs each, ran
+// 15,501-15,926 steps/s without rows ahead for 1 ms steps and
+// 16,678-18,374 with them.
+func (q *queueRunner) free() int {
+	n, busy := int64(q.n), q.busy.Load()
 	step := q.stepNanos.Load()
 	switch {
 	case step <= 0:
-		return q.n
+		return int(n - busy)
 	case step < int64(shortStep):
-		return 2 * q.n
+		return int(2*n - busy)
 	}
-	ahead := int64(q.n) * q.claimNanos.Load() / step
-	return q.n + int(min(ahead, int64(q.n)))
+	ahead := min(n*q.claimNanos.Load()/step, n)
+	behind := max(0, q.unflushed.Load()-n) // more outcomes unflushed than executors
+	return int(n + max(0, ahead-behind) - busy)
 }
 
 // ran records how long a step of the queue ran, in the moving average
@@ -439,7 +457,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	workflows := e.workflowNames()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
-		if free := q.limit() - int(q.busy.Load()); free > 0 {
+		if free := q.free(); free > 0 {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
@@ -565,6 +583,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		*toRelease = append(*toRelease, ref)
 		s.dropSuccessor(ref, toRelease)
 	case !c.Contended:
+		q.unflushed.Add(1)
 		s.flushCh <- flushItem{o: out, queue: q.name}
 	default:
 		// A step whose key had rows waiting passes its executor slot on:
@@ -709,6 +728,17 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 			}
 		}
 		s.commit(items, withSlots, out)
+		if !withSlots {
+			woken := map[*queueRunner]bool{}
+			for _, it := range items {
+				q := s.queues[it.queue]
+				q.unflushed.Add(-1)
+				if !woken[q] {
+					woken[q] = true
+					q.wake() // its claim may have waited for this flush
+				}
+			}
+		}
 	}
 }
 

@@ -44,6 +44,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	pol, hasPol := s.policies[req.Queue]
 	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim
 	var skipped []*row          // due rows of workflows this worker does not know, or left ready
+	seen := map[string]int{}    // K = 1 key -> its rows this claim took off the pick path to decide
 scan:
 	for _, p := range q.prios {
 		h := q.ready[p]
@@ -56,7 +57,10 @@ scan:
 				skipped = append(skipped, r)
 				continue
 			}
-			d := s.admit(r, q, pol, hasPol, waiting, now)
+			if r.inst.Key != "" {
+				seen[r.inst.Key]++
+			}
+			d := s.admit(r, q, pol, hasPol, waiting, seen, now)
 			switch d.verdict {
 			case admitted:
 				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, now))
@@ -113,9 +117,11 @@ type decision struct {
 // builds the state the planner needs from the store (the claim holds the
 // store's lock, so every K = 1 key is locked by it and no counter is held
 // elsewhere), and applies the plan's debits. waiting counts the rows of
-// each bucket this claim already rescheduled. The caller checked the
-// queue's MaxActive and the claim's Limit.
-func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, waiting map[string]int, now time.Time) decision {
+// each bucket this claim already rescheduled, seen the rows of each key it
+// took off the pick path to decide (r included): with the key's rows still
+// on it, they are the rows in sight (admission.State.InSight). The caller
+// checked the queue's MaxActive and the claim's Limit.
+func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, waiting, seen map[string]int, now time.Time) decision {
 	c := admission.Candidate{ID: r.inst.ID, Key: r.inst.Key}
 	st := admission.State{Now: now, Limit: 1, Active: q.executing, Rescheduled: waiting}
 	if hasPol {
@@ -137,6 +143,9 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 		} else {
 			st.Locked = map[string]bool{c.Key: true}
 			st.Busy = map[string]bool{c.Key: ks.executing > 0}
+			if ks.executing > 0 {
+				st.InSight = map[string]int{c.Key: s.inSight(ks, seen[c.Key])}
+			}
 		}
 		if rate, limited := s.rates.Lookup(name); limited {
 			c.Rate = &rate
@@ -163,6 +172,22 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 		return decision{verdict: throttled, bucket: c.Rate.BucketFor(c.Key), runAt: p.Throttled[0].RunAt}
 	}
 	return decision{verdict: left}
+}
+
+// inSight is seen (the rows of a K = 1 key a claim took off the pick path)
+// plus the key's rows still on it, counted only as far as the planner
+// needs (two).
+func (s *Store) inSight(ks *keyState, seen int) int {
+	n := seen
+	for _, r := range ks.rows {
+		if n >= 2 {
+			break
+		}
+		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+			n++
+		}
+	}
+	return n
 }
 
 // promoteDue moves the rows of q whose run time has come from the
@@ -322,7 +347,22 @@ func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 		next, _ := admission.Credit(admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available}, 1, lim)
 		c.available = c.capacity - (next.Capacity - next.Available)
 	}
-	s.promote(k, 1, n)
+	if s.promote(k, 1, n) == 0 && shard < 0 {
+		s.notifyReady(ks, n)
+	}
+}
+
+// notifyReady notifies the queue of a ready row of K = 1 key ks that just
+// freed with no blocked row to promote: a claim that found the key busy
+// may have left its only row in sight ready (see admission.Decide), and
+// an idle engine should claim it now rather than at its next poll.
+func (s *Store) notifyReady(ks *keyState, n *notes) {
+	for _, r := range ks.rows {
+		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+			n.add(r.inst.Queue)
+			return
+		}
+	}
 }
 
 // handOff gives the slots the outcomes of one Complete freed to the next

@@ -225,7 +225,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		b.Queue(s.q(sqlBlock), plan.Blocked, now)
 	}
 	if len(plan.Saturated) > 0 {
-		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now)
+		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap)
 		s.hot.mark(plan.Saturated...)
 	}
 	if err := tx.send(ctx, b, true); err != nil {

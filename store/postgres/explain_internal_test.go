@@ -59,7 +59,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"key busy":            {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
 		"next due":            {sqlNextDue, []any{"q"}},
 		"claim":               {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
-		"block backlog":       {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil}},
+		"block backlog":       {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil, 64}},
 		"complete apply":      {sqlCompleteApply, complete},
 		"hand-off lock":       {sqlHandOffLock, []any{ids, int64(1)}},
 		"hand-off busy":       {sqlHandOffBusy, []any{ids}},

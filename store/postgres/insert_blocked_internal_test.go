@@ -123,22 +123,41 @@ func TestInsertBlockedHealWaitsForTheFreeingTransaction(t *testing.T) {
 }
 
 // TestInsertTxInsertsReadyBehindABusyKey: InsertTx cannot heal after the
-// caller's commit, so it inserts the row ready; the first claim that finds
-// its key busy blocks it.
+// caller's commit, so it inserts the rows ready; a claim that finds their
+// key busy leaves one alone ready (see admission.Decide) and blocks two.
 func TestInsertTxInsertsReadyBehindABusyKey(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
 	holdKey(t, s, "acct:1")
-	tx, err := s.pool.Begin(ctx)
-	require.NoError(t, err)
-	in := keyedInstance("acct:1")
-	in.Version = 1
-	_, err = s.InsertTx(ctx, tx, []store.NewInstance{in})
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
-	require.Equal(t, store.StatusReady, statusOf(t, s, in.ID))
-	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Empty(t, res.Claimed)
-	require.Equal(t, store.StatusBlocked, statusOf(t, s, in.ID))
+	insertTx := func(n int) []string {
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		var ins []store.NewInstance
+		var ids []string
+		for range n {
+			in := keyedInstance("acct:1")
+			in.Version = 1
+			ins, ids = append(ins, in), append(ids, in.ID)
+		}
+		_, err = s.InsertTx(ctx, tx, ins)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		for _, id := range ids {
+			require.Equal(t, store.StatusReady, statusOf(t, s, id))
+		}
+		return ids
+	}
+	claim := func() {
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, res.Claimed)
+	}
+	one := insertTx(1)
+	claim()
+	require.Equal(t, store.StatusReady, statusOf(t, s, one[0]))
+	two := insertTx(1)
+	claim()
+	for _, id := range append(one, two...) {
+		require.Equal(t, store.StatusBlocked, statusOf(t, s, id))
+	}
 }

@@ -325,6 +325,35 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 		t.Fatal("no notification for a signal that woke an instance")
 	}
 
+	// A claim that finds a K = 1 key busy leaves its only row in sight
+	// ready (see admission.Decide); the holder's end, promoting nothing,
+	// notifies that row's queue.
+	woken := e.claim("w", 10) // the parked row the signal woke
+	require.Len(t, woken, 1)
+	e.complete("w", store.Outcome{ID: woken[0].ID, Fence: woken[0].Fence, Kind: store.OutcomeDone, Step: "wait", Attempt: 1})
+	e.insert(newInstance("acct:n"))
+	require.Equal(t, "q", <-got)
+	holder := e.claim("w", 1)
+	require.Len(t, holder, 1)
+	tx, err := e.pool.Begin(e.ctx)
+	require.NoError(t, err)
+	next := newInstance("acct:n")
+	next.Version = 1
+	_, err = e.s.InsertTx(e.ctx, tx, []store.NewInstance{next})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(e.ctx))
+	require.Equal(t, "q", <-got)
+	require.Empty(t, e.claim("w", 10))
+	require.Equal(t, store.StatusReady, e.get(next.ID).Status)
+	e.complete("w", store.Outcome{ID: holder[0].ID, Fence: holder[0].Fence, Kind: store.OutcomeDone, Step: "start", Attempt: 1})
+	select {
+	case q := <-got:
+		require.Equal(t, "q", q)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for the ready row of a key that freed")
+	}
+	require.Equal(t, next.ID, e.claim("w", 10)[0].ID)
+
 	cancel()
 	select {
 	case err := <-stopped:

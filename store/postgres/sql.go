@@ -31,7 +31,8 @@ package postgres
 //   - Conditions on status (and on key IS [NOT] NULL) in the reads of the
 //     claim and of freeing slots repeat the predicates of the partial
 //     indexes those reads are meant to use (instances_pick_*,
-//     instances_key_waiting, instances_key_gate, instances_lease):
+//     instances_key_ready, instances_key_blocked, instances_key_gate,
+//     instances_lease):
 //     PostgreSQL uses a partial index only when the query implies its
 //     predicate, so they are not redundant even where the rest of the
 //     condition already pins the rows.

@@ -106,8 +106,8 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// row a gate admitted (its limit was removed since) is not counted: its
 	// end frees without the advisory lock. keyReady counts the key's ready
 	// rows, up to admission.ReadyCap (a parameter of each statement). Each reads at
-	// most that many index entries (instances_key_one; instances_key_waiting
-	// in its own order), written as scalar subqueries with LIMIT so that the
+	// most that many index entries (instances_key_one;
+	// instances_key_ready), written as scalar subqueries with LIMIT so that the
 	// planner can neither turn them into hashed subplans that read every
 	// executing row nor walk the key's waiting rows on another index.
 	keyBusy = `((SELECT true FROM {schema}.instances e

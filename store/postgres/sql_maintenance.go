@@ -155,9 +155,10 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// and nothing else would promote them before the reconciler's sweep. A
 	// gate whose slots are all taken is saturated, not stranded.
 	//
-	// The probes for a waiting row of the key read instances_key_waiting in
-	// its own order, one row: written as a bare EXISTS, PostgreSQL without
-	// fresh statistics chose instances_key_round (key first, the status a
+	// The probes for a waiting row of the key read instances_key_blocked
+	// and instances_key_ready, one row each: their conditions are those
+	// indexes' predicates. Without fresh statistics, PostgreSQL chose
+	// instances_key_round for the earlier forms (key first, the status a
 	// filter) and walked every waiting row of a hot key, about 19,000 rows
 	// per probe in make bench's scenario 4.
 	strandedWhere = `

@@ -59,7 +59,11 @@ WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity
 	// this very statement keeps the lock of a row it saw blocked but found
 	// claimed), and waiting for such locks deadlocked with outcome batches.
 	// It locks FOR NO KEY UPDATE, which a signal's FOR KEY SHARE does not
-	// block. It returns a row (queue, n, '') per notified queue, and a row
+	// block. A K = 1 key with no blocked row to promote may have its next
+	// row ready (a claim that found the key busy leaves its only row in
+	// sight ready: see admission.Decide): the queue of that row is notified,
+	// so that an idle engine claims it now rather than at its next poll.
+	// It returns a row (queue, n, '') per notified queue, and a row
 	// ('', 0, key) per key it left stranded: a key ($5[i]: K = 1) of which
 	// it promoted nothing although it has room and blocked rows (see
 	// strandedWhere), because all of them were locked; the freeing call
@@ -78,6 +82,14 @@ p AS (
 )
 SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x
+UNION ALL
+SELECT r.queue, 0, '' FROM (
+    SELECT DISTINCT r.queue FROM f
+    CROSS JOIN LATERAL (SELECT queue FROM {schema}.instances
+                        WHERE key = f.key AND status = 'ready' AND key IS NOT NULL
+                        ORDER BY priority, run_at, seq LIMIT 1) r
+    WHERE f.one AND NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)) r
+CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x
 UNION ALL
 SELECT '', 0, f.key FROM f
 WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere

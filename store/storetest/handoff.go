@@ -123,11 +123,13 @@ var handOffTests = []test{
 			if s.prepare != nil {
 				s.prepare(h)
 			}
-			ids := h.insertKeyed(k, 2)
+			// Three rows: a claim that finds the key busy blocks the two in
+			// sight (one alone it would leave ready).
+			ids := h.insertKeyed(k, 3)
 			c := h.claimOne("w", at(time.Second))
 			require.Equal(h.t, ids[0], c.ID, s.name)
 			require.Empty(h.t, h.claim("w", 10, at(time.Second)), s.name)
-			h.requireStatus(store.StatusBlocked, ids[1])
+			h.requireStatus(store.StatusBlocked, ids[1], ids[2])
 			ho, ok := h.s.(store.HandOffer)
 			require.True(h.t, ok)
 			_, got, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(c)}), at(2*time.Second),
@@ -135,7 +137,12 @@ var handOffTests = []test{
 			require.NoError(h.t, err, s.name)
 			require.Empty(h.t, got, "%s: no hand-off", s.name)
 			require.Equal(h.t, store.StatusReady, h.status(ids[1]), "%s: the next row is promoted instead", s.name)
-			h.commit("w", at(3*time.Second), done(h.claimOne("w", at(3*time.Second))))
+			h.requireStatus(store.StatusBlocked, ids[2])
+			for _, id := range ids[1:] {
+				next := h.claimOne("w", at(3*time.Second))
+				require.Equal(h.t, id, next.ID, s.name)
+				h.commit("w", at(3*time.Second), done(next))
+			}
 			if s.prepare != nil { // back to no policy and no rate limit
 				h.syncPolicies("ns")
 				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})

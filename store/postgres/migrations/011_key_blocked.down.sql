@@ -1,1 +1,0 @@
-DROP INDEX {schema}.instances_key_blocked;
