@@ -121,7 +121,7 @@ type queueRunner struct {
 	// reads free is free.
 	busy atomic.Int64
 	// stepNanos is a moving average of how long the queue's steps run,
-	// and claimNanos of how long its claims take (see limit).
+	// and claimNanos of how long its claims take (see free).
 	stepNanos  atomic.Int64
 	claimNanos atomic.Int64
 	// unflushed counts the queue's outcomes sent to the flusher and not
@@ -151,8 +151,8 @@ const shortStep = time.Millisecond
 //     step in one engine's buffer, holding its key's slot, would be a row
 //     another engine could have run, and with steps much longer than a
 //     claim nothing is claimed ahead. Rows whose outcomes wait for the
-//     flusher count against these rows ahead: they hold their slots too,
-//     and an engine that claimed ahead while its flush fell behind held ever
+//     flusher, beyond one per executor, count against these rows ahead:
+//     they hold their slots too, and an engine that claimed ahead while its flush fell behind held ever
 //     more of a gate's slots (make bench's scenario 4, a gate of 1,000 with
 //     200 executors and 1 ms steps, then found the gate full, took the slow
 //     path of a contended key and fell from about 18,000 to 4,000-5,000

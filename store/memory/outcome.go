@@ -128,7 +128,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	}
 	// Rounds are given to the due rows of the batch together (see
 	// assignRounds); due rows of K = 1 keys go in blocked as
-	// admission.InsertBlocked decides (see busyOne).
+	// admission.InsertBlocked decides (see oneState).
 	var due, waitingRows []*row
 	var waiting []admission.InsertRow
 	for _, r := range rows {

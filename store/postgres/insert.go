@@ -231,7 +231,8 @@ func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
 	if p == nil {
 		return
 	}
-	s.hot.mark(p.behind...)
+	slices.Sort(p.behind)
+	s.hot.mark(slices.Compact(p.behind)...) // one entry per key: the COPY path lists one per row
 	s.healInserted(ctx, p.blocked)
 }
 

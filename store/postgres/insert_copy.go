@@ -185,7 +185,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		case keyState[k].Busy || keyState[k].Ready > 0:
 			p.blocked = append(p.blocked, k) // repeated per row: healInserted compacts
 		default:
-			p.behind = append(p.behind, k) // repeated too: hot.mark does not mind
+			p.behind = append(p.behind, k) // repeated too: afterInsert compacts
 		}
 	}
 	src := &copyRows{rows: rows, at: at, due: due, blocked: blocked, round: round, now: now}
