@@ -72,6 +72,12 @@ func fleetEngine(t testing.TB, url, schema, worker string, lease time.Duration) 
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
+	if _, child := t.(childTB); !child {
+		// Its connections go with the test: left open, the engines of a
+		// -count=2 run took PostgreSQL past max_connections, and the
+		// recorder's writes failed ("too many clients").
+		t.Cleanup(pool.Close)
+	}
 	st, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
 	require.NoError(t, err)
 	e, err := durable.New(durable.Config{Store: st, WorkerID: worker, Limits: enginetest.StressLimits,
