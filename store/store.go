@@ -30,7 +30,12 @@
 //   - A row that is not admitted because its key is full leaves the pick path
 //     (status blocked) so that a saturated key's backlog never sits in front
 //     of other work; when a slot of its key frees, the next blocked row of the
-//     key (priority, then FIFO) is made ready again.
+//     key (priority, then FIFO) is made ready again. One exception: a claim
+//     that finds a K = 1 key busy with only one of its rows in sight leaves
+//     that row ready (its holder will likely have ended by the next claim,
+//     and blocking it would cost a promotion); whatever frees the key then,
+//     having no blocked row to promote, notifies that row's queue
+//     (internal/admission.Decide, State.InSight).
 //   - A due row inserted (Insert, a spawned child, a schedule's tick) for a
 //     K = 1 key that is busy (a row admitted under K = 1 executes), or that
 //     already has admission.ReadyCap rows ready, goes in blocked at once,
