@@ -76,8 +76,9 @@ WHERE k.busy OR k.ready + k.n > $19`
 	// (see keyBusy) and how many of its rows are ready (see keyReady, up to
 	// $9: admission.ReadyCap); the caller decides which rows go in blocked
 	// with admission.InsertBlocked. One row with a null i when no group is due.
-	// It notifies on channel $7 the queues of the due groups that are not
-	// blocked: delivered when the transaction commits, so after the rows it
+	// It notifies on channel $7 the queues of the due groups whose key is
+	// not busy (a group of a key at its cap of ready rows is notified for
+	// nothing): delivered when the transaction commits, so after the rows it
 	// then copies in.
 	sqlInsertRounds = `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
@@ -105,11 +106,11 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// through the key's advisory lock; see healInserted). A key held by a
 	// row a gate admitted (its limit was removed since) is not counted: its
 	// end frees without the advisory lock. keyReady counts the key's ready
-	// rows, up to admission.ReadyCap (a parameter of each statement). Each reads at
-	// most that many index entries (instances_key_one;
-	// instances_key_ready), written as scalar subqueries with LIMIT so that the
-	// planner can neither turn them into hashed subplans that read every
-	// executing row nor walk the key's waiting rows on another index.
+	// rows, up to admission.ReadyCap (a parameter of each statement). Each
+	// reads at most that many index entries (instances_key_one,
+	// instances_key_ready), written as scalar subqueries with LIMIT so that
+	// the planner can neither turn them into hashed subplans that read
+	// every executing row nor walk the key's waiting rows on another index.
 	keyBusy = `((SELECT true FROM {schema}.instances e
             WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
             LIMIT 1) IS NOT NULL)`
