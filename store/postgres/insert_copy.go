@@ -60,8 +60,8 @@ type roundGroupKey struct {
 // notifies the queues that receive due rows (delivered at commit); the rows
 // are then computed here and copied straight into instances. With p.block,
 // due rows of K = 1 keys go in blocked as admission.InsertBlocked decides,
-// and their keys are appended to p.blocked or p.behind (see insertPlan). Any error leaves tx to be rolled
-// back: nothing of the batch is kept.
+// and their keys are appended to p.blocked or p.behind (see insertPlan).
+// Any error leaves tx to be rolled back: nothing of the batch is kept.
 func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error {
 	rows := p.rows
 	groupOf := make([]int, len(rows))
