@@ -34,15 +34,15 @@ func (w *windows) size(queue string, limit int) int {
 }
 
 // record notes what a claim of limit rows passed over in its window.
+// admitted is in window order (admission.Decide walks the window once), so
+// the two are walked together.
 func (w *windows) record(queue string, limit int, window []admission.Candidate, admitted []admission.Admitted) {
-	in := make(map[string]bool, len(admitted))
-	for _, a := range admitted {
-		in[a.ID] = true
-	}
 	passed, last := 0, 0 // keyed rows not admitted: in all, and before the last admitted row
+	next := 0            // the next admitted row to meet in the window
 	for _, c := range window {
 		switch {
-		case in[c.ID]:
+		case next < len(admitted) && admitted[next].ID == c.ID:
+			next++
 			last = passed
 		case c.Key != "":
 			passed++
