@@ -183,7 +183,7 @@ func (s *Store) inSight(ks *keyState, seen int) int {
 		if n >= 2 {
 			break
 		}
-		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+		if r.onPickPath() {
 			n++
 		}
 	}
@@ -358,7 +358,7 @@ func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 // an idle engine should claim it now rather than at its next poll.
 func (s *Store) notifyReady(ks *keyState, n *notes) {
 	for _, r := range ks.rows {
-		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+		if r.onPickPath() {
 			n.add(r.inst.Queue)
 			return
 		}

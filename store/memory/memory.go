@@ -285,6 +285,12 @@ func (s *Store) pushReady(q *queueState, r *row) {
 // scheduled reports whether r is a ready row waiting for its run time.
 func (r *row) scheduled() bool { return r.pickHeap != nil && r.pickHeap.sched }
 
+// onPickPath reports whether r is ready and due: on its queue's pick path,
+// where a claim can take it.
+func (r *row) onPickPath() bool {
+	return r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched
+}
+
 // unpick takes r off whatever pick heap (ready or blocked) and timer heap it is on.
 func (s *Store) unpick(r *row) {
 	if r.pickHeap != nil {

@@ -185,7 +185,7 @@ func (s *Store) oneState(k string) admission.KeyState {
 	}
 	st := admission.KeyState{}
 	for _, r := range ks.rows {
-		if r.inst.Status == store.StatusReady && r.pickHeap != nil && !r.pickHeap.sched {
+		if r.onPickPath() {
 			if st.Ready++; st.Ready >= admission.ReadyCap {
 				break
 			}
