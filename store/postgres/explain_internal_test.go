@@ -252,3 +252,64 @@ func TestScanListReadsAtMostScanLimitRows(t *testing.T) {
 		require.LessOrEqual(t, n, c.max, "%s reads %d rows of the primary key:\n%s", name, n, text)
 	}
 }
+
+// TestKeyProbesReadTheirIndexWithoutStatistics pins what migration 011 is
+// for: on a table never analyzed (the benchmark's and the peers' case, and
+// any table whose statistics lag), the probes of a key's blocked and ready
+// rows that freeing transactions, inserts and claim backlogs run read
+// instances_key_blocked and instances_key_ready, whose predicates are their
+// conditions, with custom and generic plans, and never instances_key_round.
+// Before 011, auto_explain caught live runs (the peers' keyed scenario, 100
+// rows per key) taking instances_key_round and a sort for these probes; a
+// table filled here without that churn did not reproduce it, so this test
+// guards the index use, not that exact misplan.
+func TestKeyProbesReadTheirIndexWithoutStatistics(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	const hot = "acct:hot"
+	ins := make([]store.NewInstance, 5_000)
+	for i := range ins {
+		ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: hot}
+	}
+	_, err := s.Insert(ctx, ins) // ReadyCap rows ready, the rest blocked; no ANALYZE
+	require.NoError(t, err)
+	keys, one := []string{hot}, []bool{true}
+	for name, q := range map[string]struct {
+		sql   string
+		args  []any
+		wants []string
+	}{
+		"promote":         {sqlPromote, []any{keys, []int32{1}, nil, "c", one}, []string{"instances_key_blocked", "instances_key_ready"}},
+		"stranded":        {sqlStranded, []any{keys, one}, []string{"instances_key_blocked", "instances_key_ready"}},
+		"promote if room": {sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}, []string{"instances_key_blocked", "instances_key_ready"}},
+		"block backlog":   {sqlBlockBacklog, []any{keys, 1000, nil, 64}, []string{"instances_key_ready"}},
+		"insert key state": {`SELECT k, ` + keyBusy + `, ` + keyReady + `$2) r) FROM unnest($1::text[]) AS k`,
+			[]any{keys, 64}, []string{"instances_key_ready"}},
+	} {
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			tx, err := s.pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, sqlNoSeqScan)
+			require.NoError(t, err)
+			sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(q.sql))
+			require.NoError(t, err, name)
+			rows, err := tx.Query(ctx, sd.SQL, q.args...)
+			require.NoError(t, err, name)
+			var plan []string
+			for rows.Next() {
+				var l string
+				require.NoError(t, rows.Scan(&l))
+				plan = append(plan, l)
+			}
+			require.NoError(t, rows.Err(), name)
+			require.NoError(t, tx.Rollback(ctx))
+			text := strings.Join(plan, "\n")
+			for _, want := range q.wants {
+				require.Contains(t, text, want, "%s (%s):\n%s", name, mode, text)
+			}
+			require.NotContains(t, text, "instances_key_round", "%s (%s) walks the key's waiting rows:\n%s", name, mode, text)
+		}
+	}
+}

@@ -113,6 +113,10 @@ func TestReservationChain(t *testing.T) {
 				require.NotZero(t, r.Fence)
 			}
 			require.Equal(t, before, gateAvailable(t, s, kc.key), "a hand-off and reservations do not touch the counter")
+			info, err := s.KeyInfo(ctx, kc.key)
+			require.NoError(t, err)
+			require.NotNil(t, info.NextInLine)
+			require.Equal(t, ids[1], info.NextInLine.ID, "the first reservation is the key's next row")
 
 			// No claim, promotion or sweep takes a reserved row.
 			c, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "other", Limit: 10, Lease: time.Minute})

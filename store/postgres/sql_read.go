@@ -81,12 +81,12 @@ FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 SELECT ` + instanceColumns + ` FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
-	// KeyInfo's waiting rows: the ready and blocked rows of the key through
-	// instances_key_ready and instances_key_blocked (a reserved row, blocked
-	// with a worker, is a blocked row too: instances_key_round), and its
-	// scheduled rows apart (the key indexes do not hold them; they are found
-	// among the scheduled rows alone), so that explaining a key never scans
-	// the table, nor sorts a long line of its rows.
+	// KeyInfo's waiting rows: the ready and blocked rows of the key (counted
+	// through instances_key_round, whose predicate is theirs; the next one
+	// read from instances_key_ready and instances_key_blocked, each in
+	// admission order, with reserved rows apart), and its scheduled rows
+	// apart (the key indexes do not hold them; they are found among the
+	// scheduled rows alone), so that explaining a key never scans the table.
 	sqlKeyWaiting = `
 SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
      + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
@@ -97,6 +97,9 @@ SELECT ` + instanceColumns + ` FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' AND worker IS NULL
+     ORDER BY priority, run_at, seq LIMIT 1)
+    UNION ALL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' AND worker IS NOT NULL
      ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)
