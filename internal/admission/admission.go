@@ -41,10 +41,16 @@ type Counter struct {
 
 // GateState is what a claimer read of a gate key's counters.
 type GateState struct {
-	// Counters are the counters this claimer locked, in shard order.
+	// Counters are the counters this claimer locked (or, with
+	// HeldElsewhere, read), in shard order.
 	Counters []Counter
-	// HeldElsewhere is true when another transaction holds some of the
-	// key's counters; Count is then how many counters the key has in all.
+	// HeldElsewhere is true when the claimer holds the locks of only some
+	// of the key's counters, or of none: another transaction holds the
+	// others, or the claimer read them all without locks and debits them
+	// only if they have not changed (an optimistic claim: see the
+	// PostgreSQL store). Count is then how many counters the key has in
+	// all. Such a key's rows are admitted only on counters as its limit
+	// makes them, each within its own capacity, and are never blocked.
 	HeldElsewhere bool
 	Count         int
 }
@@ -121,6 +127,12 @@ type Plan struct {
 	// Saturated are the keys found full, sorted: their backlog beyond the
 	// window is blocked too.
 	Saturated []string
+	// Unsettled are the gate keys with counters held elsewhere (see
+	// GateState.HeldElsewhere) of which a row was left ready because no
+	// counter it read had room, or its counters were not as its limit
+	// makes them, sorted: a claim that locks them all can tell whether to
+	// block their rows.
+	Unsettled []string
 	// Throttled are the rows rescheduled for want of a token, in claim order.
 	Throttled []Throttled
 	// Debits counts the slots taken from each counter.
@@ -143,7 +155,7 @@ type Plan struct {
 //     first on ties) while its slots in use are below its limit, and is
 //     blocked otherwise; when another transaction holds some of its
 //     counters, it may use the locked shards if the key's shards are clean
-//     (see cleanShards), and is otherwise left ready, never blocked;
+//     (see CleanShards), and is otherwise left ready, never blocked;
 //   - a keyed row is blocked while its key has MaxActivePerKey rows
 //     executing in the queue, admitted ones included;
 //   - rows are left ready once the claim's Limit, or the queue's MaxActive,
@@ -176,6 +188,7 @@ func Decide(window []Candidate, st State) Plan {
 		waiting[b] = n
 	}
 	saturated := map[string]bool{}
+	unsettled := map[string]bool{}
 	inSight := func(k string) int { return st.InSight[k] }
 	if st.InSight == nil {
 		inWindow := map[string]int{}
@@ -208,7 +221,8 @@ func Decide(window []Candidate, st State) Plan {
 			rows := counters[c.Key]
 			g := st.Gates[c.Key]
 			held := g.HeldElsewhere
-			if held && !cleanShards(lim, rows, g.Count) {
+			if held && !CleanShards(lim, rows, g.Count) {
+				unsettled[c.Key] = true
 				continue // mid re-shard with a counter held elsewhere: leave the row ready
 			}
 			// With every counter locked, the slots in use over all of them
@@ -222,6 +236,7 @@ func Decide(window []Candidate, st State) Plan {
 				if held {
 					// The holder may be freeing a slot, and its promotion may
 					// not see a row blocked now: leave the row ready.
+					unsettled[c.Key] = true
 					continue
 				}
 				plan.Blocked = append(plan.Blocked, c.ID)
@@ -284,6 +299,10 @@ func Decide(window []Candidate, st State) Plan {
 		plan.Saturated = append(plan.Saturated, k)
 	}
 	slices.Sort(plan.Saturated)
+	for k := range unsettled {
+		plan.Unsettled = append(plan.Unsettled, k)
+	}
+	slices.Sort(plan.Unsettled)
 	return plan
 }
 
@@ -301,14 +320,14 @@ func pickShard(lim gate.Limit, rows []Counter) int {
 	return best
 }
 
-// cleanShards reports whether a gate key's counters are as its limit makes
+// CleanShards reports whether a gate key's counters are as its limit makes
 // them: n counters in all (locked or not), one per shard, and each locked
 // one with its shard's capacity. Their capacities then add up to the limit,
 // so admitting on the locked shards alone, each within its own capacity,
 // cannot exceed the limit whatever the others hold. A limit change rewrites
 // every counter in one transaction, so the locked counters show the same
 // state as the others.
-func cleanShards(lim gate.Limit, locked []Counter, n int) bool {
+func CleanShards(lim gate.Limit, locked []Counter, n int) bool {
 	caps := lim.ShardCapacities()
 	if n != len(caps) {
 		return false

@@ -179,6 +179,23 @@ func TestDecide(t *testing.T) {
 				require.Equal(t, []Admitted{{"a", 1}, {"b", 1}}, p.Admitted)
 				require.Empty(t, p.Blocked, "the holder may be freeing a slot: never blocked")
 				require.Empty(t, p.Saturated)
+				require.Equal(t, []string{"api:x"}, p.Unsettled, "c was left for want of room it could see")
+			},
+		},
+		{
+			name: "gate read without locks (an optimistic claim): admitted within each counter, never blocked, left ready when full",
+			window: []Candidate{gated("a", "api:x", 4, 2), gated("b", "api:x", 4, 2), gated("c", "api:x", 4, 2),
+				gated("d", "api:y", 4, 2)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = GateState{Counters: []Counter{{0, 2, 1}, {1, 2, 1}}, HeldElsewhere: true, Count: 2}
+				st.Gates["api:y"] = GateState{Counters: []Counter{{0, 2, 2}, {1, 2, 0}}, HeldElsewhere: true, Count: 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Admitted{{"a", 0}, {"b", 1}, {"d", 0}}, p.Admitted)
+				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 1, {"api:x", 1}: 1, {"api:y", 0}: 1}, p.Debits)
+				require.Empty(t, p.Blocked)
+				require.Empty(t, p.Saturated)
+				require.Equal(t, []string{"api:x"}, p.Unsettled)
 			},
 		},
 		{
@@ -191,6 +208,7 @@ func TestDecide(t *testing.T) {
 				require.Empty(t, p.Admitted)
 				require.Empty(t, p.Blocked)
 				require.Empty(t, p.Debits)
+				require.Equal(t, []string{"api:x"}, p.Unsettled)
 			},
 		},
 		{

@@ -22,8 +22,8 @@ func TestCleanShards(t *testing.T) {
 		{"a capacity from an older limit", []Counter{{Shard: 1, Capacity: 5}}, 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := cleanShards(lim, tc.locked, tc.n); got != tc.want {
-				t.Fatalf("cleanShards = %v, want %v", got, tc.want)
+			if got := CleanShards(lim, tc.locked, tc.n); got != tc.want {
+				t.Fatalf("CleanShards = %v, want %v", got, tc.want)
 			}
 		})
 	}

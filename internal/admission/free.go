@@ -206,7 +206,7 @@ func slotPasses(f Freed, st FreeState) bool {
 	}
 	rows := st.Counters[f.Key]
 	i := slices.IndexFunc(rows, func(c Counter) bool { return c.Shard == f.Shard })
-	return i >= 0 && rows[i].Available >= 0 && cleanShards(lim, rows, st.Count[f.Key])
+	return i >= 0 && rows[i].Available >= 0 && CleanShards(lim, rows, st.Count[f.Key])
 }
 
 // takes reports whether the worker can take w now.

@@ -5,16 +5,20 @@ import (
 	"time"
 )
 
-// hotKeys remembers, in this process, the keys recently found saturated:
-// keys a claim of this store found full (their rows were blocked), keys an
-// insert of this store put blocked rows behind (see healInserted), and keys
-// whose freed slots a hand-off recently gave to waiting rows. Only the
-// slots of such keys are worth the reads of a hand-off (see handOff): a
-// key with room has no blocked row to hand its slot to, and most keyed
-// outcomes free keys of that kind. It is a hint, never a rule: a key
-// wrongly taken for cold frees its slot the usual way (credit and
-// promote), and one wrongly taken for hot costs one read that finds
-// nothing and cools it.
+// recentKeys remembers, in this process, keys marked within the last
+// hotFor. The store keeps two such sets (see Store):
+//
+// hot holds the keys recently found saturated: keys a claim of this store
+// found full (their rows were blocked, or an optimistic claim left them for
+// want of room), keys an insert of this store put blocked rows behind (see
+// healInserted), and keys whose freed slots a hand-off recently gave to
+// waiting rows. Only the slots of such keys are worth the reads of a
+// hand-off (see handOff): a key with room has no blocked row to hand its
+// slot to, and most keyed outcomes free keys of that kind. It is a hint,
+// never a rule: a key wrongly taken for cold frees its slot the usual way
+// (credit and promote), and one wrongly taken for hot costs one read that
+// finds nothing and cools it. Claims lock the counters of hot gate keys
+// (see optimistic).
 //
 // The hint is not read from the table because the forms of "is a row of
 // this key blocked?" tried in the apply statement were planned, as
@@ -23,21 +27,24 @@ import (
 // (instances_queue_status): with the EXISTS form, make bench's scenario 4
 // (20,000 waiting rows of one key) fell from about 15,000 to 1,228
 // steps/s.
-type hotKeys struct {
+//
+// settled holds the gate keys whose counters a claim that locked them all
+// recently found as their limit makes them (see optimistic).
+type recentKeys struct {
 	mu   sync.Mutex
-	seen map[string]time.Time // key -> last found saturated (monotonic clock)
+	seen map[string]time.Time // key -> last marked (monotonic clock)
 }
 
 const (
-	// hotFor is how long a key stays hot after it was last found saturated.
+	// hotFor is how long a key stays in a set after it was last marked.
 	hotFor = 10 * time.Second
 	// hotMax bounds the keys remembered; past it, the stale ones are
 	// dropped, and if none is stale, the map starts over.
 	hotMax = 50_000
 )
 
-// mark records keys as found saturated now.
-func (h *hotKeys) mark(keys ...string) {
+// mark records keys as seen now.
+func (h *recentKeys) mark(keys ...string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -62,8 +69,8 @@ func (h *hotKeys) mark(keys ...string) {
 	}
 }
 
-// cool forgets keys: a hand-off found nothing waiting for them.
-func (h *hotKeys) cool(keys ...string) {
+// cool forgets keys (hot: a hand-off found nothing waiting for them).
+func (h *recentKeys) cool(keys ...string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
@@ -71,8 +78,8 @@ func (h *hotKeys) cool(keys ...string) {
 	}
 }
 
-// hot reports whether key was found saturated within hotFor.
-func (h *hotKeys) hot(key string) bool {
+// has reports whether key was marked within hotFor and not forgotten since.
+func (h *recentKeys) has(key string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	at, ok := h.seen[key]

@@ -226,7 +226,7 @@ func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 // afterInsert runs once a batch with block has committed: it heals the busy
 // keys that received blocked rows (healInserted) and marks hot the keys
 // whose rows went in blocked behind their own first row, so that its
-// outcome may hand its slot off (see hotKeys).
+// outcome may hand its slot off (see recentKeys).
 func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
 	if p == nil {
 		return

@@ -168,7 +168,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 
 // healInserted heals the K = 1 keys a committed insert put blocked rows
 // behind (see busyKeyWhere), and marks them hot (the outcome of their
-// holders can hand off: see hotKeys): one healOnce at once, then heal's retries for
+// holders can hand off: see recentKeys): one healOnce at once, then heal's retries for
 // the keys it left stranded. Errors are dropped: the rows are in, and the
 // reconciler's sweep is the safety net.
 //

@@ -10,8 +10,11 @@ package postgres
 // another: (1) the instance rows being transitioned, by id (claims take
 // ready rows SKIP LOCKED and never wait); (2) K = 1 key advisory locks, by
 // key (claims only try them and never wait); (3) gate counter rows, by
-// (key, shard); (4) other instance rows: blocked rows being promoted (SKIP
-// LOCKED, see sqlPromote) and parents, by id.
+// (key, shard) (claims try them, except an optimistic claim, which holds
+// no counter and no rate bucket when it waits for them in its last
+// statement: see optimistic); (4) other instance rows: blocked rows being
+// promoted (SKIP LOCKED, see sqlPromote) and parents, by id. Rate buckets
+// come after counters (claims, limit changes).
 //
 // The statements live in files by concern: sql_insert.go, sql_claim.go,
 // sql_slots.go (freeing slots), sql_outcome.go (outcomes, heartbeats,

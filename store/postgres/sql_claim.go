@@ -140,6 +140,32 @@ WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED`
 	sqlSlotsCount = `
 SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
 
+	// sqlSlotsRead reads, without locking them, the counters of the given
+	// keys with their epochs and, from the same snapshot, the limit of
+	// each key's name (NULL: none): what an optimistic claim plans with
+	// (see admission.go). A limit change rewrites the limit and every
+	// counter in one transaction, so the two agree.
+	sqlSlotsRead = `
+SELECT s.key, s.shard, s.capacity, s.available, s.epoch, l."limit", l.shards
+FROM {schema}.key_slots s LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+WHERE s.key = ANY ($1::text[])
+ORDER BY s.key, s.shard`
+
+	// sqlDebitChecked is an optimistic claim's debit, its last statement
+	// before the commit, after sqlSlotsLockExisting locked the counters
+	// (waiting, in (key, shard) order): it takes $3[i] slots from shard
+	// $2[i] of key $1[i] only if that counter still has the capacity $4[i]
+	// and epoch $5[i] the claim read and room for them, and fails the
+	// transaction (debit_check) unless every counter passed.
+	sqlDebitChecked = `
+WITH d AS (
+    UPDATE {schema}.key_slots s SET available = s.available - w.n
+    FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[]) AS w(key, shard, n, capacity, epoch)
+    WHERE s.key = w.key AND s.shard = w.shard
+      AND s.available >= w.n AND s.capacity = w.capacity AND s.epoch = w.epoch
+    RETURNING 1)
+SELECT {schema}.debit_check((SELECT count(*) FROM d), cardinality($1::text[]))`
+
 	// sqlBlock takes rows of saturated keys off the pick path.
 	sqlBlock = `
 UPDATE {schema}.instances SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())

@@ -96,9 +96,10 @@ WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL
   AND i.key > $1 AND ($2::text IS NULL OR i.key <= $2::text)
 GROUP BY i.key`
 
-	// sqlSlotsInsert creates counters or overwrites them; the caller holds
-	// the locks of the counters it overwrites (it read them under those
-	// locks, with the holders read after them).
+	// sqlSlotsInsert creates counters or overwrites them, with a new epoch
+	// (see sqlDebitChecked); the caller holds the locks of the counters it
+	// overwrites (it read them under those locks, with the holders read
+	// after them).
 	//
 	// sqlSlotsCreate creates counters that did not exist when the caller
 	// took its locks, and leaves alone any a claim created meanwhile: that
@@ -112,7 +113,8 @@ ON CONFLICT (key, shard) DO NOTHING`
 	sqlSlotsInsert = `
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
-ON CONFLICT (key, shard) DO UPDATE SET capacity = excluded.capacity, available = excluded.available`
+ON CONFLICT (key, shard) DO UPDATE
+SET capacity = excluded.capacity, available = excluded.available, epoch = nextval('{schema}.slot_epoch_seq')`
 
 	// sqlSlotsDeleteIdle deletes counters of keys with nothing executing,
 	// every slot free and no row waiting.

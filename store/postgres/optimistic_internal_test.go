@@ -1,0 +1,206 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// gateRows inserts n ready rows of key in queue q.
+func gateRows(t *testing.T, s *Store, key string, n int) {
+	t.Helper()
+	var ins []store.NewInstance
+	for range n {
+		ins = append(ins, store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: key})
+	}
+	_, err := s.Insert(context.Background(), ins)
+	require.NoError(t, err)
+}
+
+func claimN(t *testing.T, s *Store, n int) []store.Claimed {
+	t.Helper()
+	res, err := s.Claim(context.Background(), store.ClaimRequest{Queue: "q", Worker: "w", Limit: n, Lease: time.Minute})
+	require.NoError(t, err)
+	return res.Claimed
+}
+
+// slotsOf returns shard -> (capacity, available) of key's counters, and the
+// executing rows of the key per shard.
+func slotsOf(t *testing.T, s *Store, key string) (counters map[int][2]int, executing map[int]int) {
+	t.Helper()
+	ctx := context.Background()
+	counters, executing = map[int][2]int{}, map[int]int{}
+	rows, err := s.pool.Query(ctx, s.q(`SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1`), key)
+	require.NoError(t, err)
+	var sh, c, a int
+	_, err = pgx.ForEachRow(rows, []any{&sh, &c, &a}, func() error { counters[sh] = [2]int{c, a}; return nil })
+	require.NoError(t, err)
+	rows, err = s.pool.Query(ctx, s.q(`SELECT key_shard, count(*) FROM {schema}.instances
+		WHERE key = $1 AND status = 'executing' GROUP BY key_shard`), key)
+	require.NoError(t, err)
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&sh, &n}, func() error { executing[sh] = n; return nil })
+	require.NoError(t, err)
+	return counters, executing
+}
+
+// holdCounters locks key's counters in a transaction of its own and
+// returns it, with a function that waits until a claim waits for them in
+// its last statement.
+func holdCounters(t *testing.T, s *Store, key string) (pgx.Tx, func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, s.q(`SELECT 1 FROM {schema}.key_slots WHERE key = $1 ORDER BY shard FOR UPDATE`), key)
+	require.NoError(t, err)
+	waiting := func() {
+		require.Eventually(t, func() bool {
+			var n int
+			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%key_slots%(key, shard) IN%FOR UPDATE%'`).Scan(&n)
+			return err == nil && n > 0
+		}, 10*time.Second, 5*time.Millisecond, "the claim never waited for the counters at its end")
+	}
+	return tx, waiting
+}
+
+// TestOptimisticClaimDebitsLastAndOnlyWhatItRead: once a claim that locked
+// a gate key's counters found them as the limit makes them, the next claims
+// read them without locks and lock them only in their last statement,
+// debiting exactly what they admitted; a transaction that holds the
+// counters meanwhile (a flush crediting them) makes such a claim wait for
+// it, not fail.
+func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 6, Shards: 2}})
+	require.NoError(t, err)
+	const key = "api:k"
+	gateRows(t, s, key, 6)
+
+	require.False(t, s.settled.has(key))
+	first := claimN(t, s, 1)
+	require.Len(t, first, 1)
+	require.True(t, s.settled.has(key), "a claim that locked every counter as the limit makes them settles the key")
+
+	tx, waitForClaim := holdCounters(t, s, key)
+	got := make(chan []store.Claimed, 1)
+	go func() {
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 3, Lease: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res.Claimed
+	}()
+	waitForClaim()
+	// Meanwhile the first row ends and its slot is credited, as a flush
+	// does: the claim must debit the counter as this commit leaves it, not
+	// as it read it.
+	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL,
+		key_shard = NULL WHERE id = $1`), first[0].ID)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.key_slots SET available = available + 1 WHERE key = $1 AND shard = $2`),
+		key, first[0].KeyShard)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	claimed := <-got
+	require.Len(t, claimed, 3)
+	require.False(t, s.hot.has(key))
+
+	counters, executing := slotsOf(t, s, key)
+	total := 0
+	for sh, c := range counters {
+		require.Equal(t, c[0]-executing[sh], c[1], "shard %d: capacity %d, %d free, %d executing", sh, c[0], c[1], executing[sh])
+		total += executing[sh]
+	}
+	require.Equal(t, 3, total)
+}
+
+// TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt: a limit change
+// that commits between an optimistic claim's read and its debit rewrites
+// the counters with new epochs. Here it lowers the limit from 4 over two
+// shards to 2 over one, which leaves shard 0's capacity as it was (2, one
+// slot free) while shard 1 keeps only the slot its row holds; the claim had
+// planned on shard 0 under the old limit. Its debit must fail on the epoch
+// (the capacity and the room still match), and the claim, made again with
+// the counters locked, must see the key full under the new limit: without
+// the epoch, three rows would execute under a limit of two.
+func TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 4, Shards: 2}})
+	require.NoError(t, err)
+	const key = "api:k"
+	gateRows(t, s, key, 4)
+	require.Len(t, claimN(t, s, 2), 2) // one row on each shard
+	require.True(t, s.settled.has(key))
+
+	tx, waitForClaim := holdCounters(t, s, key)
+	got := make(chan []store.Claimed, 1)
+	go func() {
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res.Claimed
+	}()
+	waitForClaim()
+	// The limit change, as applyLimitChanges writes it (resizeShards: shard
+	// 0 keeps capacity 2 with its one row, shard 1 shrinks to its row).
+	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.limits SET "limit" = 2, shards = 1 WHERE name = 'api'`))
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, s.q(sqlSlotsInsert), []string{key, key}, []int32{0, 1}, []int32{2, 1}, []int32{1, 0})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	require.Empty(t, <-got, "the key is full under its new limit")
+	require.True(t, s.hot.has(key), "the claim was made again with its counters locked, and found the key full")
+	_, executing := slotsOf(t, s, key)
+	require.Equal(t, 2, executing[0]+executing[1])
+	var blocked int
+	require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'blocked'`), key).Scan(&blocked))
+	require.Equal(t, 2, blocked, "the locking claim blocks the key's rows")
+}
+
+// TestOptimisticClaimNeverBlocks: an optimistic claim that finds no room
+// leaves the rows ready (it holds no counter, so a transaction freeing a
+// slot could miss a row it blocked) and marks the key hot; the next claim
+// locks the counters and blocks them.
+func TestOptimisticClaimNeverBlocks(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 2}})
+	require.NoError(t, err)
+	const key = "api:k"
+	gateRows(t, s, key, 1)
+	require.Len(t, claimN(t, s, 1), 1)
+	gateRows(t, s, key, 1)
+	require.Len(t, claimN(t, s, 1), 1) // optimistic: the last free slot
+	require.False(t, s.hot.has(key))
+	gateRows(t, s, key, 2)
+
+	require.Empty(t, claimN(t, s, 2)) // optimistic: full
+	status := func() (ready, blocked int) {
+		require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT count(*) FILTER (WHERE status = 'ready'),
+			count(*) FILTER (WHERE status = 'blocked') FROM {schema}.instances WHERE key = $1`), key).Scan(&ready, &blocked))
+		return ready, blocked
+	}
+	ready, blocked := status()
+	require.Equal(t, [2]int{2, 0}, [2]int{ready, blocked})
+	require.True(t, s.hot.has(key))
+
+	require.Empty(t, claimN(t, s, 2)) // locking: full, blocks
+	ready, blocked = status()
+	require.Equal(t, [2]int{0, 2}, [2]int{ready, blocked})
+}
