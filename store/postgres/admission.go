@@ -135,6 +135,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if isDebitLost(err) {
 		// An optimistic claim found a counter changed (nothing of it was
 		// committed): claim again, locking the counters.
+		s.debitsLost.Add(1)
 		res, err = s.claim(ctx, req, true)
 	}
 	return res, err
@@ -273,6 +274,10 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		}
 	}
 	if err := tx.send(ctx, b, true); err != nil {
+		if seen != nil && isDebitLost(err) {
+			// Claims race for these keys' slots: lock them for a while.
+			s.hot.mark(debitKeys...)
+		}
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 	for i, c := range res.Claimed {
@@ -511,7 +516,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 // them: an optimistic claim neither creates counters nor tells a full key
 // from one mid re-shard), none is hot (one found full recently must be
 // locked so that its rows can be blocked: see
-// admission.GateState.HeldElsewhere), and it locks no rate bucket. Waiting
+// admission.GateState.HeldElsewhere; one whose optimistic debit lost a race
+// is marked hot too, so that claims racing for its last slots lock it
+// rather than fail in turn), and it locks no rate bucket. Waiting
 // for counters at its end keeps the lock order of sql.go: the claim holds
 // instance rows and K = 1 advisory locks, which come before counters, and
 // no counter; buckets come after counters, so a claim holding one must not

@@ -3,6 +3,10 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,4 +207,102 @@ func TestOptimisticClaimNeverBlocks(t *testing.T) {
 	require.Empty(t, claimN(t, s, 2)) // locking: full, blocks
 	ready, blocked = status()
 	require.Equal(t, [2]int{0, 2}, [2]int{ready, blocked})
+}
+
+// TestOptimisticClaimsOfSeveralStoresNeverExceedK runs four stores (four
+// engines' worth of hot and settled sets) with two claimers each against
+// one gate of limit 6 over three shards, while a reconciler sweeps (it
+// rewrites counters with new epochs). Each claimer forgets which keys are
+// hot before every claim, so that claims are optimistic whenever the key is
+// settled and race one another for the last slots: some must find a
+// counter changed and be made again with the counters locked. No claim may
+// fail, no more than 6 rows may be in flight at once by the workers' own
+// count, and once everything ran the counters must be whole again.
+func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
+	const (
+		stores   = 4
+		claimers = 2
+		rows     = 300
+		limit    = 6
+		key      = "wide:k"
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	first := newInternalStore(t)
+	_, err := first.SyncLimits(ctx, []gate.Limit{{Name: "wide", Limit: limit, Shards: 3}})
+	require.NoError(t, err)
+	ss := []*Store{first}
+	for range stores - 1 {
+		s, err := New(ctx, first.pool, Options{Schema: first.schema})
+		require.NoError(t, err)
+		ss = append(ss, s)
+	}
+	gateRows(t, first, key, rows)
+
+	var (
+		inFlight, maxSeen, done atomic.Int64
+		wg                      sync.WaitGroup
+	)
+	errs := make(chan error, stores*claimers+1)
+	for i, s := range ss {
+		for c := range claimers {
+			worker := fmt.Sprintf("w%d-%d", i, c)
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(c)))
+				for ctx.Err() == nil && done.Load() < rows {
+					s.hot.cool(key)
+					res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: 1 + rng.IntN(3), Lease: time.Minute})
+					if err != nil {
+						errs <- fmt.Errorf("%s: claim: %w", worker, err)
+						return
+					}
+					if len(res.Claimed) == 0 {
+						time.Sleep(200 * time.Microsecond)
+						continue
+					}
+					n := inFlight.Add(int64(len(res.Claimed)))
+					for m := maxSeen.Load(); n > m && !maxSeen.CompareAndSwap(m, n); m = maxSeen.Load() {
+					}
+					time.Sleep(time.Millisecond + time.Duration(rng.IntN(3000))*time.Microsecond)
+					outs := make([]store.Outcome, len(res.Claimed))
+					for j, cl := range res.Claimed {
+						outs[j] = store.Outcome{ID: cl.ID, Fence: cl.Fence, Kind: store.OutcomeDone}
+					}
+					inFlight.Add(-int64(len(res.Claimed)))
+					if _, err := s.Complete(ctx, worker, outs, time.Time{}); err != nil {
+						errs <- fmt.Errorf("%s: complete: %w", worker, err)
+						return
+					}
+					done.Add(int64(len(outs)))
+				}
+			})
+		}
+	}
+	wg.Go(func() {
+		for ctx.Err() == nil && done.Load() < rows {
+			if _, err := first.Reconcile(ctx, 0, time.Time{}); err != nil {
+				errs <- fmt.Errorf("reconcile: %w", err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.EqualValues(t, rows, done.Load(), "every row ran")
+	require.LessOrEqual(t, maxSeen.Load(), int64(limit), "rows in flight at once")
+	lost := int64(0)
+	for _, s := range ss {
+		lost += s.debitsLost.Load()
+	}
+	t.Logf("max in flight %d of %d; optimistic claims made again: %d", maxSeen.Load(), limit, lost)
+	require.Positive(t, lost, "no optimistic claim raced another for the last slots")
+	counters, executing := slotsOf(t, first, key)
+	for sh, c := range counters {
+		require.Equal(t, 0, executing[sh])
+		require.Equal(t, c[0], c[1], "shard %d: every slot back", sh)
+	}
 }

@@ -83,9 +83,10 @@ type Store struct {
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
 	wakes      wakeSender
-	hot        recentKeys // keys recently found saturated (see recentKeys)
-	settled    recentKeys // gate keys whose counters were recently found as their limits make them
-	windows    windows    // per queue, the keyed rows the last claim passed over
+	hot        recentKeys   // keys recently found saturated (see recentKeys)
+	settled    recentKeys   // gate keys whose counters were recently found as their limits make them
+	debitsLost atomic.Int64 // optimistic claims made again because a counter changed under them
+	windows    windows      // per queue, the keyed rows the last claim passed over
 }
 
 var (
