@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
@@ -305,4 +306,30 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 		require.Equal(t, 0, executing[sh])
 		require.Equal(t, c[0], c[1], "shard %d: every slot back", sh)
 	}
+}
+
+// TestClaimLocksNoBusyKeyItWouldLeaveReady: a K = 1 key that was busy when
+// the window was read and has a single row in it is not locked by the
+// claim (its row would be left ready anyway), so that its holder's outcome,
+// which frees the key under the key's lock, does not wait for the claim's
+// commit; a busy key with more rows in the window is locked (the claim may
+// block them), and so is a free one (the claim may admit its row).
+func TestClaimLocksNoBusyKeyItWouldLeaveReady(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	tx, err := s.beginBatch(ctx)
+	require.NoError(t, err)
+	defer tx.end()
+	require.NoError(t, tx.send(ctx, &pgx.Batch{}, false))
+	row := func(id, key string) admission.Candidate { return admission.Candidate{ID: id, Key: key} }
+	cc := &claimContext{queue: "q", limit: 10, now: time.Now(),
+		candidates: []admission.Candidate{row(uuid.NewString(), "acct:lone"),
+			row(uuid.NewString(), "acct:two"), row(uuid.NewString(), "acct:two"), row(uuid.NewString(), "acct:free")},
+		busyOne: map[string]bool{"acct:lone": true, "acct:two": true}}
+	_, _, err = s.admit(ctx, tx.q(), cc, false)
+	require.NoError(t, err)
+	var locks int
+	require.NoError(t, tx.q().QueryRow(ctx, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&locks))
+	require.Equal(t, 2, locks, "acct:two and acct:free, not acct:lone")
 }

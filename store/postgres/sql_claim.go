@@ -43,7 +43,9 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
 	// capacity) and keyed rows ($4) are read from their own indexes and
 	// merged, so that keyed rows waiting for their keys never push keyless
-	// rows out of the window.
+	// rows out of the window. The last column says, for a row of a K = 1
+	// key, whether the key had an executing row in this statement's
+	// snapshot: a hint only (see Claim), read before any lock.
 	sqlClaimCandidates = `
 WITH free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
@@ -57,7 +59,11 @@ keyed AS (
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
-SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
+SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
+       c.key IS NOT NULL AND l.name IS NULL
+           AND (SELECT true FROM {schema}.instances e
+                WHERE e.key = c.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                LIMIT 1) IS NOT NULL
 FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
