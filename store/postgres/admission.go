@@ -419,7 +419,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			return err
 		})
 	}
-	unsettled := map[string]bool{} // optimistic: keys whose counters are not as the window's limit makes them
+	limitMoved := map[string]bool{} // optimistic: keys whose limit changed since the window was read
 	if len(gateKeys) > 0 && !lock && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
@@ -430,7 +430,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			_, err := pgx.ForEachRow(rows, []any{&k, &r.Shard, &r.Capacity, &r.Available, &epoch, &limit, &shards}, func() error {
 				seen[shardKey{k, r.Shard}] = seenCounter{capacity: r.Capacity, epoch: epoch}
 				if l := gateLimit[k]; limit == nil || int(*limit) != l.Limit || int(*shards) != l.Shards {
-					unsettled[k] = true // a limit changed since the window was read
+					limitMoved[k] = true
 				}
 				g := st.Gates[k]
 				g.Counters = append(g.Counters, r)
@@ -498,7 +498,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	if seen != nil {
 		for _, k := range gateKeys {
 			lim := gateLimit[k]
-			if g := st.Gates[k]; g.Count != lim.Shards || unsettled[k] {
+			if g := st.Gates[k]; g.Count != lim.Shards || limitMoved[k] {
 				// Counters missing (an idle key's are deleted), left over
 				// from a re-shard, or read under another limit than the
 				// window's rows: none is taken to be as the limit makes

@@ -58,10 +58,11 @@ func slotsOf(t *testing.T, s *Store, key string) (counters map[int][2]int, execu
 	return counters, executing
 }
 
-// holdCounters locks key's counters in a transaction of its own and
-// returns it, with a function that waits until a claim waits for them in
-// its last statement.
-func holdCounters(t *testing.T, s *Store, key string) (pgx.Tx, func()) {
+// claimWhileHeld locks key's counters in a transaction of its own, starts a
+// claim of up to limit rows, and returns once the claim waits for those
+// counters in its last statement: the transaction, for the test to change
+// the counters and commit, and the channel the claim's rows arrive on.
+func claimWhileHeld(t *testing.T, s *Store, key string, limit int) (pgx.Tx, <-chan []store.Claimed) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -69,15 +70,21 @@ func holdCounters(t *testing.T, s *Store, key string) (pgx.Tx, func()) {
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	_, err = tx.Exec(ctx, s.q(`SELECT 1 FROM {schema}.key_slots WHERE key = $1 ORDER BY shard FOR UPDATE`), key)
 	require.NoError(t, err)
-	waiting := func() {
-		require.Eventually(t, func() bool {
-			var n int
-			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%key_slots%(key, shard) IN%FOR UPDATE%'`).Scan(&n)
-			return err == nil && n > 0
-		}, 10*time.Second, 5*time.Millisecond, "the claim never waited for the counters at its end")
-	}
-	return tx, waiting
+	got := make(chan []store.Claimed, 1)
+	go func() {
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: limit, Lease: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res.Claimed
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%key_slots%(key, shard) IN%FOR UPDATE%'`).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond, "the claim never waited for the counters at its end")
+	return tx, got
 }
 
 // TestOptimisticClaimDebitsLastAndOnlyWhatItRead: once a claim that locked
@@ -99,16 +106,7 @@ func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
 	require.Len(t, first, 1)
 	require.True(t, s.settled.has(key), "a claim that locked every counter as the limit makes them settles the key")
 
-	tx, waitForClaim := holdCounters(t, s, key)
-	got := make(chan []store.Claimed, 1)
-	go func() {
-		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 3, Lease: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- res.Claimed
-	}()
-	waitForClaim()
+	tx, got := claimWhileHeld(t, s, key, 3)
 	// Meanwhile the first row ends and its slot is credited, as a flush
 	// does: the claim must debit the counter as this commit leaves it, not
 	// as it read it.
@@ -151,16 +149,7 @@ func TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt(t *testing.T) {
 	require.Len(t, claimN(t, s, 2), 2) // one row on each shard
 	require.True(t, s.settled.has(key))
 
-	tx, waitForClaim := holdCounters(t, s, key)
-	got := make(chan []store.Claimed, 1)
-	go func() {
-		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- res.Claimed
-	}()
-	waitForClaim()
+	tx, got := claimWhileHeld(t, s, key, 1)
 	// The limit change, as applyLimitChanges writes it (resizeShards: shard
 	// 0 keeps capacity 2 with its one row, shard 1 shrinks to its row).
 	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.limits SET "limit" = 2, shards = 1 WHERE name = 'api'`))

@@ -45,7 +45,7 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// merged, so that keyed rows waiting for their keys never push keyless
 	// rows out of the window. The last column says, for a row of a K = 1
 	// key, whether the key had an executing row in this statement's
-	// snapshot: a hint only (see Claim), read before any lock.
+	// snapshot: a hint only (see admit), read before any lock.
 	sqlClaimCandidates = `
 WITH free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
