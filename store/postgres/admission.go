@@ -324,6 +324,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		allKeys   []string                  // every key of the window
 		gateLimit = map[string]gate.Limit{} // gated key -> its limit
 		bucketCap = map[string]int64{}      // rate bucket -> its capacity
+		inSight   = map[string]int{}        // K = 1 key -> its rows in the window (admission.State.InSight)
 	)
 	for _, c := range cc.candidates {
 		if c.Key == "" {
@@ -336,6 +337,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		switch {
 		case c.Gate == nil:
 			oneKeys = append(oneKeys, c.Key)
+			inSight[c.Key]++
 		default:
 			if _, ok := gateLimit[c.Key]; !ok {
 				gateLimit[c.Key] = *c.Gate
@@ -352,13 +354,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// the key's lock, waiting: a claim that held the lock of its next row
 	// made that flush wait for the claim's commit (the peers' keyed run:
 	// 3.9 ms per flush).
-	inWindow := map[string]int{}
-	for _, c := range cc.candidates {
-		if c.Key != "" && c.Gate == nil {
-			inWindow[c.Key]++
-		}
-	}
-	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool { return cc.busyOne[k] && inWindow[k] < 2 })
+	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool { return cc.busyOne[k] && inSight[k] < 2 })
 	for _, ks := range []*[]string{&oneKeys, &allKeys} {
 		slices.Sort(*ks)
 		*ks = slices.Compact(*ks)
@@ -370,6 +366,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		Limit:     cc.limit,
 		Locked:    map[string]bool{},
 		Busy:      map[string]bool{},
+		InSight:   inSight,
 		Gates:     map[string]admission.GateState{},
 		KeyActive: map[string]int{},
 		Buckets:   map[string]gate.Bucket{},

@@ -19,6 +19,15 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
+// storeWithLimits is a store of a schema of its own with limits synced.
+func storeWithLimits(t *testing.T, limits ...gate.Limit) *Store {
+	t.Helper()
+	s := newInternalStore(t)
+	_, err := s.SyncLimits(context.Background(), limits)
+	require.NoError(t, err)
+	return s
+}
+
 // gateRows inserts n ready rows of key in queue q.
 func gateRows(t *testing.T, s *Store, key string, n int) {
 	t.Helper()
@@ -95,9 +104,7 @@ func claimWhileHeld(t *testing.T, s *Store, key string, limit int) (pgx.Tx, <-ch
 // it, not fail.
 func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
 	ctx := context.Background()
-	s := newInternalStore(t)
-	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 6, Shards: 2}})
-	require.NoError(t, err)
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 6, Shards: 2})
 	const key = "api:k"
 	gateRows(t, s, key, 6)
 
@@ -110,7 +117,7 @@ func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
 	// Meanwhile the first row ends and its slot is credited, as a flush
 	// does: the claim must debit the counter as this commit leaves it, not
 	// as it read it.
-	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL,
+	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL,
 		key_shard = NULL WHERE id = $1`), first[0].ID)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.key_slots SET available = available + 1 WHERE key = $1 AND shard = $2`),
@@ -141,9 +148,7 @@ func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
 // the epoch, three rows would execute under a limit of two.
 func TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt(t *testing.T) {
 	ctx := context.Background()
-	s := newInternalStore(t)
-	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 4, Shards: 2}})
-	require.NoError(t, err)
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 4, Shards: 2})
 	const key = "api:k"
 	gateRows(t, s, key, 4)
 	require.Len(t, claimN(t, s, 2), 2) // one row on each shard
@@ -152,7 +157,7 @@ func TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt(t *testing.T) {
 	tx, got := claimWhileHeld(t, s, key, 1)
 	// The limit change, as applyLimitChanges writes it (resizeShards: shard
 	// 0 keeps capacity 2 with its one row, shard 1 shrinks to its row).
-	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.limits SET "limit" = 2, shards = 1 WHERE name = 'api'`))
+	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.limits SET "limit" = 2, shards = 1 WHERE name = 'api'`))
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, s.q(sqlSlotsInsert), []string{key, key}, []int32{0, 1}, []int32{2, 1}, []int32{1, 0})
 	require.NoError(t, err)
@@ -173,9 +178,7 @@ func TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt(t *testing.T) {
 // locks the counters and blocks them.
 func TestOptimisticClaimNeverBlocks(t *testing.T) {
 	ctx := context.Background()
-	s := newInternalStore(t)
-	_, err := s.SyncLimits(ctx, []gate.Limit{{Name: "api", Limit: 2}})
-	require.NoError(t, err)
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 2})
 	const key = "api:k"
 	gateRows(t, s, key, 1)
 	require.Len(t, claimN(t, s, 1), 1)
@@ -218,9 +221,7 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	first := newInternalStore(t)
-	_, err := first.SyncLimits(ctx, []gate.Limit{{Name: "wide", Limit: limit, Shards: 3}})
-	require.NoError(t, err)
+	first := storeWithLimits(t, gate.Limit{Name: "wide", Limit: limit, Shards: 3})
 	ss := []*Store{first}
 	for range stores - 1 {
 		s, err := New(ctx, first.pool, Options{Schema: first.schema})
@@ -321,4 +322,35 @@ func TestClaimLocksNoBusyKeyItWouldLeaveReady(t *testing.T) {
 	require.NoError(t, tx.q().QueryRow(ctx, `SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&locks))
 	require.Equal(t, 2, locks, "acct:two and acct:free, not acct:lone")
+}
+
+// TestClaimWindowReadsWhichKeysAreBusy: the window's statement says, per
+// row of a K = 1 key, whether the key had an executing row (the hint
+// admit's lock rule reads), and never for a gate key or a keyless row.
+func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
+	ctx := context.Background()
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 2})
+	gateRows(t, s, "acct:busy", 1)
+	gateRows(t, s, "api:k", 1)
+	require.Len(t, claimN(t, s, 2), 2) // acct:busy and api:k execute
+	gateRows(t, s, "acct:busy", 1)     // in blocked behind its holder: made ready here, as a promotion would
+	_, err := s.pool.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'ready' WHERE key = 'acct:busy' AND status = 'blocked'`))
+	require.NoError(t, err)
+	gateRows(t, s, "acct:free", 1)
+	gateRows(t, s, "api:k", 1)
+	gateRows(t, s, "", 1)
+	rows, err := s.pool.Query(ctx, s.q(sqlClaimCandidates), "q", nil, []string{}, 10, 10)
+	require.NoError(t, err)
+	busy := map[string]bool{}
+	var id, key string
+	var limit, shards, rLimit, rBurst *int32
+	var rPeriod *int64
+	var rPerKey *bool
+	var b bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &b}, func() error {
+		busy[key] = b
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"acct:busy": true, "acct:free": false, "api:k": false, "": false}, busy)
 }

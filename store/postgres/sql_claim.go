@@ -45,7 +45,8 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// merged, so that keyed rows waiting for their keys never push keyless
 	// rows out of the window. The last column says, for a row of a K = 1
 	// key, whether the key had an executing row in this statement's
-	// snapshot: a hint only (see admit), read before any lock.
+	// snapshot (keyBusy, the insert's probe): a hint only (see admit), read
+	// before any lock.
 	sqlClaimCandidates = `
 WITH free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
@@ -60,11 +61,8 @@ keyed AS (
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
-       c.key IS NOT NULL AND l.name IS NULL
-           AND (SELECT true FROM {schema}.instances e
-                WHERE e.key = c.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-                LIMIT 1) IS NOT NULL
-FROM (SELECT * FROM free UNION ALL SELECT * FROM keyed) c
+       c.key IS NOT NULL AND l.name IS NULL AND ` + keyBusy + `
+FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`

@@ -105,7 +105,9 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// under K = 1 holds it (key_shard is null, so that its end frees the key
 	// through the key's advisory lock; see healInserted). A key held by a
 	// row a gate admitted (its limit was removed since) is not counted: its
-	// end frees without the advisory lock. keyReady counts the key's ready
+	// end frees without the advisory lock. (The claim's window reads it too,
+	// as a hint of which keys not to lock: see sqlClaimCandidates.) keyReady
+	// counts the key's ready
 	// rows, up to admission.ReadyCap (a parameter of each statement). Each
 	// reads at most that many index entries (instances_key_one,
 	// instances_key_ready), written as scalar subqueries with LIMIT so that
