@@ -144,7 +144,9 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 			st.Locked = map[string]bool{c.Key: true}
 			st.Busy = map[string]bool{c.Key: ks.executing > 0}
 			if ks.executing > 0 {
-				st.InSight = map[string]int{c.Key: s.inSight(ks, seen[c.Key])}
+				// The rows the claim took off the pick path and those still
+				// on it, counted only as far as the planner needs (two).
+				st.InSight = map[string]int{c.Key: seen[c.Key] + ks.countReady(2-seen[c.Key])}
 			}
 		}
 		if rate, limited := s.rates.Lookup(name); limited {
@@ -174,13 +176,11 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 	return decision{verdict: left}
 }
 
-// inSight is seen (the rows of a K = 1 key a claim took off the pick path)
-// plus the key's rows still on it, counted only as far as the planner
-// needs (two).
-func (s *Store) inSight(ks *keyState, seen int) int {
-	n := seen
+// countReady counts the key's rows on the pick path, up to limit.
+func (ks *keyState) countReady(limit int) int {
+	n := 0
 	for _, r := range ks.rows {
-		if n >= 2 {
+		if n >= limit {
 			break
 		}
 		if r.onPickPath() {

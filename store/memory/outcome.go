@@ -183,15 +183,7 @@ func (s *Store) oneState(k string) admission.KeyState {
 	if ks.executing > 0 {
 		return admission.KeyState{Busy: true}
 	}
-	st := admission.KeyState{}
-	for _, r := range ks.rows {
-		if r.onPickPath() {
-			if st.Ready++; st.Ready >= admission.ReadyCap {
-				break
-			}
-		}
-	}
-	return st
+	return admission.KeyState{Ready: ks.countReady(admission.ReadyCap)}
 }
 
 // uniqueTaken returns the oldest instance other than self holding
