@@ -100,28 +100,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
-			tx, err := s.pool.Begin(ctx)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed check must not hold the pool's connection
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			if !outsideBatch[name] {
-				_, err = tx.Exec(ctx, sqlNoSeqScan)
-				require.NoError(t, err)
-			}
-			var plan []string
-			// Prepared, so that force_generic_plan applies.
-			sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(q.sql))
-			require.NoError(t, err, name)
-			rows, err := tx.Query(ctx, sd.SQL, q.args...)
-			require.NoError(t, err, name)
-			for rows.Next() {
-				var l string
-				require.NoError(t, rows.Scan(&l))
-				plan = append(plan, l)
-			}
-			require.NoError(t, rows.Err(), name)
-			_ = tx.Rollback(ctx)
+			plan := explainPrepared(t, s, mode, !outsideBatch[name], q.sql, q.args, name)
 			text := strings.Join(plan, "\n")
 			require.NotContains(t, text, "Seq Scan on instances", "%s (%s) scans the table:\n%s", name, mode, text)
 			if byID[name] {
@@ -190,13 +169,7 @@ func TestNewestListReadsThePrimaryKeyBackwards(t *testing.T) {
 	} {
 		rows, err := s.pool.Query(ctx, "EXPLAIN "+s.q(sqlListNewest), append([]any{pgx.QueryExecModeExec}, args...)...)
 		require.NoError(t, err, name)
-		var plan []string
-		for rows.Next() {
-			var l string
-			require.NoError(t, rows.Scan(&l))
-			plan = append(plan, l)
-		}
-		require.NoError(t, rows.Err(), name)
+		plan := planLines(t, rows, name)
 		text := strings.Join(plan, "\n")
 		require.Contains(t, text, "Backward using instances_pkey", "%s:\n%s", name, text)
 		require.NotContains(t, text, "Sort", "%s:\n%s", name, text)
@@ -235,13 +208,7 @@ func TestScanListReadsAtMostScanLimitRows(t *testing.T) {
 	} {
 		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+s.q(c.sql), append([]any{pgx.QueryExecModeExec}, c.args...)...)
 		require.NoError(t, err, name)
-		var plan []string
-		for rows.Next() {
-			var l string
-			require.NoError(t, rows.Scan(&l))
-			plan = append(plan, l)
-		}
-		require.NoError(t, rows.Err(), name)
+		plan := planLines(t, rows, name)
 		text := strings.Join(plan, "\n")
 		require.Contains(t, text, "using instances_pkey", "%s:\n%s", name, text)
 		require.NotContains(t, text, "Sort", "%s:\n%s", name, text)
@@ -287,24 +254,7 @@ func TestKeyProbesReadTheirIndexWithoutStatistics(t *testing.T) {
 			[]any{keys, 64}, []string{"instances_key_ready"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
-			tx, err := s.pool.Begin(ctx)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, sqlNoSeqScan)
-			require.NoError(t, err)
-			sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(q.sql))
-			require.NoError(t, err, name)
-			rows, err := tx.Query(ctx, sd.SQL, q.args...)
-			require.NoError(t, err, name)
-			var plan []string
-			for rows.Next() {
-				var l string
-				require.NoError(t, rows.Scan(&l))
-				plan = append(plan, l)
-			}
-			require.NoError(t, rows.Err(), name)
-			require.NoError(t, tx.Rollback(ctx))
+			plan := explainPrepared(t, s, mode, true, q.sql, q.args, name)
 			text := strings.Join(plan, "\n")
 			for _, want := range q.wants {
 				require.Contains(t, text, want, "%s (%s):\n%s", name, mode, text)
@@ -312,4 +262,40 @@ func TestKeyProbesReadTheirIndexWithoutStatistics(t *testing.T) {
 			require.NotContains(t, text, "instances_key_round", "%s (%s) walks the key's waiting rows:\n%s", name, mode, text)
 		}
 	}
+}
+
+// planLines reads the lines of an EXPLAIN's rows (name labels failures).
+func planLines(t *testing.T, rows pgx.Rows, name string) []string {
+	t.Helper()
+	var plan []string
+	for rows.Next() {
+		var l string
+		require.NoError(t, rows.Scan(&l), name)
+		plan = append(plan, l)
+	}
+	require.NoError(t, rows.Err(), name)
+	return plan
+}
+
+// explainPrepared returns the plan of statement sql with args, prepared (so
+// that plan_cache_mode = mode, force_generic_plan included, applies) in a
+// transaction of its own, with sqlNoSeqScan as the batch transactions run
+// when noSeqScan is set.
+func explainPrepared(t *testing.T, s *Store, mode string, noSeqScan bool, sql string, args []any, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // a failed check must not hold the pool's connection
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+	require.NoError(t, err)
+	if noSeqScan {
+		_, err = tx.Exec(ctx, sqlNoSeqScan)
+		require.NoError(t, err)
+	}
+	sd, err := tx.Prepare(ctx, "", "EXPLAIN "+s.q(sql))
+	require.NoError(t, err, name)
+	rows, err := tx.Query(ctx, sd.SQL, args...)
+	require.NoError(t, err, name)
+	return planLines(t, rows, name)
 }
