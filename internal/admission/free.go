@@ -107,7 +107,7 @@ type Reservation struct {
 //     key run ahead of another key's turn;
 //   - for a K = 1 key: the name has no limit now and no row of the key
 //     executes; for a gate key: the name still has a limit, the shard is
-//     one of its shards and the key's counters are clean (see cleanShards),
+//     one of its shards and the key's counters are clean (see CleanShards),
 //     so the slot the row takes is one the limit gives, and the key's slots
 //     in use stay what they were.
 //

@@ -894,7 +894,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 // session 6): 5,152-5,313 steps/s with one flush time's worth, 5,814-6,025
 // with two; 3 + two's worth, up to 12, gave no more (5,997-6,116 against
 // 6,058-6,116). On a busier machine (session 8: flushes of 2.5-4 ms on
-// average, up to 7-30 ms), a step found no reservation 65-166 times per
+// average, single ones up to 29 ms), a step found no reservation 65-166 times per
 // 5,000 with two flush times' worth, at most 8, and slots stood idle about
 // a fifth of the time; with three, at most 16, ten interleaved pairs gave a
 // median of 6,002 against 5,507 steps/s (three's higher in nine).

@@ -167,7 +167,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 }
 
 // healInserted heals the K = 1 keys a committed insert put blocked rows
-// behind (see busyKeyWhere), and marks them hot (the outcome of their
+// behind (see keyBusy and keyReady), and marks them hot (the outcome of their
 // holders can hand off: see recentKeys): one healOnce at once, then heal's retries for
 // the keys it left stranded. Errors are dropped: the rows are in, and the
 // reconciler's sweep is the safety net.
@@ -187,7 +187,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // that takes the lock after the heal reads the key after the insert's
 // commit, so it sees the blocked row and promotes it or hands the slot to
 // it. A key held only by a gate-admitted row (its limit was removed since)
-// frees without the advisory lock: busyKeyWhere does not count such a
+// frees without the advisory lock: keyBusy does not count such a
 // holder, so the insert puts its rows in ready, as before.
 func (s *Store) healInserted(ctx context.Context, keys []string) {
 	if len(keys) == 0 {
