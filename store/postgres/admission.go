@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,9 +34,12 @@ import (
 //  3. Locks, always in this order (see sql.go): the queue's advisory lock
 //     when it has a policy, then its executing rows are counted (a new
 //     statement, so it sees every claim committed before the lock); the
-//     K = 1 keys' advisory locks (tried, never waited for; not even tried
-//     for a key that was busy when the window was read and has one row in
-//     it, which is left ready either way); gate counters
+//     K = 1 keys' advisory locks (tried, never waited for: in a queue
+//     without a policy, by the window's statement itself for the keys not
+//     busy in its snapshot, which saves the claim a round trip, so the
+//     claim's update checks again that no row of such a key executes; not
+//     even tried for a key that was busy when the window was read and has
+//     one row in it, which is left ready either way); gate counters
 //     in (key, shard) order (tried too: FOR UPDATE SKIP LOCKED); rate
 //     buckets in bucket order. A claim never waits for a lock that a
 //     transaction freeing slots holds while it holds a counter or a
@@ -124,9 +128,21 @@ type claimContext struct {
 	candidates        []admission.Candidate
 	nextDue           *time.Time
 	// busyOne holds the K = 1 keys of the window that had an executing row
-	// when the window was read (before any lock: a hint; see admit).
-	busyOne map[string]bool
+	// when the window was read (before any lock: a hint; see admit), and
+	// tried the ones whose advisory lock the window statement tried, with
+	// whether it was had (see oneLocked).
+	busyOne, tried map[string]bool
 }
+
+// The window statement's last column (sqlClaimCandidates) says what it
+// found of a row's K = 1 key:
+const (
+	oneNone    = 0 // the row is keyless or of a gate key
+	oneBusy    = 1 // the key had an executing row in the statement's snapshot
+	oneLocked  = 2 // not busy, and the statement took the key's lock
+	oneRefused = 3 // not busy, and another transaction held the key's lock
+	oneUntried = 4 // not busy, in a queue with a policy: admit takes the lock
+)
 
 // Claim admits and claims up to req.Limit rows of req.Queue (see the rules above).
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
@@ -164,7 +180,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		workflows = []string{}
 	}
 
-	cc := &claimContext{queue: req.Queue, limit: req.Limit, busyOne: map[string]bool{}}
+	cc := &claimContext{queue: req.Queue, limit: req.Limit, busyOne: map[string]bool{}, tried: map[string]bool{}}
 	tx, err := s.beginBatch(ctx)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
@@ -176,18 +192,22 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	b.Queue(s.q(sqlClaimContext), req.Queue, now).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey)
 	})
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt).Query(func(rows pgx.Rows) error {
 		var (
 			c              admission.Candidate
 			limit, shards  *int32
 			rLimit, rBurst *int32
 			rPeriod        *int64
 			rPerKey        *bool
-			busy           bool
+			one            int32
 		)
-		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &busy}, func() error {
-			if busy {
+		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one}, func() error {
+			switch one {
+			case oneBusy:
 				cc.busyOne[c.Key] = true
+			case oneLocked, oneRefused:
+				// A lock once had is held to the end of the transaction.
+				cc.tried[c.Key] = cc.tried[c.Key] || one == oneLocked
 			}
 			c.Gate, c.Rate = nil, nil
 			if limit != nil {
@@ -354,7 +374,18 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// the key's lock, waiting: a claim that held the lock of its next row
 	// made that flush wait for the claim's commit (the peers' keyed run:
 	// 3.9 ms per flush).
-	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool { return cc.busyOne[k] && inSight[k] < 2 })
+	//
+	// A key whose lock the window statement tried is settled too: had, it
+	// is held; refused, another claim or a freeing transaction holds it,
+	// and the row is left ready (no second try: that holder will most
+	// likely still hold it). What is left to lock here is a busy key with
+	// several rows in the window (its rows beyond the first are blocked if
+	// it is still busy once locked) and, in a queue with a policy, every
+	// key, after the queue's lock.
+	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool {
+		_, tried := cc.tried[k]
+		return tried || cc.busyOne[k] && inSight[k] < 2
+	})
 	for _, ks := range []*[]string{&oneKeys, &allKeys} {
 		slices.Sort(*ks)
 		*ks = slices.Compact(*ks)
@@ -371,6 +402,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		KeyActive: map[string]int{},
 		Buckets:   map[string]gate.Bucket{},
 	}
+	maps.Copy(st.Locked, cc.tried) // refused ones are false
 	b := &pgx.Batch{}
 	if cc.maxActive != nil {
 		st.Policy = &admission.Policy{MaxActive: int(*cc.maxActive)}

@@ -55,7 +55,7 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	}{
 		"promote scheduled":   {sqlPromoteScheduled, []any{"q", nil, 1000}},
 		"fire queue timers":   {sqlFireQueueTimers, []any{"q", nil, 1000}},
-		"candidates":          {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32}},
+		"candidates":          {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32, int64(1)}},
 		"key busy":            {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
 		"next due":            {sqlNextDue, []any{"q"}},
 		"claim":               {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},

@@ -316,17 +316,24 @@ func TestClaimLocksNoBusyKeyItWouldLeaveReady(t *testing.T) {
 		candidates: []admission.Candidate{row(uuid.NewString(), "acct:lone"),
 			row(uuid.NewString(), "acct:two"), row(uuid.NewString(), "acct:two"), row(uuid.NewString(), "acct:free")},
 		busyOne: map[string]bool{"acct:lone": true, "acct:two": true}}
+	// acct:tried's lock was tried by the window's statement and refused:
+	// admit does not try it again.
+	cc.candidates = append(cc.candidates, row(uuid.NewString(), "acct:tried"))
+	cc.tried = map[string]bool{"acct:tried": false}
 	_, _, err = s.admit(ctx, tx.q(), cc, false)
 	require.NoError(t, err)
 	var locks int
 	require.NoError(t, tx.q().QueryRow(ctx, `SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&locks))
-	require.Equal(t, 2, locks, "acct:two and acct:free, not acct:lone")
+	require.Equal(t, 2, locks, "acct:two and acct:free, not acct:lone nor acct:tried")
 }
 
 // TestClaimWindowReadsWhichKeysAreBusy: the window's statement says, per
-// row of a K = 1 key, whether the key had an executing row (the hint
-// admit's lock rule reads), and never for a gate key or a keyless row.
+// row of a K = 1 key, what it found of the key (oneState): busy when the key
+// had an executing row, and otherwise whether it took the key's lock (held
+// by another transaction: refused), or, in a queue with a policy, that it
+// left the lock to admit; never anything for a gate key or a keyless row.
+// The lock it takes is held by the claim's transaction.
 func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
 	ctx := context.Background()
 	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 2})
@@ -337,20 +344,92 @@ func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
 	_, err := s.pool.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'ready' WHERE key = 'acct:busy' AND status = 'blocked'`))
 	require.NoError(t, err)
 	gateRows(t, s, "acct:free", 1)
+	gateRows(t, s, "acct:held", 1)
 	gateRows(t, s, "api:k", 1)
 	gateRows(t, s, "", 1)
-	rows, err := s.pool.Query(ctx, s.q(sqlClaimCandidates), "q", nil, []string{}, 10, 10)
+
+	// Another transaction holds acct:held's lock.
+	other, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
-	busy := map[string]bool{}
-	var id, key string
-	var limit, shards, rLimit, rBurst *int32
-	var rPeriod *int64
-	var rPerKey *bool
-	var b bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &b}, func() error {
-		busy[key] = b
-		return nil
-	})
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, s.q(sqlKeyTryLock), []string{"acct:held"}, s.keySalt)
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"acct:busy": true, "acct:free": false, "api:k": false, "": false}, busy)
+
+	window := func(tx pgx.Tx) map[string]int32 {
+		rows, err := tx.Query(ctx, s.q(sqlClaimCandidates), "q", nil, []string{}, 10, 10, s.keySalt)
+		require.NoError(t, err)
+		found := map[string]int32{}
+		var id, key string
+		var limit, shards, rLimit, rBurst *int32
+		var rPeriod *int64
+		var rPerKey *bool
+		var one int32
+		_, err = pgx.ForEachRow(rows, []any{&id, &key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one}, func() error {
+			found[key] = one
+			return nil
+		})
+		require.NoError(t, err)
+		return found
+	}
+	locks := func(tx pgx.Tx) int {
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&n))
+		return n
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int32{"acct:busy": oneBusy, "acct:free": oneLocked, "acct:held": oneRefused,
+		"api:k": oneNone, "": oneNone}, window(tx))
+	require.Equal(t, 1, locks(tx), "acct:free's lock, held by the claim's transaction")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// A queue with a policy takes its queue's lock before its keys' (admit).
+	_, err = s.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}})
+	require.NoError(t, err)
+	tx, err = s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.Equal(t, map[string]int32{"acct:busy": oneBusy, "acct:free": oneUntried, "acct:held": oneUntried,
+		"api:k": oneNone, "": oneNone}, window(tx))
+	require.Equal(t, 0, locks(tx))
+}
+
+// TestClaimUpdateLeavesARowOfABusyKeyReady: the window's statement reads a
+// K = 1 key before it takes the key's lock, so the claim's update moves a
+// row admitted under K = 1 only while no row of its key executes. Here a
+// row of the key executes (as if made so by a transaction that committed
+// between the window's snapshot and its lock): the admitted row stays ready,
+// and a keyless row and a row of a free key are claimed.
+func TestClaimUpdateLeavesARowOfABusyKeyReady(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	gateRows(t, s, "acct:a", 1)
+	require.Len(t, claimN(t, s, 1), 1) // acct:a executes
+	gateRows(t, s, "acct:a", 1)
+	_, err := s.pool.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'ready' WHERE key = 'acct:a' AND status = 'blocked'`))
+	require.NoError(t, err)
+	gateRows(t, s, "acct:b", 1)
+	gateRows(t, s, "", 1)
+	var ids []string
+	rows, err := s.pool.Query(ctx, s.q(`SELECT id::text FROM {schema}.instances WHERE status = 'ready' ORDER BY key NULLS FIRST`))
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, ids, 3) // keyless, acct:a, acct:b
+
+	rows, err = s.pool.Query(ctx, s.q(sqlClaim), uuidArg(ids), "w", int64(60e6), []int32{-1, -1, -1}, nil)
+	require.NoError(t, err)
+	claimed := map[string]bool{}
+	for rows.Next() {
+		c, err := scanClaimed(rows)
+		require.NoError(t, err)
+		claimed[c.Key] = true
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]bool{"": true, "acct:b": true}, claimed)
+	var status string
+	require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT status FROM {schema}.instances WHERE id = $1`), ids[1]).Scan(&status))
+	require.Equal(t, "ready", status)
 }

@@ -43,10 +43,16 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
 	// capacity) and keyed rows ($4) are read from their own indexes and
 	// merged, so that keyed rows waiting for their keys never push keyless
-	// rows out of the window. The last column says, for a row of a K = 1
-	// key, whether the key had an executing row in this statement's
-	// snapshot (keyBusy, the insert's probe): a hint only (see admit), read
-	// before any lock.
+	// rows out of the window. The last column is, for a row of a K = 1 key,
+	// what the statement found of the key (see oneLocked): busy when it had
+	// an executing row in this statement's snapshot (keyBusy, the insert's
+	// probe; a hint only, read before any lock), and otherwise, in a queue
+	// without a policy, whether the key's advisory lock ($6: the salt) was
+	// had, tried here so that the claim needs no round trip of its own for
+	// it. A policy's queue takes its queue lock first (see admit), so its
+	// keys' locks are left to admit. The snapshot predates the locks: the
+	// claim's update checks again that no row of the key executes
+	// (sqlClaim).
 	sqlClaimCandidates = `
 WITH free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
@@ -61,7 +67,11 @@ keyed AS (
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
-       c.key IS NOT NULL AND l.name IS NULL AND ` + keyBusy + `
+       CASE WHEN c.key IS NULL OR l.name IS NOT NULL THEN 0
+            WHEN ` + keyBusy + ` THEN 1
+            WHEN EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = $1) THEN 4
+            WHEN pg_try_advisory_xact_lock(hashtextextended(c.key, $6::bigint)) THEN 2
+            ELSE 3 END
 FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
 LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
@@ -201,13 +211,24 @@ WHERE s.key = d.key AND s.shard = d.shard`
 
 	// sqlClaim moves the admitted rows to executing with a new fence and
 	// returns them in admission order, each with the oldest unconsumed signal
-	// its await was woken by.
+	// its await was woken by. A row admitted under K = 1 (shard -1) is
+	// moved only while no row of its key executes: the window read the key
+	// before the claim held its lock (sqlClaimCandidates), and a
+	// transaction that made one of the key's rows executing may have
+	// committed in between. Such a row stays ready. (The probes are
+	// scalar subqueries with LIMIT, as in keyBusy: written as NOT EXISTS,
+	// they became hashed subplans that read every executing row.)
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.status = 'ready'
+      AND (i.key IS NULL OR a.shard >= 0 OR (
+           (SELECT true FROM {schema}.instances e
+            WHERE e.key = i.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NULL
+           AND (SELECT true FROM {schema}.instances e
+                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL LIMIT 1) IS NULL))
     RETURNING i.*, a.ord
 )` + claimedRows
 
