@@ -273,3 +273,20 @@ func TestCheckFindsStartsBeyondTheRateLimit(t *testing.T) {
 	_, v = w.check()
 	assert.Contains(t, joined(v), "bulk steps started within")
 }
+
+// TestSettleInserts: an insert whose call failed, and whose first row was
+// not found right after, is counted once the run is over, all or nothing:
+// a batch found whole was inserted (its COMMIT landed after the call gave
+// up), one found nowhere was not, and one found in part is a violation.
+func TestSettleInserts(t *testing.T) {
+	r := &runner{rep: &Report{}, parents: 5}
+	r.rep.Inserted = 5
+	r.unsettled = [][]string{{"a1", "a2"}, {"b1", "b2", "b3"}, {"c1", "c2"}}
+	insts := []instanceRow{{ID: "a1"}, {ID: "a2"}, {ID: "c2"}, {ID: "other"}}
+	r.settleInserts(insts)
+	assert.Equal(t, 7, r.parents, "a's two rows counted")
+	assert.Equal(t, 7, r.rep.Inserted)
+	assert.Equal(t, 1, r.rep.InsertsSettledLate)
+	assert.Equal(t, []string{"an insert batch of 2 committed in part: 1 rows found"}, r.failures)
+	assert.Empty(t, r.unsettled)
+}

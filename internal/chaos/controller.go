@@ -152,7 +152,10 @@ type Report struct {
 
 	Kills, SameIDRestarts, NewIDRestarts int
 	Inserted, InsertFailures             int
-	Signals, SignalsRefused              int
+	// InsertsSettledLate counts the failed insert calls whose batch was
+	// found whole at the end (it committed after the call gave up).
+	InsertsSettledLate      int
+	Signals, SignalsRefused int
 	// SignalErrors are unexpected signal errors (not ErrTerminal).
 	SignalErrors int
 
@@ -210,8 +213,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "kills: %d SIGKILLs; restarted %d with the same worker id (startup reclaim: %d claims) and %d with a new id (reaped after the lease: %d claims)\n",
 		r.Kills, r.SameIDRestarts, r.Reclaimed, r.NewIDRestarts, r.Reaped)
-	fmt.Fprintf(w, "instances: %d (%d inserted, %d spawned children); %d done with the expected result; %d inserts refused while the database was down\n",
-		r.Instances, r.Inserted, r.Children, r.Done, r.InsertFailures)
+	fmt.Fprintf(w, "instances: %d (%d inserted, %d spawned children); %d done with the expected result; %d inserts failed while the database was down, %d of them committed after all\n",
+		r.Instances, r.Inserted, r.Children, r.Done, r.InsertFailures, r.InsertsSettledLate)
 	fmt.Fprintf(w, "signals: %d sent, %d refused as terminal (expected races), %d other errors\n", r.Signals, r.SignalsRefused, r.SignalErrors)
 	fmt.Fprintf(w, "step runs: %d recorded: %d committed, %d killed mid-step, %d finished but lost with their process, %d stale (discarded); %d panics caught\n",
 		r.Runs, r.Committed, r.KilledMidStep, r.LostWithProcess, r.StaleRuns, r.Panics)
@@ -291,8 +294,14 @@ type runner struct {
 	deaths   map[string]int64
 	graceful map[string]bool
 	parents  int
-	failures []string
-	passed   bool
+	// unsettled are the ids of insert batches whose call failed and whose
+	// first row was not found right after: such a transaction may still
+	// commit (its COMMIT reached the server before the connection broke),
+	// so each batch is counted, all or nothing, once the run is over
+	// (see settleInserts).
+	unsettled [][]string
+	failures  []string
+	passed    bool
 	// dbDown and dbUp bracket the database restart (zero: none).
 	dbDown, dbUp time.Time
 }
@@ -508,7 +517,8 @@ func (r *runner) insert(ctx context.Context, n int) error {
 	r.rngMu.Unlock()
 	_, err := r.eng.InsertMany(ctx, reqs)
 	if err != nil {
-		// All or nothing: the first row tells which.
+		// All or nothing: the first row tells which, once found. Not
+		// found, the transaction may still commit (see unsettled).
 		committed := false
 		for range 40 {
 			lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -524,6 +534,13 @@ func (r *runner) insert(ctx context.Context, n int) error {
 			time.Sleep(250 * time.Millisecond)
 		}
 		if !committed {
+			ids := make([]string, n)
+			for i, rq := range reqs {
+				ids[i] = rq.Options.ID
+			}
+			r.mu.Lock()
+			r.unsettled = append(r.unsettled, ids)
+			r.mu.Unlock()
 			return err
 		}
 	}
@@ -869,6 +886,35 @@ func (r *runner) stopWorkers() {
 	}
 }
 
+// settleInserts counts the insert batches whose outcome was unknown
+// (unsettled) by the instances found at the end: a batch found whole was
+// inserted, one found nowhere was not, and one found in part broke the
+// insert's all-or-nothing promise. Called with r.mu held.
+func (r *runner) settleInserts(insts []instanceRow) {
+	found := make(map[string]bool, len(insts))
+	for _, in := range insts {
+		found[in.ID] = true
+	}
+	for _, ids := range r.unsettled {
+		n := 0
+		for _, id := range ids {
+			if found[id] {
+				n++
+			}
+		}
+		switch n {
+		case 0:
+		case len(ids):
+			r.parents += n
+			r.rep.Inserted += n
+			r.rep.InsertsSettledLate++
+		default:
+			r.failures = append(r.failures, fmt.Sprintf("an insert batch of %d committed in part: %d rows found", len(ids), n))
+		}
+	}
+	r.unsettled = nil
+}
+
 func (r *runner) finalCheck(ctx context.Context) error {
 	recs, err := ReadRecords(r.dir)
 	if err != nil {
@@ -915,6 +961,7 @@ FROM `+s+`.history ORDER BY id`)
 	for k, v := range r.deaths {
 		deaths[k] = v
 	}
+	r.settleInserts(insts)
 	parents := r.parents
 	survivors := map[string]bool{}
 	if !r.dbUp.IsZero() {
