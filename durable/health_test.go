@@ -451,11 +451,13 @@ func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, def(1))
 	start(t, older)
 	var h durable.Health
+	// The worker counts a hand-back (Skipped) when its step is skipped,
+	// before the flusher commits it: wait for the store to count them too.
 	eventually(t, "three hand-backs", func() bool {
 		var err error
 		h, err = older.Health(ctx)
 		require.NoError(t, err)
-		return len(h.Skipped) == 1 && h.Skipped[0].Count == 3
+		return len(h.Skipped) == 1 && h.Skipped[0].Count == 3 && len(h.HandedBack) == 1 && h.HandedBack[0].Count == 3
 	})
 	assert.Equal(t, []store.HandBackHealth{{Workflow: "billing", Version: 2, Count: 3}}, h.HandedBack)
 	assert.False(t, h.HandedBackCapped)
