@@ -37,17 +37,20 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.state = stateStarting
 	e.mu.Unlock()
+	s := e.rt.NewScheduler()
+	s.Listen() // while the store work below runs (see Scheduler.Listen)
 	err := e.prepareStart(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
 	case e.state == stateStopped:
+		s.Abandon()
 		return ErrStopped
 	case err != nil:
+		s.Abandon()
 		e.state = stateNew // Start may be tried again
 		return err
 	}
-	s := e.rt.NewScheduler()
 	e.sched, e.state = s, stateRunning
 	s.Start()
 	return nil
