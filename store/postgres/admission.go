@@ -82,7 +82,8 @@ import (
 //     blocked or rescheduled. An optimistic claim debits its counters
 //     last, each only if it still has the capacity, epoch and room the
 //     claim read, and otherwise fails as a whole (nothing of it commits)
-//     and is made again, locking its counters.
+//     and is made again, locking its counters. It waits for those counters
+//     for optimisticLockWait at most, and past it fails the same way.
 //  6. NextDue when fewer than Limit rows were claimed.
 //
 // The unique index on executing K = 1 keys and the CHECKs on counters and
@@ -163,11 +164,27 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 }
 
 // isDebitLost reports whether err is an optimistic claim's failed debit
-// (debit_check).
+// (debit_check), or its wait for its counters given up (lock_timeout: see
+// optimisticLockWait).
 func isDebitLost(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "GD001"
+	return errors.As(err, &pgErr) && (pgErr.Code == "GD001" || pgErr.Code == "55P03") // lock_not_available
 }
+
+// optimisticLockWait bounds how long an optimistic claim waits for its
+// counters in its last statement (lock_timeout); past it, the claim fails
+// as a lost debit and is made again with its counters locked (tried, never
+// waited for). A transaction freeing slots holds its counters for a few
+// milliseconds, so the bound is rarely reached, except to break this wait
+// cycle: a freeing transaction that holds counters promotes a key's
+// blocked rows SKIP LOCKED, but PostgreSQL does not skip, it waits, when
+// the row it finds was updated since its snapshot and the newer version is
+// being written by a transaction still in progress ("while locking updated
+// version" of the tuple). That transaction can be an optimistic claim that
+// admitted the row and now waits for those counters. Seen once under
+// TestOptimisticClaimsOfSeveralStoresNeverExceedK (two outcome batches
+// failed with deadlock detected after a second, deadlock_timeout).
+const optimisticLockWait = 50 * time.Millisecond
 
 // claim is one attempt of Claim; lock makes it lock its gate counters
 // whatever their keys (see optimistic).
@@ -298,6 +315,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 				c := seen[shardKey{k, int(debitShards[i])}]
 				caps[i], epochs[i] = int32(c.capacity), c.epoch
 			}
+			b.Queue(sqlLockTimeout, fmt.Sprintf("%dms", optimisticLockWait.Milliseconds()))
 			b.Queue(s.q(sqlSlotsLockExisting), debitKeys, debitShards)
 			b.Queue(s.q(sqlDebitChecked), debitKeys, debitShards, debitNs, caps, epochs)
 		}

@@ -39,7 +39,10 @@ const (
 	// every hot transaction, it cost scenario 7 (await + signal) about a
 	// tenth, for no gain on plain work.
 	sqlGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-	sqlCommit       = `COMMIT`
+	// sqlLockTimeout bounds the rest of the transaction's lock waits ($1,
+	// e.g. '50ms'; see optimisticLockWait).
+	sqlLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+	sqlCommit      = `COMMIT`
 )
 
 func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {

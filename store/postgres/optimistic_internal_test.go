@@ -433,3 +433,44 @@ func TestClaimUpdateLeavesARowOfABusyKeyReady(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT status FROM {schema}.instances WHERE id = $1`), ids[1]).Scan(&status))
 	require.Equal(t, "ready", status)
 }
+
+// TestOptimisticClaimGivesUpWaitingForItsCounters: an optimistic claim
+// waits for its counters in its last statement for optimisticLockWait at
+// most; past it, the claim is made again with the counters locked (tried,
+// never waited for), so that it never sits in a wait cycle with a
+// transaction freeing slots (see optimisticLockWait). Here another
+// transaction holds the key's counters for two seconds: the claim returns
+// well before that, with the row left ready, and the key marked hot.
+func TestOptimisticClaimGivesUpWaitingForItsCounters(t *testing.T) {
+	ctx := context.Background()
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 2})
+	const key = "api:k"
+	gateRows(t, s, key, 1)
+	require.Len(t, claimN(t, s, 1), 1) // locks the counters: the key is settled
+	require.True(t, s.settled.has(key))
+	require.False(t, s.hot.has(key))
+
+	holder, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, s.q(`SELECT 1 FROM {schema}.key_slots WHERE key = $1 FOR UPDATE`), key)
+	require.NoError(t, err)
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(2 * time.Second)
+		_ = holder.Rollback(ctx)
+		close(released)
+	}()
+	defer func() { <-released }()
+
+	gateRows(t, s, key, 1)
+	began := time.Now()
+	claimed := claimN(t, s, 1)
+	took := time.Since(began)
+	require.Empty(t, claimed, "the counters are held: the claim made again with locks leaves the row ready")
+	require.Less(t, took, time.Second, "the optimistic claim gave up its wait")
+	require.EqualValues(t, 1, s.debitsLost.Load())
+	require.True(t, s.hot.has(key))
+	var ready int
+	require.NoError(t, s.pool.QueryRow(ctx, s.q(`SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'ready'`), key).Scan(&ready))
+	require.Equal(t, 1, ready)
+}

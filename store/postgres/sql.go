@@ -12,9 +12,11 @@ package postgres
 // key (claims only try them and never wait); (3) gate counter rows, by
 // (key, shard) (claims try them, except an optimistic claim, which holds
 // no counter and no rate bucket when it waits for them in its last
-// statement: see optimistic); (4) other instance rows: blocked rows being
-// promoted (SKIP LOCKED, see sqlPromote) and parents, by id. Rate buckets
-// come after counters (claims, limit changes).
+// statement, for optimisticLockWait at most: see optimistic); (4) other
+// instance rows: blocked rows being promoted (SKIP LOCKED, see sqlPromote;
+// PostgreSQL still waits for a row whose newer version a transaction in
+// progress writes, which is why an optimistic claim's wait is bounded) and
+// parents, by id. Rate buckets come after counters (claims, limit changes).
 //
 // The statements live in files by concern: sql_insert.go, sql_claim.go,
 // sql_slots.go (freeing slots), sql_outcome.go (outcomes, heartbeats,
