@@ -1105,10 +1105,14 @@ type commitHooks struct {
 // value never holds back the outcomes of other instances. The live
 // scheduler and Tick both commit through it.
 func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
+	retried := false // sent again after an error that left its commit unknown
 	for {
 		res, err := e.complete(ctx, batch, h)
 		switch {
 		case err == nil:
+			if retried {
+				e.landedEarlier(ctx, batch, res)
+			}
 			h.committed(batch, res)
 			return nil
 		case rejected(err) && len(batch) > 1:
@@ -1131,6 +1135,38 @@ func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h c
 			batch = []store.Outcome{e.refusedOutcome(o, err)}
 		case !h.unreachable(err):
 			return err
+		default:
+			retried = true
+		}
+	}
+}
+
+// landedEarlier looks, for each outcome of a batch sent again after an
+// error that the store reports stale, for its run in the instance's step
+// history: found, the outcome was committed by the earlier attempt (its
+// COMMIT reached the server, the answer did not: the server went down, the
+// connection broke), so it is not stale (its claim was not reaped or
+// cancelled) and is neither logged nor counted as such. What that earlier
+// commit handed this engine (hand-offs, reservations) never reached it:
+// those rows wait for the reaper, the safe direction. A history that
+// cannot be read leaves the outcome stale.
+func (e *Runtime) landedEarlier(ctx context.Context, batch []store.Outcome, res []store.OutcomeResult) {
+	for i, r := range res {
+		h := batch[i].History
+		if !r.Stale || h == nil {
+			continue
+		}
+		hist, err := e.st.History(ctx, r.ID)
+		if err != nil {
+			continue
+		}
+		for _, x := range hist {
+			if d := x.StartedAt.Sub(h.StartedAt); x.Worker == h.Worker && x.Step == h.Step && x.Attempt == h.Attempt &&
+				d > -time.Microsecond && d < time.Microsecond {
+				res[i].Stale = false
+				e.log.Info("outcome committed before its flush failed: the retry found it applied", "instance", r.ID)
+				break
+			}
 		}
 	}
 }

@@ -158,3 +158,72 @@ func TestRefusedOutcomeIsABareFailure(t *testing.T) {
 	require.Equal(t, 2, f.Attempt)
 	require.Equal(t, "done", o.History.Outcome, "the original history is not changed")
 }
+
+// ambiguousStore commits the first Complete it is given and then answers
+// with a connection error, as when the server goes down between a COMMIT
+// and its answer; commitFirst false fails it without committing.
+type ambiguousStore struct {
+	store.Store
+	calls       int
+	commitFirst bool
+}
+
+func (a *ambiguousStore) Complete(ctx context.Context, w string, outs []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	a.calls++
+	if a.calls == 1 {
+		if a.commitFirst {
+			if _, err := a.Store.Complete(ctx, w, outs, now); err != nil {
+				return nil, err
+			}
+		}
+		return nil, sqlErr("57P01") // terminating connection due to administrator command
+	}
+	return a.Store.Complete(ctx, w, outs, now)
+}
+
+// A batch sent again after an error that left its commit unknown: its
+// outcomes found stale but whose runs are in the step history were
+// committed by the first attempt, and are neither stale nor counted; an
+// outcome whose claim was really lost stays stale.
+func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		commitFirst bool
+		wantStale   int
+	}{
+		{"the first attempt committed", true, 0},
+		{"the first attempt did not commit, and the claim is lost", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			as := &ambiguousStore{Store: memory.New(memory.Options{}), commitFirst: tc.commitFirst}
+			rt, _ := newTestRuntime(t, as, 1)
+			res, err := as.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "test", Limit: 1, Lease: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, res.Claimed, 1)
+			c := res.Claimed[0]
+			if !tc.commitFirst {
+				// The claim is lost meanwhile: released, as a reaper would.
+				require.NoError(t, as.Release(ctx, "test", []store.ClaimRef{{ID: c.ID, Fence: c.Fence}}, time.Time{}))
+			}
+			out := store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`"ok"`),
+				History: &store.HistoryEntry{InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Worker: "test",
+					StartedAt: time.Now(), FinishedAt: time.Now(), Outcome: "done"}}
+			var got []store.OutcomeResult
+			retries := 0
+			err = rt.commitOutcomes(ctx, []store.Outcome{out}, commitHooks{
+				committed: func(_ []store.Outcome, r []store.OutcomeResult) { got = r; rt.countStale(r) },
+				abandoned: func(store.Outcome) {},
+				unreachable: func(error) bool {
+					retries++
+					return true
+				},
+			})
+			require.NoError(t, err)
+			require.Equal(t, 1, retries)
+			require.Len(t, got, 1)
+			require.Equal(t, tc.wantStale == 1, got[0].Stale)
+			require.EqualValues(t, tc.wantStale, rt.StaleOutcomes())
+		})
+	}
+}
