@@ -111,11 +111,11 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 }
 
 // byID are the statements of TestHotPathPlansUseIndexes that look rows up
-// by the ids of a batch: every index scan of instances in their plans
-// must have an index condition (a scan without one reads the whole index,
-// filtering; a partial index of executing rows still grows with the
+// by the ids (or keys) of a batch: every index scan of instances in their
+// plans must have an index condition (a scan without one reads the whole
+// index, filtering; a partial index of executing rows still grows with the
 // fleet's concurrency, not with the batch).
-var byID = map[string]bool{"complete apply": true, "claim": true, "hand-off": true, "hand-off lock": true,
+var byID = map[string]bool{"complete apply": true, "claim": true, "key busy": true, "hand-off": true, "hand-off lock": true,
 	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true,
 	"successors lock": true, "succeed": true, "reserve": true}
 

@@ -123,13 +123,10 @@ WHERE i.id = d.id AND i.status = 'ready'`
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
 
-	// sqlKeyBusy returns the keys that have an executing row. It must run as
-	// its own statement after sqlKeyTryLock so that its snapshot is taken
-	// while the locks are held.
-	sqlKeyBusy = `
-SELECT k FROM unnest($1::text[]) AS k
-WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NULL)
-   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'executing' AND key_shard IS NOT NULL)`
+	// sqlKeyBusy returns the keys that have an executing row (keyExecutes).
+	// It must run as its own statement after sqlKeyTryLock so that its
+	// snapshot is taken while the locks are held.
+	sqlKeyBusy = `SELECT k FROM unnest($1::text[]) AS k WHERE ` + keyExecutes
 
 	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
 	// list (sorted by the caller). Existing counters are neither changed nor
@@ -215,20 +212,15 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// moved only while no row of its key executes: the window read the key
 	// before the claim held its lock (sqlClaimCandidates), and a
 	// transaction that made one of the key's rows executing may have
-	// committed in between. Such a row stays ready. (The probes are
-	// scalar subqueries with LIMIT, as in keyBusy: written as NOT EXISTS,
-	// they became hashed subplans that read every executing row.)
+	// committed in between (keyExecutes, read in the update's own
+	// snapshot). Such a row stays ready.
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + claimSet + `
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.status = 'ready'
-      AND (i.key IS NULL OR a.shard >= 0 OR (
-           (SELECT true FROM {schema}.instances e
-            WHERE e.key = i.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NULL
-           AND (SELECT true FROM {schema}.instances e
-                WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL LIMIT 1) IS NULL))
+      AND (i.key IS NULL OR a.shard >= 0 OR NOT (SELECT ` + keyExecutes + ` FROM (SELECT i.key AS k) x))
     RETURNING i.*, a.ord
 )` + claimedRows
 

@@ -116,6 +116,17 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	keyBusy = `((SELECT true FROM {schema}.instances e
             WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
             LIMIT 1) IS NOT NULL)`
+	// keyExecutes is true when any row of key k executes: keyBusy's K = 1
+	// holder, or a row a gate admitted (key_shard set; its limit may have
+	// been removed since, making the key K = 1). A claim or a hand-off that
+	// would make one of the key's rows executing under K = 1 reads it
+	// after taking the key's lock (sqlKeyBusy, sqlHandOffBusy) or in its
+	// update (sqlClaim). Scalar subqueries with LIMIT, as keyBusy's: written
+	// as EXISTS, PostgreSQL turned them into hashed subplans that read every
+	// executing row of the table.
+	keyExecutes = `(` + keyBusy + ` OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+            LIMIT 1) IS NOT NULL)`
 	// keyReady is completed by the cap's parameter and ") r)".
 	keyReady = `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready'
             ORDER BY r.priority, r.run_at, r.seq LIMIT `

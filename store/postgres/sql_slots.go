@@ -107,11 +107,8 @@ const (
 
 	// sqlHandOffLock takes the advisory locks of the held K = 1 keys (names
 	// with no limit), in key order, waiting, as sqlKeyLock does;
-	// sqlHandOffBusy then returns the ones that still have an executing row,
-	// read after the locks (sqlKeyBusy's two probes). The probes run once
-	// per K = 1 key (a lateral join, not EXISTS: PostgreSQL turned the
-	// EXISTS into hashed subplans that read every executing row of the
-	// table, for gate keys too, which have no use for them).
+	// sqlHandOffBusy then returns the ones that still have an executing row
+	// (keyExecutes), read after the locks, once per K = 1 key.
 	sqlHandOffLock = `
 WITH ` + heldKeys + `,
 one AS MATERIALIZED (
@@ -125,12 +122,7 @@ WITH ` + heldKeys + `,
 one AS MATERIALIZED (
     SELECT h.key FROM held h
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
-SELECT o.key FROM one o
-CROSS JOIN LATERAL (
-    (SELECT 1 FROM {schema}.instances WHERE key = o.key AND status = 'executing' AND key IS NOT NULL AND key_shard IS NULL LIMIT 1)
-    UNION ALL
-    (SELECT 1 FROM {schema}.instances WHERE key = o.key AND status = 'executing' AND key_shard IS NOT NULL LIMIT 1)
-    LIMIT 1) e`
+SELECT k FROM (SELECT key AS k FROM one) o WHERE ` + keyExecutes
 
 	// sqlHandOffGates returns, for each held key whose name has a limit,
 	// the limit and every counter of the key (read, not locked: a hand-off
