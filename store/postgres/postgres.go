@@ -85,7 +85,7 @@ type Store struct {
 	wakes      wakeSender
 	hot        recentKeys   // keys recently found saturated (see recentKeys)
 	settled    recentKeys   // gate keys whose counters were recently found as their limits make them
-	debitsLost atomic.Int64 // optimistic claims made again because a counter changed under them
+	debitsLost atomic.Int64 // optimistic claims made again (a counter changed under them, or their wait timed out)
 	windows    windows      // per queue, the keyed rows the last claim passed over
 }
 
