@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -188,9 +187,6 @@ func isDebitLost(err error) bool {
 // failed with deadlock detected).
 const optimisticLockWait = 50 * time.Millisecond
 
-// optimisticLockTimeout is optimisticLockWait as lock_timeout takes it.
-var optimisticLockTimeout = strconv.FormatInt(optimisticLockWait.Milliseconds(), 10) + "ms"
-
 // claim is one attempt of Claim; lock makes it lock its gate counters
 // whatever their keys (see optimistic).
 func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (store.ClaimResult, error) {
@@ -320,7 +316,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 				c := seen[shardKey{k, int(debitShards[i])}]
 				caps[i], epochs[i] = int32(c.capacity), c.epoch
 			}
-			b.Queue(sqlLockTimeout, optimisticLockTimeout)
+			b.Queue(sqlLockTimeout, s.optimisticWait)
 			b.Queue(s.q(sqlSlotsLockExisting), debitKeys, debitShards)
 			b.Queue(s.q(sqlDebitChecked), debitKeys, debitShards, debitNs, caps, epochs)
 		}

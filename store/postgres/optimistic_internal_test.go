@@ -70,10 +70,13 @@ func slotsOf(t *testing.T, s *Store, key string) (counters map[int][2]int, execu
 // claimWhileHeld locks key's counters in a transaction of its own, starts a
 // claim of up to limit rows, and returns once the claim waits for those
 // counters in its last statement: the transaction, for the test to change
-// the counters and commit, and the channel the claim's rows arrive on.
+// the counters and commit, and the channel the claim's rows arrive on. The
+// claim waits for as long as the test takes (not optimisticLockWait, which
+// a loaded machine could pass between two statements of the test).
 func claimWhileHeld(t *testing.T, s *Store, key string, limit int) (pgx.Tx, <-chan []store.Claimed) {
 	t.Helper()
 	ctx := context.Background()
+	s.optimisticWait = "60s"
 	tx, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })

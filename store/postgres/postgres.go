@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,10 @@ type Store struct {
 	// copyMin is the smallest batch that Insert copies in (copyInsertMin;
 	// tests and benchmarks change it).
 	copyMin int
+	// optimisticWait is the lock_timeout of an optimistic claim's wait for
+	// its counters (optimisticLockWait; tests that hold the counters on
+	// purpose lengthen it).
+	optimisticWait string
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
 	// cancelChannel carries the ids of executing instances whose cancel
@@ -119,16 +124,17 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 			opts.Schema, len(applied), len(ms))
 	}
 	return &Store{
-		pool:          pool,
-		schema:        opts.Schema,
-		history:       opts.History,
-		clock:         opts.Clock,
-		copyMin:       copyInsertMin,
-		channel:       Channel(opts.Schema),
-		cancelChannel: CancelChannel(opts.Schema),
-		keySalt:       lockSalt(opts.Schema, saltKeys),
-		uniqueSalt:    lockSalt(opts.Schema, saltUnique),
-		queueSalt:     lockSalt(opts.Schema, saltQueues),
+		pool:           pool,
+		schema:         opts.Schema,
+		history:        opts.History,
+		clock:          opts.Clock,
+		copyMin:        copyInsertMin,
+		optimisticWait: strconv.FormatInt(optimisticLockWait.Milliseconds(), 10) + "ms",
+		channel:        Channel(opts.Schema),
+		cancelChannel:  CancelChannel(opts.Schema),
+		keySalt:        lockSalt(opts.Schema, saltKeys),
+		uniqueSalt:     lockSalt(opts.Schema, saltUnique),
+		queueSalt:      lockSalt(opts.Schema, saltQueues),
 	}, nil
 }
 
