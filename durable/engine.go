@@ -105,7 +105,8 @@ type Config struct {
 	// WorkerID names this engine in claims. Set it to a name that is stable
 	// across restarts (a pod name) to get startup reclaim of a dead
 	// predecessor's claims; it must be unique among live engines. Default: a
-	// random id with the host name.
+	// random id with the host name, under which Start reclaims nothing (no
+	// previous run can have held it).
 	WorkerID string
 	// Lease is how long a claim holds without a heartbeat (default 30s).
 	Lease time.Duration
@@ -249,6 +250,8 @@ type Engine struct {
 	rt      *runtime.Runtime
 	flushed chan struct{} // closed and replaced after every committed flush
 	tel     *telemetry
+	// generatedID is set when New generated cfg.WorkerID (see prepareStart).
+	generatedID bool
 
 	stored      storedLimits
 	reconciled  reconcileState
@@ -260,6 +263,9 @@ type Engine struct {
 
 // New validates cfg and returns an engine that is not yet started.
 func New(cfg Config) (*Engine, error) {
+	// A generated worker id is new: no claim of a previous run holds it,
+	// so Start has nothing to reclaim under it.
+	generatedID := cfg.WorkerID == ""
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -284,7 +290,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{tel: tel,
 		cfg: cfg, st: cfg.Store, log: log, limits: limits, rates: rates, fakeTime: !fake, schedules: schedules,
 		defs: map[string]map[int]*definition{}, latest: map[string]*definition{},
-		warned: map[string]gate.Warning{}, flushed: make(chan struct{}),
+		warned: map[string]gate.Warning{}, flushed: make(chan struct{}), generatedID: generatedID,
 	}
 	if cfg.Jitter != nil {
 		var mu sync.Mutex

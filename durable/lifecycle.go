@@ -64,6 +64,9 @@ func (e *Engine) prepareStart(ctx context.Context) error {
 	if _, err := e.SyncSchedules(ctx); err != nil {
 		return fmt.Errorf("durable: start: %w", err)
 	}
+	if e.generatedID {
+		return nil // a new id: no claim of a previous run holds it
+	}
 	if n, err := e.st.ReclaimWorker(ctx, e.cfg.WorkerID, e.storeNow()); err != nil {
 		return fmt.Errorf("durable: start: reclaim: %w", err)
 	} else if n > 0 {

@@ -1,0 +1,65 @@
+package durable_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
+)
+
+// reclaimCounting is a store that counts ReclaimWorker calls.
+type reclaimCounting struct {
+	*memory.Store
+	reclaims atomic.Int64
+}
+
+func (s *reclaimCounting) ReclaimWorker(ctx context.Context, worker string, now time.Time) (int, error) {
+	s.reclaims.Add(1)
+	return s.Store.ReclaimWorker(ctx, worker, now)
+}
+
+// TestStartReclaimsOnlyUnderAStableWorkerID: an engine started under the
+// worker id of a dead predecessor takes its claims back at once; one whose
+// id New generated has nothing to take back and does not ask the store.
+func TestStartReclaimsOnlyUnderAStableWorkerID(t *testing.T) {
+	ctx := waitCtx(t)
+	st := &reclaimCounting{Store: memory.New(memory.Options{})}
+	const id = "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c12"
+	_, err := st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "count", Version: 1,
+		Queue: durable.DefaultQueue, Step: "inc", State: json.RawMessage(`{"n":0}`)}})
+	require.NoError(t, err)
+	res, err := st.Claim(ctx, store.ClaimRequest{Queue: durable.DefaultQueue, Worker: "pod-1", Limit: 1, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1, "the dead predecessor's claim")
+
+	fresh := newEngine(t, durable.Config{Store: st}, counterWorkflow())
+	require.NoError(t, fresh.Start(ctx))
+	require.Zero(t, st.reclaims.Load(), "a generated worker id has nothing to reclaim")
+	stop(t, fresh)
+	got, err := st.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusExecuting, got.Status, "the claim of pod-1 waits for its lease")
+
+	again := newEngine(t, durable.Config{Store: st, WorkerID: "pod-1"}, counterWorkflow())
+	require.NoError(t, again.Start(ctx))
+	require.EqualValues(t, 1, st.reclaims.Load())
+	require.Eventually(t, func() bool {
+		got, err := st.Get(ctx, id)
+		return err == nil && got.Status == store.StatusDone
+	}, 10*time.Second, time.Millisecond, "pod-1's successor reclaims the row and runs it")
+	stop(t, again)
+}
+
+func stop(t *testing.T, e *durable.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, e.Stop(ctx))
+}
