@@ -263,9 +263,10 @@ const listenWait = 500 * time.Millisecond
 
 // Listen starts listening to the store's notifications (store.Notifier),
 // ahead of Start: Start waits for it before the first claim, and opening
-// its connection takes about as long as an engine's start transactions
-// (3-4 ms against 4-6 in the peers' runs), so the engine opens it while
-// they run. A scheduler that listens and is not started must be
+// a connection for it took about as long as an engine's start
+// transactions (3-4 ms against 4-6 in the peers' runs), so the engine
+// opens it while they run (the PostgreSQL store now takes an idle
+// connection of its pool when there is one). A scheduler that listens and is not started must be
 // abandoned (Abandon). Listen does nothing the second time.
 func (s *Scheduler) Listen() {
 	n, ok := s.e.st.(store.Notifier)

@@ -18,10 +18,12 @@ import (
 // with an instance id when the cancel of an executing instance was
 // requested. It blocks until ctx is done and then returns nil.
 //
-// Listen holds its own connection (made from the pool's configuration, not
-// taken from the pool). When the connection fails it reconnects with
-// exponential backoff; notifications sent while it is down are lost, which
-// engines tolerate because they also poll.
+// Listen holds its own connection: it takes an idle one out of the pool
+// for good when there is one (an engine's Start waits for Listen, and
+// connecting took 3-4 ms there), and otherwise, and on every reconnect,
+// makes one from the pool's configuration. When the connection fails it
+// reconnects with exponential backoff; notifications sent while it is down
+// are lost, which engines tolerate because they also poll.
 func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 	if err := s.check(); err != nil {
 		return err
@@ -30,8 +32,8 @@ func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 5 * time.Second
 	bo.MaxElapsedTime = 0
-	for {
-		err := s.listenOnce(ctx, fn, bo.Reset)
+	for first := true; ; first = false {
+		err := s.listenOnce(ctx, fn, bo.Reset, first)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -48,12 +50,19 @@ func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 
 var errStoreClosed = errors.New("store closed")
 
-// listenOnce listens on one connection until it fails or ctx is done.
-// connected is called once LISTEN succeeded.
-func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
+// listenOnce listens on one connection (an idle one of the pool's with
+// idle set: see Listen) until it fails or ctx is done. connected is called
+// once LISTEN succeeded.
+func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func(), idle bool) error {
+	conn := (*pgx.Conn)(nil)
+	if idle {
+		conn = s.takeIdleConn(ctx)
+	}
+	if conn == nil {
+		var err error
+		if conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy()); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -79,6 +88,20 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 			fn(store.Notification{Queue: n.Payload})
 		}
 	}
+}
+
+// takeIdleConn takes one idle connection out of the pool for good (the
+// pool opens another when it needs one), or returns nil when none is idle.
+// It never waits for a busy one.
+func (s *Store) takeIdleConn(ctx context.Context) *pgx.Conn {
+	idle := s.pool.AcquireAllIdle(ctx)
+	if len(idle) == 0 {
+		return nil
+	}
+	for _, c := range idle[1:] {
+		c.Release()
+	}
+	return idle[0].Hijack()
 }
 
 // wakeSender sends the notifications of wake-ups that were committed

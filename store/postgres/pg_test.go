@@ -363,6 +363,43 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 	}
 }
 
+// TestListenTakesAnIdleConnectionOfThePool: a first Listen listens on a
+// connection the pool had idle (no connect on an engine's start path),
+// which leaves the pool for good.
+func TestListenTakesAnIdleConnectionOfThePool(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.pool.Exec(e.ctx, "SELECT 1") // at least one idle connection
+	require.NoError(t, err)
+	idle := map[uint32]bool{}
+	for _, c := range e.pool.AcquireAllIdle(e.ctx) {
+		idle[c.Conn().PgConn().PID()] = true
+		c.Release()
+	}
+	require.NotEmpty(t, idle)
+	total := e.pool.Stat().TotalConns()
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	go func() {
+		_ = e.s.Listen(ctx, func(n store.Notification) {
+			if n == (store.Notification{}) {
+				listening <- struct{}{}
+			}
+		})
+	}()
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen never listened")
+	}
+	require.Equal(t, total-1, e.pool.Stat().TotalConns(), "the pool no longer holds it")
+	var pid uint32
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT pid::bigint FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&pid))
+	require.True(t, idle[pid], "the listener's backend %d was not idle in the pool (%v)", pid, idle)
+}
+
 func TestListenReconnects(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(e.ctx)
