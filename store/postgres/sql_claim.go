@@ -14,9 +14,15 @@ WITH d AS MATERIALIZED (
     SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
     WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
     ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
+h AS MATERIALIZED (
+    SELECT g.priority, (SELECT ` + queueHead + ` FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
+    FROM (SELECT DISTINCT priority FROM d WHERE round IS NULL) g
+),
 b AS (
-    SELECT g.priority, g.key, {schema}.fresh_round($1, g.priority, g.key) AS base
+    SELECT g.priority, g.key,
+           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
     FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
+    JOIN h ON h.priority = g.priority
 ),
 r AS (
     SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
@@ -35,7 +41,8 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+    round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+    updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the

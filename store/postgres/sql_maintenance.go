@@ -15,7 +15,8 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($1::timestamptz, now())
+        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        updated_at = coalesce($1::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
 )

@@ -44,7 +44,9 @@ UPDATE {schema}.instances i SET
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
     round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
-                 THEN {schema}.fresh_round(i.queue, i.priority, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END)
+                 THEN (SELECT ` + freshRound + `
+                       FROM (SELECT i.queue AS q, i.priority AS p,
+                                    CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k) fr)
             END,
     spawn_gen = CASE WHEN o.kind = 'spawn' THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     -- A hand-back keeps when the row first became ready (its run_at when
@@ -100,7 +102,8 @@ w AS (
     SET pending_children = greatest(0, p.pending_children - d.n),
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
-        round = CASE WHEN p.pending_children - d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END,
+        round = CASE WHEN p.pending_children - d.n <= 0
+                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
     WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
@@ -118,7 +121,8 @@ w AS (
     SET pending_children = d.n,
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
-        round = CASE WHEN d.n <= 0 THEN {schema}.fresh_round(p.queue, p.priority, p.key) END
+        round = CASE WHEN d.n <= 0
+                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
     WHERE p.id = d.id AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
@@ -132,7 +136,8 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
@@ -222,7 +227,8 @@ WITH w AS (
     SET status = 'ready', attempt = 0, run_at = coalesce($2::timestamptz, now()), worker = NULL, cancel_requested = false,
         ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
-        await_signal = NULL, result = NULL, round = {schema}.fresh_round(queue, priority, key),
+        await_signal = NULL, result = NULL,
+        round = (SELECT ` + freshRound + ` FROM (SELECT queue AS q, priority AS p, key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING queue, parent_id, join_gen
@@ -261,7 +267,8 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        round = {schema}.fresh_round(i.queue, i.priority, i.key), updated_at = coalesce($2::timestamptz, now())
+        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
