@@ -266,8 +266,9 @@ const listenWait = 500 * time.Millisecond
 // a connection for it took about as long as an engine's start
 // transactions (3-4 ms against 4-6 in the peers' runs), so the engine
 // opens it while they run (the PostgreSQL store now takes an idle
-// connection of its pool when there is one). A scheduler that listens and is not started must be
-// abandoned (Abandon). Listen does nothing the second time.
+// connection of its pool when there is one). A scheduler that listens and
+// is not started must be abandoned (Abandon). Listen does nothing the
+// second time.
 func (s *Scheduler) Listen() {
 	n, ok := s.e.st.(store.Notifier)
 	if !ok || s.listenFailed != nil {
