@@ -50,28 +50,39 @@ func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 
 var errStoreClosed = errors.New("store closed")
 
-// listenOnce listens on one connection (an idle one of the pool's with
-// idle set: see Listen) until it fails or ctx is done. connected is called
-// once LISTEN succeeded.
+// listenOnce listens on one connection (with idle set, an idle one of the
+// pool's when it can: see Listen) until it fails or ctx is done. connected
+// is called once LISTEN succeeded.
 func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func(), idle bool) error {
+	listen := "LISTEN " + pgx.Identifier{s.channel}.Sanitize() + "; LISTEN " + pgx.Identifier{s.cancelChannel}.Sanitize()
+	closeConn := func(conn *pgx.Conn) {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}
 	conn := (*pgx.Conn)(nil)
 	if idle {
-		conn = s.takeIdleConn(ctx)
+		// An idle connection may be dead (the server restarted since it
+		// was used: the pool pings only what it hands out): one that
+		// cannot LISTEN is closed, and a new one made at once.
+		if conn = s.takeIdleConn(ctx); conn != nil {
+			if _, err := conn.Exec(ctx, listen); err != nil {
+				closeConn(conn)
+				conn = nil
+			}
+		}
 	}
 	if conn == nil {
 		var err error
 		if conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy()); err != nil {
 			return err
 		}
+		if _, err := conn.Exec(ctx, listen); err != nil {
+			closeConn(conn)
+			return err
+		}
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize()); err != nil {
-		return err
-	}
+	defer closeConn(conn)
 	connected()
 	fn(store.Notification{}) // listening from now on
 	for {

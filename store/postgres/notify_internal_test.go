@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/store"
+)
+
+// TestListenOnADeadIdleConnectionConnectsAnew: a first listen that takes an
+// idle connection of the pool whose backend is gone (the server restarted
+// since the pool used it) makes a new connection at once and listens,
+// rather than failing the attempt (which would cost Listen a backoff).
+func TestListenOnADeadIdleConnectionConnectsAnew(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := newInternalStore(t)
+	_, err := s.pool.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	var pids []uint32
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		pids = append(pids, c.Conn().PgConn().PID())
+		c.Release()
+	}
+	require.NotEmpty(t, pids)
+	admin, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(context.Background()) }()
+	for _, pid := range pids {
+		_, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1::int, 5000)", int64(pid))
+		require.NoError(t, err)
+	}
+
+	lctx, stop := context.WithCancel(ctx)
+	connected := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.listenOnce(lctx, func(store.Notification) {}, func() { close(connected) }, true)
+	}()
+	select {
+	case <-connected:
+	case err := <-done:
+		t.Fatalf("the attempt failed instead of connecting anew: %v", err)
+	case <-ctx.Done():
+		t.Fatal("never listened")
+	}
+	var pid uint32
+	require.NoError(t, admin.QueryRow(ctx, `SELECT pid::bigint FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, s.channel).Scan(&pid))
+	require.NotContains(t, pids, pid, "it listens on a live backend")
+	stop()
+	<-done
+}
