@@ -54,7 +54,10 @@ var errStoreClosed = errors.New("store closed")
 // pool's when it can: see Listen) until it fails or ctx is done. connected
 // is called once LISTEN succeeded.
 func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func(), idle bool) error {
-	listen := "LISTEN " + pgx.Identifier{s.channel}.Sanitize() + "; LISTEN " + pgx.Identifier{s.cancelChannel}.Sanitize()
+	listen := func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize())
+		return err
+	}
 	closeConn := func(conn *pgx.Conn) {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
@@ -66,7 +69,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 		// was used: the pool pings only what it hands out): one that
 		// cannot LISTEN is closed, and a new one made at once.
 		if conn = s.takeIdleConn(ctx); conn != nil {
-			if _, err := conn.Exec(ctx, listen); err != nil {
+			if err := listen(conn); err != nil {
 				closeConn(conn)
 				conn = nil
 			}
@@ -77,7 +80,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 		if conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy()); err != nil {
 			return err
 		}
-		if _, err := conn.Exec(ctx, listen); err != nil {
+		if err := listen(conn); err != nil {
 			closeConn(conn)
 			return err
 		}
