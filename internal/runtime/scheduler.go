@@ -1144,33 +1144,68 @@ func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h c
 }
 
 // landedEarlier looks, for each outcome of a batch sent again after an
-// error that the store reports stale, for its run in the instance's step
-// history: found, the outcome was committed by the earlier attempt (its
-// COMMIT reached the server, the answer did not: the server went down, the
-// connection broke), so it is not stale (its claim was not reaped or
-// cancelled) and is neither logged nor counted as such. What that earlier
-// commit handed this engine (hand-offs, reservations) never reached it:
-// those rows wait for the reaper, the safe direction. A history that
-// cannot be read leaves the outcome stale.
+// error that the store reports stale, for a sign that the earlier attempt
+// committed it (its COMMIT reached the server, the answer did not: the
+// server went down, the connection broke): its run in the instance's step
+// history, or else, as the store keeps no history by default, the row as
+// that outcome leaves it (see appliedBy). Found, the outcome is not stale
+// (its claim was not reaped or cancelled) and is neither logged nor
+// counted as such. What that earlier commit handed this engine (hand-offs,
+// reservations) never reached it: those rows wait for the reaper, the safe
+// direction. An outcome whose signs cannot be read stays stale.
 func (e *Runtime) landedEarlier(ctx context.Context, batch []store.Outcome, res []store.OutcomeResult) {
 	for i, r := range res {
-		h := batch[i].History
-		if !r.Stale || h == nil {
+		if !r.Stale {
 			continue
 		}
-		hist, err := e.st.History(ctx, r.ID)
-		if err != nil {
+		if inHistory(ctx, e.st, batch[i]) {
+			res[i].Stale = false
+		} else if inst, err := e.st.Get(ctx, r.ID); err == nil && appliedBy(inst, batch[i]) {
+			res[i].Stale = false
+		} else {
 			continue
 		}
-		for _, x := range hist {
-			if d := x.StartedAt.Sub(h.StartedAt); x.Worker == h.Worker && x.Step == h.Step && x.Attempt == h.Attempt &&
-				d > -time.Microsecond && d < time.Microsecond {
-				res[i].Stale = false
-				e.log.Info("outcome committed before its flush failed: the retry found it applied", "instance", r.ID)
-				break
-			}
+		e.log.Info("outcome committed before its flush failed: the retry found it applied", "instance", r.ID)
+	}
+}
+
+// inHistory reports whether o's run is in its instance's step history.
+func inHistory(ctx context.Context, st store.Store, o store.Outcome) bool {
+	h := o.History
+	if h == nil {
+		return false
+	}
+	hist, err := st.History(ctx, o.ID)
+	if err != nil {
+		return false
+	}
+	for _, x := range hist {
+		if d := x.StartedAt.Sub(h.StartedAt); x.Worker == h.Worker && x.Step == h.Step && x.Attempt == h.Attempt &&
+			d > -time.Microsecond && d < time.Microsecond {
+			return true
 		}
 	}
+	return false
+}
+
+// appliedBy reports whether inst is as outcome o leaves it: no longer
+// claimed, still carrying o's fence (only a claim changes it), at o's
+// attempt and step, and, for an outcome that ends the instance, in its
+// status. A claim taken back instead (reaped, reclaimed, released) keeps
+// its step and status ready, at the same attempt or one more: it can pass
+// only for an outcome that would have left the row the same way (a retry
+// of the same step, due at once), where the difference is moot.
+func appliedBy(inst store.Instance, o store.Outcome) bool {
+	if inst.Worker != "" || inst.Fence != o.Fence || inst.Attempt != o.Attempt || (o.Step != "" && inst.Step != o.Step) {
+		return false
+	}
+	switch o.Kind {
+	case store.OutcomeDone:
+		return inst.Status == store.StatusDone
+	case store.OutcomeFailed:
+		return inst.Status == store.StatusFailed
+	}
+	return inst.Status != store.StatusExecuting
 }
 
 // complete is one Complete of a batch, through the store's hand-off when

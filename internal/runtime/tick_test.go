@@ -182,17 +182,24 @@ func (a *ambiguousStore) Complete(ctx context.Context, w string, outs []store.Ou
 }
 
 // A batch sent again after an error that left its commit unknown: its
-// outcomes found stale but whose runs are in the step history were
-// committed by the first attempt, and are neither stale nor counted; an
-// outcome whose claim was really lost stays stale.
+// outcomes found stale but whose runs are in the step history, or, without
+// a history, whose rows are as the outcome leaves them, were committed by
+// the first attempt, and are neither stale nor counted; an outcome whose
+// claim was really lost stays stale.
 func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		commitFirst bool
+		noHistory   bool
+		kind        store.OutcomeKind
 		wantStale   int
 	}{
-		{"the first attempt committed", true, 0},
-		{"the first attempt did not commit, and the claim is lost", false, 1},
+		{"the first attempt committed", true, false, store.OutcomeDone, 0},
+		{"the first attempt did not commit, and the claim is lost", false, false, store.OutcomeDone, 1},
+		{"no history: the first attempt committed a done", true, true, store.OutcomeDone, 0},
+		{"no history: the first attempt committed a next step", true, true, store.OutcomeReady, 0},
+		{"no history: the claim is lost before a done", false, true, store.OutcomeDone, 1},
+		{"no history: the claim is lost before a next step", false, true, store.OutcomeReady, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -206,9 +213,16 @@ func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
 				// The claim is lost meanwhile: released, as a reaper would.
 				require.NoError(t, as.Release(ctx, "test", []store.ClaimRef{{ID: c.ID, Fence: c.Fence}}, time.Time{}))
 			}
-			out := store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`"ok"`),
+			out := store.Outcome{ID: c.ID, Fence: c.Fence, Kind: tc.kind, Result: json.RawMessage(`"ok"`),
 				History: &store.HistoryEntry{InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Worker: "test",
 					StartedAt: time.Now(), FinishedAt: time.Now(), Outcome: "done"}}
+			if tc.kind == store.OutcomeReady {
+				// The next step, due at once, as transitions.Next makes it.
+				out.Step, out.Result, out.State, out.History.Outcome = "next", nil, json.RawMessage(`{}`), "next"
+			}
+			if tc.noHistory {
+				out.History = nil // the PostgreSQL store keeps none by default
+			}
 			var got []store.OutcomeResult
 			retries := 0
 			err = rt.commitOutcomes(ctx, []store.Outcome{out}, commitHooks{
