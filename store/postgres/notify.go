@@ -50,42 +50,14 @@ func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
 
 var errStoreClosed = errors.New("store closed")
 
-// listenOnce listens on one connection (with idle set, an idle one of the
-// pool's when it can: see Listen) until it fails or ctx is done. connected
-// is called once LISTEN succeeded.
+// listenOnce listens on one connection (see listenConn) until it fails or
+// ctx is done. connected is called once LISTEN succeeded.
 func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), connected func(), idle bool) error {
-	listen := func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize())
+	conn, err := s.listenConn(ctx, idle)
+	if err != nil {
 		return err
 	}
-	closeConn := func(conn *pgx.Conn) {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}
-	conn := (*pgx.Conn)(nil)
-	if idle {
-		// An idle connection may be dead (the server restarted since it
-		// was used: the pool pings only what it hands out): one that
-		// cannot LISTEN is closed, and a new one made at once.
-		if conn = s.takeIdleConn(ctx); conn != nil {
-			if err := listen(conn); err != nil {
-				closeConn(conn)
-				conn = nil
-			}
-		}
-	}
-	if conn == nil {
-		var err error
-		if conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy()); err != nil {
-			return err
-		}
-		if err := listen(conn); err != nil {
-			closeConn(conn)
-			return err
-		}
-	}
-	defer closeConn(conn)
+	defer closeConn(ctx, conn)
 	connected()
 	fn(store.Notification{}) // listening from now on
 	for {
@@ -102,6 +74,43 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 			fn(store.Notification{Queue: n.Payload})
 		}
 	}
+}
+
+// listenConn returns a connection that listens on the store's channels:
+// with idle set, an idle one of the pool's when there is one and it can
+// LISTEN (one may be dead: the server restarted since the pool used it,
+// and the pool pings only what it hands out), and otherwise a new one.
+func (s *Store) listenConn(ctx context.Context, idle bool) (*pgx.Conn, error) {
+	if idle {
+		if conn := s.takeIdleConn(ctx); conn != nil {
+			if err := s.listenOn(ctx, conn); err == nil {
+				return conn, nil
+			}
+			closeConn(ctx, conn)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.listenOn(ctx, conn); err != nil {
+		closeConn(ctx, conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize())
+	return err
+}
+
+// closeConn closes a connection of Listen's, within a second, even when
+// ctx is done.
+func closeConn(ctx context.Context, conn *pgx.Conn) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = conn.Close(closeCtx)
 }
 
 // takeIdleConn takes one idle connection out of the pool for good (the
