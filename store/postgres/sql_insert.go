@@ -149,7 +149,8 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// reads it in its own snapshot as (SELECT freshRound FROM (SELECT q AS
 	// q, p AS p, k AS k) fr), so that the probes run inline; a statement
 	// that gives rounds to many keys of few queues reads queueHead once per
-	// queue and priority (sqlInsert, sqlInsertRounds). Migration 003 defines
+	// queue and priority (sqlInsert, sqlInsertRounds, sqlPromoteScheduled)
+	// and takes the greater of it and keyNextRound. Migration 003 defines
 	// the same as the SQL function fresh_round, which no statement calls any
 	// more: PostgreSQL cannot inline a function whose body has subqueries,
 	// and a call cost 35-54 µs (2,000 calls for one queue in psql: 69-108
