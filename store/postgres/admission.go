@@ -199,7 +199,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	}
 
 	cc := &claimContext{queue: req.Queue, limit: req.Limit, busyOne: map[string]bool{}, tried: map[string]bool{}}
-	tx, err := s.beginBatch(ctx)
+	tx, err := s.beginGeneric(ctx)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
@@ -210,6 +210,11 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	b.Queue(s.q(sqlClaimContext), req.Queue, now).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey)
 	})
+	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
+	// The statements above run their generic plans from the start (see
+	// sqlNoSeqScanGeneric); the window and the claim's update are planned
+	// as PostgreSQL chooses: their generic plans were slower.
+	b.Queue(sqlAutoPlans)
 	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt).Query(func(rows pgx.Rows) error {
 		var (
 			c              admission.Candidate
@@ -240,7 +245,6 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		})
 		return err
 	})
-	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
 	if err := tx.send(ctx, b, false); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}

@@ -13,8 +13,9 @@ import (
 // transaction of n dependent steps costs n round trips (pgx.Tx would add
 // one for the COMMIT).
 type batchTx struct {
-	conn  *pgxpool.Conn
-	begun bool
+	conn    *pgxpool.Conn
+	begun   bool
+	generic bool // begins on generic plans (see beginGeneric)
 }
 
 const (
@@ -28,21 +29,33 @@ const (
 	// an index path (TestHotPathPlansUseIndexes checks it, generic plans
 	// included).
 	sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
-	// sqlGenericPlans makes the rest of the transaction run the generic
-	// plans of its prepared statements. The hand-off's reads (CTEs with
-	// correlated subqueries) kept being planned anew at every call under
-	// plan_cache_mode = auto (array parameters make the generic plan look no
-	// cheaper), and planning them cost more CPU than running them: a hot
-	// gate ran at 1,311 steps/s with 1,146 µs of PostgreSQL CPU per step
-	// under auto, and at 2,674 with 424 µs on generic plans (make bench,
-	// scenario 3). Only transactions that hand slots off take it: taken by
-	// every hot transaction, it cost scenario 7 (await + signal) about a
-	// tenth, for no gain on plain work.
-	sqlGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 	// sqlLockTimeout bounds the rest of the transaction's lock waits ($1,
 	// e.g. '50ms'; see optimisticLockWait).
 	sqlLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
-	sqlCommit      = `COMMIT`
+	// sqlNoSeqScanGeneric is sqlNoSeqScan that also makes the transaction's
+	// prepared statements run their generic plans from their first
+	// execution on, until sqlAutoPlans (see beginGeneric). Under
+	// plan_cache_mode = auto, PostgreSQL plans a prepared statement anew at
+	// each of its first five executions on a connection before it may
+	// settle on the generic plan, and some statements never settle (array
+	// parameters make the generic plan look no cheaper), so they are
+	// planned at every call:
+	//   - the hand-off's reads (CTEs with correlated subqueries) cost more
+	//     to plan than to run: a hot gate ran at 1,311 steps/s with 1,146
+	//     µs of PostgreSQL CPU per step under auto, and at 2,674 with 424
+	//     µs on generic plans (make bench, scenario 3);
+	//   - planning the claim's side statements and the flush's statements
+	//     took 1-2 ms per plan on a fresh connection: about 90 ms in a
+	//     5,000-row keyed run of the peers driver that lasted 500 ms
+	//     (pg_stat_statements with track_planning), and the flush's
+	//     notification of policy queues was planned at every flush.
+	// The claim's window and update are not on it (see claim): with
+	// generic plans everywhere, the keyed window took twice as long.
+	sqlNoSeqScanGeneric = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+	// sqlAutoPlans lets PostgreSQL choose between custom and generic plans
+	// again for the rest of the transaction (its default).
+	sqlAutoPlans = `SELECT set_config('plan_cache_mode', 'auto', true)`
+	sqlCommit    = `COMMIT`
 )
 
 func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {
@@ -53,12 +66,26 @@ func (s *Store) beginBatch(ctx context.Context) (*batchTx, error) {
 	return &batchTx{conn: c}, nil
 }
 
+// beginGeneric is beginBatch for a transaction whose statements run their
+// generic plans from the first execution on (until sqlAutoPlans).
+func (s *Store) beginGeneric(ctx context.Context) (*batchTx, error) {
+	t, err := s.beginBatch(ctx)
+	if t != nil {
+		t.generic = true
+	}
+	return t, err
+}
+
 // send runs b in the transaction, beginning it first if this is the first
 // batch, and committing it after b's statements if last is set. Any error
 // leaves the transaction to be rolled back by end.
 func (t *batchTx) send(ctx context.Context, b *pgx.Batch, last bool) error {
 	if !t.begun {
-		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: sqlBegin}, {SQL: sqlNoSeqScan}}, b.QueuedQueries...)
+		first := sqlNoSeqScan
+		if t.generic {
+			first = sqlNoSeqScanGeneric
+		}
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: sqlBegin}, {SQL: first}}, b.QueuedQueries...)
 		t.begun = true
 	}
 	if last {

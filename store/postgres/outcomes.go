@@ -76,7 +76,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	var done []applied
-	tx, err := s.beginBatch(ctx)
+	tx, err := s.beginGeneric(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", err)
 	}
@@ -85,11 +85,6 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	handIDs := handOffIDs(outcomes, h)
 	ch := chains(outcomes, h)
 	succIDs, succFences := ch.pending(outcomes)
-	if len(handIDs) > 0 || len(succIDs) > 0 {
-		// Before the apply: planning it anew at every call cost a hand-off
-		// flush more than running it (see sqlGenericPlans).
-		b.Queue(sqlGenericPlans)
-	}
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch.chained)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue}, func() error {
