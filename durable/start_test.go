@@ -11,8 +11,10 @@ import (
 
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/transitions"
 )
 
 // startCounting is a store that counts what Start asks of it: who listens
@@ -61,7 +63,8 @@ func TestStartListensWhileItSyncsAndStopsListeningWhenRefused(t *testing.T) {
 
 	e := newEngine(t, durable.Config{Store: st, WorkerID: "w2"}, counterWorkflow())
 	require.NoError(t, e.Start(ctx))
-	require.EqualValues(t, 1, st.listening.Load())
+	require.Eventually(t, func() bool { return st.listening.Load() == 1 }, 5*time.Second, time.Millisecond,
+		"a started engine listens")
 	stop(t, e)
 	require.Eventually(t, func() bool { return st.listening.Load() == 0 }, 5*time.Second, time.Millisecond,
 		"Stop stops listening")
@@ -97,4 +100,60 @@ func TestStartReclaimsOnlyUnderAStableWorkerID(t *testing.T) {
 		return err == nil && got.Status == store.StatusDone
 	}, 10*time.Second, time.Millisecond, "pod-1's successor reclaims the row and runs it")
 	stop(t, again)
+}
+
+// lateListener is a store that starts listening only once open is closed.
+type lateListener struct {
+	*memory.Store
+	open chan struct{}
+}
+
+func (s *lateListener) Listen(ctx context.Context, fn func(store.Notification)) error {
+	select {
+	case <-s.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Store.Listen(ctx, fn)
+}
+
+// TestStartRunsBeforeTheStoreListensAndCancelsStillArrive: a started engine
+// claims and runs steps before its store listens (Start does not wait for
+// it); a cancel committed before then, whose notification nobody heard,
+// reaches the running step as soon as the store listens, by a heartbeat
+// at once, not at the next heartbeat (an hour away here).
+func TestStartRunsBeforeTheStoreListensAndCancelsStillArrive(t *testing.T) {
+	ctx := waitCtx(t)
+	st := &lateListener{Store: memory.New(memory.Options{}), open: make(chan struct{})}
+	running := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	wf := durable.NewWorkflow[counter]("block", "wait", durable.WorkflowOptions{})
+	wf.Step("wait", func(sc steps.Context, s counter) (transitions.Transition, error) {
+		running <- struct{}{}
+		<-sc.Done()
+		ended <- sc.Err()
+		return transitions.Transition{}, sc.Err()
+	})
+	e := newEngine(t, durable.Config{Store: st, Lease: 3 * time.Hour, HeartbeatInterval: time.Hour}, wf)
+	id, err := e.Insert(ctx, "block", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	start(t, e)
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the step never ran before the store listened")
+	}
+	require.NoError(t, st.Cancel(ctx, id, time.Now())) // another process's cancel: only notified
+	select {
+	case err := <-ended:
+		t.Fatalf("the step ended (%v) before the store listened: the cancel was heard somehow", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(st.open)
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancel did not reach the step once the store listened")
+	}
 }

@@ -114,11 +114,17 @@ func closeConn(ctx context.Context, conn *pgx.Conn) {
 }
 
 // takeIdleConn takes one idle connection out of the pool for good (the
-// pool opens another when it needs one), or returns nil when none is idle.
-// It never waits for a busy one.
+// pool opens another when it needs one), or returns nil when fewer than two
+// are idle: an engine's start transactions run while it listens, and when
+// Listen took the pool's only idle connection they waited for a new one
+// (the peers' gate of 5 with 50 ms steps: its limit sync began about 20 ms
+// after the LISTEN). It never waits for a busy one.
 func (s *Store) takeIdleConn(ctx context.Context) *pgx.Conn {
 	idle := s.pool.AcquireAllIdle(ctx)
-	if len(idle) == 0 {
+	if len(idle) < 2 {
+		for _, c := range idle {
+			c.Release()
+		}
 		return nil
 	}
 	for _, c := range idle[1:] {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -368,8 +369,7 @@ func TestListenNotifiesInsertWithinMilliseconds(t *testing.T) {
 // which leaves the pool for good.
 func TestListenTakesAnIdleConnectionOfThePool(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.pool.Exec(e.ctx, "SELECT 1") // at least one idle connection
-	require.NoError(t, err)
+	idleConns(t, e.ctx, e.pool, 2)
 	idle := map[uint32]bool{}
 	for _, c := range e.pool.AcquireAllIdle(e.ctx) {
 		idle[c.Conn().PgConn().PID()] = true
@@ -398,6 +398,60 @@ func TestListenTakesAnIdleConnectionOfThePool(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT pid::bigint FROM pg_stat_activity
 		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&pid))
 	require.True(t, idle[pid], "the listener's backend %d was not idle in the pool (%v)", pid, idle)
+}
+
+// TestListenLeavesThePoolItsLastIdleConnection: with one idle connection in
+// the pool, Listen opens its own, so that the transactions that run while
+// it connects (an engine's start) do not wait for the pool to open one.
+func TestListenLeavesThePoolItsLastIdleConnection(t *testing.T) {
+	e := newEnv(t)
+	idleConns(t, e.ctx, e.pool, 1)
+	idle := e.pool.AcquireAllIdle(e.ctx)
+	require.NotEmpty(t, idle)
+	for _, c := range idle[1:] { // one idle connection left
+		require.NoError(t, c.Hijack().Close(e.ctx))
+	}
+	lastIdle := idle[0].Conn().PgConn().PID()
+	idle[0].Release()
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	go func() {
+		_ = e.s.Listen(ctx, func(n store.Notification) {
+			if n == (store.Notification{}) {
+				listening <- struct{}{}
+			}
+		})
+	}()
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen never listened")
+	}
+	var pid uint32
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT pid::bigint FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&pid))
+	require.NotEqual(t, lastIdle, pid, "the listener took the pool's last idle connection")
+	c, err := e.pool.Acquire(e.ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	require.Equal(t, lastIdle, c.Conn().PgConn().PID(), "the pool still holds its idle connection")
+}
+
+// idleConns leaves the pool holding at least n idle connections, by holding
+// n at once.
+func idleConns(t *testing.T, ctx context.Context, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, n)
+	for i := range conns {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 }
 
 func TestListenReconnects(t *testing.T) {
