@@ -1098,12 +1098,13 @@ type commitHooks struct {
 // scheduler and Tick both commit through it.
 func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h commitHooks) error {
 	retried := false // sent again after an error that left its commit unknown
+	firstSent := time.Now()
 	for {
 		res, err := e.complete(ctx, batch, h)
 		switch {
 		case err == nil:
 			if retried {
-				e.landedEarlier(ctx, batch, res)
+				e.passedEarlier(ctx, batch, e.landedEarlier(ctx, batch, res), firstSent, h)
 			}
 			h.committed(batch, res)
 			return nil
@@ -1140,10 +1141,10 @@ func (e *Runtime) commitOutcomes(ctx context.Context, batch []store.Outcome, h c
 // history, or else, as the store keeps no history by default, the row as
 // that outcome leaves it (see appliedBy). Found, the outcome is not stale
 // (its claim was not reaped or cancelled) and is neither logged nor
-// counted as such. What that earlier commit handed this engine (hand-offs,
-// reservations) never reached it: those rows wait for the reaper, the safe
-// direction. An outcome whose signs cannot be read stays stale.
-func (e *Runtime) landedEarlier(ctx context.Context, batch []store.Outcome, res []store.OutcomeResult) {
+// counted as such. An outcome whose signs cannot be read stays stale. It
+// returns the outcomes found so, by their index in batch.
+func (e *Runtime) landedEarlier(ctx context.Context, batch []store.Outcome, res []store.OutcomeResult) []int {
+	var landed []int
 	for i, r := range res {
 		if !r.Stale {
 			continue
@@ -1156,6 +1157,40 @@ func (e *Runtime) landedEarlier(ctx context.Context, batch []store.Outcome, res 
 			continue
 		}
 		e.log.Info("outcome committed before its flush failed: the retry found it applied", "instance", r.ID)
+		landed = append(landed, i)
+	}
+	return landed
+}
+
+// passedEarlier hands on (h.handed) the successors to which the outcomes
+// landed, committed by an earlier attempt of their flush (see
+// landedEarlier), passed their slots: rows that this worker now holds,
+// executing under the successor's fence. Without it, the flush that found
+// those outcomes applied would take each successor for refused: a running
+// one would be stopped, and its row, executing with nobody running it,
+// would wait for its lease to end. Their leases began in that earlier
+// commit, so they hold at least until the first attempt's send (sent) plus
+// the lease. What else that commit handed this engine (hand-offs to rows
+// no outcome named, reservations) never reached it: those rows wait for
+// the reaper, the safe direction.
+func (e *Runtime) passedEarlier(ctx context.Context, batch []store.Outcome, landed []int, sent time.Time, h commitHooks) {
+	if h.handOff == nil || h.handed == nil {
+		return
+	}
+	var passed []store.Claimed
+	for _, i := range landed {
+		next := batch[i].Successor
+		if next.ID == "" {
+			continue
+		}
+		inst, err := e.st.Get(ctx, next.ID)
+		if err != nil || inst.Status != store.StatusExecuting || inst.Worker != e.cfg.WorkerID || inst.Fence != next.Fence {
+			continue
+		}
+		passed = append(passed, store.Claimed{Instance: inst})
+	}
+	if len(passed) > 0 {
+		h.handed(passed, sent.Add(e.cfg.Lease))
 	}
 }
 

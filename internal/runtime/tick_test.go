@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
+	"github.com/godurable/godurable/store/postgres"
 )
 
 // testHost finishes every step it is given.
@@ -240,4 +242,86 @@ func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
 			require.EqualValues(t, tc.wantStale, rt.StaleOutcomes())
 		})
 	}
+}
+
+// ambiguousHandOff commits its first CompleteHandOff and then reports an
+// error that leaves the commit unknown (the connection broke), as
+// ambiguousStore does for Complete.
+type ambiguousHandOff struct {
+	store.Store
+	ho    store.HandOffer
+	calls int
+}
+
+func (a *ambiguousHandOff) CompleteHandOff(ctx context.Context, w string, outs []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	a.calls++
+	if a.calls == 1 {
+		if _, _, err := a.ho.CompleteHandOff(ctx, w, outs, now, h); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, sqlErr("57P01")
+	}
+	return a.ho.CompleteHandOff(ctx, w, outs, now, h)
+}
+
+// A hand-off flush sent again after an unknown commit that had landed: the
+// successor its outcome named, running already, was passed the slot by
+// that commit, and the flush hands it on as passed (handed) rather than
+// leaving it to be taken for refused and stopped. On the PostgreSQL store:
+// the memory store reserves no successors.
+func TestCommitAfterAnUnknownCommitHandsOnTheSuccessorItPassed(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(pool)
+	_, err := postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	pg, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	var rows []store.NewInstance
+	for range 3 {
+		rows = append(rows, store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: "acct:1"})
+	}
+	_, err = pg.Insert(ctx, rows)
+	require.NoError(t, err)
+	res, err := pg.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "test", Limit: 1, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	first := res.Claimed[0]
+	// Its outcome hands the key's slot to the second row, and reserves the
+	// third after it.
+	_, got, err := pg.CompleteHandOff(ctx, "test", []store.Outcome{{ID: first.ID, Fence: first.Fence,
+		Kind: store.OutcomeDone, Step: first.Step, Contended: true, Ahead: 1}}, time.Time{},
+		store.HandOff{Room: map[string]int{"q": 1}, Lease: time.Minute, Reserve: true})
+	require.NoError(t, err)
+	var second, third store.Claimed
+	for _, c := range got {
+		if c.After == "" {
+			second = c
+		} else {
+			third = c
+		}
+	}
+	require.NotEmpty(t, second.ID, "the second row was handed the slot")
+	require.Equal(t, second.ID, third.After, "the third row is reserved after it")
+	next := store.ClaimRef{ID: third.ID, Fence: third.Fence}
+
+	rt, _ := newTestRuntime(t, &ambiguousHandOff{Store: pg, ho: pg}, 0)
+	var handed []store.Claimed
+	var results []store.OutcomeResult
+	err = rt.commitOutcomes(ctx, []store.Outcome{{ID: second.ID, Fence: second.Fence, Kind: store.OutcomeDone,
+		Step: second.Step, Contended: true, Successor: next}}, commitHooks{
+		handOff:     &store.HandOff{Room: map[string]int{"q": 0}, Lease: time.Minute, Reserve: true},
+		handed:      func(cs []store.Claimed, _ time.Time) { handed = append(handed, cs...) },
+		committed:   func(_ []store.Outcome, r []store.OutcomeResult) { results = r },
+		abandoned:   func(store.Outcome) {},
+		unreachable: func(error) bool { return true },
+	})
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	require.False(t, results[0].Stale, "the retry found the outcome applied")
+	require.Len(t, handed, 1, "the successor the landed commit passed the slot to is handed on")
+	require.Equal(t, next, store.ClaimRef{ID: handed[0].ID, Fence: handed[0].Fence})
+	require.Equal(t, store.StatusExecuting, handed[0].Status)
+	require.Equal(t, "test", handed[0].Worker)
 }
