@@ -149,7 +149,9 @@ ORDER BY h.key, s.shard`
 	// read once per key, queue and priority: the first other key's round
 	// below the group's last candidate (a range of the keyed pick index
 	// that ends at the first row of another key), and the keyless head
-	// (one probe).
+	// (one probe). g is MATERIALIZED for that: inlined into the final
+	// join, its probes ran once per candidate, each walking the key's line
+	// up to the last one (TestHandOffCandidatesReadTheTurnOncePerGroup).
 	sqlHandOffCandidates = `
 WITH held AS (SELECT i.key, sum(w.n)::int AS n
               FROM unnest($1::uuid[], $2::int[]) AS w(id, n) JOIN {schema}.instances i ON i.id = w.id
@@ -160,7 +162,7 @@ c AS MATERIALIZED (
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
-g AS (
+g AS MATERIALIZED (
     SELECT g.key, g.queue, g.priority,
            (SELECT r.round FROM {schema}.instances r
             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue AND r.priority = g.priority
