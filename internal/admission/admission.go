@@ -127,6 +127,10 @@ type Plan struct {
 	// Saturated are the keys found full, sorted: their backlog beyond the
 	// window is blocked too.
 	Saturated []string
+	// Roomy are the gate keys of which the plan admitted rows and left
+	// slots free, all their counters locked (not HeldElsewhere), sorted:
+	// keys not full, whatever a claim found of them before.
+	Roomy []string
 	// Unsettled are the gate keys with counters held elsewhere (see
 	// GateState.HeldElsewhere) of which a row was left ready because no
 	// counter it read had room, or its counters were not as its limit
@@ -189,6 +193,7 @@ func Decide(window []Candidate, st State) Plan {
 	}
 	saturated := map[string]bool{}
 	unsettled := map[string]bool{}
+	gateLimit := map[string]int{} // gate keys of the window whose counters are all locked -> limit
 	inSight := func(k string) int { return st.InSight[k] }
 	if st.InSight == nil {
 		inWindow := map[string]int{}
@@ -221,6 +226,9 @@ func Decide(window []Candidate, st State) Plan {
 			rows := counters[c.Key]
 			g := st.Gates[c.Key]
 			held := g.HeldElsewhere
+			if !held {
+				gateLimit[c.Key] = lim.Limit
+			}
 			if held && !CleanShards(lim, rows, g.Count) {
 				unsettled[c.Key] = true
 				continue // mid re-shard with a counter held elsewhere: leave the row ready
@@ -299,6 +307,14 @@ func Decide(window []Candidate, st State) Plan {
 		plan.Saturated = append(plan.Saturated, k)
 	}
 	slices.Sort(plan.Saturated)
+	for k, lim := range gateLimit {
+		if keyTaken[k] > 0 && !saturated[k] && inUse[k] < lim && slices.ContainsFunc(counters[k], func(c Counter) bool {
+			return c.Available > 0
+		}) {
+			plan.Roomy = append(plan.Roomy, k)
+		}
+	}
+	slices.Sort(plan.Roomy)
 	for k := range unsettled {
 		plan.Unsettled = append(plan.Unsettled, k)
 	}

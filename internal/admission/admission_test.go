@@ -133,6 +133,32 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			name:   "gate: a key the plan admitted rows of and left slots free is roomy",
+			window: []Candidate{gated("a", "api:x", 10, 2), gated("b", "api:x", 10, 2), gated("c", "api:y", 2, 1), gated("d", "api:y", 2, 1)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{5, 5}, []int{3, 4})
+				st.Gates["api:y"] = counters([]int{2}, []int{2})
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "b", "c", "d"}, ids(p))
+				require.Equal(t, []string{"api:x"}, p.Roomy, "api:y is full once its two rows are in")
+				require.Empty(t, p.Saturated)
+			},
+		},
+		{
+			name:   "gate: a key full or saturated in the plan, or with counters held elsewhere, is not roomy",
+			window: []Candidate{gated("a", "api:x", 2, 1), gated("b", "api:x", 2, 1), gated("c", "api:y", 4, 2)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{2}, []int{1})
+				st.Gates["api:y"] = GateState{Counters: []Counter{{Shard: 0, Capacity: 2, Available: 2}}, HeldElsewhere: true, Count: 2}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "c"}, ids(p))
+				require.Equal(t, []string{"api:x"}, p.Saturated)
+				require.Empty(t, p.Roomy)
+			},
+		},
+		{
 			name:   "gate: admitted while a shard has room, then blocked",
 			window: []Candidate{gated("a", "api:x", 2, 1), gated("b", "api:x", 2, 1), gated("c", "api:x", 2, 1)},
 			st:     state(func(st *State) { st.Gates["api:x"] = counters([]int{2}, []int{2}) }),

@@ -86,6 +86,9 @@ type FreePlan struct {
 	// hand-off), in the order they are to run after it: each will take
 	// the slot when the step before it ends.
 	Reserved []Reservation
+	// Roomy are the gate keys whose slots were not handed off because
+	// their counters have free slots (see Free), sorted.
+	Roomy []string
 }
 
 // Reservation is a waiting row reserved as the successor of row After.
@@ -109,7 +112,13 @@ type Reservation struct {
 //     executes; for a gate key: the name still has a limit, the shard is
 //     one of its shards and the key's counters are clean (see CleanShards),
 //     so the slot the row takes is one the limit gives, and the key's slots
-//     in use stay what they were.
+//     in use stay what they were;
+//   - for a gate key: no counter of the key has a free slot (Roomy): a
+//     key with slots to spare is not full, its waiting rows wait for a
+//     claim, not for a slot, and a claim admits them without holding the
+//     freeing worker's executor until its flush commits. Make bench's
+//     scenario 4 (a gate of 1,000, 200 executors) ran at 3,000-5,600
+//     steps/s on hand-offs, against about 13,000 on claims.
 //
 // Every other freed slot is in Rest. A slot that names a successor is not
 // decided: it passes to that row (Successions).
@@ -150,6 +159,14 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			plan.Rest = append(plan.Rest, f)
 			continue
 		}
+		if roomy(f, st) {
+			if !slices.Contains(plan.Roomy, f.Key) {
+				plan.Roomy = append(plan.Roomy, f.Key)
+			}
+			done[f.Key] = true
+			plan.Rest = append(plan.Rest, f)
+			continue
+		}
 		line := next[f.Key]
 		if len(line) == 0 || !takes(line[0], room, st.Workflows) {
 			done[f.Key] = true
@@ -165,13 +182,14 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			done[f.Key] = true // a K = 1 key has one slot
 		}
 	}
+	slices.Sort(plan.Roomy)
 	if !st.Reserve {
 		return plan
 	}
 	stopped := map[string]bool{} // keys whose reservations stopped
 	for _, h := range holders {
 		k := h.slot.Key
-		if !slotPasses(h.slot, st) {
+		if !slotPasses(h.slot, st) || roomy(h.slot, st) {
 			continue
 		}
 		for n := 0; n < h.slot.Ahead && !stopped[k]; n++ {
@@ -207,6 +225,16 @@ func slotPasses(f Freed, st FreeState) bool {
 	rows := st.Counters[f.Key]
 	i := slices.IndexFunc(rows, func(c Counter) bool { return c.Shard == f.Shard })
 	return i >= 0 && rows[i].Available >= 0 && CleanShards(lim, rows, st.Count[f.Key])
+}
+
+// roomy reports whether f is a slot of a gate key that has free slots
+// besides it: one of the key's counters, all of them read, has room.
+func roomy(f Freed, st FreeState) bool {
+	if f.Shard < 0 {
+		return false
+	}
+	rows := st.Counters[f.Key]
+	return len(rows) == st.Count[f.Key] && slices.ContainsFunc(rows, func(c Counter) bool { return c.Available > 0 })
 }
 
 // takes reports whether the worker can take w now.

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,6 +99,11 @@ func TestFree(t *testing.T) {
 			waiting: []Waiting{waiting("r1", "g:1")},
 			st:      freeState(func(st *FreeState) { withGate("g:1", 2, 1)(st); st.Counters["g:1"][0].Available = -1 }),
 			rest:    []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a gate key with a free slot besides the freed one is freed: claims admit its rows",
+			freed:   []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")},
+			st:      freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Counters["g:1"][1].Available = 1 }),
+			rest:    []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 1}}},
 		{name: "keys are independent",
 			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "a:2", Shard: -1}},
 			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "other", InTurn: true}, waiting("r2", "a:2")},
@@ -111,6 +117,11 @@ func TestFree(t *testing.T) {
 			require.Equal(t, tc.rest, p.Rest)
 			require.Len(t, tc.st.Room, before)
 			require.Equal(t, len(tc.freed), len(p.HandOffs)+len(p.Rest), "every freed slot is handed off or freed")
+			if strings.HasPrefix(tc.name, "a gate key with a free slot") {
+				require.Equal(t, []string{"g:1"}, p.Roomy)
+			} else {
+				require.Empty(t, p.Roomy)
+			}
 		})
 	}
 }
@@ -191,4 +202,25 @@ func TestFreeReservations(t *testing.T) {
 			require.Equal(t, tc.rest, p.Rest, "rest")
 		})
 	}
+}
+
+// TestFreeRoomyGateSuccessionReservesNothing: a slot that names its
+// successor passes to it whatever the counters say (the worker may run it
+// already), but a gate key with free slots gets no further successors.
+func TestFreeRoomyGateSuccessionReservesNothing(t *testing.T) {
+	st := freeState(func(st *FreeState) {
+		withGate("g:1", 4, 1)(st)
+		st.Counters["g:1"][0].Available = 2
+		st.Reserve = true
+	})
+	p := Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
+		[]Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")}, st)
+	require.Equal(t, []Admitted{{ID: "s1", Shard: 0}}, p.Successions)
+	require.Empty(t, p.Reserved)
+	require.Empty(t, p.HandOffs)
+
+	st.Counters["g:1"][0].Available = 0
+	p = Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
+		[]Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")}, st)
+	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}, {ID: "r2", After: "s1"}}, p.Reserved, "a full key reserves")
 }

@@ -311,6 +311,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap)
 		s.hot.mark(plan.Saturated...)
 	}
+	s.hot.cool(plan.Roomy...) // gate keys with slots to spare: the usual path serves them (see recentKeys)
 	if seen != nil {
 		// An optimistic claim locks its counters last, so that it holds
 		// them for this statement and the commit only.

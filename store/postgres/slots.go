@@ -480,6 +480,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	if r != nil {
 		s.cool(r.keys, r.waiting)
 	}
+	s.hot.cool(plan.Roomy...) // not full: claims serve them (see admission.Free)
 	for _, f := range plan.Rest {
 		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
 	}
