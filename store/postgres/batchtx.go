@@ -50,7 +50,11 @@ const (
 	//     (pg_stat_statements with track_planning), and the flush's
 	//     notification of policy queues was planned at every flush.
 	// The claim's window and update are not on it (see claim): with
-	// generic plans everywhere, the keyed window took twice as long.
+	// generic plans everywhere, the keyed window took twice as long. Nor
+	// are a flush's follow-ups (signals, children, inbox), except in a
+	// hand-off transaction (see complete): a generic plan is made at the
+	// first execution, when a fresh table's statistics say little, and
+	// make bench's scenario 7 lost about a seventh to sqlRecheckInbox's.
 	sqlNoSeqScanGeneric = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 	// sqlAutoPlans lets PostgreSQL choose between custom and generic plans
 	// again for the rest of the transaction (its default).

@@ -177,6 +177,16 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
+	if len(handIDs) == 0 && len(succIDs) == 0 &&
+		(len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {
+		// The follow-ups are planned as PostgreSQL chooses, as before
+		// sqlNoSeqScanGeneric: a generic plan made at a statement's first
+		// execution, on a table whose statistics then say little, can be
+		// a poor one for the rest of the connection's life (make bench's
+		// scenario 7: sqlRecheckInbox took 44 ms a call, against 1.6).
+		// A hand-off transaction keeps its generic plans, as it always had.
+		b.Queue(sqlAutoPlans)
+	}
 	if len(sigIDs) > 0 {
 		b.Queue(s.q(sqlConsumeSignals), sigIDs, sigOwners, tsArg(now))
 	}
