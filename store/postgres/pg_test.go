@@ -378,25 +378,8 @@ func TestListenTakesAnIdleConnectionOfThePool(t *testing.T) {
 	require.NotEmpty(t, idle)
 	total := e.pool.Stat().TotalConns()
 
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	listening := make(chan struct{}, 1)
-	go func() {
-		_ = e.s.Listen(ctx, func(n store.Notification) {
-			if n == (store.Notification{}) {
-				listening <- struct{}{}
-			}
-		})
-	}()
-	select {
-	case <-listening:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Listen never listened")
-	}
+	pid := listenerPID(t, e)
 	require.Equal(t, total-1, e.pool.Stat().TotalConns(), "the pool no longer holds it")
-	var pid uint32
-	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT pid::bigint FROM pg_stat_activity
-		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&pid))
 	require.True(t, idle[pid], "the listener's backend %d was not idle in the pool (%v)", pid, idle)
 }
 
@@ -414,8 +397,20 @@ func TestListenLeavesThePoolItsLastIdleConnection(t *testing.T) {
 	lastIdle := idle[0].Conn().PgConn().PID()
 	idle[0].Release()
 
+	pid := listenerPID(t, e)
+	require.NotEqual(t, lastIdle, pid, "the listener took the pool's last idle connection")
+	c, err := e.pool.Acquire(e.ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	require.Equal(t, lastIdle, c.Conn().PgConn().PID(), "the pool still holds its idle connection")
+}
+
+// listenerPID starts the store's Listen until the test ends, waits until
+// it listens, and returns its backend's pid.
+func listenerPID(t *testing.T, e *env) uint32 {
+	t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
+	t.Cleanup(cancel)
 	listening := make(chan struct{}, 1)
 	go func() {
 		_ = e.s.Listen(ctx, func(n store.Notification) {
@@ -432,11 +427,7 @@ func TestListenLeavesThePoolItsLastIdleConnection(t *testing.T) {
 	var pid uint32
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT pid::bigint FROM pg_stat_activity
 		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, postgres.Channel(e.schema)).Scan(&pid))
-	require.NotEqual(t, lastIdle, pid, "the listener took the pool's last idle connection")
-	c, err := e.pool.Acquire(e.ctx)
-	require.NoError(t, err)
-	defer c.Release()
-	require.Equal(t, lastIdle, c.Conn().PgConn().PID(), "the pool still holds its idle connection")
+	return pid
 }
 
 // idleConns leaves the pool holding at least n idle connections, by holding
