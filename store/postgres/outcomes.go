@@ -193,7 +193,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	var spawn *insertPlan
 	if len(spawned) > 0 {
 		var inserted map[string]int
-		spawn, inserted, err = s.queueChildren(ctx, tx.q(), b, children, spawnGen)
+		spawn, inserted, err = s.queueChildren(ctx, tx.q(), b, children, spawnGen, len(handIDs) == 0 && len(succIDs) == 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("complete: %w", refused(err))
 		}
@@ -258,8 +258,9 @@ func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
 // returns the insert's plan, whose blocked keys (filled once b ran) the
 // caller heals after its commit (healInserted), and, per parent, how many
 // children were inserted. Like Insert, it inserts the due children of a
-// busy K = 1 key, or of one at its cap of ready rows, blocked.
-func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int) (*insertPlan, map[string]int, error) {
+// busy K = 1 key, or of one at its cap of ready rows, blocked. With auto,
+// the unique check runs on plans PostgreSQL chooses (sqlAutoPlans).
+func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, children []store.NewInstance, gens map[string]int, auto bool) (*insertPlan, map[string]int, error) {
 	inserted := map[string]int{}
 	if len(children) == 0 {
 		return nil, inserted, nil
@@ -273,6 +274,13 @@ func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, chi
 		p.rows[i].joinGen = gens[p.rows[i].in.ParentID]
 	}
 	if p.unique {
+		if auto {
+			// insertUnique runs its statements now, before the batch that
+			// leaves generic plans (see complete): leave them first.
+			if _, err := tx.Exec(ctx, sqlAutoPlans); err != nil {
+				return nil, nil, fmt.Errorf("spawn: %w", err)
+			}
+		}
 		if err := s.insertUnique(ctx, tx, p); err != nil {
 			return nil, nil, fmt.Errorf("spawn: %w", err)
 		}
