@@ -19,7 +19,8 @@ import (
 // (credit and promote), and one wrongly taken for hot costs one read that
 // finds nothing and cools it. A gate key also cools when a claim that
 // locked all its counters admits rows of it and leaves slots free
-// (admission.Plan.Roomy): a key filled for a moment stays hot otherwise as
+// (admission.Plan.Roomy), or a hand-off finds a free slot in its counters
+// (admission.FreePlan.Roomy): a key filled for a moment stays hot otherwise as
 // long as rows wait for it, and a hand-off holds the executor that ran
 // each of its steps until its flush hands it a row (make bench's scenario
 // 4, a gate of 1,000 over 20,000 rows and 200 executors, fell from about
