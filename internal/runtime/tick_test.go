@@ -171,16 +171,34 @@ type ambiguousStore struct {
 }
 
 func (a *ambiguousStore) Complete(ctx context.Context, w string, outs []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	res, _, err := a.complete(func() ([]store.OutcomeResult, []store.Claimed, error) {
+		res, err := a.Store.Complete(ctx, w, outs, now)
+		return res, nil, err
+	})
+	return res, err
+}
+
+// CompleteHandOff is Complete's hand-off form, likewise (the wrapped store
+// must be a store.HandOffer).
+func (a *ambiguousStore) CompleteHandOff(ctx context.Context, w string, outs []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	return a.complete(func() ([]store.OutcomeResult, []store.Claimed, error) {
+		return a.Store.(store.HandOffer).CompleteHandOff(ctx, w, outs, now, h)
+	})
+}
+
+// complete runs call: the first time, only if commitFirst, and then fails
+// as a broken connection would; every later time, as it is.
+func (a *ambiguousStore) complete(call func() ([]store.OutcomeResult, []store.Claimed, error)) ([]store.OutcomeResult, []store.Claimed, error) {
 	a.calls++
 	if a.calls == 1 {
 		if a.commitFirst {
-			if _, err := a.Store.Complete(ctx, w, outs, now); err != nil {
-				return nil, err
+			if _, _, err := call(); err != nil {
+				return nil, nil, err
 			}
 		}
-		return nil, sqlErr("57P01") // terminating connection due to administrator command
+		return nil, nil, sqlErr("57P01") // terminating connection due to administrator command
 	}
-	return a.Store.Complete(ctx, w, outs, now)
+	return call()
 }
 
 // A batch sent again after an error that left its commit unknown: its
@@ -244,26 +262,6 @@ func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
 	}
 }
 
-// ambiguousHandOff commits its first CompleteHandOff and then reports an
-// error that leaves the commit unknown (the connection broke), as
-// ambiguousStore does for Complete.
-type ambiguousHandOff struct {
-	store.Store
-	ho    store.HandOffer
-	calls int
-}
-
-func (a *ambiguousHandOff) CompleteHandOff(ctx context.Context, w string, outs []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
-	a.calls++
-	if a.calls == 1 {
-		if _, _, err := a.ho.CompleteHandOff(ctx, w, outs, now, h); err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, sqlErr("57P01")
-	}
-	return a.ho.CompleteHandOff(ctx, w, outs, now, h)
-}
-
 // A hand-off flush sent again after an unknown commit that had landed: the
 // successor its outcome named, running already, was passed the slot by
 // that commit, and the flush hands it on as passed (handed) rather than
@@ -306,7 +304,7 @@ func TestCommitAfterAnUnknownCommitHandsOnTheSuccessorItPassed(t *testing.T) {
 	require.Equal(t, second.ID, third.After, "the third row is reserved after it")
 	next := store.ClaimRef{ID: third.ID, Fence: third.Fence}
 
-	rt, _ := newTestRuntime(t, &ambiguousHandOff{Store: pg, ho: pg}, 0)
+	rt, _ := newTestRuntime(t, &ambiguousStore{Store: pg, commitFirst: true}, 0)
 	var handed []store.Claimed
 	var results []store.OutcomeResult
 	err = rt.commitOutcomes(ctx, []store.Outcome{{ID: second.ID, Fence: second.Fence, Kind: store.OutcomeDone,
