@@ -177,8 +177,8 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
-	if len(handIDs) == 0 && len(succIDs) == 0 &&
-		(len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {
+	handing := len(handIDs) > 0 || len(succIDs) > 0
+	if !handing && (len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {
 		// The follow-ups are planned as PostgreSQL chooses, as before
 		// sqlNoSeqScanGeneric: a generic plan made at a statement's first
 		// execution, on a table whose statistics then say little, can be
@@ -193,7 +193,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	var spawn *insertPlan
 	if len(spawned) > 0 {
 		var inserted map[string]int
-		spawn, inserted, err = s.queueChildren(ctx, tx.q(), b, children, spawnGen, len(handIDs) == 0 && len(succIDs) == 0)
+		spawn, inserted, err = s.queueChildren(ctx, tx.q(), b, children, spawnGen, !handing)
 		if err != nil {
 			return nil, nil, fmt.Errorf("complete: %w", refused(err))
 		}
