@@ -24,9 +24,10 @@ import (
 // long as rows wait for it, and a hand-off holds the executor that ran
 // each of its steps until its flush hands it a row (make bench's scenario
 // 4, a gate of 1,000 over 20,000 rows and 200 executors, fell from about
-// 13,000 to 3,000-5,000 steps/s in the runs where a slow first flush let
-// its outcomes fill the gate for a moment). Claims lock the counters of
-// hot gate keys (see optimistic).
+// 13,000 to 3,000-5,000 steps/s in the runs where its key got hot and
+// stayed so; what filled the gate, likely outcomes waiting for a slow
+// flush, was inferred, not observed). Claims lock the counters of hot gate
+// keys (see optimistic).
 //
 // The hint is not read from the table because the forms of "is a row of
 // this key blocked?" tried in the apply statement were planned, as
@@ -79,6 +80,9 @@ func (h *recentKeys) mark(keys ...string) {
 
 // cool forgets keys (hot: a hand-off found nothing waiting for them).
 func (h *recentKeys) cool(keys ...string) {
+	if len(keys) == 0 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
