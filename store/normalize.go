@@ -77,5 +77,6 @@ func NormalizeClaim(req *ClaimRequest) (bool, error) {
 	if req.Lease <= 0 {
 		req.Lease = DefaultLease
 	}
+	req.Reserve = max(req.Reserve, 0)
 	return true, nil
 }

@@ -279,6 +279,15 @@ type ClaimRequest struct {
 	// Workflows, when non-empty, restricts the claim to workflows this
 	// worker knows (deployment skew: others are left for other workers).
 	Workflows []string
+	// Reserve, when positive, asks for up to that many successors for each
+	// row the claim admits of a key it finds full: rows of the key the
+	// claim would otherwise block, reserved for the worker as
+	// Claimed.After describes, under HandOff.Reserve's rule (see
+	// internal/admission.Decide). The claim returns them after the rows it
+	// admits, and marks the rows they follow Contended. A worker that asks
+	// must run or release every reservation it is given. A store may
+	// ignore it (HandOffer stores honor it; the in-memory store does not).
+	Reserve int
 }
 
 // Claimed is a row the claim moved to executing.
@@ -301,7 +310,8 @@ type Claimed struct {
 	// may start it in that claim's slot as soon as that claim's step has
 	// ended, and names it as that claim's Outcome.Successor, whose commit
 	// makes it executing. Until then its step is bound by both leases.
-	// Only CompleteHandOff with HandOff.Reserve returns reservations.
+	// Only CompleteHandOff with HandOff.Reserve and Claim with
+	// ClaimRequest.Reserve return reservations.
 	After string
 }
 

@@ -95,6 +95,9 @@ type State struct {
 	// rescheduled for want of a token, for a store that decides its claim
 	// row by row (nil: none): the next such row waits for one more token.
 	Rescheduled map[string]int
+	// Reserve, when positive, asks for up to that many successors for each
+	// row the plan admits of a key it leaves full (Plan.Reserved).
+	Reserve int
 }
 
 // Admitted is a row the plan admits, with the gate shard it debits (-1:
@@ -137,6 +140,11 @@ type Plan struct {
 	// makes them, sorted: a claim that locks them all can tell whether to
 	// block their rows.
 	Unsettled []string
+	// Reserved are, with State.Reserve, rows of the window reserved as
+	// successors of the admitted rows of keys the plan leaves full (see
+	// Decide), in the order they are to run after their row. They are not
+	// in Blocked.
+	Reserved []Reservation
 	// Throttled are the rows rescheduled for want of a token, in claim order.
 	Throttled []Throttled
 	// Debits counts the slots taken from each counter.
@@ -167,6 +175,19 @@ type Plan struct {
 //   - a rate-limited key needs a token in its bucket refilled to Now; the
 //     i-th row of a bucket refused one is rescheduled to when the bucket
 //     holds i tokens.
+//
+// With st.Reserve, the rows it would block of a key it admitted rows of
+// and found full are reserved instead, up to st.Reserve for each admitted
+// row of the key, dealt to those rows in turn (the first admitted row
+// takes the key's first blocked row, the second the next, and so on, so
+// that with steps of one length they run in the key's order). A
+// reservation runs in its row's slot once that row's step ends (see
+// store.Claimed.After), as a hand-off's does (see Free), and under the same
+// rule: the queue has no policy, the key no rate limit, and the row is in
+// turn, which here means that no row before it in the window was left
+// ready (the window is in claim order: a row left ready before it, of
+// another key or of none, may be of an earlier round). The first row of a
+// key that cannot be reserved ends the key's reservations.
 //
 // Decide does not modify st.
 func Decide(window []Candidate, st State) Plan {
@@ -204,7 +225,20 @@ func Decide(window []Candidate, st State) Plan {
 	}
 	plan.Debits = map[ShardKey]int{}
 	plan.Buckets = map[string]gate.Bucket{}
-	for _, c := range window {
+	var (
+		admittedKey []string // the key of each admitted row
+		leftReady   bool     // a row of the window was left ready: the rows after it are not in turn
+		line        = map[string][]string{} // full key -> its blocked rows that may be reserved, in order
+	)
+	// wait notes blocked row c of a full key: a candidate reservation while
+	// it is in turn.
+	wait := func(c Candidate) {
+		if st.Reserve > 0 && st.Policy == nil && !leftReady && c.Rate == nil {
+			line[c.Key] = append(line[c.Key], c.ID)
+		}
+	}
+	for i, c := range window {
+		leftReady = len(plan.Admitted)+len(plan.Blocked)+len(plan.Throttled) < i
 		// The key: K = 1 or a gate.
 		best := -1
 		switch {
@@ -219,6 +253,7 @@ func Decide(window []Candidate, st State) Plan {
 				}
 				plan.Blocked = append(plan.Blocked, c.ID)
 				saturated[c.Key] = true
+				wait(c)
 				continue
 			}
 		default:
@@ -249,6 +284,7 @@ func Decide(window []Candidate, st State) Plan {
 				}
 				plan.Blocked = append(plan.Blocked, c.ID)
 				saturated[c.Key] = true
+				wait(c)
 				continue
 			}
 		}
@@ -302,7 +338,9 @@ func Decide(window []Candidate, st State) Plan {
 			keyTaken[c.Key]++
 		}
 		plan.Admitted = append(plan.Admitted, Admitted{ID: c.ID, Shard: shard})
+		admittedKey = append(admittedKey, c.Key)
 	}
+	plan.reserve(admittedKey, line, st.Reserve)
 	for k := range saturated {
 		plan.Saturated = append(plan.Saturated, k)
 	}
@@ -320,6 +358,27 @@ func Decide(window []Candidate, st State) Plan {
 	}
 	slices.Sort(plan.Unsettled)
 	return plan
+}
+
+// reserve deals each full key's line (its blocked rows that may be
+// reserved, in order) to the key's admitted rows (admittedKey: the key of
+// each), one row each in turn, up to n each, and takes them out of Blocked.
+func (p *Plan) reserve(admittedKey []string, line map[string][]string, n int) {
+	if len(line) == 0 {
+		return
+	}
+	reserved := map[string]bool{}
+	for range n {
+		for i, k := range admittedKey {
+			if len(line[k]) == 0 {
+				continue
+			}
+			p.Reserved = append(p.Reserved, Reservation{ID: line[k][0], After: p.Admitted[i].ID})
+			reserved[line[k][0]] = true
+			line[k] = line[k][1:]
+		}
+	}
+	p.Blocked = slices.DeleteFunc(p.Blocked, func(id string) bool { return reserved[id] })
 }
 
 // pickShard returns the index in rows of the counter a gate row debits:

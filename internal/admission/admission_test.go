@@ -402,6 +402,155 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideReserves: with State.Reserve, the rows a claim would block of a
+// key it admitted rows of and found full are reserved as those rows'
+// successors, dealt in turn, under the hand-off's rule.
+func TestDecideReserves(t *testing.T) {
+	rl := perSecond("api", 5)
+	gateOf := func(n int, ids ...string) []Candidate {
+		var w []Candidate
+		for _, id := range ids {
+			w = append(w, gated(id, "api:x", n, 1))
+		}
+		return w
+	}
+	full := func(n, reserve int) State {
+		return state(func(st *State) {
+			st.Gates["api:x"] = counters([]int{n}, []int{n})
+			st.Reserve = reserve
+		})
+	}
+	for _, tc := range []struct {
+		name   string
+		window []Candidate
+		st     State
+		check  func(t *testing.T, p Plan)
+	}{
+		{
+			name:   "one successor for each admitted row, the rest blocked",
+			window: gateOf(2, "a", "b", "c", "d", "e"),
+			st:     full(2, 1),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a", "b"}, ids(p))
+				require.Equal(t, []Reservation{{"c", "a"}, {"d", "b"}}, p.Reserved)
+				require.Equal(t, []string{"e"}, p.Blocked)
+				require.Equal(t, []string{"api:x"}, p.Saturated)
+			},
+		},
+		{
+			name:   "successors are dealt to the admitted rows in turn",
+			window: gateOf(2, "a", "b", "c", "d", "e", "f", "g"),
+			st:     full(2, 2),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []Reservation{{"c", "a"}, {"d", "b"}, {"e", "a"}, {"f", "b"}}, p.Reserved)
+				require.Equal(t, []string{"g"}, p.Blocked)
+			},
+		},
+		{
+			name:   "without Reserve nothing is reserved",
+			window: gateOf(1, "a", "b"),
+			st:     full(1, 0),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Reserved)
+				require.Equal(t, []string{"b"}, p.Blocked)
+			},
+		},
+		{
+			name:   "K = 1: the key's next rows follow the row admitted",
+			window: []Candidate{row("a1", "acct:1"), row("b1", "acct:2"), row("a2", "acct:1"), row("a3", "acct:1")},
+			st: state(func(st *State) {
+				st.Locked["acct:1"], st.Locked["acct:2"] = true, true
+				st.Reserve = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a1", "b1"}, ids(p))
+				require.Equal(t, []Reservation{{"a2", "a1"}}, p.Reserved)
+				require.Equal(t, []string{"a3"}, p.Blocked)
+			},
+		},
+		{
+			name:   "K = 1: a key busy elsewhere has no row admitted here to follow",
+			window: []Candidate{row("a1", "acct:1"), row("a2", "acct:1")},
+			st: state(func(st *State) {
+				st.Locked["acct:1"], st.Busy["acct:1"] = true, true
+				st.Reserve = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Empty(t, p.Reserved)
+				require.Equal(t, []string{"a1", "a2"}, p.Blocked)
+			},
+		},
+		{
+			name: "a row left ready before ends reservations: it may be of an earlier round",
+			window: []Candidate{gated("a", "api:x", 1, 1), gated("b", "api:x", 1, 1), row("k", "acct:9"),
+				gated("c", "api:x", 1, 1), gated("d", "api:x", 1, 1)},
+			st: full(1, 3),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Equal(t, []Reservation{{"b", "a"}}, p.Reserved, "k's key is locked elsewhere: left ready")
+				require.Equal(t, []string{"c", "d"}, p.Blocked)
+			},
+		},
+		{
+			name:   "a row left ready by the claim's limit ends reservations too",
+			window: []Candidate{gated("a", "api:x", 1, 1), row("x", ""), gated("b", "api:x", 1, 1)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{1}, []int{1})
+				st.Reserve, st.Limit = 1, 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Empty(t, p.Reserved)
+				require.Equal(t, []string{"b"}, p.Blocked)
+			},
+		},
+		{
+			name:   "a queue with a policy reserves nothing",
+			window: gateOf(1, "a", "b"),
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{1}, []int{1})
+				st.Reserve, st.Policy = 1, &Policy{MaxActive: 10}
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Empty(t, p.Reserved)
+				require.Equal(t, []string{"b"}, p.Blocked)
+			},
+		},
+		{
+			name:   "a rate-limited key reserves nothing: a reservation takes no token",
+			window: []Candidate{rated(gated("a", "api:x", 1, 1), rl), rated(gated("b", "api:x", 1, 1), rl)},
+			st: state(func(st *State) {
+				st.Gates["api:x"] = counters([]int{1}, []int{1})
+				st.Reserve = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Empty(t, p.Reserved)
+				require.Equal(t, []string{"b"}, p.Blocked)
+			},
+		},
+		{
+			name:   "a key with counters held elsewhere is not found full: nothing blocked, nothing reserved",
+			window: gateOf(1, "a", "b"),
+			st: state(func(st *State) {
+				st.Gates["api:x"] = GateState{HeldElsewhere: true, Count: 1,
+					Counters: []Counter{{Shard: 0, Capacity: 1, Available: 1}}}
+				st.Reserve = 1
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, []string{"a"}, ids(p))
+				require.Empty(t, p.Reserved)
+				require.Empty(t, p.Blocked)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.check(t, Decide(tc.window, tc.st))
+		})
+	}
+}
+
 // TestDecideLeavesStateAlone checks that Decide debits copies: a store may
 // hand it maps it goes on using.
 func TestDecideLeavesStateAlone(t *testing.T) {

@@ -126,6 +126,7 @@ type claimContext struct {
 	maxActive, perKey *int32    // the queue's policy (nil: none)
 	queue             string
 	limit             int
+	reserve           int // successors asked for each admitted row of a full key (admission.State.Reserve)
 	candidates        []admission.Candidate
 	nextDue           *time.Time
 	// busyOne holds the K = 1 keys of the window that had an executing row
@@ -198,7 +199,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		workflows = []string{}
 	}
 
-	cc := &claimContext{queue: req.Queue, limit: req.Limit, busyOne: map[string]bool{}, tried: map[string]bool{}}
+	cc := &claimContext{queue: req.Queue, limit: req.Limit, reserve: min(req.Reserve, aheadMax),
+		busyOne: map[string]bool{}, tried: map[string]bool{}}
 	tx, err := s.beginGeneric(ctx)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
@@ -295,6 +297,26 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			return rows.Err()
 		})
 	}
+	holders := map[string]bool{} // rows with successors reserved
+	if len(plan.Reserved) > 0 {
+		ids, afters := make([]string, len(plan.Reserved)), make([]string, len(plan.Reserved))
+		after := make(map[string]string, len(plan.Reserved))
+		for i, r := range plan.Reserved {
+			ids[i], afters[i], after[r.ID] = r.ID, r.After, r.After
+		}
+		b.Queue(s.q(sqlClaimReserve), uuidArg(ids), req.Worker, micros(lease), now, uuidArg(afters)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				c, err := scanClaimed(rows)
+				if err != nil {
+					return err
+				}
+				c.After = after[c.ID]
+				holders[c.After] = true
+				res.Claimed = append(res.Claimed, c)
+			}
+			return rows.Err()
+		})
+	}
 	var throttled []string
 	var throttledAt []time.Time
 	for _, t := range plan.Throttled {
@@ -333,10 +355,14 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		}
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
+	admitted := 0
 	for i, c := range res.Claimed {
-		res.Claimed[i].Contended = c.Key != "" && s.hot.has(c.Key)
+		res.Claimed[i].Contended = c.After != "" || holders[c.ID] || c.Key != "" && s.hot.has(c.Key)
+		if c.After == "" {
+			admitted++
+		}
 	}
-	if len(res.Claimed) < req.Limit {
+	if admitted < req.Limit {
 		next := fromPtr(cc.nextDue)
 		for _, at := range throttledAt {
 			if next.IsZero() || at.Before(next) {
@@ -419,6 +445,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	st := admission.State{
 		Now:       cc.now,
 		Limit:     cc.limit,
+		Reserve:   cc.reserve,
 		Locked:    map[string]bool{},
 		Busy:      map[string]bool{},
 		InSight:   inSight,

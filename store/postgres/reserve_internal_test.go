@@ -46,6 +46,26 @@ func reserveSetup(t *testing.T, k string, limits []gate.Limit, n int) (*Store, s
 	return s, holder, ids
 }
 
+// freshKeyRows inserts n rows of key k, which no claim holds, one insert
+// each (so in the key's line in that order).
+func freshKeyRows(t *testing.T, k string, limits []gate.Limit, n int) (*Store, []string) {
+	t.Helper()
+	ctx := context.Background()
+	s := newInternalStore(t)
+	if len(limits) > 0 {
+		_, err := s.SyncLimits(ctx, limits)
+		require.NoError(t, err)
+	}
+	var ids []string
+	for range n {
+		in := keyedInstance(k)
+		_, err := s.Insert(ctx, []store.NewInstance{in})
+		require.NoError(t, err)
+		ids = append(ids, in.ID)
+	}
+	return s, ids
+}
+
 func doneOf(c store.Claimed) store.Outcome {
 	return store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Contended: true}
 }
@@ -255,4 +275,78 @@ func TestSuccessorOnlyWithHandOff(t *testing.T) {
 	_, err := s.Complete(ctx, "w", []store.Outcome{o}, time.Time{})
 	require.ErrorIs(t, err, store.ErrInvalid)
 	require.Equal(t, store.StatusExecuting, rowOf(t, s, holder.ID).Status, "nothing committed")
+}
+
+// TestClaimReservesSuccessors: a claim asked for successors reserves, for
+// the row it admits of a key it finds full, the key's next rows of its
+// window, as a hand-off does; the row's outcome passes its slot to the
+// first without touching the counter. Without Reserve it blocks them.
+func TestClaimReservesSuccessors(t *testing.T) {
+	for _, kc := range reserveKeys {
+		t.Run(kc.key, func(t *testing.T) {
+			ctx := context.Background()
+			s, ids := freshKeyRows(t, kc.key, kc.limits, 4)
+			res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute, Reserve: 2})
+			require.NoError(t, err)
+			require.Len(t, res.Claimed, 3, "the key's first row, then its next two reserved")
+			holder := res.Claimed[0]
+			require.Equal(t, ids[0], holder.ID)
+			require.Empty(t, holder.After)
+			require.True(t, holder.Contended, "its outcome hands its slot on")
+			require.Equal(t, store.StatusExecuting, holder.Status)
+			for i, r := range res.Claimed[1:] {
+				require.Equal(t, ids[i+1], r.ID, "in the key's line")
+				require.Equal(t, ids[0], r.After)
+				require.True(t, r.Contended)
+				require.NotZero(t, r.Fence)
+				in := rowOf(t, s, r.ID)
+				require.Equal(t, store.StatusBlocked, in.Status)
+				require.Equal(t, "w", in.Worker)
+			}
+			last := rowOf(t, s, ids[3])
+			require.Equal(t, store.StatusBlocked, last.Status, "beyond Reserve: blocked as before")
+			require.Empty(t, last.Worker)
+			before := gateAvailable(t, s, kc.key)
+			if before >= 0 {
+				require.Equal(t, 0, before, "the holder took the slot; reservations take none")
+			}
+
+			// The holder's outcome passes its slot to its first successor.
+			o := doneOf(holder)
+			o.Successor = store.ClaimRef{ID: res.Claimed[1].ID, Fence: res.Claimed[1].Fence}
+			out, got, err := s.CompleteHandOff(ctx, "w", []store.Outcome{o}, time.Time{},
+				store.HandOff{Room: map[string]int{}, Lease: time.Minute})
+			require.NoError(t, err)
+			require.False(t, out[0].Stale)
+			require.Len(t, got, 1)
+			require.Equal(t, res.Claimed[1].ID, got[0].ID)
+			require.Equal(t, store.StatusExecuting, rowOf(t, s, got[0].ID).Status)
+			require.Equal(t, before, gateAvailable(t, s, kc.key))
+
+			// A second claim finds the key full and nothing to take.
+			again, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "other", Limit: 10, Lease: time.Minute, Reserve: 2})
+			require.NoError(t, err)
+			require.Empty(t, again.Claimed)
+		})
+	}
+}
+
+// TestClaimWithoutReserveReservesNothing: the default claim blocks a full
+// key's further rows, as before.
+func TestClaimWithoutReserveReservesNothing(t *testing.T) {
+	for _, kc := range reserveKeys {
+		t.Run(kc.key, func(t *testing.T) {
+			ctx := context.Background()
+			s, ids := freshKeyRows(t, kc.key, kc.limits, 4)
+			res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, res.Claimed, 1)
+			require.Empty(t, res.Claimed[0].After)
+			for _, id := range ids[1:] {
+				in := rowOf(t, s, id)
+				require.Equal(t, store.StatusBlocked, in.Status)
+				require.Empty(t, in.Worker)
+			}
+		})
+	}
 }

@@ -231,6 +231,23 @@ c AS (
     RETURNING i.*, a.ord
 )` + claimedRows
 
+	// sqlClaimReserve reserves rows of the window ($1, locked by
+	// sqlClaimCandidates) for worker $2 as successors of the rows $5 that
+	// this claim made executing (admission.Plan.Reserved), as sqlReserve
+	// does for a hand-off; a row whose predecessor sqlClaim left ready (a
+	// K = 1 key taken meanwhile) is not reserved, and stays ready.
+	sqlClaimReserve = `
+WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
+    FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord), t
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready' AND i.worker IS NULL
+      AND EXISTS (SELECT 1 FROM {schema}.instances h WHERE h.id = a.after AND h.status = 'executing' AND h.worker = $2)
+    RETURNING i.*, a.ord
+)` + claimedRows
+
 	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
 	sqlNextDue = `
 SELECT least(
