@@ -65,9 +65,13 @@ type Scheduler struct {
 	// beat asks the heartbeat loop for a heartbeat at once (see Listen).
 	beat chan struct{}
 
+	// handOffs: the store hands slots off (store.HandOffer), so claims ask
+	// it for successors too (see took).
+	handOffs bool
+
 	mu       sync.Mutex
 	inflight map[string]*claimState
-	// succ holds the reservations hand-off flushes made (store.Claimed.After)
+	// succ holds the reservations hand-off flushes and claims made (store.Claimed.After)
 	// as chains: by the claim or reservation (id and fence: an instance
 	// runs many steps) whose step each runs after, in the same slot, until an executor (that step ended) or
 	// a flusher (that step's outcome is on its way without it) takes it.
@@ -205,6 +209,7 @@ func (q *queueRunner) wake() {
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
 		beat: make(chan struct{}, 1), succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+	_, s.handOffs = e.st.(store.HandOffer)
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
@@ -481,7 +486,14 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
-			res, err := e.st.Claim(s.bgCtx, e.claimRequest(q.name, free, workflows))
+			req := e.claimRequest(q.name, free, workflows)
+			if s.handOffs {
+				// Successors for the rows of keys the claim finds full, so
+				// that their slots' next steps need not wait for the first
+				// flush (see took).
+				req.Reserve = s.ahead(q.stepNanos.Load())
+			}
+			res, err := e.st.Claim(s.bgCtx, req)
 			if err != nil {
 				if s.bgCtx.Err() != nil {
 					return
@@ -490,12 +502,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				q.claimed(time.Since(sent))
-				for _, c := range res.Claimed {
-					s.track(c, sent.Add(e.cfg.Lease))
-					q.busy.Add(1)
-					q.work <- c
-				}
-				if len(res.Claimed) == free {
+				if s.took(q, res.Claimed, sent.Add(e.cfg.Lease)) == free {
 					continue // there may be more ready work
 				}
 				if nextDue := res.NextDue; !nextDue.IsZero() {
@@ -513,10 +520,55 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	}
 }
 
-func (s *Scheduler) track(c store.Claimed, validUntil time.Time) {
+// took takes the rows a claim returned: it tracks them all, queues each
+// reservation (Claimed.After) in succ behind the row it follows, as handed
+// does for a flush's, and only then sends the rows the claim admitted to
+// q's executors (one that cannot start gives its reservations back: see
+// begin). It returns how many rows the claim admitted.
+func (s *Scheduler) took(q *queueRunner, cs []store.Claimed, validUntil time.Time) int {
+	var back []store.ClaimRef
+	var admitted map[string]store.ClaimRef // made at the first reservation
+	followed := map[string]bool{}
 	s.mu.Lock()
-	s.inflight[c.ID] = &claimState{ref: store.ClaimRef{ID: c.ID, Fence: c.Fence}, validUntil: validUntil}
+	for _, c := range cs {
+		s.inflight[c.ID] = &claimState{ref: refOf(c), validUntil: validUntil}
+	}
+	for _, c := range cs {
+		if c.After == "" {
+			continue
+		}
+		if admitted == nil {
+			admitted = map[string]store.ClaimRef{}
+			for _, h := range cs {
+				if h.After == "" {
+					admitted[h.ID] = refOf(h)
+				}
+			}
+		}
+		holder, ok := admitted[c.After]
+		if !ok {
+			back = append(back, refOf(c)) // the store broke its contract: nothing would run it
+			continue
+		}
+		end, _ := s.chainEnd(holder) // reservations run in the order made
+		s.succ[end] = c
+		followed[c.After] = true
+	}
 	s.mu.Unlock()
+	s.release(back)
+	n := 0
+	for _, c := range cs {
+		if c.After != "" {
+			continue
+		}
+		// A row with successors passes its slot on to them (see run),
+		// whatever the store said of its key.
+		c.Contended = c.Contended || followed[c.ID]
+		n++
+		q.busy.Add(1)
+		q.work <- c
+	}
+	return n
 }
 
 func (s *Scheduler) untrack(id string, fence int64) {
@@ -923,6 +975,13 @@ func (s *Scheduler) depth(items []flushItem) int {
 			step = max(step, q.stepNanos.Load())
 		}
 	}
+	return s.ahead(step)
+}
+
+// ahead is depth for steps of step nanoseconds on average (0: none ran
+// yet, when one reservation is asked for: the flush of the step it
+// follows reserves more).
+func (s *Scheduler) ahead(step int64) int {
 	flush := s.flushNanos.Load()
 	if step <= 0 || flush <= 0 {
 		return 1

@@ -1,0 +1,110 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/pgtest"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/postgres"
+)
+
+// slowHandOffs is the PostgreSQL store with every hand-off flush delayed:
+// a step that waits for its predecessor's flush starts that much later.
+type slowHandOffs struct {
+	*postgres.Store
+	delay time.Duration
+}
+
+func (s slowHandOffs) CompleteHandOff(ctx context.Context, worker string, outs []store.Outcome, now time.Time,
+	h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	time.Sleep(s.delay)
+	return s.Store.CompleteHandOff(ctx, worker, outs, now, h)
+}
+
+// stepLog records, outside the runtime, when each step ran.
+type stepLog struct {
+	testHost
+	step time.Duration
+	mu   sync.Mutex
+	runs [][2]time.Time
+	done chan struct{}
+	want int
+}
+
+func (h *stepLog) Execute(ctx context.Context, c store.Claimed) store.Outcome {
+	began := time.Now()
+	time.Sleep(h.step)
+	h.mu.Lock()
+	h.runs = append(h.runs, [2]time.Time{began, time.Now()})
+	if len(h.runs) == h.want {
+		close(h.done)
+	}
+	h.mu.Unlock()
+	return h.testHost.Execute(ctx, c)
+}
+
+// TestClaimReservationsSkipTheFirstFlush: the live scheduler asks its
+// claims for successors, so the second step of a full key starts as soon
+// as the first ends, in its slot, rather than after the first outcome's
+// flush hands the slot on; the key's limit holds throughout.
+func TestClaimReservationsSkipTheFirstFlush(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(pool)
+	_, err := postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	pg, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	_, err = pg.SyncLimits(ctx, []gate.Limit{{Name: "hot", Limit: 1, Shards: 1}})
+	require.NoError(t, err)
+	const n, flushDelay = 3, 300 * time.Millisecond
+	var rows []store.NewInstance
+	for range n {
+		rows = append(rows, store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: "hot:1"})
+	}
+	_, err = pg.Insert(ctx, rows)
+	require.NoError(t, err)
+
+	h := &stepLog{step: 20 * time.Millisecond, done: make(chan struct{}), want: n}
+	c := metricnoop.Int64Counter{}
+	rt := New(Config{Store: slowHandOffs{Store: pg, delay: flushDelay}, Logger: slog.New(slog.DiscardHandler),
+		Clock: wallClock{}, WorkerID: "test", Queues: map[string]int{"q": 10}, Lease: time.Minute,
+		HeartbeatInterval: time.Second, PollInterval: 50 * time.Millisecond, MaxFlushBatch: 100,
+		ReaperInterval: time.Hour, ReconcileInterval: time.Hour, MaxErrorLength: 1 << 10,
+		StaleCounter: c, ReapedCounter: c}, h)
+	s := rt.NewScheduler()
+	s.Start()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the steps did not all run")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.Stop(stopCtx))
+
+	h.mu.Lock()
+	runs := h.runs
+	h.mu.Unlock()
+	require.Len(t, runs, n)
+	for i := 1; i < n; i++ {
+		require.False(t, runs[i][0].Before(runs[i-1][1]), "step %d began before step %d ended: the gate of 1 was exceeded", i, i-1)
+	}
+	require.Less(t, runs[1][0].Sub(runs[0][1]), flushDelay/2,
+		"the second step ran on the claim's reservation, without waiting for the first flush")
+	for _, r := range rows {
+		in, err := pg.Get(ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDone, in.Status)
+	}
+}
