@@ -226,8 +226,8 @@ func Decide(window []Candidate, st State) Plan {
 	plan.Debits = map[ShardKey]int{}
 	plan.Buckets = map[string]gate.Bucket{}
 	var (
-		admittedKey []string // the key of each admitted row
-		leftReady   bool     // a row of the window was left ready: the rows after it are not in turn
+		admittedKey []string                // the key of each admitted row
+		leftReady   bool                    // a row of the window was left ready: the rows after it are not in turn
 		line        = map[string][]string{} // full key -> its blocked rows that may be reserved, in order
 	)
 	// wait notes blocked row c of a full key: a candidate reservation while
