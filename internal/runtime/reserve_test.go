@@ -12,7 +12,6 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/godurable/godurable/gate"
-	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
 )
@@ -58,13 +57,8 @@ func (h *stepLog) Execute(ctx context.Context, c store.Claimed) store.Outcome {
 // flush hands the slot on; the key's limit holds throughout.
 func TestClaimReservationsSkipTheFirstFlush(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOf(pool)
-	_, err := postgres.Migrate(ctx, pool, schema)
-	require.NoError(t, err)
-	pg, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
-	require.NoError(t, err)
-	_, err = pg.SyncLimits(ctx, []gate.Limit{{Name: "hot", Limit: 1, Shards: 1}})
+	pg := newPGStore(t)
+	_, err := pg.SyncLimits(ctx, []gate.Limit{{Name: "hot", Limit: 1, Shards: 1}})
 	require.NoError(t, err)
 	const n, flushDelay = 3, 300 * time.Millisecond
 	var rows []store.NewInstance

@@ -74,6 +74,19 @@ func newTestRuntime(t *testing.T, st store.Store, n int) (*Runtime, []string) {
 	return rt, ids
 }
 
+// newPGStore is a PostgreSQL store in a fresh schema of the test database.
+func newPGStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(pool)
+	_, err := postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	pg, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	return pg
+}
+
 type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
@@ -269,18 +282,13 @@ func TestCommitAfterAnUnknownCommitTellsLandedFromStale(t *testing.T) {
 // the memory store reserves no successors.
 func TestCommitAfterAnUnknownCommitHandsOnTheSuccessorItPassed(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.SchemaOf(pool)
-	_, err := postgres.Migrate(ctx, pool, schema)
-	require.NoError(t, err)
-	pg, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
-	require.NoError(t, err)
+	pg := newPGStore(t)
 	var rows []store.NewInstance
 	for range 3 {
 		rows = append(rows, store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "q", Step: "s",
 			State: json.RawMessage(`{}`), Key: "acct:1"})
 	}
-	_, err = pg.Insert(ctx, rows)
+	_, err := pg.Insert(ctx, rows)
 	require.NoError(t, err)
 	res, err := pg.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "test", Limit: 1, Lease: time.Minute})
 	require.NoError(t, err)

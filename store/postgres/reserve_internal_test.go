@@ -29,41 +29,34 @@ var reserveKeys = []struct {
 // reserveSetup holds key k with a claim and inserts n more rows of it.
 func reserveSetup(t *testing.T, k string, limits []gate.Limit, n int) (*Store, store.Claimed, []string) {
 	t.Helper()
-	ctx := context.Background()
-	s := newInternalStore(t)
-	if len(limits) > 0 {
-		_, err := s.SyncLimits(ctx, limits)
-		require.NoError(t, err)
-	}
+	s, _ := freshKeyRows(t, k, limits, 0)
 	holder := holdKey(t, s, k)
-	var ids []string
-	for range n {
-		in := keyedInstance(k)
-		_, err := s.Insert(ctx, []store.NewInstance{in})
-		require.NoError(t, err)
-		ids = append(ids, in.ID)
-	}
-	return s, holder, ids
+	return s, holder, insertKeyRows(t, s, k, n)
 }
 
 // freshKeyRows inserts n rows of key k, which no claim holds, one insert
 // each (so in the key's line in that order).
 func freshKeyRows(t *testing.T, k string, limits []gate.Limit, n int) (*Store, []string) {
 	t.Helper()
-	ctx := context.Background()
 	s := newInternalStore(t)
 	if len(limits) > 0 {
-		_, err := s.SyncLimits(ctx, limits)
+		_, err := s.SyncLimits(context.Background(), limits)
 		require.NoError(t, err)
 	}
+	return s, insertKeyRows(t, s, k, n)
+}
+
+// insertKeyRows inserts n rows of key k, one insert each, and returns their ids.
+func insertKeyRows(t *testing.T, s *Store, k string, n int) []string {
+	t.Helper()
 	var ids []string
 	for range n {
 		in := keyedInstance(k)
-		_, err := s.Insert(ctx, []store.NewInstance{in})
+		_, err := s.Insert(context.Background(), []store.NewInstance{in})
 		require.NoError(t, err)
 		ids = append(ids, in.ID)
 	}
-	return s, ids
+	return ids
 }
 
 func doneOf(c store.Claimed) store.Outcome {

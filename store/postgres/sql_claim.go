@@ -239,9 +239,7 @@ c AS (
 	sqlClaimReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i
-    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
-        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
+    UPDATE {schema}.instances i ` + reserveSet + `
     FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready' AND i.worker IS NULL
       AND EXISTS (SELECT 1 FROM {schema}.instances h WHERE h.id = a.after AND h.status = 'executing' AND h.worker = $2)
@@ -264,6 +262,11 @@ const (
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now`
+	// reserveSet makes a row a reservation for worker $2 (see sqlReserve),
+	// for the claim's and the hand-off's reservations alike.
+	reserveSet = `
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now`
 	claimedRows = `
 SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c

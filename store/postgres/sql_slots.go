@@ -243,9 +243,7 @@ SELECT * FROM c`
 	sqlReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i
-    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
-        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
+    UPDATE {schema}.instances i ` + reserveSet + `
     FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
     RETURNING i.*, a.ord
