@@ -94,7 +94,10 @@
 // for every backend.
 //
 // Such a transaction may also reserve, for each row it makes executing, the
-// key's next waiting row as that row's successor (HandOff.Reserve): the
+// key's next waiting row as that row's successor (HandOff.Reserve), and so
+// may a claim for the rows it admits of a key it finds full
+// (ClaimRequest.Reserve), so that a burst's first steps are followed at once
+// too: the
 // reserved row stays blocked, holds no slot, and no claim, promotion or
 // hand-off takes it. The worker starts it as soon as its predecessor's step
 // ends, in the slot that step still holds by the rows (the predecessor's
@@ -285,8 +288,9 @@ type ClaimRequest struct {
 	// Claimed.After describes, under HandOff.Reserve's rule (see
 	// internal/admission.Decide). The claim returns them after the rows it
 	// admits, and marks the rows they follow Contended. A worker that asks
-	// must run or release every reservation it is given. A store may
-	// ignore it (HandOffer stores honor it; the in-memory store does not).
+	// must run or release every reservation it is given, and only a
+	// HandOffer can take them over (see Outcome.Successor). A store may
+	// ignore it: the in-memory store reserves no successors at all.
 	Reserve int
 }
 

@@ -528,7 +528,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 func (s *Scheduler) took(q *queueRunner, cs []store.Claimed, validUntil time.Time) int {
 	var back []store.ClaimRef
 	var admitted map[string]store.ClaimRef // made at the first reservation
-	followed := map[string]bool{}
+	var followed map[string]bool           // rows with reservations queued
 	s.mu.Lock()
 	for _, c := range cs {
 		s.inflight[c.ID] = &claimState{ref: refOf(c), validUntil: validUntil}
@@ -538,7 +538,7 @@ func (s *Scheduler) took(q *queueRunner, cs []store.Claimed, validUntil time.Tim
 			continue
 		}
 		if admitted == nil {
-			admitted = map[string]store.ClaimRef{}
+			admitted, followed = map[string]store.ClaimRef{}, map[string]bool{}
 			for _, h := range cs {
 				if h.After == "" {
 					admitted[h.ID] = refOf(h)

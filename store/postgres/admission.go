@@ -297,8 +297,9 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			return rows.Err()
 		})
 	}
-	holders := map[string]bool{} // rows with successors reserved
+	var holders map[string]bool // rows with successors reserved
 	if len(plan.Reserved) > 0 {
+		holders = map[string]bool{}
 		ids, afters := make([]string, len(plan.Reserved)), make([]string, len(plan.Reserved))
 		after := make(map[string]string, len(plan.Reserved))
 		for i, r := range plan.Reserved {
