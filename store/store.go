@@ -97,9 +97,8 @@
 // key's next waiting row as that row's successor (HandOff.Reserve), and so
 // may a claim for the rows it admits of a key it finds full
 // (ClaimRequest.Reserve), so that a burst's first steps are followed at once
-// too: the
-// reserved row stays blocked, holds no slot, and no claim, promotion or
-// hand-off takes it. The worker starts it as soon as its predecessor's step
+// too: the reserved row stays blocked, holds no slot, and no claim,
+// promotion or hand-off takes it. The worker starts it as soon as its predecessor's step
 // ends, in the slot that step still holds by the rows (the predecessor's
 // outcome is not committed yet), and that outcome's transaction passes the
 // slot to it. So a busy key's slot goes from one step to the next without
