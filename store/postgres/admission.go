@@ -331,13 +331,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		b.Queue(s.q(sqlBlock), plan.Blocked, now)
 	}
 	if len(plan.Saturated) > 0 {
-		// The backlog of a key found full again (hot: see recentKeys); one
-		// found full for the first time has only its window's rows blocked,
-		// so that the claim that meets a burst commits, and starts its
-		// steps, without first writing the burst's rows (see backlogAgain).
-		if again := s.backlogAgain(plan.Saturated); len(again) > 0 {
-			b.Queue(s.q(sqlBlockBacklog), again, backlogChunk, now, admission.ReadyCap)
-		}
+		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap)
 		s.hot.mark(plan.Saturated...)
 	}
 	s.hot.cool(plan.Roomy...) // gate keys with slots to spare: the usual path serves them (see recentKeys)
@@ -379,24 +373,6 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		res.NextDue = next
 	}
 	return res, nil
-}
-
-// backlogAgain returns the saturated keys whose backlog a claim blocks
-// (sqlBlockBacklog): those already hot, found full by an earlier claim (or
-// an insert, or a hand-off) within hotFor. The first claim to find a key
-// full leaves its backlog beyond the window ready: the next claim that
-// finds the key full blocks it, the writes are the same, and the first one
-// commits sooner. In the peers' util scenario (a gate of 5 over 500 rows)
-// the backlog statement of the first claim wrote about 300 rows in 4-7 ms
-// of a 16-25 ms claim, before any step could start.
-func (s *Store) backlogAgain(saturated []string) []string {
-	var again []string
-	for _, k := range saturated {
-		if s.hot.has(k) {
-			again = append(again, k)
-		}
-	}
-	return again
 }
 
 // seenCounter is a counter's capacity and epoch as an optimistic claim read
