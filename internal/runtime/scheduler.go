@@ -521,38 +521,28 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 }
 
 // took takes the rows a claim returned: it tracks them all, queues each
-// reservation (Claimed.After) in succ behind the row it follows, as handed
-// does for a flush's, and only then sends the rows the claim admitted to
-// q's executors (one that cannot start gives its reservations back: see
-// begin). It returns how many rows the claim admitted.
+// reservation (Claimed.After) behind the row it follows (queueAfter), and
+// only then sends the rows the claim admitted to q's executors (one that
+// cannot start gives its reservations back: see begin). It returns how
+// many rows the claim admitted.
 func (s *Scheduler) took(q *queueRunner, cs []store.Claimed, validUntil time.Time) int {
 	var back []store.ClaimRef
-	var admitted map[string]store.ClaimRef // made at the first reservation
-	var followed map[string]bool           // rows with reservations queued
+	var followed map[string]bool // rows with reservations queued
 	s.mu.Lock()
 	for _, c := range cs {
 		s.inflight[c.ID] = &claimState{ref: refOf(c), validUntil: validUntil}
 	}
 	for _, c := range cs {
-		if c.After == "" {
-			continue
-		}
-		if admitted == nil {
-			admitted, followed = map[string]store.ClaimRef{}, map[string]bool{}
-			for _, h := range cs {
-				if h.After == "" {
-					admitted[h.ID] = refOf(h)
-				}
+		switch {
+		case c.After == "":
+		case s.queueAfter(c):
+			if followed == nil {
+				followed = map[string]bool{}
 			}
+			followed[c.After] = true
+		default:
+			back = append(back, refOf(c)) // nothing will run it here
 		}
-		holder, ok := admitted[c.After]
-		if !ok {
-			back = append(back, refOf(c)) // the store broke its contract: nothing would run it
-			continue
-		}
-		end, _ := s.chainEnd(holder) // reservations run in the order made
-		s.succ[end] = c
-		followed[c.After] = true
 	}
 	s.mu.Unlock()
 	s.release(back)
@@ -561,14 +551,28 @@ func (s *Scheduler) took(q *queueRunner, cs []store.Claimed, validUntil time.Tim
 		if c.After != "" {
 			continue
 		}
-		// A row with successors passes its slot on to them (see run),
-		// whatever the store said of its key.
+		// A row with successors passes its slot on to them (see run): an
+		// executor that sent its outcome down the uncontended path would
+		// leave them queued.
 		c.Contended = c.Contended || followed[c.ID]
 		n++
 		q.busy.Add(1)
 		q.work <- c
 	}
 	return n
+}
+
+// queueAfter queues reservation c at the end of the chain of the row it
+// follows, which must be tracked (s.mu held): reservations run in the
+// order made. It reports false when no such row is tracked here.
+func (s *Scheduler) queueAfter(c store.Claimed) bool {
+	holder := s.inflight[c.After]
+	if holder == nil {
+		return false
+	}
+	end, _ := s.chainEnd(holder.ref)
+	s.succ[end] = c
+	return true
 }
 
 func (s *Scheduler) untrack(id string, fence int64) {
@@ -1091,13 +1095,9 @@ func (s *Scheduler) handed(cs []store.Claimed, running map[store.ClaimRef]bool, 
 		if c.After == "" {
 			continue
 		}
-		holder := s.inflight[c.After]
-		if closed || holder == nil {
+		if closed || !s.queueAfter(c) {
 			back = append(back, ref) // nothing will run it here
-			continue
 		}
-		end, _ := s.chainEnd(holder.ref) // reservations run in the order made
-		s.succ[end] = c
 	}
 	s.mu.Unlock()
 	for _, c := range cs {
