@@ -286,10 +286,10 @@ type ClaimRequest struct {
 	// claim would otherwise block, reserved for the worker as
 	// Claimed.After describes, under HandOff.Reserve's rule (see
 	// internal/admission.Decide). The claim returns them after the rows it
-	// admits, and marks the rows they follow Contended. A worker that asks
-	// must run or release every reservation it is given, and only a
-	// HandOffer can take them over (see Outcome.Successor). A store may
-	// ignore it: the in-memory store reserves no successors at all.
+	// admits. A worker that asks must run or release every reservation it
+	// is given, and only a HandOffer can take them over (see
+	// Outcome.Successor). A store may ignore it: the in-memory store
+	// reserves no successors at all.
 	Reserve int
 }
 

@@ -297,9 +297,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			return rows.Err()
 		})
 	}
-	var holders map[string]bool // rows with successors reserved
 	if len(plan.Reserved) > 0 {
-		holders = map[string]bool{}
 		ids, afters := make([]string, len(plan.Reserved)), make([]string, len(plan.Reserved))
 		after := make(map[string]string, len(plan.Reserved))
 		for i, r := range plan.Reserved {
@@ -312,7 +310,6 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 					return err
 				}
 				c.After = after[c.ID]
-				holders[c.After] = true
 				res.Claimed = append(res.Claimed, c)
 			}
 			return rows.Err()
@@ -358,7 +355,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	}
 	admitted := 0
 	for i, c := range res.Claimed {
-		res.Claimed[i].Contended = c.After != "" || holders[c.ID] || c.Key != "" && s.hot.has(c.Key)
+		res.Claimed[i].Contended = c.After != "" || c.Key != "" && s.hot.has(c.Key)
 		if c.After == "" {
 			admitted++
 		}
