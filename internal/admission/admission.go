@@ -226,14 +226,17 @@ func Decide(window []Candidate, st State) Plan {
 	plan.Debits = map[ShardKey]int{}
 	plan.Buckets = map[string]gate.Bucket{}
 	var (
-		admittedKey []string                // the key of each admitted row
-		leftReady   bool                    // a row of the window was left ready: the rows after it are not in turn
-		line        = map[string][]string{} // full key -> its blocked rows that may be reserved, in order
+		admittedKey []string            // the key of each admitted row
+		leftReady   bool                // a row of the window was left ready: the rows after it are not in turn
+		line        map[string][]string // full key -> its blocked rows that may be reserved, in order
 	)
 	// wait notes blocked row c of a full key: a candidate reservation while
 	// it is in turn.
 	wait := func(c Candidate) {
 		if st.Reserve > 0 && st.Policy == nil && !leftReady && c.Rate == nil {
+			if line == nil {
+				line = map[string][]string{}
+			}
 			line[c.Key] = append(line[c.Key], c.ID)
 		}
 	}
