@@ -323,12 +323,18 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	if len(throttled) > 0 {
 		b.Queue(s.q(sqlThrottle), throttled, throttledAt, cc.now)
 	}
+	// The holders of K = 1 keys with rows left waiting are marked before
+	// any row is blocked behind them (see sqlFlagHolders).
+	waited := waitedKeys(cc, plan)
+	if len(waited) > 0 {
+		b.Queue(s.q(sqlFlagHolders), waited)
+	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	if len(plan.Blocked) > 0 {
-		b.Queue(s.q(sqlBlock), plan.Blocked, now)
+		b.Queue(s.q(sqlBlock), plan.Blocked, now, waited)
 	}
 	if len(plan.Saturated) > 0 {
-		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap)
+		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap, waited)
 		s.hot.mark(plan.Saturated...)
 	}
 	s.hot.cool(plan.Roomy...) // gate keys with slots to spare: the usual path serves them (see recentKeys)
@@ -370,6 +376,55 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		res.NextDue = next
 	}
 	return res, nil
+}
+
+// waitedKeys returns, sorted, the K = 1 keys of a claim's window whose
+// holders are to be marked as having waiters (see sqlFlagHolders): those of
+// which the plan blocks rows, and those with a row the plan left ready
+// while the key was held (busy when the window was read, or taken by this
+// claim), so that the holder's end notifies its queue. A key the plan
+// blocks no row of and passed over for want of room is not waiting on
+// anyone. An empty list when there are none, never nil: a statement
+// argument.
+func waitedKeys(cc *claimContext, plan admission.Plan) []string {
+	blocked := make(map[string]bool, len(plan.Blocked))
+	for _, id := range plan.Blocked {
+		blocked[id] = true
+	}
+	done := make(map[string]bool, len(plan.Admitted)+len(plan.Reserved))
+	taken := map[string]bool{}
+	for _, a := range plan.Admitted {
+		done[a.ID] = true
+	}
+	for _, r := range plan.Reserved {
+		done[r.ID] = true
+	}
+	for _, t := range plan.Throttled {
+		done[t.ID] = true
+	}
+	admitted := make(map[string]bool, len(plan.Admitted))
+	for _, a := range plan.Admitted {
+		admitted[a.ID] = true
+	}
+	for _, c := range cc.candidates {
+		if c.Key != "" && c.Gate == nil && admitted[c.ID] {
+			taken[c.Key] = true
+		}
+	}
+	waited := map[string]bool{}
+	for _, c := range cc.candidates {
+		switch {
+		case c.Key == "" || c.Gate != nil || done[c.ID]:
+		case blocked[c.ID], cc.busyOne[c.Key], taken[c.Key]:
+			waited[c.Key] = true
+		}
+	}
+	keys := make([]string, 0, len(waited))
+	for k := range waited {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // seenCounter is a counter's capacity and epoch as an optimistic claim read

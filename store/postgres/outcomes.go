@@ -25,6 +25,7 @@ type applied struct {
 	joinGen  int // the parent's spawn this row belongs to
 	spawnGen int // this row's spawns, counting this outcome's
 	queue    string
+	waiters  bool // the row held a K = 1 key with rows waiting on it (see migration 013)
 }
 
 // join is a parent's spawn that children count against.
@@ -87,7 +88,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	succIDs, succFences := ch.pending(outcomes)
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch.chained)...).Query(func(rows pgx.Rows) error {
 		var a applied
-		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue, &a.waiters}, func() error {
 			done = append(done, a)
 			return nil
 		})
@@ -136,7 +137,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		o := outcomes[a.ord-1]
 		leftQueues[a.queue] = true
 		if a.oldKey != "" && !ch.chained[o.ID] {
-			if f, ok := ch.pass(outcomes, results, o, freedSlot{key: a.oldKey, shard: a.oldShard}, succQueue); ok {
+			if f, ok := ch.pass(outcomes, results, o, freedSlot{key: a.oldKey, shard: a.oldShard, waiters: a.waiters}, succQueue); ok {
 				freed = append(freed, f)
 			}
 		}
@@ -175,7 +176,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if h != nil {
 		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
 	}
-	stranded := s.queueFree(b, freed, true, now)
+	stranded := s.queueFree(b, skipUnwaited(freed), true, now)
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	handing := len(handIDs) > 0 || len(succIDs) > 0
 	if !handing && (len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {

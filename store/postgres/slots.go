@@ -21,6 +21,10 @@ type freedSlot struct {
 	// successors the row that takes it wants reserved.
 	successor, queue string
 	ahead            int
+	// waiters is false when the slot is a K = 1 key whose holder had no
+	// rows waiting on it (see migration 013): an outcome then skips the
+	// key's freeing (see skipUnwaited).
+	waiters bool
 }
 
 // queueFree queues, on b, what must follow rows leaving executing: the
@@ -90,6 +94,21 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		return err
 	})
 	return st
+}
+
+// skipUnwaited drops, from the slots an outcome batch frees, the K = 1 keys
+// whose holders had no rows waiting on them (freedSlot.waiters: see
+// migration 013), so that their freeing takes no advisory lock and reads
+// no waiting row. Every transaction that leaves a row of such a key
+// waiting marks the holder first, under a row lock the outcome read the
+// mark under, or does not leave it waiting (sqlFlagHolders, keyWaitedOn);
+// a heal that found a holder it could not mark tries again once the
+// holder's outcome has committed (strandedWhere). Other paths that free
+// slots (release, cancel, reap) free them all, marked or not.
+func skipUnwaited(freed []freedSlot) []freedSlot {
+	return slices.DeleteFunc(freed, func(f freedSlot) bool {
+		return f.key != "" && f.shard < 0 && f.successor == "" && !f.waiters
+	})
 }
 
 // scanPromoted reads sqlPromote's rows: it returns how many rows were
@@ -179,6 +198,11 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // key's waiting rows, each statement with a snapshot taken after the lock
 // was granted) may look for the key's blocked rows before the insert
 // commits, find none, and commit: nothing would ever promote the new row.
+// An outcome whose holder was not marked as having waiters does not free
+// the key at all (see skipUnwaited): the heal marks the holder it finds
+// (sqlPromoteIfRoom), and one it cannot mark, locked by that outcome,
+// leaves the key stranded (strandedWhere), to be tried again after the
+// outcome committed.
 // healOnce runs after the insert committed and takes the same lock, so the
 // two serialize on it: a freeing transaction that took the lock first has
 // committed when the heal reads the key, which the heal then sees free (no
@@ -343,6 +367,7 @@ func (ch outcomeChains) pass(outcomes []store.Outcome, results []store.OutcomeRe
 	f freedSlot, held map[string]string) (freedSlot, bool) {
 	last := o
 	for nx := ch.next[o.ID]; nx != ""; nx = ch.next[last.ID] {
+		f.waiters = true // a chain's rows are a contended key's: free it the full way
 		i, in := ch.index[nx]
 		if !in {
 			if q, ok := held[nx]; ok {
@@ -482,7 +507,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	}
 	s.hot.cool(plan.Roomy...) // not full: claims serve them (see admission.Free)
 	for _, f := range plan.Rest {
-		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard})
+		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard, waiters: true})
 	}
 	scan := func(after map[string]string) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {

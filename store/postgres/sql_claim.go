@@ -184,13 +184,40 @@ WITH d AS (
     RETURNING 1)
 SELECT {schema}.debit_check((SELECT count(*) FROM d), cardinality($1::text[]))`
 
-	// sqlBlock takes rows of saturated keys off the pick path.
+	// sqlFlagHolders marks the executing rows that hold the K = 1 keys $1
+	// as having waiters (see migration 013), skipping the rows another
+	// transaction holds locked: an outcome ending them, which reads the
+	// flag under that lock, or a heartbeat. It must run before rows of
+	// those keys are blocked (sqlBlock and sqlBlockBacklog block a K = 1
+	// row only behind a marked holder), in the same transaction, so that
+	// the holder's end, which waits for this transaction's lock on it,
+	// sees the mark. A holder this claim made executing is its own to mark.
+	sqlFlagHolders = `
+UPDATE {schema}.instances i SET waiters = true
+WHERE i.id = ANY (ARRAY(
+    SELECT h.id FROM unnest($1::text[]) AS k
+    CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+                        WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                          AND NOT e.waiters
+                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h))`
+
+	// sqlBlock takes rows of saturated keys off the pick path: a row of a
+	// K = 1 key of $3 only behind a holder marked as having waiters
+	// (keyWaitedOn), and otherwise it stays ready.
 	sqlBlock = `
-UPDATE {schema}.instances SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
-WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
+UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
+WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
+  AND (SELECT ` + keyWaitedOn + ` FROM (SELECT i.key AS k, $3::text[] AS one) x)`
+
+	// keyWaitedOn is true when a row of key k may be blocked: k is not one
+	// of the K = 1 keys one, or its holder is marked as having waiters
+	// (sqlFlagHolders), so that the holder's end promotes the row.
+	keyWaitedOn = `(NOT (k = ANY (one)) OR EXISTS (SELECT 1 FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters))`
 
 	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
-	// key ($1) off the pick path, past the key's first $4
+	// key ($1; one of the K = 1 keys $5 only behind a marked holder: see
+	// keyWaitedOn) off the pick path, past the key's first $4
 	// (admission.ReadyCap) ready rows, so that a key's deep backlog does
 	// not keep filling the window. A key with fewer rows waiting keeps them
 	// ready, as an insert leaves them (see admission.InsertBlocked): taking
@@ -200,9 +227,10 @@ WHERE id = ANY ($1::uuid[]) AND status = 'ready'`
 	// once the engine claimed ahead and so conflicted more often).
 	sqlBlockBacklog = `
 WITH d AS MATERIALIZED (
-    SELECT b.id FROM unnest($1::text[]) AS k
+    SELECT b.id FROM (SELECT k FROM unnest($1::text[]) AS k
+                      WHERE (SELECT ` + keyWaitedOn + ` FROM (SELECT k, $5::text[] AS one) x)) s
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        WHERE key = s.k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
                         ORDER BY priority, run_at, seq OFFSET $4 LIMIT $2 FOR UPDATE SKIP LOCKED) b)
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
@@ -256,12 +284,17 @@ SELECT least(
 
 // The move of a row to executing, shared by the claim and the hand-off (the
 // caller's UPDATE names the table i and provides t.now, a.shard and a.ord),
-// and the rows it returns.
+// and the rows it returns. A row that takes a K = 1 key is marked as having
+// waiters when the key has blocked rows (see migration 013): the claim or
+// hand-off holds the key's advisory lock, so no claim blocks more of them
+// meanwhile, and a row an insert blocks later is flagged by its heal.
 const (
 	claimSet = `
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
-        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now`
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
+        waiters = a.shard < 0 AND i.key IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.instances b
+                  WHERE b.key = i.key AND b.status = 'blocked' AND b.worker IS NULL)`
 	// reserveSet makes a row a reservation for worker $2 (see sqlReserve),
 	// for the claim's and the hand-off's reservations alike.
 	reserveSet = `

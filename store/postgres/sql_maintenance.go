@@ -159,7 +159,11 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// K = 1 key no executing row, for a gate key a free slot on its counters
 	// or no counters). Its blocked rows were skipped (locked by someone),
 	// and nothing else would promote them before the reconciler's sweep. A
-	// gate whose slots are all taken is saturated, not stranded.
+	// gate whose slots are all taken is saturated, not stranded. A K = 1
+	// key whose holder is not marked as having waiters (see migration 013:
+	// a heal could not mark it, its outcome holding it locked) counts as
+	// stranded too: that outcome frees the key without promoting, and the
+	// heal's next attempt finds the key free.
 	//
 	// The probes for a waiting row of the key read instances_key_blocked
 	// and instances_key_ready, one row each: their conditions are those
@@ -176,15 +180,32 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
          ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
     AND CASE WHEN f.one
              THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+                  OR EXISTS (SELECT 1 FROM {schema}.instances e
+                             WHERE e.key = f.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                               AND NOT e.waiters)
              ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet);
 	// with $5, only a key that has no ready row. Like sqlPromote it skips
-	// rows locked FOR NO KEY UPDATE or stronger.
+	// rows locked FOR NO KEY UPDATE or stronger. The K = 1 holder of a key
+	// with blocked rows is marked as having waiters (fl; as sqlFlagHolders
+	// does, skipping a holder another transaction holds locked), so that
+	// its end promotes them: a blocked row an insert put behind it, or one
+	// a claim of an engine from before migration 013 did.
 	sqlPromoteIfRoom = `
-WITH d AS MATERIALIZED (
+WITH fl AS (
+    UPDATE {schema}.instances i SET waiters = true
+    WHERE i.id = ANY (ARRAY(
+        SELECT h.id FROM unnest($1::text[]) AS k
+        CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+                            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                              AND NOT e.waiters
+                            LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h
+        WHERE EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL)))
+),
+d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
     LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
     CROSS JOIN LATERAL (

@@ -10,7 +10,9 @@ const (
 	// claim: worker, fence and status executing. A stale outcome matches no
 	// row and changes nothing. Rows are locked in id order, FOR UPDATE so
 	// that a signal being stored for the row (FOR KEY SHARE) and a park
-	// serialize. It returns the key and shard each row held, for crediting.
+	// serialize. It returns the key and shard each row held, for crediting,
+	// and whether the row was marked as having waiters (see migration 013),
+	// read under that lock, so after any transaction that marked it.
 	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
 	// name leaves the status NULL, which the NOT NULL constraint refuses.
 	// The claim's status is compared under "C" (see sql.go: the lookup by
@@ -62,7 +64,7 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              -- A row canceled while its step ran ends canceled unless the
              -- step finished it (done, failed).
              CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
-             c.key AS old_key, c.key_shard AS old_shard
+             c.key AS old_key, c.key_shard AS old_shard, c.waiters AS old_waiters
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
@@ -73,13 +75,13 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
-          SELECT c.key, c.key_shard, c.cancel_requested FROM {schema}.instances c
+          SELECT c.key, c.key_shard, c.cancel_requested, c.waiters FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence
             AND c.status COLLATE "C" = CASE WHEN x.chained THEN 'blocked' ELSE 'executing' END
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
-          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue`
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue, o.old_waiters`
 
 	// sqlConsumeSignals marks the signals committed outcomes consumed.
 	sqlConsumeSignals = `

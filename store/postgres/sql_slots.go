@@ -221,13 +221,17 @@ ORDER BY i.id FOR UPDATE OF i`
 	// outcome freed (shard $4[i]; -1: a K = 1 key), under a lease of $3 µs
 	// from $5; the fence stays the reservation's, under which the worker
 	// may already run the step. It returns their ids, fences and queues
-	// (the worker has the rest from the reservations).
+	// (the worker has the rest from the reservations). A reservation that
+	// takes a K = 1 key is marked as having waiters (see migration 013):
+	// a claim may have blocked rows behind its predecessor, marked, that
+	// this transaction's snapshot predates, and the key's slot passes on
+	// without a freeing.
 	sqlSucceed = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i
     SET status = 'executing', lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
-        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now, waiters = a.shard < 0
     FROM unnest($1::uuid[], $4::int[]) AS a(id, shard), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.worker = $2 AND i.status = 'blocked'
     RETURNING i.id::text, i.fence, i.queue

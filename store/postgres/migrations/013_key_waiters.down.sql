@@ -1,0 +1,1 @@
+ALTER TABLE {schema}.instances DROP COLUMN waiters;

@@ -1,0 +1,22 @@
+-- waiters marks the executing row that holds a K = 1 key (key_shard null)
+-- as having rows of its key waiting for it: blocked rows that only a
+-- promotion puts back on the pick path, or ready rows a claim passed over
+-- because the row held the key. Whatever frees such a row (its outcome, a
+-- release, a cancel, a reap) runs the key's freeing: it takes the key's
+-- advisory lock and promotes or notifies. An outcome whose row has it
+-- false skips that work: nothing waits on the key.
+--
+-- It is set when the row starts executing (claim, hand-off: whether the
+-- key has blocked rows), and afterwards by any transaction that leaves a
+-- row of the key waiting behind it: a claim before it blocks rows, a heal
+-- or a reconciler sweep that finds blocked rows behind it (see
+-- sqlFlagHolders and sqlPromoteIfRoom). Each sets it with a row lock on
+-- the holder and skips a holder locked by a transaction that is ending it;
+-- a claim then leaves its rows ready, and a heal tries again once that
+-- transaction has committed. The outcome reads it under the same row lock,
+-- so it sees every flag set before it.
+--
+-- The rows executing when this migration runs are marked: their waiters
+-- were not recorded.
+ALTER TABLE {schema}.instances ADD COLUMN waiters boolean NOT NULL DEFAULT false;
+UPDATE {schema}.instances SET waiters = true WHERE status = 'executing';

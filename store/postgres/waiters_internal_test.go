@@ -1,0 +1,191 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/store"
+)
+
+// The waiters mark (migration 013): an outcome frees a K = 1 key the full
+// way (advisory lock, promotion) only when its row was marked as having
+// rows waiting on it; whatever leaves a row waiting marks the holder first,
+// or does not leave it waiting.
+
+func waitersOf(t *testing.T, s *Store, id string) bool {
+	t.Helper()
+	var w bool
+	require.NoError(t, s.pool.QueryRow(context.Background(), s.q(`SELECT waiters FROM {schema}.instances WHERE id = $1`), id).Scan(&w))
+	return w
+}
+
+func completeDone(t *testing.T, s *Store, c store.Claimed) {
+	t.Helper()
+	res, err := s.Complete(context.Background(), "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
+	require.NoError(t, err)
+	require.False(t, res[0].Stale)
+}
+
+// lockRow holds row id locked FOR UPDATE in a transaction of its own, as
+// an outcome being applied does, until the returned function ends it
+// (commit, after running end's statements in it).
+func lockRow(t *testing.T, s *Store, id string) (pgx.Tx, func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, s.q(`SELECT 1 FROM {schema}.instances WHERE id = $1 FOR UPDATE`), id)
+	require.NoError(t, err)
+	return tx, func() { require.NoError(t, tx.Commit(ctx)) }
+}
+
+// TestOutcomeSkipsTheFreeingOfAnUnwaitedKey: a holder no one marked ends
+// without the key's freeing, so a blocked row put behind it without a
+// heal (what the heal exists for) stays blocked; the heal then promotes
+// it. Marked by the heal while it still runs, its end promotes the row.
+func TestOutcomeSkipsTheFreeingOfAnUnwaitedKey(t *testing.T) {
+	ctx := context.Background()
+	t.Run("unmarked", func(t *testing.T) {
+		s := newInternalStore(t)
+		holder := holdKey(t, s, "acct:1")
+		require.False(t, waitersOf(t, s, holder.ID), "nothing waits on the key when it is claimed")
+		p, commit := beginBlockedInsert(t, s, "acct:1")
+		commit()
+		completeDone(t, s, holder)
+		id := p.rows[0].in.ID
+		require.Equal(t, store.StatusBlocked, statusOf(t, s, id), "the outcome skipped the freeing")
+		s.healInserted(ctx, p.blocked)
+		require.Equal(t, store.StatusReady, statusOf(t, s, id))
+	})
+	t.Run("marked by the heal", func(t *testing.T) {
+		s := newInternalStore(t)
+		holder := holdKey(t, s, "acct:1")
+		p, commit := beginBlockedInsert(t, s, "acct:1")
+		commit()
+		s.healInserted(ctx, p.blocked)
+		id := p.rows[0].in.ID
+		require.Equal(t, store.StatusBlocked, statusOf(t, s, id), "the key is busy")
+		require.True(t, waitersOf(t, s, holder.ID))
+		completeDone(t, s, holder)
+		require.Equal(t, store.StatusReady, statusOf(t, s, id))
+	})
+}
+
+// TestClaimBlocksOnlyBehindAMarkedHolder: a claim that finds a K = 1 key
+// busy with several rows in its window marks the holder before it blocks
+// them; when the holder is locked (its outcome being applied, which reads
+// the mark), it cannot mark it and leaves the rows ready. Once marked,
+// the holder's end promotes the first blocked row.
+func TestClaimBlocksOnlyBehindAMarkedHolder(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	holder := holdKey(t, s, "acct:1")
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	var ids []string
+	var ins []store.NewInstance
+	for range 3 {
+		in := keyedInstance("acct:1")
+		in.Version = 1
+		ins, ids = append(ins, in), append(ids, in.ID)
+	}
+	_, err = s.InsertTx(ctx, tx, ins) // ready, whatever the key: no heal after the caller's commit
+	if err != nil {
+		_ = tx.Rollback(ctx)
+	}
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	claimNone := func() {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Empty(t, res.Claimed)
+	}
+
+	_, unlock := lockRow(t, s, holder.ID)
+	claimNone()
+	for _, id := range ids {
+		require.Equal(t, store.StatusReady, statusOf(t, s, id), "the holder could not be marked: nothing is blocked")
+	}
+	require.False(t, waitersOf(t, s, holder.ID))
+	unlock()
+
+	claimNone()
+	require.True(t, waitersOf(t, s, holder.ID))
+	blocked := 0
+	for _, id := range ids {
+		if statusOf(t, s, id) == store.StatusBlocked {
+			blocked++
+		}
+	}
+	require.Equal(t, len(ids), blocked, "marked: the window's rows and the backlog are blocked")
+	completeDone(t, s, holder)
+	require.Equal(t, store.StatusReady, statusOf(t, s, ids[0]), "the marked holder's end promotes the first")
+	require.Equal(t, store.StatusBlocked, statusOf(t, s, ids[1]))
+}
+
+// TestClaimMarksWhenItTakesAKeyWithBlockedRows: a row that takes a K = 1
+// key that has blocked rows is marked at its claim, so that its end
+// promotes the next; a key with none is not.
+func TestClaimMarksWhenItTakesAKeyWithBlockedRows(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	holder := holdKey(t, s, "acct:1")
+	p, commit := beginBlockedInsert(t, s, "acct:1")
+	commit()
+	s.healInserted(ctx, p.blocked)
+	// A ready row of the key, ahead of the blocked one: claimed once the
+	// holder ends, it takes the key with a blocked row behind it.
+	_, err := s.pool.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'ready' WHERE id = $1`), p.rows[0].in.ID)
+	require.NoError(t, err)
+	second, commit2 := beginBlockedInsert(t, s, "acct:1")
+	commit2()
+	s.healInserted(ctx, second.blocked)
+	completeDone(t, s, holder)
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, p.rows[0].in.ID, res.Claimed[0].ID)
+	require.True(t, waitersOf(t, s, res.Claimed[0].ID), "a blocked row waits behind it")
+	completeDone(t, s, res.Claimed[0])
+	require.Equal(t, store.StatusReady, statusOf(t, s, second.rows[0].in.ID))
+
+	res, err = s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.False(t, waitersOf(t, s, res.Claimed[0].ID), "nothing waits behind the last row")
+}
+
+// TestHealRetriesAHolderItCouldNotMark: the heal of an insert that put a
+// row behind a busy key finds the holder locked by its outcome (which
+// read no mark, and so frees the key without promoting). It counts the key
+// as stranded and tries again once that outcome committed, then finds the
+// key free and promotes the row.
+func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	holder := holdKey(t, s, "acct:1")
+	p, commit := beginBlockedInsert(t, s, "acct:1")
+	commit()
+	id := p.rows[0].in.ID
+
+	tx, end := lockRow(t, s, holder.ID)
+	healed := make(chan struct{})
+	go func() {
+		s.healInserted(ctx, p.blocked)
+		close(healed)
+	}()
+	time.Sleep(20 * time.Millisecond) // the heal's first attempt, and a retry or two, meet the lock
+	require.Equal(t, store.StatusBlocked, statusOf(t, s, id))
+	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
+		WHERE id = $1 AND status = 'executing'`), holder.ID)
+	require.NoError(t, err)
+	end()
+	<-healed
+	require.Equal(t, store.StatusReady, statusOf(t, s, id), "a later attempt found the key free")
+}
