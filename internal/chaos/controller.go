@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -867,6 +868,9 @@ func (r *runner) stopWorkers() {
 	}
 	r.mu.Unlock()
 	for _, p := range live {
+		// A worker restarted just before the end may not have installed its
+		// signal handler yet: SIGTERM would kill it rather than stop it.
+		r.awaitStarted(p, 30*time.Second)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range live {
@@ -883,6 +887,23 @@ func (r *runner) stopWorkers() {
 		if p.err != nil {
 			r.violation("worker %s exited with %v (see out-%s.log)", p.name, p.err, p.name)
 		}
+	}
+}
+
+// awaitStarted waits, up to max, until worker p has logged that its engine
+// started (so it handles SIGTERM as a graceful stop) or has exited.
+func (r *runner) awaitStarted(p *proc, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if b, err := os.ReadFile(logFile(r.dir, p.name)); err == nil && bytes.Contains(b, []byte("chaos worker started")) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
