@@ -391,39 +391,37 @@ func waitedKeys(cc *claimContext, plan admission.Plan) []string {
 	for _, id := range plan.Blocked {
 		blocked[id] = true
 	}
-	done := make(map[string]bool, len(plan.Admitted)+len(plan.Reserved))
-	taken := map[string]bool{}
-	for _, a := range plan.Admitted {
-		done[a.ID] = true
-	}
-	for _, r := range plan.Reserved {
-		done[r.ID] = true
-	}
-	for _, t := range plan.Throttled {
-		done[t.ID] = true
-	}
 	admitted := make(map[string]bool, len(plan.Admitted))
 	for _, a := range plan.Admitted {
 		admitted[a.ID] = true
 	}
+	settled := map[string]bool{} // reserved or rescheduled: waiting on no holder
+	for _, r := range plan.Reserved {
+		settled[r.ID] = true
+	}
+	for _, t := range plan.Throttled {
+		settled[t.ID] = true
+	}
+	taken := map[string]bool{} // K = 1 keys this claim admitted a row of
 	for _, c := range cc.candidates {
 		if c.Key != "" && c.Gate == nil && admitted[c.ID] {
 			taken[c.Key] = true
 		}
 	}
-	waited := map[string]bool{}
+	var keys []string
+	seen := map[string]bool{}
 	for _, c := range cc.candidates {
 		switch {
-		case c.Key == "" || c.Gate != nil || done[c.ID]:
+		case c.Key == "" || c.Gate != nil || admitted[c.ID] || settled[c.ID] || seen[c.Key]:
 		case blocked[c.ID], cc.busyOne[c.Key], taken[c.Key]:
-			waited[c.Key] = true
+			seen[c.Key] = true
+			keys = append(keys, c.Key)
 		}
 	}
-	keys := make([]string, 0, len(waited))
-	for k := range waited {
-		keys = append(keys, k)
-	}
 	slices.Sort(keys)
+	if keys == nil {
+		keys = []string{}
+	}
 	return keys
 }
 

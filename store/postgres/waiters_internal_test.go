@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
@@ -188,4 +190,29 @@ func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
 	end()
 	<-healed
 	require.Equal(t, store.StatusReady, statusOf(t, s, id), "a later attempt found the key free")
+}
+
+// TestWaitedKeys: the K = 1 keys a claim marks the holders of are those
+// it blocks rows of, and those it passes a row of over while the key is
+// held (busy in the window, or taken by the claim itself); not those it
+// passes over for want of room, nor gate keys, nor rows it reserves or
+// reschedules.
+func TestWaitedKeys(t *testing.T) {
+	g := &gate.Limit{Name: "api", Limit: 2, Shards: 1}
+	cc := &claimContext{busyOne: map[string]bool{"acct:busy": true}, candidates: []admission.Candidate{
+		{ID: "1", Key: "acct:taken"}, {ID: "2", Key: "acct:taken"}, // admitted, then left behind it
+		{ID: "3", Key: "acct:blocked"},   // blocked
+		{ID: "4", Key: "acct:busy"},      // left ready: busy
+		{ID: "5", Key: "acct:room"},      // left ready: the claim was full
+		{ID: "6", Key: "api:x", Gate: g}, // a gate's row, blocked
+		{ID: "7", Key: "acct:reserved"}, {ID: "8", Key: "acct:reserved"},
+		{ID: "9", Key: ""},
+	}}
+	plan := admission.Plan{
+		Admitted: []admission.Admitted{{ID: "1", Shard: -1}, {ID: "7", Shard: -1}},
+		Blocked:  []string{"3", "6"},
+		Reserved: []admission.Reservation{{ID: "8", After: "7"}},
+	}
+	require.Equal(t, []string{"acct:blocked", "acct:busy", "acct:taken"}, waitedKeys(cc, plan))
+	require.Equal(t, []string{}, waitedKeys(&claimContext{}, admission.Plan{}), "never nil: a statement argument")
 }
