@@ -182,7 +182,9 @@ func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
 		s.healInserted(ctx, p.blocked)
 		close(healed)
 	}()
-	time.Sleep(20 * time.Millisecond) // the heal's first attempt, and a retry or two, meet the lock
+	// The heal's first attempts meet the lock; it keeps trying for about
+	// a quarter of a second (healAttempts), well past the commit below.
+	time.Sleep(5 * time.Millisecond)
 	require.Equal(t, store.StatusBlocked, statusOf(t, s, id))
 	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
 		WHERE id = $1 AND status = 'executing'`), holder.ID)
