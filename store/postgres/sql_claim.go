@@ -194,12 +194,14 @@ SELECT {schema}.debit_check((SELECT count(*) FROM d), cardinality($1::text[]))`
 	// sees the mark. A holder this claim made executing is its own to mark.
 	sqlFlagHolders = `
 UPDATE {schema}.instances i SET waiters = true
-WHERE i.id = ANY (ARRAY(
-    SELECT h.id FROM unnest($1::text[]) AS k
-    CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
-                        WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-                          AND NOT e.waiters
-                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h))`
+WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `))`
+
+	// markHolder, after a FROM that names keys k, is the unmarked K = 1
+	// holder of each as h, locked, skipping one another transaction holds
+	// locked (see sqlFlagHolders).
+	markHolder = `
+    CROSS JOIN LATERAL (SELECT e.id FROM ` + oneHolder + ` AND NOT e.waiters
+                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h`
 
 	// sqlBlock takes rows of saturated keys off the pick path: a row of a
 	// K = 1 key of $3 only behind a holder marked as having waiters
@@ -212,8 +214,7 @@ WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
 	// keyWaitedOn is true when a row of key k may be blocked: k is not one
 	// of the K = 1 keys one, or its holder is marked as having waiters
 	// (sqlFlagHolders), so that the holder's end promotes the row.
-	keyWaitedOn = `(NOT (k = ANY (one)) OR EXISTS (SELECT 1 FROM {schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters))`
+	keyWaitedOn = `(NOT (k = ANY (one)) OR (SELECT true FROM ` + oneHolder + ` AND e.waiters LIMIT 1) IS NOT NULL)`
 
 	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
 	// key ($1; one of the K = 1 keys $5 only behind a marked holder: see
@@ -293,8 +294,7 @@ const (
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
-        waiters = a.shard < 0 AND i.key IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.instances b
-                  WHERE b.key = i.key AND b.status = 'blocked' AND b.worker IS NULL)`
+        waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ` + keyHasBlocked + ` FROM (SELECT i.key AS k) x)`
 	// reserveSet makes a row a reservation for worker $2 (see sqlReserve),
 	// for the claim's and the hand-off's reservations alike.
 	reserveSet = `

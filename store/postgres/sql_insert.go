@@ -127,8 +127,17 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// instances_key_ready), written as scalar subqueries with LIMIT so that
 	// the planner can neither turn them into hashed subplans that read
 	// every executing row nor walk the key's waiting rows on another index.
-	keyBusy = `((SELECT true FROM {schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+	keyBusy = `((SELECT true FROM ` + oneHolder + `
+            LIMIT 1) IS NOT NULL)`
+	// oneHolder is what a probe for the K = 1 holder of key k reads, the
+	// row named e: instances_key_one's predicate (keyBusy, and the waiters
+	// mark of migration 013: markHolder, keyWaitedOn, strandedWhere).
+	oneHolder = `{schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL`
+	// keyHasBlocked is true when key k has a blocked row waiting for a
+	// promotion (not a reservation), read as keyBusy reads its holder.
+	keyHasBlocked = `((SELECT true FROM {schema}.instances b
+            WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL
             LIMIT 1) IS NOT NULL)`
 	// keyExecutes is true when any row of key k executes: keyBusy's K = 1
 	// holder, or a row a gate admitted (key_shard set; its limit may have

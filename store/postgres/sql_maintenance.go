@@ -180,9 +180,8 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
          ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
     AND CASE WHEN f.one
              THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
-                  OR EXISTS (SELECT 1 FROM {schema}.instances e
-                             WHERE e.key = f.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-                               AND NOT e.waiters)
+                  OR (SELECT (SELECT true FROM ` + oneHolder + ` AND NOT e.waiters LIMIT 1) IS NOT NULL
+                      FROM (SELECT f.key AS k) x)
              ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
@@ -190,20 +189,15 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// advisory lock), or a gate key with free slots (or no counters yet);
 	// with $5, only a key that has no ready row. Like sqlPromote it skips
 	// rows locked FOR NO KEY UPDATE or stronger. The K = 1 holder of a key
-	// with blocked rows is marked as having waiters (fl; as sqlFlagHolders
-	// does, skipping a holder another transaction holds locked), so that
+	// with blocked rows is marked as having waiters (fl, with sqlFlagHolders'
+	// markHolder), so that
 	// its end promotes them: a blocked row an insert put behind it, or one
 	// a claim of an engine from before migration 013 did.
 	sqlPromoteIfRoom = `
 WITH fl AS (
     UPDATE {schema}.instances i SET waiters = true
-    WHERE i.id = ANY (ARRAY(
-        SELECT h.id FROM unnest($1::text[]) AS k
-        CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
-                            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-                              AND NOT e.waiters
-                            LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h
-        WHERE EXISTS (SELECT 1 FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL)))
+    WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `
+                            WHERE ` + keyHasBlocked + `))
 ),
 d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
