@@ -387,41 +387,47 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 // anyone. An empty list when there are none, never nil: a statement
 // argument.
 func waitedKeys(cc *claimContext, plan admission.Plan) []string {
-	blocked := make(map[string]bool, len(plan.Blocked))
-	for _, id := range plan.Blocked {
-		blocked[id] = true
+	keys := []string{}
+	isOne := func(c admission.Candidate) bool { return c.Key != "" && c.Gate == nil }
+	if !slices.ContainsFunc(cc.candidates, isOne) {
+		return keys // no K = 1 row in the window: the usual claim of keyless or gated work
 	}
-	admitted := make(map[string]bool, len(plan.Admitted))
+	const (
+		admitted = 1 + iota
+		settled  // reserved or rescheduled: waiting on no holder
+		blocked
+	)
+	fate := make(map[string]int, len(cc.candidates))
 	for _, a := range plan.Admitted {
-		admitted[a.ID] = true
+		fate[a.ID] = admitted
 	}
-	settled := map[string]bool{} // reserved or rescheduled: waiting on no holder
 	for _, r := range plan.Reserved {
-		settled[r.ID] = true
+		fate[r.ID] = settled
 	}
 	for _, t := range plan.Throttled {
-		settled[t.ID] = true
+		fate[t.ID] = settled
+	}
+	for _, id := range plan.Blocked {
+		fate[id] = blocked
 	}
 	taken := map[string]bool{} // K = 1 keys this claim admitted a row of
 	for _, c := range cc.candidates {
-		if c.Key != "" && c.Gate == nil && admitted[c.ID] {
+		if isOne(c) && fate[c.ID] == admitted {
 			taken[c.Key] = true
 		}
 	}
-	var keys []string
-	seen := map[string]bool{}
+	waited := map[string]bool{}
 	for _, c := range cc.candidates {
-		switch {
-		case c.Key == "" || c.Gate != nil || admitted[c.ID] || settled[c.ID] || seen[c.Key]:
-		case blocked[c.ID], cc.busyOne[c.Key], taken[c.Key]:
-			seen[c.Key] = true
+		f := fate[c.ID]
+		if !isOne(c) || f == admitted || f == settled || waited[c.Key] {
+			continue
+		}
+		if f == blocked || cc.busyOne[c.Key] || taken[c.Key] {
+			waited[c.Key] = true
 			keys = append(keys, c.Key)
 		}
 	}
 	slices.Sort(keys)
-	if keys == nil {
-		keys = []string{}
-	}
 	return keys
 }
 

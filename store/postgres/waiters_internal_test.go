@@ -217,4 +217,6 @@ func TestWaitedKeys(t *testing.T) {
 	}
 	require.Equal(t, []string{"acct:blocked", "acct:busy", "acct:taken"}, waitedKeys(cc, plan))
 	require.Equal(t, []string{}, waitedKeys(&claimContext{}, admission.Plan{}), "never nil: a statement argument")
+	gated := &claimContext{candidates: []admission.Candidate{{ID: "6", Key: "api:x", Gate: g}}}
+	require.Equal(t, []string{}, waitedKeys(gated, admission.Plan{Blocked: []string{"6"}}), "a gate's blocked row marks nothing")
 }
