@@ -19,13 +19,18 @@ func keyedInstance(k string) store.NewInstance {
 // holdKey inserts a row of key k and claims it.
 func holdKey(t *testing.T, s *Store, k string) store.Claimed {
 	t.Helper()
-	ctx := context.Background()
-	_, err := s.Insert(ctx, []store.NewInstance{keyedInstance(k)})
+	_, err := s.Insert(context.Background(), []store.NewInstance{keyedInstance(k)})
 	require.NoError(t, err)
-	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, res.Claimed, 1)
-	return res.Claimed[0]
+	return claimExactly(t, s, 1)[0]
+}
+
+// claimExactly claims up to 10 rows (claimN) and requires that the claim
+// returned n.
+func claimExactly(t *testing.T, s *Store, n int) []store.Claimed {
+	t.Helper()
+	cs := claimN(t, s, 10)
+	require.Len(t, cs, n)
+	return cs
 }
 
 // beginBlockedInsert inserts a row of key k, which must be busy, the way

@@ -102,22 +102,15 @@ func TestClaimBlocksOnlyBehindAMarkedHolder(t *testing.T) {
 	}
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	claimNone := func() {
-		t.Helper()
-		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
-		require.NoError(t, err)
-		require.Empty(t, res.Claimed)
-	}
-
 	_, unlock := lockRow(t, s, holder.ID)
-	claimNone()
+	claimExactly(t, s, 0)
 	for _, id := range ids {
 		require.Equal(t, store.StatusReady, statusOf(t, s, id), "the holder could not be marked: nothing is blocked")
 	}
 	require.False(t, waitersOf(t, s, holder.ID))
 	unlock()
 
-	claimNone()
+	claimExactly(t, s, 0)
 	require.True(t, waitersOf(t, s, holder.ID))
 	blocked := 0
 	for _, id := range ids {
@@ -149,18 +142,14 @@ func TestClaimMarksWhenItTakesAKeyWithBlockedRows(t *testing.T) {
 	commit2()
 	s.healInserted(ctx, second.blocked)
 	completeDone(t, s, holder)
-	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, res.Claimed, 1)
-	require.Equal(t, p.rows[0].in.ID, res.Claimed[0].ID)
-	require.True(t, waitersOf(t, s, res.Claimed[0].ID), "a blocked row waits behind it")
-	completeDone(t, s, res.Claimed[0])
+	next := claimExactly(t, s, 1)[0]
+	require.Equal(t, p.rows[0].in.ID, next.ID)
+	require.True(t, waitersOf(t, s, next.ID), "a blocked row waits behind it")
+	completeDone(t, s, next)
 	require.Equal(t, store.StatusReady, statusOf(t, s, second.rows[0].in.ID))
 
-	res, err = s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, res.Claimed, 1)
-	require.False(t, waitersOf(t, s, res.Claimed[0].ID), "nothing waits behind the last row")
+	last := claimExactly(t, s, 1)[0]
+	require.False(t, waitersOf(t, s, last.ID), "nothing waits behind the last row")
 }
 
 // TestHealRetriesAHolderItCouldNotMark: the heal of an insert that put a
