@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -900,11 +901,29 @@ func (r *runner) awaitStarted(p *proc, max time.Duration) {
 			return
 		default:
 		}
-		if b, err := os.ReadFile(logFile(r.dir, p.name)); err == nil && bytes.Contains(b, []byte("chaos worker started")) {
+		if logged(logFile(r.dir, p.name), "chaos worker started") {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// logged reports whether the log file name has a line containing msg,
+// reading it only up to that line (it comes early in a worker's log).
+func logged(name, msg string) bool {
+	f, err := os.Open(name)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if bytes.Contains(sc.Bytes(), []byte(msg)) {
+			return true
+		}
+	}
+	return false
 }
 
 // settleInserts counts the insert batches whose outcome was unknown
