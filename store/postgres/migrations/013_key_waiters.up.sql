@@ -1,15 +1,16 @@
 -- waiters marks the executing row that holds a K = 1 key (key_shard null)
 -- as having rows of its key waiting for it: blocked rows that only a
 -- promotion puts back on the pick path, or ready rows a claim passed over
--- because the row held the key. Whatever frees such a row (its outcome, a
--- release, a cancel, a reap) runs the key's freeing: it takes the key's
--- advisory lock and promotes or notifies. An outcome whose row has it
--- false skips that work: nothing waits on the key.
+-- because the row held the key. The outcome of such a row runs the key's
+-- freeing (it takes the key's advisory lock and promotes or notifies), as
+-- a release, a cancel and a reap of any row do. An outcome whose row has
+-- it false skips that work: nothing waits on the key.
 --
 -- It is set when the row starts executing (claim, hand-off: whether the
--- key has blocked rows), and afterwards by any transaction that leaves a
--- row of the key waiting behind it: a claim before it blocks rows, a heal
--- or a reconciler sweep that finds blocked rows behind it (see
+-- key has blocked rows; a reservation that takes its predecessor's slot:
+-- always), and afterwards by any transaction that leaves a row of the key
+-- waiting behind it: a claim before it blocks rows or passes one over, a
+-- heal or a reconciler sweep that finds blocked rows behind it (see
 -- sqlFlagHolders and sqlPromoteIfRoom). Each sets it with a row lock on
 -- the holder and skips a holder locked by a transaction that is ending it;
 -- a claim then leaves its rows ready, and a heal tries again once that
