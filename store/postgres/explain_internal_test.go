@@ -24,6 +24,18 @@ import (
 // explained under the setting those transactions carry (sqlNoSeqScan); the
 // others (heartbeat and the signal's implicit transaction) as they run.
 func TestHotPathPlansUseIndexes(t *testing.T) {
+	t.Run("analyzed", func(t *testing.T) { checkHotPathPlans(t, true, 32) })
+	// A table PostgreSQL has no statistics of yet (a fresh schema, before
+	// autovacuum's first ANALYZE; autovacuum off), claimed 100 rows at a
+	// time: the claim's update read every ready row of the primary key
+	// into a hash (about 4 ms a claim at 5,000 rows in the peers' keyed
+	// run) until it probed the batch's ids (see sqlClaim).
+	t.Run("never analyzed", func(t *testing.T) { checkHotPathPlans(t, false, 100) })
+}
+
+// checkHotPathPlans explains the hot statements (in both plan cache modes)
+// on a store of 5,000 rows, analyzed or not, with batches of n ids.
+func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 	ctx := context.Background()
 	s := newInternalStore(t)
 	ins := make([]store.NewInstance, 5_000)
@@ -36,12 +48,14 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 	}
 	_, err := s.Insert(ctx, ins)
 	require.NoError(t, err)
-	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
-	require.NoError(t, err)
+	if analyze {
+		_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+		require.NoError(t, err)
+	}
 
-	ids := make([]string, 32)
-	fences := make([]int64, 32)
-	shards := make([]int32, 32)
+	ids := make([]string, n)
+	fences := make([]int64, n)
+	shards := make([]int32, n)
 	for i := range ids {
 		ids[i], shards[i] = ins[i].ID, -1
 	}
@@ -104,12 +118,28 @@ func TestHotPathPlansUseIndexes(t *testing.T) {
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
 	} {
+		if !analyze && outsideBatch[name] {
+			// Without sqlNoSeqScan, PostgreSQL may rightly read a table it
+			// knows nothing of (a few pages, as far as it can tell) in one
+			// pass; none of these runs per step.
+			continue
+		}
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			plan := explainPrepared(t, s, mode, !outsideBatch[name], q.sql, q.args, name)
 			text := strings.Join(plan, "\n")
 			require.NotContains(t, text, "Seq Scan on instances", "%s (%s) scans the table:\n%s", name, mode, text)
 			if byID[name] {
-				require.Empty(t, unboundedIndexScans(plan), "%s (%s) reads a whole index of instances:\n%s", name, mode, text)
+				scans := unboundedIndexScans(plan)
+				if !analyze {
+					// Without statistics, a read of a partial index of the
+					// rows a fleet holds (executing, reserved) once, not per
+					// batch row, is not counted: it grows with the fleet's
+					// concurrency, not with the table.
+					scans = slices.DeleteFunc(scans, func(scan string) bool {
+						return slices.ContainsFunc(concurrencyIndexes, func(ix string) bool { return strings.Contains(scan, ix) })
+					})
+				}
+				require.Empty(t, scans, "%s (%s) reads a whole index of instances:\n%s", name, mode, text)
 			}
 			if ok, in := byStatus[name]; in {
 				for _, scan := range unboundedIndexScans(plan) {
@@ -130,12 +160,17 @@ var byID = map[string]bool{"complete apply": true, "claim": true, "key busy": tr
 	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true,
 	"successors lock": true, "succeed": true, "reserve": true}
 
+// concurrencyIndexes are the partial indexes of instances whose size is
+// bounded by what the fleet holds (executing rows, reservations), not by
+// the table.
+var concurrencyIndexes = []string{"instances_lease", "instances_active", "instances_reserved"}
+
 // byStatus are the statements of TestHotPathPlansUseIndexes that look rows
 // up by a status whose rows are few (executing, reserved): they may read
 // only the partial indexes of those rows whole, not one that grows with
 // the table (with sqlNoSeqScan, a statement with no index path read the
 // primary key's).
-var byStatus = map[string][]string{"reclaim worker": {"instances_lease", "instances_active", "instances_reserved"}}
+var byStatus = map[string][]string{"reclaim worker": concurrencyIndexes}
 
 // unboundedIndexScans returns the index scans of instances in an EXPLAIN
 // text plan that have no Index Cond.
