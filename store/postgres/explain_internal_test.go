@@ -140,6 +140,11 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 					})
 				}
 				require.Empty(t, scans, "%s (%s) reads a whole index of instances:\n%s", name, mode, text)
+				// A join on id left to a nested loop's filter compares every
+				// row found with every row of the batch: quadratic in the
+				// batch (sqlReserve's, on generic plans).
+				require.NotRegexp(t, `Join Filter: \(\w+\.id = \w+\.id\)`, text,
+					"%s (%s) joins its batch by filtering a nested loop:\n%s", name, mode, text)
 			}
 			if ok, in := byStatus[name]; in {
 				for _, scan := range unboundedIndexScans(plan) {
