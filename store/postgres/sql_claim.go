@@ -269,14 +269,24 @@ c AS (
 	// sqlClaimCandidates) for worker $2 as successors of the rows $5 that
 	// this claim made executing (admission.Plan.Reserved), as sqlReserve
 	// does for a hand-off; a row whose predecessor sqlClaim left ready (a
-	// K = 1 key taken meanwhile) is not reserved, and stays ready.
+	// K = 1 key taken meanwhile) is not reserved, and stays ready. The
+	// rows are probed by id one by one, as sqlReserve's are (a join with
+	// the batch went quadratic on a table without statistics), and so is
+	// each predecessor: its status check is written COLLATE "C" (see
+	// sql.go) so that no plan reads instances_active whole instead, as an
+	// analyzed table's custom plan did.
 	sqlClaimReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + reserveSet + `
-    FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord), t
-    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready' AND i.worker IS NULL
-      AND EXISTS (SELECT 1 FROM {schema}.instances h WHERE h.id = a.after AND h.status = 'executing' AND h.worker = $2)
+    FROM (SELECT a.id, a.ord
+          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a
+          CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
+                              WHERE r.id = a.id AND r.status = 'ready' AND r.worker IS NULL
+                              FOR NO KEY UPDATE) r
+          WHERE EXISTS (SELECT 1 FROM {schema}.instances h
+                        WHERE h.id = a.after AND h.status = 'executing' COLLATE "C" AND h.worker = $2)) a, t
+    WHERE i.id = a.id AND i.status = 'ready' AND i.worker IS NULL
     RETURNING i.*, a.ord
 )` + claimedRows
 
