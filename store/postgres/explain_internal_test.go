@@ -75,6 +75,8 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"next due":            {sqlNextDue, []any{"q"}},
 		"claim":               {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
 		"claim reserve":       {sqlClaimReserve, []any{ids, "w", int64(60e6), nil, ids}},
+		"join parents":        {sqlJoinParents, []any{ids, make([]int32, len(ids)), nil, "c", make([]int32, len(ids))}},
+		"set pending":         {sqlSetPending, []any{ids, make([]int32, len(ids)), nil, "c"}},
 		"block backlog":       {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil, 64, []string{"acct:abcd"}}},
 		"block":               {sqlBlock, []any{ids, nil, []string{"acct:abcd"}}},
 		"flag holders":        {sqlFlagHolders, []any{[]string{"acct:abcd"}}},
@@ -162,7 +164,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 // plans must have an index condition (a scan without one reads the whole
 // index, filtering; a partial index of executing rows still grows with the
 // fleet's concurrency, not with the batch).
-var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "key busy": true, "hand-off": true, "hand-off lock": true,
+var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "join parents": true, "set pending": true, "key busy": true, "hand-off": true, "hand-off lock": true,
 	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true,
 	"successors lock": true, "succeed": true, "reserve": true}
 
