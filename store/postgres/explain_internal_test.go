@@ -164,9 +164,10 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 // plans must have an index condition (a scan without one reads the whole
 // index, filtering; a partial index of executing rows still grows with the
 // fleet's concurrency, not with the batch).
-var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "join parents": true, "set pending": true, "key busy": true, "hand-off": true, "hand-off lock": true,
-	"hand-off busy": true, "hand-off gates": true, "hand-off candidates": true, "release": true, "heartbeat": true,
-	"successors lock": true, "succeed": true, "reserve": true}
+var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "key busy": true,
+	"hand-off": true, "hand-off lock": true, "hand-off busy": true, "hand-off gates": true, "hand-off candidates": true,
+	"release": true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
+	"join parents": true, "set pending": true}
 
 // concurrencyIndexes are the partial indexes of instances whose size is
 // bounded by what the fleet holds (executing rows, reservations), not by

@@ -247,10 +247,11 @@ SELECT * FROM c`
 	// LATERAL primary-key probe per batch row, as the outcome's are (see
 	// sqlCompleteApply; the lock, the one sqlHandOffCandidates holds on
 	// them already, keeps the probe from being flattened into a join the
-	// planner may order): on the generic plan of a hand-off transaction the batch was
-	// estimated at 10 rows, and the join read the batch again for every row
-	// found by id = ANY, quadratic in the batch (2.4 ms a call of about 50
-	// rows, a fifth of the statement time of the peers' hot gate).
+	// planner may order). Joined to the batch instead, on the generic plan
+	// of a hand-off transaction (the batch estimated at 10 rows), the batch
+	// was read again for every row found by id = ANY: quadratic, 2.4 ms a
+	// call of about 50 rows, a fifth of the statement time of the peers'
+	// hot gate.
 	sqlReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
