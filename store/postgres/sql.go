@@ -46,7 +46,14 @@ package postgres
 //     lookup per batch row, locking in id order; with an extra
 //     `id = ANY ($ids)` conjunct the planner re-ran the array for every row
 //     of a nested loop (commit 0ce969f: 136 → 27 µs of PostgreSQL time per
-//     row).
+//     row). The reservations (sqlReserve, sqlClaimReserve) take the same
+//     form for the same reason. Other batch updates by id (the claim, the
+//     hand-off) carry `id = ANY ($ids)` beside their join to the batch:
+//     joined to it alone, on a table without statistics (every fresh
+//     schema until its first ANALYZE) the claim hashed every ready row of
+//     the primary key. TestHotPathPlansUseIndexes explains these
+//     statements on an analyzed table and on a never-analyzed one, and
+//     fails on a batch joined through a nested loop's filter.
 //   - The reverse holds where a batch looks claims up by id (outcomes,
 //     heartbeats, releases): there the status check is written
 //     `status = 'executing' COLLATE "C"` (the same equality), so that no
