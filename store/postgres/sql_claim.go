@@ -250,11 +250,11 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// transaction that made one of the key's rows executing may have
 	// committed in between (keyExecutes, read in the update's own
 	// snapshot). Such a row stays ready. The rows are also found by id =
-	// ANY ($1), as the hand-off's and the reservations' are: joined only
-	// to the batch, on a table without statistics (fresh, before its first
-	// ANALYZE) the planner read every ready row of the primary key into a
-	// hash, about 4 ms a claim of 100 rows at 5,000 rows (the peers' keyed
-	// run; TestHotPathPlansUseIndexes).
+	// ANY ($1), as the hand-off's are: joined only to the batch, on a table
+	// without statistics (fresh, before its first ANALYZE) the planner read
+	// every ready row of the primary key into a hash, 3.5–5.4 ms a claim of
+	// 100 rows at 5,000 rows (the peers' keyed run, auto_explain;
+	// TestHotPathPlansUseIndexes).
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
@@ -270,9 +270,9 @@ c AS (
 	// this claim made executing (admission.Plan.Reserved), as sqlReserve
 	// does for a hand-off; a row whose predecessor sqlClaim left ready (a
 	// K = 1 key taken meanwhile) is not reserved, and stays ready. The
-	// rows are probed by id one by one, as sqlReserve's are (a join with
-	// the batch went quadratic on a table without statistics), and so is
-	// each predecessor: its status check is written COLLATE "C" (see
+	// rows are looked up as sqlReserve's are (probeReservable: a join with
+	// the batch went quadratic on a table without statistics), and each
+	// predecessor by id: its status check is written COLLATE "C" (see
 	// sql.go) so that no plan reads instances_active whole instead, as an
 	// analyzed table's custom plan did.
 	sqlClaimReserve = `
@@ -280,10 +280,7 @@ WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i ` + reserveSet + `
     FROM (SELECT a.id, a.ord
-          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a
-          CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
-                              WHERE r.id = a.id AND r.status = 'ready' AND r.worker IS NULL
-                              FOR NO KEY UPDATE) r
+          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a` + probeReservable + `
           WHERE EXISTS (SELECT 1 FROM {schema}.instances h
                         WHERE h.id = a.after AND h.status = 'executing' COLLATE "C" AND h.worker = $2)) a, t
     WHERE i.id = a.id AND i.status = 'ready' AND i.worker IS NULL
