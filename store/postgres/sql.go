@@ -13,11 +13,12 @@ package postgres
 // (key, shard) (claims try them, except an optimistic claim, which holds
 // no counter and no rate bucket when it waits for them in its last
 // statement, for optimisticLockWait at most: see optimistic); (4) other
-// instance rows: K = 1 holders being marked as having waiters (SKIP LOCKED,
-// see sqlFlagHolders), blocked rows being promoted (SKIP LOCKED, see sqlPromote;
-// PostgreSQL still waits for a row whose newer version a transaction in
-// progress writes, which is why an optimistic claim's wait is bounded) and
-// parents, by id. Rate buckets come after counters (claims, limit changes).
+// instance rows: K = 1 holders being marked as having waiters (SKIP
+// LOCKED, see sqlFlagHolders), blocked rows being promoted (SKIP LOCKED,
+// see sqlPromote; PostgreSQL still waits for a row whose newer version a
+// transaction in progress writes, which is why an optimistic claim's wait
+// is bounded) and parents, by id. Rate buckets come after counters
+// (claims, limit changes).
 //
 // The statements live in files by concern: sql_insert.go, sql_claim.go,
 // sql_slots.go (freeing slots), sql_outcome.go (outcomes, heartbeats,

@@ -189,10 +189,10 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// advisory lock), or a gate key with free slots (or no counters yet);
 	// with $5, only a key that has no ready row. Like sqlPromote it skips
 	// rows locked FOR NO KEY UPDATE or stronger. The K = 1 holder of a key
-	// with blocked rows is marked as having waiters (fl, with sqlFlagHolders'
-	// markHolder), so that
-	// its end promotes them: a blocked row an insert put behind it, or one
-	// a claim of an engine from before migration 013 did.
+	// with blocked rows is marked as having waiters (fl, with
+	// sqlFlagHolders' markHolder), so that its end promotes them: a blocked
+	// row an insert put behind it, or one a claim of an engine from before
+	// migration 013 did.
 	sqlPromoteIfRoom = `
 WITH fl AS (
     UPDATE {schema}.instances i SET waiters = true
