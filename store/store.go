@@ -325,6 +325,14 @@ type ClaimResult struct {
 	// becomes eligible or an await of the queue times out (zero: none
 	// known). Only set when fewer than Limit rows were claimed.
 	NextDue time.Time
+	// PassedOver counts the keyed rows the claim passed over: rows of the
+	// queue ahead of the last row it admitted (any row it looked at, when it
+	// admitted fewer than Limit) that it did not admit, because their key
+	// had no room (a K = 1 key taken, a gate or a per-key policy full) or
+	// their rate bucket no token. Asking for more rows would not have
+	// admitted those: an engine claims ahead of its executors only while
+	// its claims pass none over. A store that does not count leaves it 0.
+	PassedOver int
 }
 
 // Signal is a stored signal.

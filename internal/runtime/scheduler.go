@@ -133,6 +133,19 @@ type queueRunner struct {
 	// yet committed (not contended: their executors are free already).
 	// Their rows still hold their slots: see free.
 	unflushed atomic.Int64
+	// aheadCap bounds the rows ahead of claims for steps longer than
+	// shortStep (see free); only the pick loop changes it (adaptAhead).
+	aheadCap atomic.Int64
+	clean    int // claims in a row that came back full passing no row over (pick loop only)
+}
+
+// newQueueRunner is queue name's runner with n executors.
+func newQueueRunner(name string, n int) *queueRunner {
+	// The buffer holds every row a claim may take beyond the running ones
+	// (see free), so that took never waits for an executor.
+	q := &queueRunner{name: name, n: n, wakeCh: make(chan struct{}, 1), work: make(chan store.Claimed, (1+aheadMax)*n)}
+	q.aheadCap.Store(int64(n))
+	return q
 }
 
 // shortStep is the average step duration under which a queue claims a
@@ -151,18 +164,19 @@ const shortStep = time.Millisecond
 //   - while its steps are short (shortStep), as many again as executors:
 //     a claimed row waits in the buffer about one step;
 //   - for longer steps, as many as finish while a claim is in flight (n ×
-//     claim time / step time, rounded down, at most n), so that a row waits
-//     about one claim's time, not a step's: a row that waited a whole long
-//     step in one engine's buffer, holding its key's slot, would be a row
-//     another engine could have run, and with steps much longer than a
-//     claim nothing is claimed ahead. Rows whose outcomes wait for the
-//     flusher, beyond one per executor, count against these rows ahead:
-//     they hold their slots too, and an engine that claimed ahead while its flush fell behind held ever
-//     more of a gate's slots (make bench's scenario 4, a gate of 1,000 with
-//     200 executors and 1 ms steps, then found the gate full, took the slow
-//     path of a contended key and fell from about 18,000 to 4,000-5,000
-//     steps/s in about half its runs). Short steps do not count them: plain
-//     no-op steps ran about a fifth slower when they did.
+//     claim time / step time, rounded down, at most the queue's cap on rows
+//     ahead: see adaptAhead), so that a row waits about one claim's time,
+//     not a step's: a row that waited a whole long step in one engine's
+//     buffer, holding its key's slot, would be a row another engine could
+//     have run, and with steps much longer than a claim nothing is claimed
+//     ahead. Rows whose outcomes wait for the flusher, beyond one per
+//     executor, count against these rows ahead: they hold their slots too,
+//     and an engine that claimed ahead while its flush fell behind held
+//     ever more of a gate's slots (make bench's scenario 4, a gate of 1,000
+//     with 200 executors and 1 ms steps, then found the gate full, took the
+//     slow path of a contended key and fell from about 18,000 to
+//     4,000-5,000 steps/s in about half its runs). Short steps do not count
+//     them: plain no-op steps ran about a fifth slower when they did.
 //
 // The peers driver alone, 500 keys K = 1, 1 ms steps, three runs each, ran
 // 15,501-15,926 steps/s without rows ahead for 1 ms steps and
@@ -178,9 +192,46 @@ func (q *queueRunner) free() int {
 	case step < int64(shortStep):
 		return int(2*n - busy)
 	}
-	ahead := min(n*q.claimNanos.Load()/step, n)
+	ahead := min(n*q.claimNanos.Load()/step, q.aheadCap.Load())
 	behind := max(0, q.unflushed.Load()-n) // more outcomes unflushed than executors
 	return int(n + max(0, ahead-behind) - busy)
+}
+
+// aheadMax bounds a queue's cap on rows ahead for steps longer than
+// shortStep (see free), in executors.
+const aheadMax = 3
+
+// adaptAhead adapts the queue's cap on rows ahead to how its last claim
+// went: it asked for asked rows, got got and passed passed rows over
+// (store.ClaimResult.PassedOver). After two claims in a row that took all
+// they asked for and passed no row over, the cap grows by n/4 per such
+// claim, up to aheadMax × n; a claim that passed a few rows over (an
+// eighth of what it got at most) holds it; any other brings it back to n.
+//
+// With 1 ms steps a claim takes several steps' time, and executors that
+// finished their rows wait for the next one: the godurable peers driver
+// alone, 500 keys K = 1 and 100 executors, made claims of about 100 rows,
+// each about 8 ms, with the executors idle most of it, and never passed a
+// row over. A bigger claim costs less per row, in its round trips and its
+// commit. But rows passed over are keys the claim could not admit (K = 1
+// keys that this engine's own rows hold, a gate's last slots): asking for
+// more would only read more of them, and wait for a flush to wake the next
+// claim. make bench's scenario 2 (500 keys, 200 executors) passed rows
+// over in most claims even with the cap at n, often hundreds, and ran
+// about a tenth slower with a cap that grew on every clean claim.
+func (q *queueRunner) adaptAhead(asked, got, passed int) {
+	n := int64(q.n)
+	switch {
+	case got == asked && passed == 0:
+		if q.clean++; q.clean >= 2 {
+			q.aheadCap.Store(min(q.aheadCap.Load()+max(1, n/4), aheadMax*n))
+		}
+	case got > 0 && passed*8 <= got:
+		q.clean = 0 // a few rows passed over: the cap holds
+	default:
+		q.clean = 0
+		q.aheadCap.Store(n)
+	}
 }
 
 // ran records how long a step of the queue ran, in the moving average
@@ -213,7 +264,7 @@ func newScheduler(e *Runtime) *Scheduler {
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	for name, n := range e.cfg.Queues {
-		s.queues[name] = &queueRunner{name: name, n: n, wakeCh: make(chan struct{}, 1), work: make(chan store.Claimed, 2*n)}
+		s.queues[name] = newQueueRunner(name, n)
 	}
 	return s
 }
@@ -502,7 +553,9 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				q.claimed(time.Since(sent))
-				if s.took(q, res.Claimed, sent.Add(e.cfg.Lease)) == free {
+				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
+				q.adaptAhead(free, got, res.PassedOver)
+				if got == free {
 					continue // there may be more ready work
 				}
 				if nextDue := res.NextDue; !nextDue.IsZero() {

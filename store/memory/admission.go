@@ -61,6 +61,9 @@ scan:
 				seen[r.inst.Key]++
 			}
 			d := s.admit(r, q, pol, hasPol, waiting, seen, now)
+			if d.verdict != admitted && r.inst.Key != "" {
+				res.PassedOver++ // the scan stops at Limit: every row it passed is ahead of the last one it admitted
+			}
 			switch d.verdict {
 			case admitted:
 				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, now))

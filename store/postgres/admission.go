@@ -255,9 +255,9 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
-	s.windows.record(req.Queue, req.Limit, cc.candidates, plan.Admitted)
+	passed := s.windows.record(req.Queue, req.Limit, cc.candidates, plan.Admitted)
 
-	var res store.ClaimResult
+	res := store.ClaimResult{PassedOver: passed}
 	b = &pgx.Batch{}
 	var debitKeys []string
 	var debitShards, debitNs []int32

@@ -33,10 +33,10 @@ func (w *windows) size(queue string, limit int) int {
 	return min(max(limit+min(extra, limit), minWindow), max(limit, maxWindow))
 }
 
-// record notes what a claim of limit rows passed over in its window.
-// admitted is in window order (admission.Decide walks the window once), so
-// the two are walked together.
-func (w *windows) record(queue string, limit int, window []admission.Candidate, admitted []admission.Admitted) {
+// record notes what a claim of limit rows passed over in its window, and
+// returns it (store.ClaimResult.PassedOver). admitted is in window order
+// (admission.Decide walks the window once), so the two are walked together.
+func (w *windows) record(queue string, limit int, window []admission.Candidate, admitted []admission.Admitted) int {
 	passed, last := 0, 0 // keyed rows not admitted: in all, and before the last admitted row
 	next := 0            // the next admitted row to meet in the window
 	for _, c := range window {
@@ -57,4 +57,5 @@ func (w *windows) record(queue string, limit int, window []admission.Candidate, 
 		w.extra = map[string]int{}
 	}
 	w.extra[queue] = passed
+	return passed
 }

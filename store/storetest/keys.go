@@ -45,6 +45,30 @@ var keyTests = []test{
 			h.commit("w", at(time.Second), done(cs[0]))
 		}
 	}},
+	{"keys/a claim counts the keyed rows it passed over", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		free := h.insertKeyed("", 2)
+		one := h.insertKeyed("account:1", 2)
+		gated := h.insertKeyed("stripe:eu", 2)
+		other := h.insertKeyed("account:2", 1)
+		res := h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(time.Second)})
+		require.ElementsMatch(h.t, []string{free[0], free[1], one[0], gated[0], other[0]}, claimedIDs(res.Claimed))
+		require.Equal(h.t, 2, res.PassedOver, "the second rows of the K = 1 key and of the full gate")
+	}},
+	{"keys/a claim of rows with room passes none over, nor counts the rows beyond its limit", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		h.insertKeyed("", 1)
+		h.insertKeyed("account:1", 1)
+		h.insertKeyed("stripe:eu", 2)
+		h.insertKeyed("account:2", 1)
+		res := h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(time.Second)})
+		require.Len(h.t, res.Claimed, 5)
+		require.Zero(h.t, res.PassedOver)
+		h.insertKeyed("account:3", 3)
+		res = h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 1, Lease: lease, Now: at(2 * time.Second)})
+		require.Len(h.t, res.Claimed, 1)
+		require.Zero(h.t, res.PassedOver, "the key's other rows lie beyond the claim's limit")
+	}},
 	{"keys/K=1 different keys run in parallel", func(h *harness) {
 		var want []string
 		for i := range 3 {
