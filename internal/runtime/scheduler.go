@@ -38,10 +38,10 @@ import (
 //	schedule loop: sleeps until the next tick of this engine's schedules, then records
 //	   it and starts its instance (one fleet-wide: see Schedule).
 //
-// Claims are sized to free executor slots (and as many again while the
-// queue's steps are short: see shortStep), so a claimed row never waits long
-// in the buffer; buffered rows hold their slots (they are claimed), and are
-// released, not run, once Stop begins.
+// Claims are sized to free executor slots and rows ahead, as many as the
+// executors finish while a claim is in flight (see free and adaptAhead), so
+// a claimed row never waits long in the buffer; buffered rows hold their
+// slots (they are claimed), and are released, not run, once Stop begins.
 
 // Scheduler is the live runtime of one started engine (see Runtime.NewScheduler).
 type Scheduler struct {
