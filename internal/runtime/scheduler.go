@@ -211,8 +211,8 @@ const aheadMax = 3
 // With 1 ms steps a claim takes several steps' time, and executors that
 // finished their rows wait for the next one: the godurable peers driver
 // alone, 500 keys K = 1 and 100 executors, made claims of about 100 rows,
-// each about 8 ms, with the executors idle most of it, and never passed a
-// row over. A bigger claim costs less per row, in its round trips and its
+// each about 8 ms, with the executors idle most of it, and almost never
+// passed a row over. A bigger claim costs less per row, in its round trips and its
 // commit. But rows passed over are keys the claim could not admit (K = 1
 // keys that this engine's own rows hold, a gate's last slots): asking for
 // more would only read more of them, and wait for a flush to wake the next
