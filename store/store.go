@@ -330,8 +330,9 @@ type ClaimResult struct {
 	// admitted fewer than Limit) that it did not admit, because their key
 	// had no room (a K = 1 key taken, a gate or a per-key policy full) or
 	// their rate bucket no token. Asking for more rows would not have
-	// admitted those: an engine claims ahead of its executors only while
-	// its claims pass none over. A store that does not count leaves it 0.
+	// admitted those: an engine lets its claims grow ahead of its
+	// executors only while they pass none over (a few hold them where they
+	// are). A store that does not count leaves it 0.
 	PassedOver int
 }
 

@@ -20,7 +20,7 @@ func TestQueueFree(t *testing.T) {
 		return r
 	}
 	grown := func(r *queueRunner, aheadCap int64) *queueRunner {
-		r.aheadCap.Store(aheadCap)
+		r.aheadCap = aheadCap
 		return r
 	}
 	for _, tc := range []struct {
@@ -82,7 +82,7 @@ func TestAdaptAhead(t *testing.T) {
 		{"a claim that found nothing: back to n", claim{20, 0, 0}, 8},
 	} {
 		r.adaptAhead(step.c.asked, step.c.got, step.c.passed)
-		require.Equal(t, step.want, r.aheadCap.Load(), step.name)
+		require.Equal(t, step.want, r.aheadCap, step.name)
 	}
 	require.Equal(t, (1+aheadMax)*8, cap(r.work), "the buffer holds all a claim may take")
 }

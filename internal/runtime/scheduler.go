@@ -134,9 +134,11 @@ type queueRunner struct {
 	// Their rows still hold their slots: see free.
 	unflushed atomic.Int64
 	// aheadCap bounds the rows ahead of claims for steps longer than
-	// shortStep (see free); only the pick loop changes it (adaptAhead).
-	aheadCap atomic.Int64
-	clean    int // claims in a row that came back full passing no row over (pick loop only)
+	// shortStep (see free), and clean counts the claims in a row that came
+	// back full passing no row over (see adaptAhead). Only the pick loop
+	// reads and changes them.
+	aheadCap int64
+	clean    int
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -144,7 +146,7 @@ func newQueueRunner(name string, n int) *queueRunner {
 	// The buffer holds every row a claim may take beyond the running ones
 	// (see free), so that took never waits for an executor.
 	q := &queueRunner{name: name, n: n, wakeCh: make(chan struct{}, 1), work: make(chan store.Claimed, (1+aheadMax)*n)}
-	q.aheadCap.Store(int64(n))
+	q.aheadCap = int64(n)
 	return q
 }
 
@@ -192,7 +194,7 @@ func (q *queueRunner) free() int {
 	case step < int64(shortStep):
 		return int(2*n - busy)
 	}
-	ahead := min(n*q.claimNanos.Load()/step, q.aheadCap.Load())
+	ahead := min(n*q.claimNanos.Load()/step, q.aheadCap)
 	behind := max(0, q.unflushed.Load()-n) // more outcomes unflushed than executors
 	return int(n + max(0, ahead-behind) - busy)
 }
@@ -211,7 +213,7 @@ const aheadMax = 3
 // With 1 ms steps a claim takes several steps' time, and executors that
 // finished their rows wait for the next one: the godurable peers driver
 // alone, 500 keys K = 1 and 100 executors, made claims of about 100 rows,
-// each about 8 ms, with the executors idle most of it, and almost never
+// each 8–18 ms, with the executors idle most of it, and almost never
 // passed a row over. A bigger claim costs less per row, in its round trips and its
 // commit. But rows passed over are keys the claim could not admit (K = 1
 // keys that this engine's own rows hold, a gate's last slots): asking for
@@ -224,13 +226,13 @@ func (q *queueRunner) adaptAhead(asked, got, passed int) {
 	switch {
 	case got == asked && passed == 0:
 		if q.clean++; q.clean >= 2 {
-			q.aheadCap.Store(min(q.aheadCap.Load()+max(1, n/4), aheadMax*n))
+			q.aheadCap = min(q.aheadCap+max(1, n/4), aheadMax*n)
 		}
 	case got > 0 && passed*8 <= got:
 		q.clean = 0 // a few rows passed over: the cap holds
 	default:
 		q.clean = 0
-		q.aheadCap.Store(n)
+		q.aheadCap = n
 	}
 }
 
