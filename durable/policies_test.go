@@ -18,3 +18,11 @@ func TestRateLimitAcrossEngines(t *testing.T) {
 	st := memory.New(memory.Options{})
 	enginetest.RateAcrossEngines(t, func() store.Store { return st }, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 }
+
+func TestWakesWithoutPolling(t *testing.T) {
+	enginetest.WakesWithoutPolling(t, func() store.Store { return memory.New(memory.Options{}) })
+}
+
+func TestClaimsOncePerRow(t *testing.T) {
+	enginetest.ClaimsOncePerRow(t, func() store.Store { return memory.New(memory.Options{}) })
+}

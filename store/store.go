@@ -470,6 +470,15 @@ type OutcomeResult struct {
 	// Stale is true when the claim was no longer the row's current claim:
 	// nothing of the outcome was committed.
 	Stale bool
+	// Unwaited is true when the store knows that no row waits for the
+	// slot the outcome freed: the row held no key's slot, its slot went on
+	// to another row (a successor, a hand-off), or its key had no ready
+	// row and no blocked row other than reservations once the outcome was
+	// applied (the outcome's own row counts: one made ready waits). An
+	// engine need not claim again for a batch of terminal (done, failed)
+	// outcomes that are all unwaited: nothing they freed can be admitted.
+	// A store may leave it false, and does for a stale outcome.
+	Unwaited bool
 }
 
 // ClaimRef names one claim: the row and its fence.

@@ -139,6 +139,11 @@ type queueRunner struct {
 	// reads and changes them.
 	aheadCap int64
 	clean    int
+	// starved is set while the pick loop waits because it had no room to
+	// claim (free was not positive): only then does room that frees up
+	// wake it (see roomFreed). The loop sets it before it reads free, so
+	// that room freed after that read finds it set.
+	starved atomic.Bool
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -256,6 +261,18 @@ func (q *queueRunner) wake() {
 	select {
 	case q.wakeCh <- struct{}{}:
 	default:
+	}
+}
+
+// roomFreed wakes the pick loop for room that freed up (an executor, a
+// flush's executor slots, outcomes no longer unflushed) if the loop waits
+// for room (starved). Otherwise its last claim took fewer rows than it
+// could: room alone admits nothing more, and whatever makes rows ready
+// wakes it on its own (a notification, a flush that freed slots rows
+// wait for: see Scheduler.commit).
+func (q *queueRunner) roomFreed() {
+	if q.starved.Load() {
+		q.wake()
 	}
 }
 
@@ -535,7 +552,9 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	workflows := e.workflowNames()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
+		q.starved.Store(true) // before free is read: see roomFreed
 		if free := q.free(); free > 0 {
+			q.starved.Store(false)
 			// The claim itself makes the queue's due delayed rows and timed
 			// out awaits ready (see store.Store, Claim).
 			sent := time.Now()
@@ -691,7 +710,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	}
 	s.dropSuccessor(ref, toRelease)
 	q.busy.Add(-1)
-	q.wake()
+	q.roomFreed()
 	return nil
 }
 
@@ -732,7 +751,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		return nil
 	}
 	q.busy.Add(-1)
-	q.wake()
+	q.roomFreed()
 	return nil
 }
 
@@ -866,7 +885,7 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 				q.unflushed.Add(-1)
 				if !woken[q] {
 					woken[q] = true
-					q.wake() // its claim may have waited for this flush
+					q.roomFreed() // its outcomes counted against its room (see free)
 				}
 			}
 		}
@@ -937,7 +956,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		for name, n := range room { // the slots no row was handed
 			if n > 0 {
 				s.queues[name].busy.Add(-int64(n))
-				s.queues[name].wake()
+				s.queues[name].roomFreed()
 			}
 		}
 	}()
@@ -980,11 +999,13 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 				}
 			}
 			e.notifyFlushed()
-			// A freed slot may admit blocked work: wake the pick loops,
-			// unless every slot of the batch went straight to a row this
-			// engine runs (the common case of a saturated key), where a
-			// claim would only find the key full again.
-			if passed < len(items) {
+			// A freed slot may admit blocked work, and an outcome that is
+			// not terminal leaves its row to run again: wake the pick
+			// loops, unless every slot of the batch went straight to a row
+			// this engine runs (the common case of a saturated key), where
+			// a claim would only find the key full again, or the batch
+			// left nothing to claim (quiet).
+			if passed < len(items) && !quiet(b, res) {
 				s.WakeAll()
 			}
 		},
@@ -1010,6 +1031,25 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			}
 		},
 	})
+}
+
+// quiet reports whether a committed batch of outcomes left nothing for a
+// claim to take: every outcome is terminal and the store knows no row
+// waits for the slot it freed (store.OutcomeResult.Unwaited). Rows that
+// become ready otherwise (an insert, a promotion, a parent's join, a
+// signal) come with a notification of their own. A claim after the last
+// outcomes of a burst would find nothing, and would hold a connection of
+// the pool while the application may want one.
+func quiet(b []store.Outcome, res []store.OutcomeResult) bool {
+	if len(res) != len(b) {
+		return false
+	}
+	for i, o := range b {
+		if o.Kind != store.OutcomeDone && o.Kind != store.OutcomeFailed || !res[i].Unwaited {
+			return false
+		}
+	}
+	return true
 }
 
 // depth is how many reservations a chain keeps ahead of its running step:

@@ -306,6 +306,12 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	r.inst.KeyShard = -1
 	q := s.queue(r.inst.Queue)
 	q.executing--
+	if _, ok := s.policies[r.inst.Queue]; ok {
+		// The queue's budget has room again: engines that stopped
+		// claiming at it are told, as PostgreSQL's outcomes tell them
+		// (sqlNotifyPolicyQueues).
+		n.add(r.inst.Queue)
+	}
 	if r.inst.Key == "" {
 		return
 	}
@@ -371,8 +377,9 @@ func (s *Store) notifyReady(ks *keyState, n *notes) {
 // handOff gives the slots the outcomes of one Complete freed to the next
 // waiting rows of their keys as admission.Free decides (the rule
 // PostgreSQL's hand-off follows too), claimed by worker; the other slots
-// are freed as without a hand-off. It returns the rows handed off.
-func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) []store.Claimed {
+// are freed as without a hand-off. It returns the rows handed off, and
+// the slots freed so.
+func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed) {
 	st := admission.NewFreeState(h.Room, h.Workflows)
 	want := map[string]int{}
 	var keys []string
@@ -419,7 +426,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	for _, f := range plan.Rest {
 		s.freeSlot(f.Key, f.Shard, true, n)
 	}
-	return claimed
+	return claimed, plan.Rest
 }
 
 // line returns the first n waiting rows of a key (due ready rows and

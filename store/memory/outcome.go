@@ -254,6 +254,8 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	}
 	var freed []admission.Freed
 	res := make([]store.OutcomeResult, len(outcomes))
+	held := make([]string, len(outcomes)) // the key whose slot each outcome's row held
+	credited := map[string]bool{}         // keys with a slot freed, not handed off
 	for i, o := range outcomes {
 		res[i].ID = o.ID
 		r := s.current(o.ID, worker, o.Fence)
@@ -261,17 +263,46 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			res[i].Stale = true
 			continue
 		}
+		held[i] = r.inst.Key
 		if h != nil && o.Contended {
 			s.freeing = &freed // its slot is decided by the hand-off below
+		} else {
+			credited[r.inst.Key] = true
 		}
 		s.apply(r, worker, o, now, n)
 		s.freeing = nil
 	}
 	var claimed []store.Claimed
 	if h != nil {
-		claimed = s.handOff(freed, worker, *h, now, n)
+		var rest []admission.Freed
+		claimed, rest = s.handOff(freed, worker, *h, now, n)
+		for _, f := range rest {
+			credited[f.Key] = true
+		}
+	}
+	for i := range res {
+		k := held[i]
+		res[i].Unwaited = !res[i].Stale && (k == "" || !credited[k] || !s.keyWaited(k))
 	}
 	return res, claimed, nil
+}
+
+// keyWaited reports whether a row of key k waits for a slot: a ready or
+// blocked one (this store reserves none). See store.OutcomeResult.Unwaited.
+func (s *Store) keyWaited(k string) bool {
+	ks := s.keys[k]
+	if ks == nil {
+		return false
+	}
+	if ks.blocked.Len() > 0 {
+		return true
+	}
+	for _, r := range ks.rows {
+		if r.inst.Status == store.StatusReady {
+			return true
+		}
+	}
+	return false
 }
 
 // checkOutcome validates an outcome; current says whether its claim is

@@ -132,6 +132,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		results[a.ord-1].Stale = false
+		results[a.ord-1].Unwaited = true // unless its key is credited with rows waiting (below)
 	}
 	for _, a := range done {
 		o := outcomes[a.ord-1]
@@ -176,7 +177,17 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if h != nil {
 		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
 	}
-	stranded := s.queueFree(b, skipUnwaited(freed), true, now)
+	credited := skipUnwaited(freed)
+	stranded := s.queueFree(b, credited, true, now)
+	var waitedKeys map[string]bool // credited keys with rows waiting (see OutcomeResult.Unwaited)
+	if keys := slotKeys(credited); len(keys) > 0 {
+		waitedKeys = map[string]bool{}
+		b.Queue(s.q(sqlKeysWaiting), keys).Query(func(rows pgx.Rows) error {
+			var k string
+			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { waitedKeys[k] = true; return nil })
+			return err
+		})
+	}
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	handing := len(handIDs) > 0 || len(succIDs) > 0
 	if !handing && (len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {
@@ -222,9 +233,30 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if err := tx.send(ctx, b, true); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
+	// A slot passed on, or a K = 1 key's that no row waited on (see
+	// skipUnwaited), leaves no row waiting for it; so does a credited key
+	// with no ready or blocked row after this transaction's promotions,
+	// unless the outcome's own row is ready again.
+	for _, a := range done {
+		if waitedKeys[a.oldKey] || a.status == "ready" {
+			results[a.ord-1].Unwaited = false
+		}
+	}
 	s.heal(ctx, stranded, now)
 	s.afterInsert(ctx, spawn)
 	return results, claimed, nil
+}
+
+// slotKeys is the distinct keys of slots, sorted.
+func slotKeys(slots []freedSlot) []string {
+	var keys []string
+	for _, f := range slots {
+		if f.key != "" {
+			keys = append(keys, f.key)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 func hasRoom(room map[string]int) bool {

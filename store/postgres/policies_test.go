@@ -204,3 +204,16 @@ func TestConcurrentClaimersUnderPoliciesAndRates(t *testing.T) {
 	require.LessOrEqual(t, slowStarts.Load(), bound)
 	require.Zero(t, e.scalar(`SELECT count(*) FROM key_slots WHERE available <> capacity`))
 }
+
+// freshStores returns a constructor of stores, each in a schema of its own.
+func freshStores(t *testing.T) func() store.Store {
+	return func() store.Store { return newEnv(t).stores()() }
+}
+
+func TestWakesWithoutPolling(t *testing.T) {
+	enginetest.WakesWithoutPolling(t, freshStores(t))
+}
+
+func TestClaimsOncePerRow(t *testing.T) {
+	enginetest.ClaimsOncePerRow(t, freshStores(t))
+}

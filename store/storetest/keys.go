@@ -69,6 +69,61 @@ var keyTests = []test{
 		require.Len(h.t, res.Claimed, 1)
 		require.Zero(h.t, res.PassedOver, "the key's other rows lie beyond the claim's limit")
 	}},
+	{"keys/an outcome says whether a row waits for the slot it freed", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		free := h.insertKeyed("", 1)
+		gated := h.insertKeyed("stripe:eu", 2)
+		one := h.insertKeyed("account:1", 2)
+		unwaited := func(now time.Time, outs ...store.Outcome) map[string]bool {
+			h.t.Helper()
+			m := map[string]bool{}
+			for _, r := range h.complete("w", now, outs...) {
+				require.False(h.t, r.Stale)
+				m[r.ID] = r.Unwaited
+			}
+			return m
+		}
+		cs := h.claim("w", 10, at(time.Second))
+		require.ElementsMatch(h.t, []string{free[0], gated[0], one[0]}, claimedIDs(cs))
+		got := unwaited(at(2*time.Second), done(cs[0]), done(cs[1]), done(cs[2]))
+		require.True(h.t, got[free[0]], "a row without a key frees no slot")
+		require.False(h.t, got[gated[0]], "the gate's second row waits for the slot")
+		require.False(h.t, got[one[0]], "the K = 1 key's second row waits for it")
+
+		cs = h.claim("w", 10, at(3*time.Second))
+		require.ElementsMatch(h.t, []string{gated[1], one[1]}, claimedIDs(cs))
+		got = unwaited(at(4*time.Second), done(cs[0]), done(cs[1]))
+		require.True(h.t, got[gated[1]], "the gate's last row")
+		require.True(h.t, got[one[1]], "the K = 1 key's last row")
+
+		// A row made ready for its next step waits for its key's slot.
+		h.insertKeyed("account:2", 1)
+		c := h.claimOne("w", at(5*time.Second))
+		require.False(h.t, unwaited(at(6*time.Second), next(c, "two"))[c.ID])
+		// A stale outcome says nothing.
+		res := h.complete("w", at(7*time.Second), done(c))
+		require.True(h.t, res[0].Stale)
+		require.False(h.t, res[0].Unwaited)
+	}},
+	{"keys/a slot handed to the next row leaves no row waiting for it", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		ids := h.insertKeyed("stripe:eu", 3)
+		first := h.claimOne("w", at(time.Second))
+		require.Equal(h.t, ids[0], first.ID)
+		ho, ok := h.s.(store.HandOffer)
+		require.True(h.t, ok, "the store does not implement store.HandOffer")
+		res, claimed, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(first)}), at(2*time.Second),
+			store.HandOff{Room: map[string]int{queue: 1}, Lease: lease})
+		require.NoError(h.t, err)
+		require.Equal(h.t, []string{ids[1]}, claimedIDs(claimed))
+		require.True(h.t, res[0].Unwaited, "its slot went on: a claim would find the gate full, though a row waits")
+		// Without room for a hand-off the slot is credited, and a row waits for it.
+		res, claimed, err = ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(claimed[0])}), at(3*time.Second),
+			store.HandOff{Room: map[string]int{}, Lease: lease})
+		require.NoError(h.t, err)
+		require.Empty(h.t, claimed)
+		require.False(h.t, res[0].Unwaited)
+	}},
 	{"keys/K=1 different keys run in parallel", func(h *harness) {
 		var want []string
 		for i := range 3 {

@@ -1,0 +1,143 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
+)
+
+// countingStore counts the claims of a store that hands slots off, as
+// both backends do, and keeps that interface visible to the engine (a
+// plain embedding of store.Store would hide it). It hides the store's
+// notifications (store.Notifier): an engine then claims only when it wakes
+// itself, and each of its claims is one the engine chose to make (with
+// notifications, an insert wakes its engine twice, at once and when the
+// notification comes back, and either may cost a claim).
+type countingStore struct {
+	store.Store
+	claims atomic.Int64
+}
+
+func (c *countingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+func (c *countingStore) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	return c.Store.(store.HandOffer).CompleteHandOff(ctx, worker, outcomes, now, h)
+}
+
+// wakeEngine is an engine that never polls (an hour between polls):
+// whatever it runs, it runs because something woke it.
+func wakeEngine(t *testing.T, st store.Store, executors int, cfg durable.Config) *durable.Engine {
+	t.Helper()
+	cfg.Store = st
+	cfg.Queues = map[string]int{"mail": executors}
+	cfg.PollInterval = time.Hour
+	cfg.ReconcileInterval = time.Hour
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	e, err := durable.New(cfg)
+	require.NoError(t, err)
+	wf := durable.NewWorkflow[sleepState]("work", "one", durable.WorkflowOptions{Queue: "mail"})
+	wf.Step("one", func(ctx steps.Context, s sleepState) (transitions.Transition, error) {
+		time.Sleep(time.Millisecond)
+		if s.N < 0 { // a two-step row: its first outcome leaves it ready
+			return transitions.Next("one", sleepState{N: 0}), nil
+		}
+		return transitions.Done(s.N), nil
+	})
+	require.NoError(t, e.Register(wf))
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
+	return e
+}
+
+// WakesWithoutPolling runs, on engines that never poll, work that each
+// way of freeing room or slots must wake a pick loop for: more rows than
+// executors, a gate of one, a K = 1 key, a queue's budget of one, and rows
+// with a second step. Every row finishes within seconds: none waited for a
+// poll that never comes.
+func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
+	cases := []struct {
+		name      string
+		executors int
+		key       gate.ConcurrencyKey
+		policy    bool
+		n         int // state: -1 for two steps
+	}{
+		{name: "more rows than executors", executors: 1},
+		{name: "a gate of one", executors: 4, key: gate.Gate("tenant", "a")},
+		{name: "a K = 1 key", executors: 4, key: gate.Identity("account", "a")},
+		{name: "a queue budget of one", executors: 4, policy: true},
+		{name: "two steps", executors: 2, n: -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := newStore()
+			e := wakeEngine(t, st, c.executors, durable.Config{Namespace: "wake", Limits: []gate.Limit{{Name: "tenant", Limit: 1}}})
+			if c.policy {
+				_, err := e.SyncConcurrencyPolicies(context.Background(), []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}})
+				require.NoError(t, err)
+			}
+			reqs := make([]durable.InsertRequest, 8)
+			for i := range reqs {
+				reqs[i] = durable.InsertRequest{Workflow: "work", State: sleepState{N: c.n}, Options: durable.InsertOptions{Key: c.key}}
+			}
+			ids, err := e.InsertMany(context.Background(), reqs)
+			require.NoError(t, err)
+			waitDone(t, e, ids, 20*time.Second)
+		})
+	}
+}
+
+// ClaimsOncePerRow inserts rows one at a time into an engine that never
+// polls and is not notified (see countingStore), each once the one before
+// it is done: each costs the claim its insert wakes, and no claim after
+// its outcome (an idle queue's freed executor, or a terminal outcome that
+// leaves no row waiting for its slot, admits nothing: see
+// store.OutcomeResult.Unwaited). Keyless rows and a gate's rows alike.
+func ClaimsOncePerRow(t *testing.T, newStore func() store.Store) {
+	for _, key := range []gate.ConcurrencyKey{{}, gate.Gate("tenant", "a")} {
+		t.Run(fmt.Sprintf("key %q", key.String()), func(t *testing.T) {
+			st := &countingStore{Store: newStore()}
+			e := wakeEngine(t, st, 4, durable.Config{Namespace: "wake", Limits: []gate.Limit{{Name: "tenant", Limit: 2}}})
+			settle := func() int64 { // the claims so far, once none has come for a while
+				n := st.claims.Load()
+				for {
+					time.Sleep(50 * time.Millisecond)
+					m := st.claims.Load()
+					if m == n {
+						return n
+					}
+					n = m
+				}
+			}
+			before := settle() // Start's
+			const rows = 20
+			for i := range rows {
+				id, err := e.Insert(context.Background(), "work", sleepState{N: i}, durable.InsertOptions{Key: key})
+				require.NoError(t, err)
+				waitDone(t, e, []string{id}, 20*time.Second)
+			}
+			claims := settle() - before
+			t.Logf("%d claims for %d rows", claims, rows)
+			require.GreaterOrEqual(t, claims, int64(rows), "every row is claimed")
+			require.LessOrEqual(t, claims, int64(rows+rows/10), "about one claim per row, none after its outcome")
+		})
+	}
+}
