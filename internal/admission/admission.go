@@ -127,9 +127,16 @@ type Plan struct {
 	// Blocked are the rows whose key (or per-key budget) is full, in claim
 	// order: they leave the pick path.
 	Blocked []string
-	// Saturated are the keys found full, sorted: their backlog beyond the
-	// window is blocked too.
+	// Saturated are the keys found full, sorted.
 	Saturated []string
+	// Backlog are the Saturated keys of which the plan admitted no row,
+	// sorted: their backlog beyond the window is blocked too. A claim
+	// that fills a key leaves that to the next claim that finds the key
+	// full, so that the rows it admits do not wait for the writes: the
+	// first claim of the peers' util run (a gate of 5 over 500 rows)
+	// blocked about 300 rows beyond its window in 5 of its 31 ms, while
+	// the rows it admitted waited for its commit.
+	Backlog []string
 	// Roomy are the gate keys of which the plan admitted rows and left
 	// slots free, all their counters locked (not HeldElsewhere), sorted:
 	// keys not full, whatever a claim found of them before.
@@ -346,8 +353,12 @@ func Decide(window []Candidate, st State) Plan {
 	plan.reserve(admittedKey, line, st.Reserve)
 	for k := range saturated {
 		plan.Saturated = append(plan.Saturated, k)
+		if keyTaken[k] == 0 {
+			plan.Backlog = append(plan.Backlog, k)
+		}
 	}
 	slices.Sort(plan.Saturated)
+	slices.Sort(plan.Backlog)
 	for k, lim := range gateLimit {
 		if keyTaken[k] > 0 && !saturated[k] && inUse[k] < lim && slices.ContainsFunc(counters[k], func(c Counter) bool {
 			return c.Available > 0

@@ -76,7 +76,9 @@ import (
 //     promotes the key's first blocked row, so a row can never be blocked
 //     by a claim while its key frees unseen (a lost promotion).
 //     A saturated key's ready rows beyond the window are blocked too, in
-//     bounded chunks, so that its backlog leaves the pick path.
+//     bounded chunks, so that its backlog leaves the pick path: by the
+//     first claim that finds the key full and admits none of its rows (see
+//     admission.Plan.Backlog).
 //  5. The debits are written (counters, buckets), the admitted rows become
 //     executing with a new fence and the lease, the refused rows are
 //     blocked or rescheduled. An optimistic claim debits its counters
@@ -333,10 +335,10 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	if len(plan.Blocked) > 0 {
 		b.Queue(s.q(sqlBlock), plan.Blocked, now, waited)
 	}
-	if len(plan.Saturated) > 0 {
-		b.Queue(s.q(sqlBlockBacklog), plan.Saturated, backlogChunk, now, admission.ReadyCap, waited)
-		s.hot.mark(plan.Saturated...)
+	if len(plan.Backlog) > 0 {
+		b.Queue(s.q(sqlBlockBacklog), plan.Backlog, backlogChunk, now, admission.ReadyCap, waited)
 	}
+	s.hot.mark(plan.Saturated...)
 	s.hot.cool(plan.Roomy...) // gate keys with slots to spare: the usual path serves them (see recentKeys)
 	if seen != nil {
 		// An optimistic claim locks its counters last, so that it holds

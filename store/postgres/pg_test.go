@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
@@ -548,6 +549,36 @@ func TestKeyBacklogLeavesThePickPath(t *testing.T) {
 	require.EqualValues(t, 0, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'ready'`),
 		"the hot key's backlog is off the pick path")
 	require.EqualValues(t, 2999, e.scalar(`SELECT count(*) FROM instances WHERE key = 'tenant:hot' AND status = 'blocked'`))
+}
+
+// A claim that fills a key leaves the key's backlog (its ready rows beyond
+// the claim's window) ready, so that the rows it admits do not wait for
+// those writes; the next claim that finds the key full, admitting none of
+// it, blocks the backlog past the key's first admission.ReadyCap ready rows
+// (see admission.Plan.Backlog).
+func TestFillingClaimLeavesTheBacklogToTheNext(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "stripe", Limit: 2}})
+	require.NoError(t, err)
+	const n = 600
+	var ins []store.NewInstance
+	for i := range n {
+		in := newInstance("stripe:eu")
+		in.RunAt = time.Now().Add(-time.Hour + time.Duration(i)*time.Millisecond)
+		ins = append(ins, in)
+	}
+	e.insert(ins...)
+	count := func(status string) int64 {
+		return e.scalar(`SELECT count(*) FROM instances WHERE key = 'stripe:eu' AND status = $1`, status)
+	}
+	require.Len(t, e.claim("w", 10), 2)
+	window := count("blocked")
+	require.Positive(t, window, "the window's refused rows leave the pick path")
+	require.EqualValues(t, n-2-window, count("ready"), "the backlog beyond the window stays ready")
+
+	require.Empty(t, e.claim("w", 10))
+	require.EqualValues(t, admission.ReadyCap, count("ready"), "the next claim blocks the backlog past the first ReadyCap rows")
+	require.EqualValues(t, n-2-admission.ReadyCap, count("blocked"))
 }
 
 // A child of an earlier spawn does not count against its parent's later

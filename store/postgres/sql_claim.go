@@ -217,7 +217,8 @@ WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
 	keyWaitedOn = `(NOT (k = ANY (one)) OR (SELECT true FROM ` + oneHolder + ` AND e.waiters LIMIT 1) IS NOT NULL)`
 
 	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
-	// key ($1; one of the K = 1 keys $5 only behind a marked holder: see
+	// key the claim admitted none of ($1: admission.Plan.Backlog; one of
+	// the K = 1 keys $5 only behind a marked holder: see
 	// keyWaitedOn) off the pick path, past the key's first $4
 	// (admission.ReadyCap) ready rows, so that a key's deep backlog does
 	// not keep filling the window. A key with fewer rows waiting keeps them
