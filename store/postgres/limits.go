@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -55,6 +56,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, err
 	}
 
+	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o.KeepOmitted) {
+		return store.LimitsResult{}, nil
+	}
 	var res store.LimitsResult
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
@@ -152,8 +156,74 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 // errDryRun rolls back a sync that only reports.
 var errDryRun = errors.New("dry run")
 
+// unchanged reports whether a sync of namespace's limits (unless
+// syncLimits is false) and rate limits (unless syncRates is false) would
+// store exactly what is stored, read without a lock: then the sync takes
+// no lock, writes nothing and commits nothing. It is what an engine's
+// Start finds whenever the fleet's limits did not change (the peers'
+// util run: 5 of the 10 ms from Start to its first claim, on a lock, two
+// reads, a write and a commit). A sync that changes something, or finds a
+// name owned by another namespace, or cannot read, takes the locked path.
+func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, keep bool) bool {
+	oldLs, oldRs, err := s.readOwned(ctx, s.pool)
+	if err != nil {
+		return false
+	}
+	limitKey := func(x ownedLimit) (string, string) { return x.Name, x.namespace }
+	rateKey := func(x ownedRate) (string, string) { return x.Name, x.namespace }
+	for _, l := range wantLs {
+		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
+			return false
+		}
+	}
+	for _, r := range wantRs {
+		if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
+			return false
+		}
+	}
+	if syncLimits {
+		next := desired(oldLs, wantLs, namespace, keep, limitKey, func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		if !sameSet(oldLs, next, func(a, b ownedLimit) int { return strings.Compare(a.Name, b.Name) }) {
+			return false
+		}
+	}
+	if syncRates {
+		next := desired(oldRs, wantRs, namespace, keep, rateKey, func(r gate.RateLimit) ownedRate { return ownedRate{r, namespace} })
+		// Compared as stored: the period in microseconds (TokenCredit).
+		stored := func(rs []ownedRate) []ownedRate {
+			out := make([]ownedRate, len(rs))
+			for i, r := range rs {
+				r.Period = time.Duration(r.TokenCredit()) * time.Microsecond
+				out[i] = r
+			}
+			return out
+		}
+		if !sameSet(stored(oldRs), stored(next), func(a, b ownedRate) int { return strings.Compare(a.Name, b.Name) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSet reports whether a and b hold the same elements, ordered by cmp
+// (unique keys).
+func sameSet[T comparable](a, b []T, cmp func(T, T) int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, cmp)
+	slices.SortFunc(b, cmp)
+	return slices.Equal(a, b)
+}
+
+// batcher sends a batch: a transaction or the pool.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // readOwned reads every stored limit and rate limit with its owner.
-func (s *Store) readOwned(ctx context.Context, tx pgx.Tx) ([]ownedLimit, []ownedRate, error) {
+func (s *Store) readOwned(ctx context.Context, tx batcher) ([]ownedLimit, []ownedRate, error) {
 	var ls []ownedLimit
 	var rs []ownedRate
 	b := &pgx.Batch{}

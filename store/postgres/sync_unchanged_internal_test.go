@@ -1,0 +1,71 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+)
+
+// TestSyncUnchangedTakesNoLock: a sync of limits and rate limits that
+// would store what is stored (unchanged) returns while another transaction
+// holds the limits' lock, and writes nothing; one that changes a limit, a
+// rate limit, or what the namespace owns waits for the lock, as before.
+func TestSyncUnchangedTakesNoLock(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	want := store.KeyLimits{
+		Limits:     []gate.Limit{{Name: "stripe", Limit: 5, Shards: 2}, {Name: "tenant", Limit: 1}},
+		RateLimits: []gate.RateLimit{{Name: "mail", Limit: 20, Period: time.Second, Burst: 10, PerKey: true}},
+	}
+	_, err := s.SyncKeyLimits(ctx, "svc", want)
+	require.NoError(t, err)
+	_, err = s.SyncKeyLimits(ctx, "other", store.KeyLimits{Limits: []gate.Limit{{Name: "theirs", Limit: 3}}})
+	require.NoError(t, err)
+
+	// Another sync holds the lock.
+	holder, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits))
+	require.NoError(t, err)
+
+	sync := func(ns string, w store.KeyLimits) error {
+		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := s.SyncKeyLimits(c, ns, w)
+		return err
+	}
+	wantLs, wantRs, err := store.ValidateKeyLimits("svc", want.Limits, want.RateLimits)
+	require.NoError(t, err)
+	require.True(t, s.unchanged(ctx, "svc", true, true, wantLs.All(), wantRs.All(), false))
+	require.NoError(t, sync("svc", want), "unchanged: no lock taken")
+	require.NoError(t, sync("svc", store.KeyLimits{Limits: want.Limits}), "unchanged, rate limits not synced")
+	require.NoError(t, sync("svc", store.KeyLimits{RateLimits: want.RateLimits}), "unchanged, limits not synced")
+
+	changed := map[string]store.KeyLimits{
+		"a limit":          {Limits: []gate.Limit{{Name: "stripe", Limit: 6, Shards: 2}, {Name: "tenant", Limit: 1}}, RateLimits: want.RateLimits},
+		"a limit's shards": {Limits: []gate.Limit{{Name: "stripe", Limit: 5}, {Name: "tenant", Limit: 1}}, RateLimits: want.RateLimits},
+		"a limit omitted":  {Limits: want.Limits[:1], RateLimits: want.RateLimits},
+		"a limit added":    {Limits: append([]gate.Limit{{Name: "new", Limit: 2}}, want.Limits...), RateLimits: want.RateLimits},
+		"a rate's period":  {Limits: want.Limits, RateLimits: []gate.RateLimit{{Name: "mail", Limit: 20, Period: 2 * time.Second, Burst: 10, PerKey: true}}},
+		"a rate's per key": {Limits: want.Limits, RateLimits: []gate.RateLimit{{Name: "mail", Limit: 20, Period: time.Second, Burst: 10}}},
+		"rates emptied":    {Limits: want.Limits, RateLimits: []gate.RateLimit{}},
+		"another's limit":  {Limits: append([]gate.Limit{{Name: "theirs", Limit: 3}}, want.Limits...), RateLimits: want.RateLimits},
+	}
+	for what, w := range changed {
+		require.ErrorIs(t, sync("svc", w), context.DeadlineExceeded, "%s: the sync must wait for the lock", what)
+	}
+	require.NoError(t, holder.Rollback(ctx))
+
+	// And what was stored is what the first syncs stored.
+	ls, rs, err := s.readOwned(ctx, s.pool)
+	require.NoError(t, err)
+	require.Len(t, ls, 3)
+	require.Len(t, rs, 1)
+	require.Equal(t, want.RateLimits[0], rs[0].RateLimit)
+}
