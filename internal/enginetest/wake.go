@@ -69,22 +69,31 @@ func wakeEngine(t *testing.T, st store.Store, executors int, cfg durable.Config)
 
 // WakesWithoutPolling runs, on engines that never poll, work that each
 // way of freeing room or slots must wake a pick loop for: more rows than
-// executors, a gate of one, a K = 1 key, a queue's budget of one, and rows
-// with a second step. Every row finishes within seconds: none waited for a
-// poll that never comes.
+// executors, a gate of one, a K = 1 key, a queue's budget of one, rows
+// with a second step, and many K = 1 keys with rows waiting behind each
+// (where claims race the outcomes that free their keys, as in the peers'
+// keyed run). Every row finishes within seconds: none waited for a poll
+// that never comes.
 func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
+	one := func(k gate.ConcurrencyKey) func(int) gate.ConcurrencyKey {
+		return func(int) gate.ConcurrencyKey { return k }
+	}
 	cases := []struct {
 		name      string
 		executors int
-		key       gate.ConcurrencyKey
+		rows      int
+		key       func(i int) gate.ConcurrencyKey
 		policy    bool
 		n         int // state: -1 for two steps
 	}{
-		{name: "more rows than executors", executors: 1},
-		{name: "a gate of one", executors: 4, key: gate.Gate("tenant", "a")},
-		{name: "a K = 1 key", executors: 4, key: gate.Identity("account", "a")},
-		{name: "a queue budget of one", executors: 4, policy: true},
-		{name: "two steps", executors: 2, n: -1},
+		{name: "more rows than executors", executors: 1, rows: 8, key: one(gate.ConcurrencyKey{})},
+		{name: "a gate of one", executors: 4, rows: 8, key: one(gate.Gate("tenant", "a"))},
+		{name: "a K = 1 key", executors: 4, rows: 8, key: one(gate.Identity("account", "a"))},
+		{name: "a queue budget of one", executors: 4, rows: 8, key: one(gate.ConcurrencyKey{}), policy: true},
+		{name: "two steps", executors: 2, rows: 8, key: one(gate.ConcurrencyKey{}), n: -1},
+		{name: "many K = 1 keys", executors: 100, rows: 3000, key: func(i int) gate.ConcurrencyKey {
+			return gate.Identity("account", fmt.Sprint(i%300))
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,13 +103,13 @@ func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
 				_, err := e.SyncConcurrencyPolicies(context.Background(), []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}})
 				require.NoError(t, err)
 			}
-			reqs := make([]durable.InsertRequest, 8)
+			reqs := make([]durable.InsertRequest, c.rows)
 			for i := range reqs {
-				reqs[i] = durable.InsertRequest{Workflow: "work", State: sleepState{N: c.n}, Options: durable.InsertOptions{Key: c.key}}
+				reqs[i] = durable.InsertRequest{Workflow: "work", State: sleepState{N: c.n}, Options: durable.InsertOptions{Key: c.key(i)}}
 			}
 			ids, err := e.InsertMany(context.Background(), reqs)
 			require.NoError(t, err)
-			waitDone(t, e, ids, 20*time.Second)
+			waitDone(t, e, ids, 30*time.Second)
 		})
 	}
 }
@@ -110,9 +119,9 @@ func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
 // it is done: each costs the claim its insert wakes, and no claim after
 // its outcome (an idle queue's freed executor, or a terminal outcome that
 // leaves no row waiting for its slot, admits nothing: see
-// store.OutcomeResult.Unwaited). Keyless rows and a gate's rows alike.
+// store.OutcomeResult.Unwaited). Keyless rows, a gate's and a K = 1 key's alike.
 func ClaimsOncePerRow(t *testing.T, newStore func() store.Store) {
-	for _, key := range []gate.ConcurrencyKey{{}, gate.Gate("tenant", "a")} {
+	for _, key := range []gate.ConcurrencyKey{{}, gate.Gate("tenant", "a"), gate.Identity("account", "a")} {
 		t.Run(fmt.Sprintf("key %q", key.String()), func(t *testing.T) {
 			st := &countingStore{Store: newStore()}
 			e := wakeEngine(t, st, 4, durable.Config{Namespace: "wake", Limits: []gate.Limit{{Name: "tenant", Limit: 2}}})

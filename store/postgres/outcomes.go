@@ -177,11 +177,22 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if h != nil {
 		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
 	}
-	credited := skipUnwaited(freed)
-	stranded := s.queueFree(b, credited, true, now)
-	var waitedKeys map[string]bool // credited keys with rows waiting (see OutcomeResult.Unwaited)
-	if keys := slotKeys(credited); len(keys) > 0 {
-		waitedKeys = map[string]bool{}
+	// The keys of the slots not passed on may have rows waiting (see
+	// OutcomeResult.Unwaited), read after this transaction's promotions;
+	// only in a batch of terminal outcomes, the one kind an engine asks
+	// about. A K = 1 key that skipUnwaited leaves alone (its holder was not
+	// marked) may still have a row left ready: a claim that could not mark
+	// the holder, whose outcome had it locked, leaves its row ready.
+	waitedKeys := map[string]bool{}
+	keys := slotKeys(freed)
+	for _, k := range keys {
+		waitedKeys[k] = true // unless read below
+	}
+	stranded := s.queueFree(b, skipUnwaited(freed), true, now)
+	if len(keys) > 0 && allTerminal(outcomes) {
+		for _, k := range keys {
+			waitedKeys[k] = false
+		}
 		b.Queue(s.q(sqlKeysWaiting), keys).Query(func(rows pgx.Rows) error {
 			var k string
 			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { waitedKeys[k] = true; return nil })
@@ -233,10 +244,9 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if err := tx.send(ctx, b, true); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
-	// A slot passed on, or a K = 1 key's that no row waited on (see
-	// skipUnwaited), leaves no row waiting for it; so does a credited key
-	// with no ready or blocked row after this transaction's promotions,
-	// unless the outcome's own row is ready again.
+	// A slot passed on leaves no row waiting for it; neither does a
+	// credited key with no ready or blocked row after this transaction's
+	// promotions, unless the outcome's own row is ready again.
 	for _, a := range done {
 		if waitedKeys[a.oldKey] || a.status == "ready" {
 			results[a.ord-1].Unwaited = false
@@ -245,6 +255,17 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	s.heal(ctx, stranded, now)
 	s.afterInsert(ctx, spawn)
 	return results, claimed, nil
+}
+
+// allTerminal reports whether every outcome ends its instance (done or
+// failed).
+func allTerminal(outcomes []store.Outcome) bool {
+	for _, o := range outcomes {
+		if o.Kind != store.OutcomeDone && o.Kind != store.OutcomeFailed {
+			return false
+		}
+	}
+	return true
 }
 
 // slotKeys is the distinct keys of slots, sorted.
