@@ -22,7 +22,9 @@ import (
 //	                                                                    │ outcome
 //	flushers ◀──────────────────────────────────────────────────────────┘
 //	   group-commit every outcome that arrived while the previous flush was in flight,
-//	   then wake the pick loops (a freed slot may admit blocked work). Outcomes of
+//	   then wake the pick loops (a freed slot may admit blocked work), unless the batch
+//	   left nothing to claim (see quiet); room that frees up wakes a pick loop only
+//	   while it waits for room (see roomFreed). Outcomes of
 //	   contended claims (rows waited for their key) go to flushers of their own, with
 //	   their executor slots: the store may hand each freed slot straight to the key's
 //	   next waiting row (store.HandOffer), which goes to that executor without a claim.
