@@ -50,14 +50,15 @@ FROM x WHERE s.key = x.key AND s.shard = x.shard`
 DELETE FROM {schema}.key_slots
 WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity = 0`
 
-	// sqlKeysWaiting returns the keys of $1 with a row waiting for a slot:
-	// a ready row, or a blocked one that is not a reservation (see
-	// store.OutcomeResult.Unwaited). It runs after the freeing
-	// transaction's promotions, in its snapshot of them.
+	// sqlKeysWaiting returns a row when a key of $1 has a row waiting for
+	// a slot: a ready row, or a blocked one that is not a reservation (see
+	// store.OutcomeResult.Unwaited); it stops at the first. It runs after
+	// the freeing transaction's promotions, in its snapshot of them.
 	sqlKeysWaiting = `
-SELECT k FROM unnest($1::text[]) AS k
+SELECT 1 FROM unnest($1::text[]) AS k
 WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'ready')
-   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'blocked' AND worker IS NULL)`
+   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'blocked' AND worker IS NULL)
+LIMIT 1`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
 	// (priority, then FIFO; reserved rows are not waiting: see
