@@ -132,7 +132,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	leftQueues := map[string]bool{} // queues whose rows left executing
 	for _, a := range done {
 		results[a.ord-1].Stale = false
-		results[a.ord-1].Unwaited = true // unless its key is credited with rows waiting (below)
+		results[a.ord-1].Unwaited = true // unless its key may have rows waiting (below)
 	}
 	for _, a := range done {
 		o := outcomes[a.ord-1]
