@@ -383,6 +383,9 @@ const (
 	OutcomeFailed
 )
 
+// Terminal reports whether the kind ends its instance (done, failed).
+func (k OutcomeKind) Terminal() bool { return k == OutcomeDone || k == OutcomeFailed }
+
 // String is the kind's name ("ready", "await", "spawn", "done", "failed"),
 // which is also how it travels to a database.
 func (k OutcomeKind) String() string {

@@ -1047,7 +1047,7 @@ func quiet(b []store.Outcome, res []store.OutcomeResult) bool {
 		return false
 	}
 	for i, o := range b {
-		if o.Kind != store.OutcomeDone && o.Kind != store.OutcomeFailed || !res[i].Unwaited {
+		if !o.Kind.Terminal() || !res[i].Unwaited {
 			return false
 		}
 	}

@@ -190,7 +190,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	keys := slotKeys(freed)
 	keysWaited := len(keys) > 0 // unless read below
 	stranded := s.queueFree(b, skipUnwaited(freed), true, now)
-	if len(keys) > 0 && allTerminal(outcomes) {
+	if len(keys) > 0 && !slices.ContainsFunc(outcomes, func(o store.Outcome) bool { return !o.Kind.Terminal() }) {
 		keysWaited = false
 		b.Queue(s.q(sqlKeysWaiting), keys).Query(func(rows pgx.Rows) error {
 			keysWaited = rows.Next()
@@ -243,28 +243,18 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if err := tx.send(ctx, b, true); err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
-	// A slot passed on leaves no row waiting for it; neither does a
-	// credited key with no ready or blocked row after this transaction's
-	// promotions, unless the outcome's own row is ready again.
+	// A slot passed on leaves no row waiting for it; so do the other
+	// slots when the read found no key of them with a ready or blocked
+	// row, unless the outcome's own row is ready again.
 	for _, a := range done {
-		if a.oldKey != "" && keysWaited && slices.Contains(keys, a.oldKey) || a.status == "ready" {
+		_, freedHere := slices.BinarySearch(keys, a.oldKey) // keys: sorted, no ""
+		if keysWaited && freedHere || a.status == "ready" {
 			results[a.ord-1].Unwaited = false
 		}
 	}
 	s.heal(ctx, stranded, now)
 	s.afterInsert(ctx, spawn)
 	return results, claimed, nil
-}
-
-// allTerminal reports whether every outcome ends its instance (done or
-// failed).
-func allTerminal(outcomes []store.Outcome) bool {
-	for _, o := range outcomes {
-		if o.Kind != store.OutcomeDone && o.Kind != store.OutcomeFailed {
-			return false
-		}
-	}
-	return true
 }
 
 // slotKeys is the distinct keys of slots, sorted.
