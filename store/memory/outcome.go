@@ -280,9 +280,19 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			credited[f.Key] = true
 		}
 	}
+	waited := map[string]bool{} // keyWaited, read once per key
 	for i := range res {
 		k := held[i]
-		res[i].Unwaited = !res[i].Stale && (k == "" || !credited[k] || !s.keyWaited(k))
+		if k == "" || !credited[k] {
+			res[i].Unwaited = !res[i].Stale
+			continue
+		}
+		w, ok := waited[k]
+		if !ok {
+			w = s.keyWaited(k)
+			waited[k] = w
+		}
+		res[i].Unwaited = !res[i].Stale && !w
 	}
 	return res, claimed, nil
 }
