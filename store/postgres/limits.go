@@ -68,22 +68,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if err != nil {
 			return err
 		}
-		for _, l := range wantLs.All() {
-			if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
-				return fmt.Errorf("limit %q: %w %q", l.Name, store.ErrNamespaceConflict, oldLs[i].namespace)
-			}
-		}
-		for _, r := range wantRs.All() {
-			if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
-				return fmt.Errorf("rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, oldRs[i].namespace)
-			}
-		}
-
-		nextLs := oldLs
-		if limits != nil {
-			nextLs = desired(oldLs, wantLs.All(), namespace, o.KeepOmitted,
-				func(x ownedLimit) (string, string) { return x.Name, x.namespace },
-				func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o.KeepOmitted)
+		if err != nil {
+			return err
 		}
 		before, err := gate.NewLimits(limitsOf(oldLs))
 		if err != nil {
@@ -104,9 +91,6 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		}
 
 		if rates != nil {
-			nextRs := desired(oldRs, wantRs.All(), namespace, o.KeepOmitted,
-				func(x ownedRate) (string, string) { return x.Name, x.namespace },
-				func(r gate.RateLimit) ownedRate { return ownedRate{r, namespace} })
 			rBefore, err := gate.NewRateLimits(ratesOf(oldRs))
 			if err != nil {
 				return fmt.Errorf("stored rate limits: %w", err)
@@ -156,53 +140,63 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 // errDryRun rolls back a sync that only reports.
 var errDryRun = errors.New("dry run")
 
-// unchanged reports whether a sync of namespace's limits (unless
-// syncLimits is false) and rate limits (unless syncRates is false) would
-// store exactly what is stored, read without a lock: then the sync takes
-// no lock, writes nothing and commits nothing. It is what an engine's
-// Start finds whenever the fleet's limits did not change (the peers'
-// util run: 5 of the 10 ms from Start to its first claim, on a lock, two
-// reads, a write and a commit). A sync that changes something, or finds a
-// name owned by another namespace, or cannot read, takes the locked path.
+// nextOwned is what a sync of namespace stores, given what is stored: its
+// wanted limits (or those stored, unless syncLimits) and rate limits (or
+// those stored, unless syncRates), merged by desired; or the conflict of a
+// wanted name that another namespace owns.
+func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates, keep bool) ([]ownedLimit, []ownedRate, error) {
+	for _, l := range wantLs {
+		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
+			return nil, nil, fmt.Errorf("limit %q: %w %q", l.Name, store.ErrNamespaceConflict, oldLs[i].namespace)
+		}
+	}
+	for _, r := range wantRs {
+		if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
+			return nil, nil, fmt.Errorf("rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, oldRs[i].namespace)
+		}
+	}
+	nextLs, nextRs := oldLs, oldRs
+	if syncLimits {
+		nextLs = desired(oldLs, wantLs, namespace, keep,
+			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
+			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+	}
+	if syncRates {
+		nextRs = desired(oldRs, wantRs, namespace, keep,
+			func(x ownedRate) (string, string) { return x.Name, x.namespace },
+			func(r gate.RateLimit) ownedRate { return ownedRate{r, namespace} })
+	}
+	return nextLs, nextRs, nil
+}
+
+// unchanged reports whether a sync (see nextOwned) would store exactly
+// what is stored, read without a lock: then the sync takes no lock, writes
+// nothing and commits nothing. It is what an engine's Start finds whenever
+// the fleet's limits did not change: in the statement log of one peers
+// util run, the locked sync took 5 ms (a lock, two reads, a replace and a
+// commit) before the first claim. A sync that changes something, or finds
+// a name owned by another namespace, or cannot read, takes the locked
+// path.
 func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, keep bool) bool {
 	oldLs, oldRs, err := s.readOwned(ctx, s.pool)
 	if err != nil {
 		return false
 	}
-	limitKey := func(x ownedLimit) (string, string) { return x.Name, x.namespace }
-	rateKey := func(x ownedRate) (string, string) { return x.Name, x.namespace }
-	for _, l := range wantLs {
-		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
-			return false
-		}
+	nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs, wantRs, namespace, syncLimits, syncRates, keep)
+	if err != nil {
+		return false
 	}
-	for _, r := range wantRs {
-		if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
-			return false
+	// Rate limits compared as stored: the period in microseconds (TokenCredit).
+	stored := func(rs []ownedRate) []ownedRate {
+		out := make([]ownedRate, len(rs))
+		for i, r := range rs {
+			r.Period = time.Duration(r.TokenCredit()) * time.Microsecond
+			out[i] = r
 		}
+		return out
 	}
-	if syncLimits {
-		next := desired(oldLs, wantLs, namespace, keep, limitKey, func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
-		if !sameSet(oldLs, next, func(a, b ownedLimit) int { return strings.Compare(a.Name, b.Name) }) {
-			return false
-		}
-	}
-	if syncRates {
-		next := desired(oldRs, wantRs, namespace, keep, rateKey, func(r gate.RateLimit) ownedRate { return ownedRate{r, namespace} })
-		// Compared as stored: the period in microseconds (TokenCredit).
-		stored := func(rs []ownedRate) []ownedRate {
-			out := make([]ownedRate, len(rs))
-			for i, r := range rs {
-				r.Period = time.Duration(r.TokenCredit()) * time.Microsecond
-				out[i] = r
-			}
-			return out
-		}
-		if !sameSet(stored(oldRs), stored(next), func(a, b ownedRate) int { return strings.Compare(a.Name, b.Name) }) {
-			return false
-		}
-	}
-	return true
+	return sameSet(oldLs, nextLs, func(a, b ownedLimit) int { return strings.Compare(a.Name, b.Name) }) &&
+		sameSet(stored(oldRs), stored(nextRs), func(a, b ownedRate) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // sameSet reports whether a and b hold the same elements, ordered by cmp
