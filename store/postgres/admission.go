@@ -156,6 +156,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	if ok, err := store.NormalizeClaim(&req); !ok {
 		return store.ClaimResult{}, err
 	}
+	defer s.claimed.fire()
 	res, err := s.claim(ctx, req, false)
 	if isDebitLost(err) {
 		// An optimistic claim found a counter changed (nothing of it was

@@ -21,11 +21,12 @@ import (
 // Listen holds its own connection: it takes an idle one out of the pool
 // for good when the pool has two or more (see takeIdleConn), and
 // otherwise, and on every reconnect, makes one from the pool's
-// configuration. An engine's Start no longer waits for Listen, but a new
-// connection made while the first claims run still slowed them on two
-// cores: with it, the peers' keyed scenario (5,000 rows) reached its first
-// step 28-46 ms after Start, against 17-27 ms with an idle one taken (five
-// interleaved pairs). When the connection fails it
+// configuration, the first time only once the store's first claim
+// returned (see listenConn). An engine's Start no longer waits for Listen,
+// but a new connection made while the first claims run still slowed them
+// on two cores: with it, the peers' keyed scenario (5,000 rows) reached
+// its first step 28-46 ms after Start, against 17-27 ms with an idle one
+// taken (five interleaved pairs). When the connection fails it
 // reconnects with exponential backoff; notifications sent while it is down
 // are lost, which engines tolerate because they also poll.
 func (s *Store) Listen(ctx context.Context, fn func(store.Notification)) error {
@@ -84,9 +85,33 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 // with idle set, an idle one of the pool's when there is one and it can
 // LISTEN (one may be dead: the server restarted since the pool used it,
 // and the pool pings only what it hands out), and otherwise a new one.
+//
+// With idle set and no idle connection to spare, it first waits for the
+// store's first claim to return, for listenWait at most, and looks
+// again: a new backend's start (a process forked, its caches filled) ran
+// beside an engine's first claim, on two cores, and slowed it. In the
+// peers' gate of 5 with 50 ms steps, whose pool holds one connection at
+// Start, the first step came 26.9-34.1 ms after Start (median 30.4) with
+// the wait, against 37.0-46.4 (median 39.2) without it (six interleaved
+// runs each, load about 1). Nothing is lost meanwhile: an engine claims
+// at Start anyway, and again once Listen listens (see Scheduler.Listen).
 func (s *Store) listenConn(ctx context.Context, idle bool) (*pgx.Conn, error) {
 	if idle {
-		if conn := s.takeIdleConn(ctx); conn != nil {
+		conn := s.takeIdleConn(ctx)
+		if conn == nil {
+			t := time.NewTimer(s.listenWait)
+			select {
+			case <-s.claimed.done:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			conn = s.takeIdleConn(ctx)
+		}
+		if conn != nil {
 			if err := s.listenOn(ctx, conn); err == nil {
 				return conn, nil
 			}
@@ -103,6 +128,22 @@ func (s *Store) listenConn(ctx context.Context, idle bool) (*pgx.Conn, error) {
 	}
 	return conn, nil
 }
+
+// listenWait bounds how long a first listen with no idle connection to
+// spare waits for the store's first claim (see listenConn): a store that
+// claims nothing (an inserter's) listens after it.
+const listenWait = 250 * time.Millisecond
+
+// event is closed once, when what it stands for first happened.
+type event struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func newEvent() *event { return &event{done: make(chan struct{})} }
+
+// fire closes e.done, the first time only.
+func (e *event) fire() { e.once.Do(func() { close(e.done) }) }
 
 func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{s.cancelChannel}.Sanitize())

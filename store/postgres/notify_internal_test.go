@@ -60,3 +60,60 @@ func TestListenOnADeadIdleConnectionConnectsAnew(t *testing.T) {
 	stop()
 	<-done
 }
+
+// TestFirstListenWaitsForTheFirstClaim: with no idle connection to spare,
+// Listen's first connection is made only once the store's first claim
+// returned (see listenConn), or the store's listenWait after it began
+// without one.
+func TestFirstListenWaitsForTheFirstClaim(t *testing.T) {
+	for _, claim := range []bool{true, false} {
+		name := map[bool]string{true: "after the first claim", false: "after listenWait"}[claim]
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := newInternalStore(t)
+			s.listenWait = 400 * time.Millisecond
+			if claim {
+				s.listenWait = time.Hour // only the claim can end the wait
+			}
+			idle := s.pool.AcquireAllIdle(ctx)
+			require.NotEmpty(t, idle)
+			idle[0].Release()
+			for _, c := range idle[1:] { // the pool keeps one idle connection
+				require.NoError(t, c.Hijack().Close(ctx))
+			}
+
+			listening := make(chan time.Time, 1)
+			lctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			began := time.Now()
+			go func() {
+				done <- s.Listen(lctx, func(n store.Notification) {
+					if n == (store.Notification{}) {
+						select {
+						case listening <- time.Now():
+						default:
+						}
+					}
+				})
+			}()
+			defer func() { stop(); require.NoError(t, <-done) }()
+			select {
+			case <-listening:
+				t.Fatal("Listen connected before the first claim, with no idle connection to spare")
+			case <-time.After(200 * time.Millisecond):
+			}
+			if claim {
+				claimOne(t, s)
+			}
+			select {
+			case at := <-listening:
+				if !claim {
+					require.GreaterOrEqual(t, at.Sub(began), s.listenWait)
+				}
+			case <-ctx.Done():
+				t.Fatal("Listen never listened")
+			}
+		})
+	}
+}

@@ -75,6 +75,9 @@ type Store struct {
 	// its counters (optimisticLockWait; tests that hold the counters on
 	// purpose lengthen it).
 	optimisticWait string
+	// listenWait bounds a first listen's wait for the first claim (see
+	// listenConn; tests change it).
+	listenWait time.Duration
 	// channel is the LISTEN/NOTIFY channel of the schema; its payloads are queue names.
 	channel string
 	// cancelChannel carries the ids of executing instances whose cancel
@@ -92,6 +95,7 @@ type Store struct {
 	settled    recentKeys   // gate keys whose counters were recently found as their limits make them
 	debitsLost atomic.Int64 // optimistic claims made again (a counter changed under them, or their wait timed out)
 	windows    windows      // per queue, the keyed rows the last claim passed over
+	claimed    *event       // the store's first claim returned (see listenConn)
 }
 
 var (
@@ -135,6 +139,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		keySalt:        lockSalt(opts.Schema, saltKeys),
 		uniqueSalt:     lockSalt(opts.Schema, saltUnique),
 		queueSalt:      lockSalt(opts.Schema, saltQueues),
+		listenWait:     listenWait,
+		claimed:        newEvent(),
 	}, nil
 }
 
