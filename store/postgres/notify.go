@@ -87,14 +87,14 @@ func (s *Store) listenOnce(ctx context.Context, fn func(store.Notification), con
 // and the pool pings only what it hands out), and otherwise a new one.
 //
 // With idle set and no idle connection to spare, it first waits for the
-// store's first claim to return, for listenWait at most, and looks
-// again: a new backend's start (a process forked, its caches filled) ran
-// beside an engine's first claim, on two cores, and slowed it. In the
-// peers' gate of 5 with 50 ms steps, whose pool holds one connection at
-// Start, the first step came 26.9-34.1 ms after Start (median 30.4) with
-// the wait, against 37.0-46.4 (median 39.2) without it (six interleaved
-// runs each, load about 1). Nothing is lost meanwhile: an engine claims
-// at Start anyway, and again once Listen listens (see Scheduler.Listen).
+// store's first claim to return, for listenWait at most, and looks again:
+// a new backend's start (a process forked, its caches filled) ran beside
+// an engine's first claim, on two cores, and slowed it. In the peers' gate
+// of 5 with 50 ms steps, whose pool holds one connection at Start, the
+// first step came 28.5-34.1 ms after Start (median 30.4) with the wait,
+// against 37.0-46.4 (median 39.3) without it (six interleaved runs each,
+// load 1.0 falling to 0.3). Nothing is lost meanwhile: an engine claims at
+// Start anyway, and again once Listen listens (see Scheduler.Listen).
 func (s *Store) listenConn(ctx context.Context, idle bool) (*pgx.Conn, error) {
 	if idle {
 		conn := s.takeIdleConn(ctx)
