@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
@@ -340,6 +341,49 @@ func TestClaimWithoutReserveReservesNothing(t *testing.T) {
 				require.Equal(t, store.StatusBlocked, in.Status)
 				require.Empty(t, in.Worker)
 			}
+		})
+	}
+}
+
+// TestHandOffPlansTheFreeingStatements: a connection's first transaction
+// that hands a slot off also parses and plans the statements that free
+// slots (queueFreeWarm), which it does not need itself, without changing
+// anything: the slot still passes on, the counter does not move.
+func TestHandOffPlansTheFreeingStatements(t *testing.T) {
+	freeing := []string{sqlKeyLock, sqlSlotsLockExisting, sqlCredit, sqlSlotsDropEmpty, sqlPromote, sqlKeysWaiting}
+	for _, rk := range reserveKeys {
+		t.Run(rk.key, func(t *testing.T) {
+			ctx := context.Background()
+			base, _ := freshKeyRows(t, rk.key, rk.limits, 0)
+			cfg := base.pool.Config()
+			cfg.MaxConns = 1 // every call below runs on the one backend
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			defer pool.Close()
+			s, err := New(ctx, pool, Options{Schema: base.schema})
+			require.NoError(t, err)
+			prepared := func(qs ...string) int {
+				var n int
+				texts := make([]string, len(qs))
+				for i, q := range qs {
+					texts[i] = s.q(q)
+				}
+				require.NoError(t, pool.QueryRow(ctx,
+					`SELECT count(DISTINCT statement)::int FROM pg_prepared_statements WHERE statement = ANY ($1::text[])`,
+					texts).Scan(&n))
+				return n
+			}
+
+			holder := holdKey(t, s, rk.key)
+			next := insertKeyRows(t, s, rk.key, 1)
+			require.Zero(t, prepared(sqlCredit, sqlPromote, sqlKeysWaiting), "the claim and the inserts do not free slots")
+			before := gateAvailable(t, s, rk.key)
+			handed, _ := reserve(t, s, holder, 0)
+			require.Len(t, handed, 1)
+			require.Equal(t, next[0], handed[0].ID)
+			require.Equal(t, len(freeing), prepared(freeing...), "the hand-off planned every freeing statement")
+			require.Equal(t, before, gateAvailable(t, s, rk.key), "the slot passed on: the counter did not move")
+			require.Equal(t, store.StatusExecuting, rowOf(t, s, next[0]).Status)
 		})
 	}
 }
