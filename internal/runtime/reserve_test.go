@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -100,5 +101,39 @@ func TestClaimReservationsSkipTheFirstFlush(t *testing.T) {
 		in, err := pg.Get(ctx, r.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.StatusDone, in.Status)
+	}
+}
+
+// TestChainEnd follows a slot's chain through reservations queued (succ)
+// and reservations that took the slot over (moved), counts the queued
+// ones, and stops at a claim seen twice, however long the chain.
+func TestChainEnd(t *testing.T) {
+	ref := func(i int) store.ClaimRef { return store.ClaimRef{ID: fmt.Sprintf("r%d", i), Fence: int64(i)} }
+	claimed := func(r store.ClaimRef) store.Claimed {
+		return store.Claimed{Instance: store.Instance{ID: r.ID, Fence: r.Fence}}
+	}
+	t.Run("queued and moved", func(t *testing.T) {
+		s := &Scheduler{succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}}
+		// r0 moved to r1 (r1 took r0's slot); r1 has r2 then r3 queued.
+		s.moved[ref(0)] = ref(1)
+		s.succ[ref(1)] = claimed(ref(2))
+		s.succ[ref(2)] = claimed(ref(3))
+		end, n := s.chainEnd(ref(0))
+		require.Equal(t, ref(3), end)
+		require.Equal(t, 2, n)
+		end, n = s.chainEnd(ref(3))
+		require.Equal(t, ref(3), end)
+		require.Zero(t, n)
+	})
+	for _, length := range []int{3, 40} { // within the stack array, and beyond it
+		t.Run(fmt.Sprintf("a cycle of %d", length), func(t *testing.T) {
+			s := &Scheduler{succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}}
+			for i := range length {
+				s.succ[ref(i)] = claimed(ref((i + 1) % length))
+			}
+			end, n := s.chainEnd(ref(0))
+			require.Equal(t, ref(0), end, "it stops at the first claim seen twice")
+			require.Equal(t, length, n)
+		})
 	}
 }

@@ -509,6 +509,10 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	for _, f := range plan.Rest {
 		rest = append(rest, freedSlot{key: f.Key, shard: f.Shard, waiters: true})
 	}
+	// The rows come back one by one: room for all of them at once, rather
+	// than an array doubled (and copied) as they come, which made a tenth
+	// of the engine's allocations in the peers' hot gate.
+	*claimed = slices.Grow(*claimed, len(plan.Successions)+len(plan.HandOffs)+len(plan.Reserved))
 	scan := func(after map[string]string) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {
 			for rows.Next() {
