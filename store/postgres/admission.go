@@ -290,8 +290,9 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		}
 		res.Claimed = make([]store.Claimed, 0, len(plan.Admitted))
 		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
+			var cs claimScan
 			for rows.Next() {
-				c, err := scanClaimed(rows)
+				c, err := scanClaimed(rows, &cs)
 				if err != nil {
 					return err
 				}
@@ -307,8 +308,9 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			ids[i], afters[i], after[r.ID] = r.ID, r.After, r.After
 		}
 		b.Queue(s.q(sqlClaimReserve), uuidArg(ids), req.Worker, micros(lease), now, uuidArg(afters)).Query(func(rows pgx.Rows) error {
+			var cs claimScan
 			for rows.Next() {
-				c, err := scanClaimed(rows)
+				c, err := scanClaimed(rows, &cs)
 				if err != nil {
 					return err
 				}
@@ -715,8 +717,12 @@ func shardCounts(m map[shardKey]int) (keys []string, shards, ns []int32) {
 	return keys, shards, ns
 }
 
-func scanClaimed(rows pgx.Rows) (store.Claimed, error) {
-	var cs claimScan
+// scanClaimed scans a claimed row into cs, which it clears first: a
+// query's rows share one (it escapes to the heap, as the destinations of
+// the row's scan), where one per row made a sixth of the engine's
+// allocations in the peers' keyed run, 1.4 KB a row.
+func scanClaimed(rows pgx.Rows, cs *claimScan) (store.Claimed, error) {
+	*cs = claimScan{}
 	r, err := cs.scan(rows, &cs.sigID, &cs.sigName, &cs.sigPayload, &cs.sigDedup, &cs.sigCreated)
 	if err != nil {
 		return store.Claimed{}, err

@@ -425,8 +425,9 @@ func TestClaimUpdateLeavesARowOfABusyKeyReady(t *testing.T) {
 	rows, err = s.pool.Query(ctx, s.q(sqlClaim), uuidArg(ids), "w", int64(60e6), []int32{-1, -1, -1}, nil)
 	require.NoError(t, err)
 	claimed := map[string]bool{}
+	var cs claimScan
 	for rows.Next() {
-		c, err := scanClaimed(rows)
+		c, err := scanClaimed(rows, &cs)
 		require.NoError(t, err)
 		claimed[c.Key] = true
 	}

@@ -50,8 +50,9 @@ FROM {schema}.instances c WHERE id = ANY($1::uuid[]) ORDER BY id`)
 			b.Fatal(err)
 		}
 		claimed = claimed[:0]
+		var cs claimScan
 		for rows.Next() {
-			c, err := scanClaimed(rows)
+			c, err := scanClaimed(rows, &cs)
 			if err != nil {
 				b.Fatal(err)
 			}

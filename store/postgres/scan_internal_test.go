@@ -88,9 +88,10 @@ func TestScanInstanceRowUnchanged(t *testing.T) {
 			require.NoError(t, rows.Err())
 			return out
 		}
+		var cs claimScan // shared by the rows, as the store's queries share one
 		got := read(func(rows pgx.Rows) (store.Claimed, error) {
 			if withSignal {
-				return scanClaimed(rows)
+				return scanClaimed(rows, &cs)
 			}
 			r, err := scanInstanceRow(rows)
 			return store.Claimed{Instance: r.Instance, TimedOut: r.timedOut}, err

@@ -515,8 +515,9 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	*claimed = slices.Grow(*claimed, len(plan.Successions)+len(plan.HandOffs)+len(plan.Reserved))
 	scan := func(after map[string]string) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {
+			var cs claimScan
 			for rows.Next() {
-				c, err := scanClaimed(rows)
+				c, err := scanClaimed(rows, &cs)
 				if err != nil {
 					return err
 				}
