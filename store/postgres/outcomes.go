@@ -200,7 +200,10 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	b.Queue(s.q(sqlNotifyPolicyQueues), mapKeys(leftQueues), s.channel)
 	handing := len(handIDs) > 0 || len(succIDs) > 0
-	warming := handing && s.queueFreeWarm(b, tx) // once per connection
+	warming := handing && tx.conn.Conn().PgConn().CustomData()[s.freeWarmKey] == nil // once per connection
+	if warming {
+		s.queueFreeing(b)
+	}
 	if !handing && (len(sigIDs) > 0 || len(spawned) > 0 || len(terminalChildren) > 0 || len(parked) > 0 || len(histIDs) > 0) {
 		// The follow-ups are planned as PostgreSQL chooses, as before
 		// sqlNoSeqScanGeneric: a generic plan made at a statement's first
@@ -245,7 +248,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		return nil, nil, fmt.Errorf("complete: %w", insertErrorIfDuplicate(err))
 	}
 	if warming {
-		tx.conn.Conn().PgConn().CustomData()[s.freeWarmKey()] = true
+		tx.conn.Conn().PgConn().CustomData()[s.freeWarmKey] = true
 	}
 	// A slot passed on leaves no row waiting for it; so do the other
 	// slots when the read found no key of them with a ready or blocked
@@ -680,27 +683,20 @@ func mapKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// freeWarmKey names, in a connection's custom data, that the connection
-// planned the statements of freeing slots (see queueFreeWarm).
-func (s *Store) freeWarmKey() string { return "godurable/" + s.schema + "/free" }
-
-// queueFreeWarm queues the statements that free slots (queueFree's and
-// sqlKeysWaiting) with nothing to free, in a transaction that hands slots
-// off on a connection that has not run them yet, so that it parses and
-// plans them there; it reports whether it did, and the caller marks the
-// connection once they committed. A key whose slots all pass on (a
-// saturated gate) frees them the usual way only when its burst ends, and
-// that last flush paid for their first use: 5-8 ms of parse and plan in
-// the peers' gate of 5 with 50 ms steps, at the very end of the run. With
-// it, the end (the last step to the driver's count) took 7.9-13.8 ms
-// (median 9.3) against 14.6-40.9 (median 20.6), six interleaved pairs;
-// the hot gate (10, 1 ms steps) 8.5-13.7 (median 11.8) against 11.3-24.0
-// (14.8), twelve pairs, its runs as fast or faster in 20 of 30 pairs (its
-// first hand-off pays the few ms instead, with successors running).
-func (s *Store) queueFreeWarm(b *pgx.Batch, tx *batchTx) bool {
-	if tx.conn.Conn().PgConn().CustomData()[s.freeWarmKey()] != nil {
-		return false
-	}
+// queueFreeing queues every statement that frees slots (queueFree's and
+// sqlKeysWaiting) with nothing to free. A transaction that hands slots
+// off queues them once per connection (Store.freeWarmKey marks it), so
+// that the connection parses and plans them there. A key whose slots all
+// pass on (a saturated gate) frees them the usual way only when its burst
+// ends, and that last flush paid for their first use: 5-8 ms of parse and
+// plan in the peers' gate of 5 with 50 ms steps, at the very end of the
+// run. With them planned early, the end (the last step to the driver's
+// count) took 7.9-13.8 ms (median 9.3) against 14.6-40.9 (median 20.6),
+// six interleaved pairs; the hot gate (10, 1 ms steps) 8.5-13.7 (median
+// 11.8) against 11.3-24.0 (14.8), twelve pairs, its runs faster in 20 of
+// 30 pairs (its first hand-off pays the few ms instead, with successors
+// running). TestFreeingCoversQueueFree keeps the list whole.
+func (s *Store) queueFreeing(b *pgx.Batch) {
 	none, noShards := []string{}, []int32{}
 	b.Queue(s.q(sqlKeyLock), none, s.keySalt)
 	b.Queue(s.q(sqlSlotsLockExisting), none, noShards)
@@ -708,5 +704,4 @@ func (s *Store) queueFreeWarm(b *pgx.Batch, tx *batchTx) bool {
 	b.Queue(s.q(sqlSlotsDropEmpty), none, noShards)
 	b.Queue(s.q(sqlPromote), none, noShards, nil, s.channel, []bool{})
 	b.Queue(s.q(sqlKeysWaiting), none)
-	return true
 }

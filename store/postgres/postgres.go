@@ -96,6 +96,9 @@ type Store struct {
 	debitsLost atomic.Int64 // optimistic claims made again (a counter changed under them, or their wait timed out)
 	windows    windows      // per queue, the keyed rows the last claim passed over
 	claimed    *event       // the store's first claim returned (see listenConn)
+	// freeWarmKey names, in a connection's custom data, that the
+	// connection planned the statements that free slots (see queueFreeing).
+	freeWarmKey string
 }
 
 var (
@@ -141,6 +144,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		queueSalt:      lockSalt(opts.Schema, saltQueues),
 		listenWait:     listenWait,
 		claimed:        newEvent(),
+		freeWarmKey:    "godurable/" + opts.Schema + "/free",
 	}, nil
 }
 

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -350,7 +352,6 @@ func TestClaimWithoutReserveReservesNothing(t *testing.T) {
 // slots (queueFreeWarm), which it does not need itself, without changing
 // anything: the slot still passes on, the counter does not move.
 func TestHandOffPlansTheFreeingStatements(t *testing.T) {
-	freeing := []string{sqlKeyLock, sqlSlotsLockExisting, sqlCredit, sqlSlotsDropEmpty, sqlPromote, sqlKeysWaiting}
 	for _, rk := range reserveKeys {
 		t.Run(rk.key, func(t *testing.T) {
 			ctx := context.Background()
@@ -362,12 +363,11 @@ func TestHandOffPlansTheFreeingStatements(t *testing.T) {
 			defer pool.Close()
 			s, err := New(ctx, pool, Options{Schema: base.schema})
 			require.NoError(t, err)
-			prepared := func(qs ...string) int {
+			var warm pgx.Batch
+			s.queueFreeing(&warm)
+			freeing := batchSQL(&warm)
+			prepared := func(texts ...string) int {
 				var n int
-				texts := make([]string, len(qs))
-				for i, q := range qs {
-					texts[i] = s.q(q)
-				}
 				require.NoError(t, pool.QueryRow(ctx,
 					`SELECT count(DISTINCT statement)::int FROM pg_prepared_statements WHERE statement = ANY ($1::text[])`,
 					texts).Scan(&n))
@@ -376,7 +376,7 @@ func TestHandOffPlansTheFreeingStatements(t *testing.T) {
 
 			holder := holdKey(t, s, rk.key)
 			next := insertKeyRows(t, s, rk.key, 1)
-			require.Zero(t, prepared(sqlCredit, sqlPromote, sqlKeysWaiting), "the claim and the inserts do not free slots")
+			require.Zero(t, prepared(s.q(sqlCredit), s.q(sqlPromote), s.q(sqlKeysWaiting)), "the claim and the inserts do not free slots")
 			before := gateAvailable(t, s, rk.key)
 			handed, _ := reserve(t, s, holder, 0)
 			require.Len(t, handed, 1)
@@ -386,4 +386,28 @@ func TestHandOffPlansTheFreeingStatements(t *testing.T) {
 			require.Equal(t, store.StatusExecuting, rowOf(t, s, next[0]).Status)
 		})
 	}
+}
+
+// batchSQL is the distinct statements queued in b.
+func batchSQL(b *pgx.Batch) []string {
+	var out []string
+	for _, q := range b.QueuedQueries {
+		if !slices.Contains(out, q.SQL) {
+			out = append(out, q.SQL)
+		}
+	}
+	return out
+}
+
+// TestFreeingCoversQueueFree: queueFreeing (planned early by a
+// connection's first hand-off) queues every statement that queueFree
+// queues for a K = 1 key and a gate shard, credited, and the waiting-key
+// read of an outcome batch; no more.
+func TestFreeingCoversQueueFree(t *testing.T) {
+	s := &Store{schema: "t_free"}
+	var freeing, free pgx.Batch
+	s.queueFreeing(&freeing)
+	s.queueFree(&free, []freedSlot{{key: "acct:1", shard: -1, waiters: true}, {key: "hot:1", shard: 0, waiters: true}}, true, time.Time{})
+	free.Queue(s.q(sqlKeysWaiting), []string{"acct:1", "hot:1"})
+	require.ElementsMatch(t, batchSQL(&free), batchSQL(&freeing))
 }
