@@ -26,3 +26,7 @@ func TestWakesWithoutPolling(t *testing.T) {
 func TestClaimsOncePerRow(t *testing.T) {
 	enginetest.ClaimsOncePerRow(t, func() store.Store { return memory.New(memory.Options{}) })
 }
+
+func TestClaimingOnlyWhileClaimsComeBackFull(t *testing.T) {
+	enginetest.ClaimingOnlyWhileClaimsComeBackFull(t, func() store.Store { return memory.New(memory.Options{}) })
+}

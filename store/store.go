@@ -971,6 +971,13 @@ type HandOff struct {
 	// the same queue). A worker that asks must run or release every
 	// reservation it is given. A store may ignore it.
 	Reserve bool
+	// Claiming tells the store that the worker claims again after this
+	// call whatever the call returns, so that OutcomeResult.Unwaited, which
+	// only spares a worker a claim, is of no use to it: the store may leave
+	// it false rather than find out whether rows wait for the slots the
+	// outcomes free. With no room, no successors and no Reserve, the call
+	// is Complete but for that.
+	Claiming bool
 }
 
 // Notifier is implemented by stores that can wake idle engines when work may

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,4 +151,68 @@ func ClaimsOncePerRow(t *testing.T, newStore func() store.Store) {
 			require.LessOrEqual(t, claims, int64(rows+rows/10), "about one claim per row, none after its outcome")
 		})
 	}
+}
+
+// claimingStore records, for each batch of outcomes, whether the engine
+// said it would claim again anyway (store.HandOff.Claiming). It hides the
+// store's notifications, as countingStore does.
+type claimingStore struct {
+	store.Store
+	mu       sync.Mutex
+	claiming []bool // one per Complete or CompleteHandOff, in call order
+}
+
+func (c *claimingStore) record(claiming bool) {
+	c.mu.Lock()
+	c.claiming = append(c.claiming, claiming)
+	c.mu.Unlock()
+}
+
+func (c *claimingStore) calls() []bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.claiming)
+}
+
+func (c *claimingStore) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	c.record(false)
+	return c.Store.Complete(ctx, worker, outcomes, now)
+}
+
+func (c *claimingStore) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	c.record(h.Claiming)
+	return c.Store.(store.HandOffer).CompleteHandOff(ctx, worker, outcomes, now, h)
+}
+
+// ClaimingOnlyWhileClaimsComeBackFull runs a backlog of K = 1 rows, one
+// per key, through an engine of four executors that never polls: while
+// its claims take all they ask for, its flushes tell the store that it
+// claims again anyway (store.HandOff.Claiming), so that the store need not
+// read whether rows wait for the freed slots. Once idle, a row inserted
+// alone is claimed by a claim that comes back short, and its outcome's
+// flush asks (the answer spares the claim after it: ClaimsOncePerRow).
+func ClaimingOnlyWhileClaimsComeBackFull(t *testing.T, newStore func() store.Store) {
+	st := &claimingStore{Store: newStore()}
+	e := wakeEngine(t, st, 4, durable.Config{Namespace: "wake"})
+	const rows = 300
+	reqs := make([]durable.InsertRequest, rows)
+	for i := range reqs {
+		reqs[i] = durable.InsertRequest{Workflow: "work", State: sleepState{N: i}, Options: durable.InsertOptions{Key: gate.Identity("account", fmt.Sprint(i))}}
+	}
+	ids, err := e.InsertMany(context.Background(), reqs)
+	require.NoError(t, err)
+	waitDone(t, e, ids, 60*time.Second)
+	busy := st.calls()
+	require.Contains(t, busy, true, "some flush of the backlog said the engine claims anyway (%d flushes)", len(busy))
+
+	for i := range 5 {
+		id, err := e.Insert(context.Background(), "work", sleepState{N: i}, durable.InsertOptions{Key: gate.Identity("account", "alone")})
+		require.NoError(t, err)
+		waitDone(t, e, []string{id}, 20*time.Second)
+	}
+	// Each call is recorded before it commits: the alone rows' flushes
+	// are the last five.
+	calls := st.calls()
+	require.GreaterOrEqual(t, len(calls), len(busy)+5)
+	require.Equal(t, []bool{false, false, false, false, false}, calls[len(calls)-5:], "an idle engine's flushes ask whether rows wait")
 }

@@ -147,6 +147,10 @@ type queueRunner struct {
 	// wake it (see roomFreed). The loop sets it before it reads free, so
 	// that room freed after that read finds it set.
 	starved atomic.Bool
+	// full is set while the queue's last claim took all the rows it asked
+	// for: the pick loop claims again at once, and again whenever room
+	// frees, until a claim comes back short (see claiming).
+	full atomic.Bool
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -327,6 +331,22 @@ func (s *Scheduler) Canceled(id string) {
 		st.canceled = true
 		st.stop()
 	}
+}
+
+// claiming reports whether every pick loop will claim again without being
+// woken: each waits for room, which a flush's end wakes it for
+// (roomFreed), or its last claim took all it asked for (full), so that it
+// claims again once done, and whenever room frees. A flush then need not
+// learn whether rows wait for the slots it frees (store.HandOff.Claiming):
+// that would only spare a wake (quiet). It may be wrong the moment it is
+// read, and then costs at most a claim that finds nothing.
+func (s *Scheduler) claiming() bool {
+	for _, q := range s.queues {
+		if !q.starved.Load() && !q.full.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // WakeAll wakes every pick loop.
@@ -579,6 +599,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 				q.claimed(time.Since(sent))
 				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
 				q.adaptAhead(free, got, res.PassedOver)
+				q.full.Store(got == free)
 				if got == free {
 					continue // there may be more ready work
 				}
@@ -961,6 +982,12 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			}
 			ho.Reserve = true
 		}
+	}
+	if s.handOffs && s.claiming() {
+		if ho == nil { // a plain Complete but for Claiming (see store.HandOff)
+			ho = &store.HandOff{}
+		}
+		ho.Claiming = true
 	}
 	defer func() {
 		for name, n := range room { // the slots no row was handed

@@ -217,3 +217,7 @@ func TestWakesWithoutPolling(t *testing.T) {
 func TestClaimsOncePerRow(t *testing.T) {
 	enginetest.ClaimsOncePerRow(t, freshStores(t))
 }
+
+func TestClaimingOnlyWhileClaimsComeBackFull(t *testing.T) {
+	enginetest.ClaimingOnlyWhileClaimsComeBackFull(t, freshStores(t))
+}
