@@ -149,7 +149,7 @@ type queueRunner struct {
 	starved atomic.Bool
 	// full is set while the queue's last claim took all the rows it asked
 	// for: the pick loop claims again at once, and again whenever room
-	// frees, until a claim comes back short (see claiming).
+	// frees, until a claim comes back short or fails (see claiming).
 	full atomic.Bool
 }
 
@@ -593,6 +593,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 				if s.bgCtx.Err() != nil {
 					return
 				}
+				q.full.Store(false) // it waits out a backoff
 				wait = out.fail(err)
 			} else {
 				out.ok()
@@ -985,7 +986,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	}
 	if s.handOffs && s.claiming() {
 		if ho == nil { // a plain Complete but for Claiming (see store.HandOff)
-			ho = &store.HandOff{}
+			ho = &store.HandOff{Room: map[string]int{}}
 		}
 		ho.Claiming = true
 	}
