@@ -20,15 +20,19 @@ import (
 )
 
 // countingStore counts the claims of a store that hands slots off, as
-// both backends do, and keeps that interface visible to the engine (a
-// plain embedding of store.Store would hide it). It hides the store's
-// notifications (store.Notifier): an engine then claims only when it wakes
-// itself, and each of its claims is one the engine chose to make (with
-// notifications, an insert wakes its engine twice, at once and when the
-// notification comes back, and either may cost a claim).
+// both backends do, and records for each batch of outcomes whether the
+// engine said it would claim again anyway (store.HandOff.Claiming). It
+// keeps the hand-off interface visible to the engine (a plain embedding of
+// store.Store would hide it) and hides the store's notifications
+// (store.Notifier): an engine then claims only when it wakes itself, and
+// each of its claims is one the engine chose to make (with notifications,
+// an insert wakes its engine twice, at once and when the notification
+// comes back, and either may cost a claim).
 type countingStore struct {
 	store.Store
-	claims atomic.Int64
+	claims   atomic.Int64
+	mu       sync.Mutex
+	claiming []bool // one per Complete or CompleteHandOff, in call order
 }
 
 func (c *countingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
@@ -36,8 +40,27 @@ func (c *countingStore) Claim(ctx context.Context, req store.ClaimRequest) (stor
 	return c.Store.Claim(ctx, req)
 }
 
+func (c *countingStore) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	c.recordFlush(false)
+	return c.Store.Complete(ctx, worker, outcomes, now)
+}
+
 func (c *countingStore) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	c.recordFlush(h.Claiming)
 	return c.Store.(store.HandOffer).CompleteHandOff(ctx, worker, outcomes, now, h)
+}
+
+func (c *countingStore) recordFlush(claiming bool) {
+	c.mu.Lock()
+	c.claiming = append(c.claiming, claiming)
+	c.mu.Unlock()
+}
+
+// flushes returns, per batch of outcomes so far, whether it said Claiming.
+func (c *countingStore) flushes() []bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.claiming)
 }
 
 // wakeEngine is an engine that never polls (an hour between polls):
@@ -153,37 +176,6 @@ func ClaimsOncePerRow(t *testing.T, newStore func() store.Store) {
 	}
 }
 
-// claimingStore records, for each batch of outcomes, whether the engine
-// said it would claim again anyway (store.HandOff.Claiming). It hides the
-// store's notifications, as countingStore does.
-type claimingStore struct {
-	store.Store
-	mu       sync.Mutex
-	claiming []bool // one per Complete or CompleteHandOff, in call order
-}
-
-func (c *claimingStore) record(claiming bool) {
-	c.mu.Lock()
-	c.claiming = append(c.claiming, claiming)
-	c.mu.Unlock()
-}
-
-func (c *claimingStore) calls() []bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.claiming)
-}
-
-func (c *claimingStore) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
-	c.record(false)
-	return c.Store.Complete(ctx, worker, outcomes, now)
-}
-
-func (c *claimingStore) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
-	c.record(h.Claiming)
-	return c.Store.(store.HandOffer).CompleteHandOff(ctx, worker, outcomes, now, h)
-}
-
 // ClaimingOnlyWhileClaimsComeBackFull runs a backlog of K = 1 rows, one
 // per key, through an engine of four executors that never polls: while
 // its claims take all they ask for, its flushes tell the store that it
@@ -192,7 +184,7 @@ func (c *claimingStore) CompleteHandOff(ctx context.Context, worker string, outc
 // alone is claimed by a claim that comes back short, and its outcome's
 // flush asks (the answer spares the claim after it: ClaimsOncePerRow).
 func ClaimingOnlyWhileClaimsComeBackFull(t *testing.T, newStore func() store.Store) {
-	st := &claimingStore{Store: newStore()}
+	st := &countingStore{Store: newStore()}
 	e := wakeEngine(t, st, 4, durable.Config{Namespace: "wake"})
 	const rows = 300
 	reqs := make([]durable.InsertRequest, rows)
@@ -202,7 +194,7 @@ func ClaimingOnlyWhileClaimsComeBackFull(t *testing.T, newStore func() store.Sto
 	ids, err := e.InsertMany(context.Background(), reqs)
 	require.NoError(t, err)
 	waitDone(t, e, ids, 60*time.Second)
-	busy := st.calls()
+	busy := st.flushes()
 	require.Contains(t, busy, true, "some flush of the backlog said the engine claims anyway (%d flushes)", len(busy))
 
 	for i := range 5 {
@@ -212,7 +204,7 @@ func ClaimingOnlyWhileClaimsComeBackFull(t *testing.T, newStore func() store.Sto
 	}
 	// Each call is recorded before it commits: the alone rows' flushes
 	// are the last five.
-	calls := st.calls()
+	calls := st.flushes()
 	require.GreaterOrEqual(t, len(calls), len(busy)+5)
 	require.Equal(t, []bool{false, false, false, false, false}, calls[len(calls)-5:], "an idle engine's flushes ask whether rows wait")
 }
