@@ -973,7 +973,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 		}()
 	}
 	var ho *store.HandOff
-	if _, ok := e.st.(store.HandOffer); ok && withSlots {
+	if s.handOffs && withSlots {
 		// Even when stopping: the successors that run already must be
 		// passed their slots.
 		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}

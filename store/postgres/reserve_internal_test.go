@@ -349,7 +349,7 @@ func TestClaimWithoutReserveReservesNothing(t *testing.T) {
 
 // TestHandOffPlansTheFreeingStatements: a connection's first transaction
 // that hands a slot off also parses and plans the statements that free
-// slots (queueFreeWarm), which it does not need itself, without changing
+// slots (queueFreeing), which it does not need itself, without changing
 // anything: the slot still passes on, the counter does not move.
 func TestHandOffPlansTheFreeingStatements(t *testing.T) {
 	for _, rk := range reserveKeys {
