@@ -31,11 +31,14 @@ type Freed struct {
 // freeing transaction read and locked it.
 type Waiting struct {
 	ID, Key, Queue, Workflow string
-	// InTurn is false when a ready row of the same queue and priority,
-	// without a key or of another key, has an earlier round: handing this
-	// row the slot would let its key run ahead of another key's turn (see
-	// store.Store, Order).
-	InTurn bool
+	// Turn is the row's place in its queue's claim order, and Head the
+	// first ready row of its queue in that order among those without a key
+	// or of another key (nil: none), as read: the row takes a slot only
+	// when it is InTurn, so that a slot never passes along a key's line
+	// while a better-priority or earlier-round row of another key, or of
+	// none, waits to be claimed (see store.Store, Order).
+	Turn Turn
+	Head *Turn
 	// Policy is true when its queue has a concurrency policy, Rated when
 	// its key has a rate limit: a hand-off takes neither a queue budget nor
 	// a token, so such rows go the claim's way.
@@ -105,9 +108,10 @@ type Reservation struct {
 //     key's hand-offs, so a key never skips its own line);
 //   - the worker has room in the row's queue and runs its workflow;
 //   - its queue has no concurrency policy and its key no rate limit;
-//   - it is in turn: no ready row of its queue and priority, without a key
-//     or of another key, has an earlier round, so a hand-off never lets a
-//     key run ahead of another key's turn;
+//   - it is in turn (InTurn): no ready row of its queue, without a key or
+//     of another key, has a better priority or, at its priority, an
+//     earlier round, so a hand-off never lets a key run ahead of a row a
+//     claim would take first;
 //   - for a K = 1 key: the name has no limit now and no row of the key
 //     executes; for a gate key: the name still has a limit, the shard is
 //     one of its shards and the key's counters are clean (see CleanShards),
@@ -205,10 +209,13 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	return plan
 }
 
+// inTurn reports whether w may take a freed slot by the order rule.
+func (w Waiting) inTurn() bool { return InTurn(w.Turn, w.Head) }
+
 // reservable reports whether w may be reserved as the successor of a row
 // of queue.
 func reservable(w Waiting, queue string, workflows []string) bool {
-	return w.InTurn && !w.Policy && !w.Rated && w.Queue == queue &&
+	return w.inTurn() && !w.Policy && !w.Rated && w.Queue == queue &&
 		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
 }
 
@@ -239,6 +246,6 @@ func roomy(f Freed, st FreeState) bool {
 
 // takes reports whether the worker can take w now.
 func takes(w Waiting, room map[string]int, workflows []string) bool {
-	return w.InTurn && !w.Policy && !w.Rated && room[w.Queue] > 0 &&
+	return w.inTurn() && !w.Policy && !w.Rated && room[w.Queue] > 0 &&
 		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func waiting(id, key string) Waiting {
-	return Waiting{ID: id, Key: key, Queue: "q", Workflow: "wf", InTurn: true}
+	return Waiting{ID: id, Key: key, Queue: "q", Workflow: "wf"}
 }
 
 func freeState(mut func(*FreeState)) FreeState {
@@ -60,12 +60,19 @@ func TestFree(t *testing.T) {
 			st: freeState(func(st *FreeState) { st.Room = map[string]int{"other": 5} }), rest: one},
 		{name: "a workflow the worker does not run", freed: one, waiting: line,
 			st: freeState(func(st *FreeState) { st.Workflows = []string{"x"} }), rest: one},
-		{name: "a queue policy", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", InTurn: true, Policy: true}},
+		{name: "a queue policy", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Policy: true}},
 			st: freeState(nil), rest: one},
-		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", InTurn: true, Rated: true}},
+		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Rated: true}},
 			st: freeState(nil), rest: one},
-		{name: "out of turn", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q"}},
+		{name: "out of turn: another key's earlier round", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Turn: Turn{Round: 3}, Head: &Turn{Round: 2}}},
 			st: freeState(nil), rest: one},
+		{name: "out of turn: a better priority waits, whatever its round", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Turn: Turn{Priority: 10, Round: 0}, Head: &Turn{Priority: 0, Round: 50}}},
+			st: freeState(nil), rest: one},
+		{name: "in turn: the head is of a worse priority", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Workflow: "wf", Turn: Turn{Priority: 0, Round: 9}, Head: &Turn{Priority: 1, Round: 0}}},
+			st: freeState(nil), want: []Admitted{{ID: "r1", Shard: -1}}},
 		{name: "gate slots go to the key's next rows in line, each with its shard",
 			freed:   []Freed{{Key: "g:1", Shard: 1}, {Key: "g:1", Shard: 0}},
 			waiting: []Waiting{waiting("r1", "g:1"), waiting("r2", "g:1"), waiting("r3", "g:1")},
@@ -78,7 +85,7 @@ func TestFree(t *testing.T) {
 			want:    []Admitted{{ID: "r1", Shard: 0}}, rest: []Freed{{Key: "g:1", Shard: 0}}},
 		{name: "a key's line stops at its first row that cannot take a slot",
 			freed:   []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 0}},
-			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "other", InTurn: true}, waiting("r2", "g:1")},
+			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "other"}, waiting("r2", "g:1")},
 			st:      freeState(withGate("g:1", 4, 1)),
 			rest:    []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 0}}},
 		{name: "a gate whose name lost its limit is freed", freed: []Freed{{Key: "g:1", Shard: 0}},
@@ -106,7 +113,7 @@ func TestFree(t *testing.T) {
 			rest:    []Freed{{Key: "g:1", Shard: 0}, {Key: "g:1", Shard: 1}}},
 		{name: "keys are independent",
 			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "a:2", Shard: -1}},
-			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "other", InTurn: true}, waiting("r2", "a:2")},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "other"}, waiting("r2", "a:2")},
 			st:      freeState(nil),
 			want:    []Admitted{{ID: "r2", Shard: -1}}, rest: []Freed{{Key: "a:1", Shard: -1}}},
 	} {
@@ -167,19 +174,19 @@ func TestFreeReservations(t *testing.T) {
 		{name: "a row of another queue ends the reservations",
 			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
 			waiting: []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1"),
-				{ID: "r3", Key: "a:1", Queue: "other", Workflow: "wf", InTurn: true}, waiting("r4", "a:1")},
+				{ID: "r3", Key: "a:1", Queue: "other", Workflow: "wf"}, waiting("r4", "a:1")},
 			st:       reserve(func(st *FreeState) { st.Room["other"] = 1 }),
 			handed:   []Admitted{{ID: "r1", Shard: -1}},
 			reserved: []Reservation{{ID: "r2", After: "r1"}}},
 		{name: "a row out of turn ends the reservations",
 			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
 			waiting: []Waiting{waiting("r1", "a:1"),
-				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "wf"}, waiting("r3", "a:1")},
+				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "wf", Turn: Turn{Round: 5}, Head: &Turn{Round: 4}}, waiting("r3", "a:1")},
 			st: reserve(nil), handed: []Admitted{{ID: "r1", Shard: -1}}},
 		{name: "a workflow the worker does not run ends the reservations",
 			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
 			waiting: []Waiting{waiting("r1", "a:1"),
-				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "unknown", InTurn: true}},
+				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "unknown"}},
 			st:     reserve(func(st *FreeState) { st.Workflows = []string{"wf"} }),
 			handed: []Admitted{{ID: "r1", Shard: -1}}},
 		{name: "gate slots: each row handed a slot gets its own reservations, in slot order",
@@ -223,4 +230,23 @@ func TestFreeRoomyGateSuccessionReservesNothing(t *testing.T) {
 	p = Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
 		[]Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")}, st)
 	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}, {ID: "r2", After: "s1"}}, p.Reserved, "a full key reserves")
+}
+
+func TestInTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		t    Turn
+		head *Turn
+		want bool
+	}{
+		{"no other ready row", Turn{Priority: 5, Round: 7}, nil, true},
+		{"the head is of a later round", Turn{Round: 1}, &Turn{Round: 2}, true},
+		{"a tie is in turn", Turn{Round: 2}, &Turn{Round: 2}, true},
+		{"the head is of an earlier round", Turn{Round: 2}, &Turn{Round: 1}, false},
+		{"the head has a better priority, whatever the rounds", Turn{Priority: 1, Round: 0}, &Turn{Priority: 0, Round: 99}, false},
+		{"the head has a worse priority, whatever the rounds", Turn{Priority: 0, Round: 99}, &Turn{Priority: 1, Round: 0}, true},
+		{"a row with no round comes first in its priority", Turn{Round: NoRound}, &Turn{Round: 0}, true},
+	} {
+		require.Equal(t, tc.want, InTurn(tc.t, tc.head), tc.name)
+	}
 }

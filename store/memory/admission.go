@@ -407,7 +407,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 			_, policy := s.policies[r.inst.Queue]
 			_, rated := s.rates.Lookup(gate.NameOf(k))
 			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
-				Workflow: r.inst.Workflow, InTurn: s.inTurn(r), Policy: policy, Rated: rated})
+				Workflow: r.inst.Workflow, Turn: turn(r), Head: s.head(r), Policy: policy, Rated: rated})
 		}
 	}
 	plan := admission.Free(freed, waiting, st)
@@ -454,24 +454,48 @@ func (s *Store) line(ks *keyState, n int) []*row {
 	return first
 }
 
-// inTurn reports whether no ready row of r's queue and priority, without
-// a key or of another key, has an earlier round than r (see
-// admission.Waiting).
-func (s *Store) inTurn(r *row) bool {
+// turn is r's place in its queue's claim order (see admission.Turn).
+func turn(r *row) admission.Turn {
+	t := admission.Turn{Priority: r.inst.Priority, Round: admission.NoRound}
+	if r.hasRound {
+		t.Round = r.round
+	}
+	return t
+}
+
+// head is the turn of the first ready row of r's queue, in claim order,
+// among those without a key or of another key than r's, at r's priority
+// or a better one (nil: none): the row that a slot passing to r would have
+// to wait for (admission.InTurn).
+func (s *Store) head(r *row) *admission.Turn {
 	q := s.queues[r.inst.Queue]
-	if q == nil || !r.hasRound {
-		return true
+	if q == nil {
+		return nil
 	}
-	h := q.ready[r.inst.Priority]
-	if h == nil || h.Len() == 0 || h.min().round >= r.round {
-		return true
-	}
-	for _, o := range h.rows {
-		if o.round < r.round && o.inst.Key != r.inst.Key {
-			return false
+	for _, p := range q.prios { // sorted, best first
+		if p > r.inst.Priority {
+			break
+		}
+		h := q.ready[p]
+		if h == nil || h.Len() == 0 {
+			continue
+		}
+		if m := h.min(); m.inst.Key != r.inst.Key {
+			t := turn(m)
+			return &t
+		}
+		var best *row
+		for _, o := range h.rows {
+			if o.inst.Key != r.inst.Key && (best == nil || turn(o).Compare(turn(best)) < 0) {
+				best = o
+			}
+		}
+		if best != nil {
+			t := turn(best)
+			return &t
 		}
 	}
-	return true
+	return nil
 }
 
 // room is how many more rows of key k would be admitted now. For a gate it

@@ -276,7 +276,7 @@ func (s *Store) healOnce(ctx context.Context, keys []string, one []bool, next *s
 func (s *Store) cool(keys []string, waiting []admission.Waiting) {
 	var warm []string
 	for _, w := range waiting {
-		if w.InTurn && (len(warm) == 0 || warm[len(warm)-1] != w.Key) {
+		if admission.InTurn(w.Turn, w.Head) && (len(warm) == 0 || warm[len(warm)-1] != w.Key) {
 			warm = append(warm, w.Key)
 		}
 	}
@@ -459,13 +459,39 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 	})
 	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve)).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
-		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.InTurn, &w.Policy, &w.Rated}, func() error {
+		var round, otherRound, freeRound *int64
+		var otherPrio, freePrio *int
+		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.Turn.Priority, &round,
+			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated}, func() error {
+			w.Turn.Round = roundOf(round)
+			w.Head = nil
+			for _, h := range []*admission.Turn{turnOf(otherPrio, otherRound), turnOf(freePrio, freeRound)} {
+				if h != nil && (w.Head == nil || h.Compare(*w.Head) < 0) {
+					w.Head = h
+				}
+			}
 			r.waiting = append(r.waiting, w)
 			return nil
 		})
 		return err
 	})
 	return r
+}
+
+// roundOf is a round as read (nil: the row has none).
+func roundOf(r *int64) int64 {
+	if r == nil {
+		return admission.NoRound
+	}
+	return *r
+}
+
+// turnOf is the turn of a head row as read (nil priority: no such row).
+func turnOf(prio *int, round *int64) *admission.Turn {
+	if prio == nil {
+		return nil
+	}
+	return &admission.Turn{Priority: *prio, Round: roundOf(round)}
 }
 
 // handOff decides, on the reads queueHandOffReads made (nil: none), what

@@ -146,22 +146,23 @@ ORDER BY h.key, s.shard`
 
 	// sqlHandOffCandidates locks and returns the first n waiting rows
 	// (ready or blocked, not reserved) of each held key, n being the sum
-	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants), in the key's line (queue, priority, round: the order of
+	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants),
+	// in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
 	// long line; a key's rows of one queue and priority have distinct
 	// rounds), skipping rows others hold, like sqlPromote; a ready row of
 	// the key that no claim has taken yet stands in the line before the
 	// key's later blocked rows. Each comes with what a hand-off must know
-	// of it: whether it is in turn (no ready row of its queue and priority
-	// without a key, or of another key, has an earlier round; rows of its
-	// own key ahead of it are being claimed or handed off by others),
-	// whether its queue has a policy and its key a rate limit. The turn is
-	// read once per key, queue and priority: the first other key's round
-	// below the group's last candidate (a range of the keyed pick index
-	// that ends at the first row of another key), and the keyless head
-	// (one probe). g is MATERIALIZED for that: inlined into the final
-	// join, its probes ran once per candidate, each walking the key's line
-	// up to the last one (TestHandOffCandidatesReadTheTurnOncePerGroup).
+	// of it: its turn (priority, round) and the first ready rows of its
+	// queue that a claim would take before the group's last candidate, of
+	// another key (a range of the keyed pick index that ends at the first
+	// row of another key) and without a key (one probe of the keyless
+	// pick index), from which admission.InTurn decides whether it is in
+	// turn; whether its queue has a policy and its key a rate limit. The
+	// heads are read once per key, queue and priority: g is MATERIALIZED
+	// for that (inlined into the final join, its probes ran once per
+	// candidate, each walking the key's line up to the last one:
+	// TestHandOffCandidatesReadTheTurnOncePerGroup).
 	sqlHandOffCandidates = `
 WITH held AS (SELECT i.key, sum(w.n)::int AS n
               FROM unnest($1::uuid[], $2::int[]) AS w(id, n) JOIN {schema}.instances i ON i.id = w.id
@@ -173,16 +174,18 @@ c AS MATERIALIZED (
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 g AS MATERIALIZED (
-    SELECT g.key, g.queue, g.priority,
-           (SELECT r.round FROM {schema}.instances r
-            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue AND r.priority = g.priority
-              AND r.round < g.last AND r.key <> g.key
-            ORDER BY r.round LIMIT 1) AS other,
-           (SELECT min(r.round) FROM {schema}.instances r
-            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue AND r.priority = g.priority) AS free
-    FROM (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority) g)
-SELECT c.id::text, c.key, c.queue, c.workflow,
-       c.round IS NULL OR ((g.other IS NULL OR c.round <= g.other) AND (g.free IS NULL OR c.round <= g.free)),
+    SELECT g.key, g.queue, g.priority, o.priority AS other_priority, o.round AS other_round,
+           f.priority AS free_priority, f.round AS free_round
+    FROM (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority) g
+    LEFT JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                       WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue
+                         AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
+                       ORDER BY r.priority, r.round LIMIT 1) o ON true
+    LEFT JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                       WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue AND r.priority <= g.priority
+                       ORDER BY r.priority, r.round LIMIT 1) f ON true)
+SELECT c.id::text, c.key, c.queue, c.workflow, c.priority, c.round,
+       g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
        EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name)
 FROM c JOIN g ON g.key = c.key AND g.queue = c.queue AND g.priority = c.priority

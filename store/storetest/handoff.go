@@ -167,6 +167,50 @@ var handOffTests = []test{
 		cs := h.claim("w", 1, at(3*time.Second))
 		require.Equal(h.t, []string{b.ID}, claimedIDs(cs), "b's turn comes first")
 	}},
+	{"handoff/a slot never passes along a key's line while a better-priority row waits", func(h *harness) {
+		for _, other := range []string{"", "acct:b"} {
+			k := "acct:a" + other
+			var a []string
+			for range 3 {
+				n := inst(k)
+				n.Priority = 10
+				h.insert(n)
+				a = append(a, n.ID)
+			}
+			c := h.claimOne("w", at(time.Second))
+			require.Equal(h.t, a[0], c.ID)
+			require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+			h.requireStatus(store.StatusBlocked, a[1], a[2])
+			x := inst(other)
+			x.RunAt = at(0)
+			x.Priority = 0
+			h.insert(x)
+			require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+			h.requireStatus(store.StatusReady, x.ID)
+			require.Empty(h.t, h.handOff("w", at(2*time.Second), map[string]int{queue: 1}, done(c)),
+				"key %q: a[1] (priority 10) would start before x (priority 0)", other)
+			h.requireStatus(store.StatusReady, a[1])
+			require.Equal(h.t, x.ID, h.claimOne("w", at(3*time.Second)).ID, "key %q: the better priority first", other)
+			for _, id := range a[1:] {
+				next := h.claimOne("w", at(4*time.Second))
+				require.Equal(h.t, id, next.ID)
+				h.commit("w", at(4*time.Second), done(next))
+			}
+		}
+	}},
+	{"handoff/a worse-priority row of another key does not hold a slot back", func(h *harness) {
+		a := h.insertKeyed("acct:a", 3)
+		c := h.claimOne("w", at(time.Second))
+		require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+		y := inst("acct:y")
+		y.RunAt = at(0)
+		y.Priority = 5
+		h.insert(y)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+		h.requireStatus(store.StatusReady, y.ID)
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 1}, done(c))
+		require.Equal(h.t, []string{a[1]}, claimedIDs(got), "a[1] has the better priority: the slot passes")
+	}},
 	{"handoff/a key over a lowered limit is credited, not handed off", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
 		ids := h.insertKeyed("stripe:a", 3)
