@@ -579,17 +579,19 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var oldStatus, oldKey, parentID string
 		var oldShard, joinGen int
-		err := tx.QueryRow(ctx, s.q(sqlCancel), id, tsArg(now)).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Missing, terminal, or executing with its cancel requested
-			// already (nothing more to do).
-			err := s.whyNot(ctx, tx, "cancel", id)
-			if errors.Is(err, errStillExecuting) {
-				return nil
-			}
-			return err
+		var requested bool
+		err := tx.QueryRow(ctx, s.q(sqlCancelLock), id).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen, &requested)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("cancel %s: %w", id, err)
+		case oldStatus == "done" || oldStatus == "failed" || oldStatus == "canceled":
+			return fmt.Errorf("cancel %s: %w (%s)", id, store.ErrTerminal, oldStatus)
+		case requested:
+			return nil // its claim's end cancels it already
 		}
-		if err != nil {
+		if _, err := tx.Exec(ctx, s.q(sqlCancel), id, tsArg(now)); err != nil {
 			return fmt.Errorf("cancel %s: %w", id, err)
 		}
 		b := &pgx.Batch{}
@@ -657,25 +659,6 @@ func (s *Store) Retry(ctx context.Context, id string, now time.Time) error {
 	}
 	return nil
 }
-
-// whyNot explains why a change to a non-terminal instance matched nothing.
-func (s *Store) whyNot(ctx context.Context, q querier, op, id string) error {
-	var status string
-	err := q.QueryRow(ctx, s.q(sqlStatusOf), id).Scan(&status)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%s %s: %w", op, id, store.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("%s %s: %w", op, id, err)
-	case status == "executing" || status == "blocked": // blocked: reserved (see sqlCancel)
-		return fmt.Errorf("%s %s: %w", op, id, errStillExecuting)
-	}
-	return fmt.Errorf("%s %s: %w (%s)", op, id, store.ErrTerminal, status)
-}
-
-// errStillExecuting is whyNot's answer for a row that is executing: only
-// Cancel meets it (a second cancel of a running step) and makes it nil.
-var errStillExecuting = errors.New("still executing")
 
 func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

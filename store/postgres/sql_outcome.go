@@ -195,24 +195,30 @@ WHERE i.id = o.id
 RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
           i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
-	// sqlCancel cancels a non-terminal instance and returns what it held.
-	// An executing row keeps its claim and slot, and a reserved one its
-	// reservation (its step may run in its predecessor's slot: see
-	// store.Claimed.After): it is only marked, and its worker told on the
-	// cancel channel; its claim's end makes it canceled (see store.Store).
-	// A reserved row comes back with old status 'reserved'.
+	// sqlCancelLock locks instance $1 and returns what Cancel must know of
+	// it as it is now: its status ('reserved' for a blocked row with a
+	// worker), key, shard, parent and join generation, and whether its
+	// cancel is already requested. Cancel then decides on these values,
+	// which the lock keeps current until it commits.
+	sqlCancelLock = `
+SELECT CASE WHEN status = 'blocked' AND worker IS NOT NULL THEN 'reserved' ELSE status END,
+       coalesce(key, ''), coalesce(key_shard, -1), coalesce(parent_id::text, ''), join_gen, cancel_requested
+FROM {schema}.instances WHERE id = $1 FOR UPDATE`
+
+	// sqlCancel cancels instance $1, locked by sqlCancelLock and found
+	// neither terminal nor with its cancel requested. An executing row keeps
+	// its claim and slot, and a reserved one its reservation (its step may
+	// run in its predecessor's slot: see store.Claimed.After): it is only
+	// marked, and its worker told on the cancel channel; its claim's end
+	// makes it canceled (see store.Store). Every value it writes is computed
+	// from the row itself, so that it can never write a status the row's
+	// other columns do not allow.
 	sqlCancel = `
-UPDATE {schema}.instances i
-SET status = CASE WHEN o.held THEN o.old_status ELSE 'canceled' END,
-    cancel_requested = o.held,
+UPDATE {schema}.instances
+SET status = CASE WHEN status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL) THEN status ELSE 'canceled' END,
+    cancel_requested = status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL),
     updated_at = coalesce($2::timestamptz, now())
-FROM (SELECT id, status AS old_status, key AS old_key, key_shard AS old_shard, cancel_requested AS was_requested,
-             status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL) AS held
-      FROM {schema}.instances WHERE id = $1 FOR UPDATE) o
-WHERE i.id = o.id AND i.id = $1 AND o.old_status NOT IN ('done', 'failed', 'canceled')
-  AND NOT o.was_requested
-RETURNING CASE WHEN o.old_status = 'blocked' AND o.held THEN 'reserved' ELSE o.old_status END,
-          coalesce(o.old_key, ''), coalesce(o.old_shard, -1), coalesce(i.parent_id::text, ''), i.join_gen`
+WHERE id = $1 AND status NOT IN ('done', 'failed', 'canceled') AND NOT cancel_requested`
 
 	// sqlNotifyCancel tells the workers that the cancel of executing
 	// instance $2 was requested, on the schema's cancel channel $1.
