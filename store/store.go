@@ -89,9 +89,10 @@
 // worker: the row goes to executing without passing through ready, and the
 // slot's counter does not change. It does so only when the claim would
 // have admitted that row at once (see HandOffer) and the row is in turn:
-// no ready row of its queue and priority, without a key or of another key,
-// has an earlier round. The decision is internal/admission.Free, the same
-// for every backend.
+// no ready row of its queue, without a key or of another key, has a better
+// priority or, at its priority, an earlier round (internal/admission.InTurn:
+// one order for a claim, a hand-off and a reservation). The decision is
+// internal/admission.Free, the same for every backend.
 //
 // Such a transaction may also reserve, for each row it makes executing, the
 // key's next waiting row as that row's successor (HandOff.Reserve), and so
@@ -288,8 +289,8 @@ type ClaimRequest struct {
 	// internal/admission.Decide). The claim returns them after the rows it
 	// admits. A worker that asks must run or release every reservation it
 	// is given, and only a HandOffer can take them over (see
-	// Outcome.Successor). A store may ignore it: the in-memory store
-	// reserves no successors at all.
+	// Outcome.Successor). Both backends reserve under the same rule
+	// (store/storetest's reserve/ rules); a store may reserve fewer.
 	Reserve int
 }
 
@@ -939,8 +940,9 @@ type TxInserter interface {
 // A slot is handed off only when every limit the claim would check admits
 // the row without more reads: the worker has Room in the row's queue and
 // runs its workflow, the queue has no concurrency policy, the key has no
-// rate limit, and no ready row of the same queue and priority has an
-// earlier round (keys keep taking turns). Every other freed slot is
+// rate limit, and no ready row of the same queue that a claim would take
+// first (a better priority, or an earlier round) waits: priority and turns
+// hold. Every other freed slot is
 // credited and promotes its key's next blocked row, as with Complete. Only
 // the slots of outcomes marked Contended are considered (the worker kept
 // the executors that ran them for the rows handed back; the store reads

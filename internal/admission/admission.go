@@ -13,6 +13,7 @@ package admission
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -374,25 +375,40 @@ func Decide(window []Candidate, st State) Plan {
 	return plan
 }
 
-// reserve deals each full key's line (its blocked rows that may be
-// reserved, in order) to the key's admitted rows (admittedKey: the key of
-// each), one row each in turn, up to n each, and takes them out of Blocked.
+// reserve deals each full key's line to the key's admitted rows (see
+// Deal) and takes the reserved rows out of Blocked.
 func (p *Plan) reserve(admittedKey []string, line map[string][]string, n int) {
-	if len(line) == 0 {
-		return
-	}
+	p.Reserved = Deal(p.Admitted, admittedKey, line, n)
 	reserved := map[string]bool{}
+	for _, r := range p.Reserved {
+		reserved[r.ID] = true
+	}
+	p.Blocked = slices.DeleteFunc(p.Blocked, func(id string) bool { return reserved[id] })
+}
+
+// Deal reserves successors for a claim's admitted rows (admittedKey: the
+// key of each): each full key's line (its blocked rows that may be
+// reserved, in order) is dealt to the key's admitted rows one row each in
+// turn, up to n each, so that with steps of one length they run in the
+// key's order. A store that decides its claim row by row (the memory
+// store) calls it with the lines it gathered under Decide's rule; Decide
+// calls it for its window.
+func Deal(admitted []Admitted, admittedKey []string, line map[string][]string, n int) []Reservation {
+	if len(line) == 0 {
+		return nil
+	}
+	line = maps.Clone(line)
+	var out []Reservation
 	for range n {
 		for i, k := range admittedKey {
 			if len(line[k]) == 0 {
 				continue
 			}
-			p.Reserved = append(p.Reserved, Reservation{ID: line[k][0], After: p.Admitted[i].ID})
-			reserved[line[k][0]] = true
+			out = append(out, Reservation{ID: line[k][0], After: admitted[i].ID})
 			line[k] = line[k][1:]
 		}
 	}
-	p.Blocked = slices.DeleteFunc(p.Blocked, func(id string) bool { return reserved[id] })
+	return out
 }
 
 // pickShard returns the index in rows of the counter a gate row debits:

@@ -45,6 +45,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim
 	var skipped []*row          // due rows of workflows this worker does not know, or left ready
 	seen := map[string]int{}    // K = 1 key -> its rows this claim took off the pick path to decide
+	var line map[string][]string // full key -> its rows this claim blocked that may be reserved (admission.Decide's rule)
+	leftReady := false           // a row was left ready: the rows after it are not in turn
 scan:
 	for _, p := range q.prios {
 		h := q.ready[p]
@@ -70,6 +72,12 @@ scan:
 			case blocked:
 				r.inst.Status = store.StatusBlocked
 				s.keys[r.inst.Key].blocked.add(r)
+				if _, rated := s.rates.Lookup(gate.NameOf(r.inst.Key)); req.Reserve > 0 && !hasPol && !leftReady && !rated {
+					if line == nil {
+						line = map[string][]string{}
+					}
+					line[r.inst.Key] = append(line[r.inst.Key], r.inst.ID)
+				}
 			case throttled:
 				waiting[d.bucket]++
 				r.inst.RunAt = d.runAt
@@ -77,20 +85,27 @@ scan:
 				q.scheduled.add(r)
 			case left:
 				skipped = append(skipped, r)
+				leftReady = true
 			}
 		}
 		if len(res.Claimed) >= req.Limit {
 			break
 		}
 	}
+	reserved := s.claimReservations(res.Claimed, line, req, now)
+	following := map[string]bool{} // rows with a successor reserved
+	for _, r := range reserved {
+		following[r.After] = true
+	}
 	for i, c := range res.Claimed {
-		if ks := s.keys[c.Key]; ks != nil && ks.blocked.Len() > 0 {
+		if ks := s.keys[c.Key]; following[c.ID] || (ks != nil && ks.blocked.Len() > 0) {
 			res.Claimed[i].Contended = true
 		}
 	}
 	if len(res.Claimed) < req.Limit {
 		res.NextDue = s.nextDue(q)
 	}
+	res.Claimed = append(res.Claimed, reserved...) // after the rows admitted (store.ClaimRequest.Reserve)
 	for _, r := range skipped {
 		s.pushReady(q, r)
 	}
@@ -319,6 +334,10 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 		delete(q.keyExec, r.inst.Key)
 	}
 	s.keys[r.inst.Key].executing--
+	if r.passed {
+		r.passed = false // the slot went on to its successor
+		return
+	}
 	if s.freeing != nil && credit {
 		*s.freeing = append(*s.freeing, admission.Freed{Key: r.inst.Key, Shard: shard})
 		return
@@ -376,18 +395,30 @@ func (s *Store) notifyReady(ks *keyState, n *notes) {
 
 // handOff gives the slots the outcomes of one Complete freed to the next
 // waiting rows of their keys as admission.Free decides (the rule
-// PostgreSQL's hand-off follows too), claimed by worker; the other slots
-// are freed as without a hand-off. It returns the rows handed off, and
-// the slots freed so.
+// PostgreSQL's hand-off follows too), claimed by worker, and with
+// h.Reserve reserves successors for the rows it makes executing and for
+// the successors already passed a slot (freed entries that name them); the
+// other slots are freed as without a hand-off. It returns the rows handed
+// off, then the reservations, and the slots freed so.
 func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed) {
 	st := admission.NewFreeState(h.Room, h.Workflows)
+	st.Reserve = h.Reserve
 	want := map[string]int{}
 	var keys []string
+	succs := map[string]int{} // successors passed a slot of each key: executing, not busy with another row
 	for _, f := range freed {
-		if want[f.Key] == 0 {
+		if f.Successor != "" {
+			succs[f.Key]++
+		}
+		if _, ok := want[f.Key]; !ok {
 			keys = append(keys, f.Key)
 		}
-		want[f.Key]++
+		if f.Successor == "" {
+			want[f.Key]++
+		}
+		if h.Reserve {
+			want[f.Key] += f.Ahead
+		}
 	}
 	var waiting []admission.Waiting
 	for _, k := range keys {
@@ -398,10 +429,13 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if lim, ok := s.limits.Lookup(gate.NameOf(k)); ok {
 			st.Limits[k] = lim
 		}
-		st.Busy[k] = ks.executing > 0
+		st.Busy[k] = ks.executing-succs[k] > 0
 		st.Count[k] = len(ks.counters)
 		for i, c := range ks.counters {
 			st.Counters[k] = append(st.Counters[k], admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available})
+		}
+		if want[k] == 0 {
+			continue
 		}
 		for _, r := range s.line(ks, want[k]) {
 			_, policy := s.policies[r.inst.Queue]
@@ -419,6 +453,9 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		c := s.startClaim(r, req, a.Shard, now)
 		c.Contended = true
 		claimed = append(claimed, c)
+	}
+	for _, rv := range plan.Reserved {
+		claimed = append(claimed, s.reserve(s.rows[rv.ID], worker, rv.After, h.Lease, now))
 	}
 	for _, q := range s.queues {
 		s.dropEmptyPriorities(q)
@@ -441,6 +478,9 @@ func (s *Store) line(ks *keyState, n int) []*row {
 	for _, r := range ks.rows {
 		if r.inst.Status != store.StatusBlocked && (r.inst.Status != store.StatusReady || r.scheduled()) {
 			continue
+		}
+		if s.reserved[r.inst.ID] != nil {
+			continue // a reservation is not waiting: its worker runs it
 		}
 		if len(first) == n && inLine(r, first[n-1]) >= 0 {
 			continue

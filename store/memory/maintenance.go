@@ -70,13 +70,23 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 // + 1. It is a crash path: a K = 1 key is free at once, but gate slots are
 // not credited (the reconciler repairs them). A waking signal or timeout
 // stays with the row, so the next run sees it again. A row whose cancel was
-// requested becomes canceled instead.
+// requested becomes canceled instead. Reservations matching pick are given
+// back (ready in their place, attempt unchanged: they hold no slot).
 func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
-	var rows []*row
+	var rows, reserved []*row
 	for _, r := range s.executing {
 		if pick(r) {
 			rows = append(rows, r)
 		}
+	}
+	for _, r := range s.reserved {
+		if pick(r) {
+			reserved = append(reserved, r)
+		}
+	}
+	slices.SortFunc(reserved, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
+	for _, r := range reserved {
+		s.giveBack(r, now, n)
 	}
 	slices.SortFunc(rows, func(a, b *row) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range rows {
@@ -89,7 +99,7 @@ func (s *Store) takeBack(pick func(*row) bool, now time.Time, n *notes) int {
 		r.inst.Attempt++
 		s.requeue(r, now, n)
 	}
-	return len(rows)
+	return len(rows) + len(reserved)
 }
 
 // Reconcile repairs gate counters from the executing rows, promotes blocked

@@ -57,6 +57,8 @@ type Store struct {
 	queues    map[string]*queueState
 	keys      map[string]*keyState
 	executing map[string]*row
+	// reserved holds the successor reservations (see reserve.go).
+	reserved map[string]*row
 	unique    map[string]map[string]*row // unique key -> rows carrying it
 	children  map[string][]*row          // parent id -> children, creation order
 	signals   map[int64]*signal
@@ -98,6 +100,7 @@ func New(opts Options) *Store {
 		queues:      map[string]*queueState{},
 		keys:        map[string]*keyState{},
 		executing:   map[string]*row{},
+		reserved:    map[string]*row{},
 		unique:      map[string]map[string]*row{},
 		children:    map[string][]*row{},
 		signals:     map[int64]*signal{},
@@ -139,6 +142,9 @@ type row struct {
 	// (valid when hasRound; see store.Store, Order).
 	round    int64
 	hasRound bool
+	// passed is set on an executing row whose slot an outcome passed to
+	// its successor (see succeed): leaving executing frees nothing.
+	passed bool
 
 	pickHeap  *rowHeap // a queue's ready or scheduled heap, or a key's blocked heap
 	pickIdx   int

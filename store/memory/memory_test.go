@@ -265,21 +265,3 @@ func TestRetriedCompleteOfASpawnIsStale(t *testing.T) {
 	require.True(t, out[0].Stale)
 }
 
-// TestRefusesSuccessors: this store reserves no successors, so an outcome
-// naming one is refused rather than have its slot freed under a step that
-// may run in it.
-func TestRefusesSuccessors(t *testing.T) {
-	s := memory.New(memory.Options{})
-	a, b := newInst("q", "account:1"), newInst("q", "account:1")
-	_, err := s.Insert(t.Context(), []store.NewInstance{a, b})
-	require.NoError(t, err)
-	c, err := s.Claim(t.Context(), store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Minute, Now: t0})
-	require.NoError(t, err)
-	require.Len(t, c.Claimed, 1)
-	o := store.Outcome{ID: c.Claimed[0].ID, Fence: c.Claimed[0].Fence, Kind: store.OutcomeDone, Successor: store.ClaimRef{ID: b.ID, Fence: 1}}
-	_, _, err = s.CompleteHandOff(t.Context(), "w", []store.Outcome{o}, t0, store.HandOff{Room: map[string]int{"q": 1}, Reserve: true})
-	require.ErrorIs(t, err, store.ErrInvalid)
-	in, err := s.Get(t.Context(), c.Claimed[0].ID)
-	require.NoError(t, err)
-	require.Equal(t, store.StatusExecuting, in.Status)
-}

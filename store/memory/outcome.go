@@ -238,19 +238,27 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	defer s.unlock(n)
 	now = s.now(now)
 	taken := map[string]bool{}
+	named := map[string]bool{} // the successors the batch names
 	for i, o := range outcomes {
-		if o.Successor.ID != "" {
-			// This store reserves no successors (HandOff.Reserve), so none
-			// can name one: freeing its slot could admit a row beside a
-			// step already running in it.
-			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w: it names a successor, and this store reserves none", i, o.ID, store.ErrInvalid)
+		if o.Successor.ID != "" && h == nil {
+			// Freeing its slot could admit a row beside a step already
+			// running in it: only CompleteHandOff passes a slot on.
+			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w: it names a successor, which only CompleteHandOff passes a slot to", i, o.ID, store.ErrInvalid)
 		}
+		named[o.Successor.ID] = true
+	}
+	for i, o := range outcomes {
 		// Children ids are only checked for current claims: a retried
 		// Complete whose spawn already committed is stale, not an error.
-		current := s.current(o.ID, worker, o.Fence) != nil
+		// A reservation the batch names will be current once passed its slot.
+		current := s.current(o.ID, worker, o.Fence) != nil || (named[o.ID] && s.reservation(o.ID, worker, o.Fence) != nil)
 		if err := s.checkOutcome(o, current, taken); err != nil {
 			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
+	}
+	var passed map[string]int // successors passed a slot -> their predecessor's outcome
+	if h != nil {
+		passed = s.passSlots(worker, outcomes, h.Lease, now)
 	}
 	var freed []admission.Freed
 	res := make([]store.OutcomeResult, len(outcomes))
@@ -264,18 +272,41 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			continue
 		}
 		held[i] = r.inst.Key
-		if h != nil && o.Contended {
+		switch {
+		case r.passed: // its slot went on to its successor
+		case h != nil && o.Contended:
 			s.freeing = &freed // its slot is decided by the hand-off below
-		} else {
+		default:
 			credited[r.inst.Key] = true
 		}
+		before := len(freed)
 		s.apply(r, worker, o, now, n)
 		s.freeing = nil
+		for j := before; j < len(freed); j++ {
+			freed[j].Ahead = o.Ahead // successors its slot's next row may get
+		}
 	}
 	var claimed []store.Claimed
 	if h != nil {
-		var rest []admission.Freed
-		claimed, rest = s.handOff(freed, worker, *h, now, n)
+		// The chains' ends: successors passed a slot whose own outcome is
+		// not in the batch, in their predecessors' order. They may get
+		// successors of their own.
+		var ends []admission.Freed
+		for i, o := range outcomes {
+			if j, ok := passed[o.Successor.ID]; !ok || j != i {
+				continue
+			}
+			succ := s.current(o.Successor.ID, worker, o.Successor.Fence)
+			if succ == nil {
+				continue // its own outcome came in the batch too
+			}
+			ends = append(ends, admission.Freed{Key: succ.inst.Key, Shard: succ.inst.KeyShard,
+				Successor: succ.inst.ID, Queue: succ.inst.Queue, Ahead: o.Ahead})
+			claimed = append(claimed, store.Claimed{Instance: store.Instance{ID: succ.inst.ID, Fence: succ.inst.Fence,
+				Queue: succ.inst.Queue, Status: store.StatusExecuting}, Contended: true})
+		}
+		more, rest := s.handOff(append(ends, freed...), worker, *h, now, n)
+		claimed = append(claimed, more...)
 		for _, f := range rest {
 			credited[f.Key] = true
 		}
@@ -516,6 +547,9 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.Cla
 	for _, c := range claims {
 		r := s.current(c.ID, worker, c.Fence)
 		if r == nil {
+			r = s.reservation(c.ID, worker, c.Fence)
+		}
+		if r == nil {
 			res.Lost = append(res.Lost, c)
 			continue
 		}
@@ -538,6 +572,10 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	defer s.unlock(n)
 	now = s.now(now)
 	for _, c := range claims {
+		if rv := s.reservation(c.ID, worker, c.Fence); rv != nil {
+			s.giveBack(rv, now, n)
+			continue
+		}
 		r := s.current(c.ID, worker, c.Fence)
 		if r == nil {
 			continue
@@ -615,8 +653,9 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if r.inst.Status.Terminal() {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrTerminal)
 	}
-	if r.inst.Status == store.StatusExecuting {
-		// The step may still run: it keeps its slot until its claim ends.
+	if r.inst.Status == store.StatusExecuting || s.reserved[id] != nil {
+		// The step may still run (a reserved row's in its predecessor's
+		// slot): it keeps its slot until its claim ends.
 		if !r.inst.CancelRequested {
 			r.inst.CancelRequested = true
 			r.inst.UpdatedAt = now
