@@ -42,9 +42,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	s.fireTimers(q, now, n) // an await that timed out is claimable at once, as in PostgreSQL
 	s.promoteDue(q, now)
 	pol, hasPol := s.policies[req.Queue]
-	waiting := map[string]int{} // rate bucket -> rows rescheduled by this claim
-	var skipped []*row          // due rows of workflows this worker does not know, or left ready
-	seen := map[string]int{}    // K = 1 key -> its rows this claim took off the pick path to decide
+	waiting := map[string]int{}  // rate bucket -> rows rescheduled by this claim
+	var skipped []*row           // due rows of workflows this worker does not know, or left ready
+	seen := map[string]int{}     // K = 1 key -> its rows this claim took off the pick path to decide
 	var line map[string][]string // full key -> its rows this claim blocked that may be reserved (admission.Decide's rule)
 	leftReady := false           // a row was left ready: the rows after it are not in turn
 scan:

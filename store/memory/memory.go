@@ -59,9 +59,9 @@ type Store struct {
 	executing map[string]*row
 	// reserved holds the successor reservations (see reserve.go).
 	reserved map[string]*row
-	unique    map[string]map[string]*row // unique key -> rows carrying it
-	children  map[string][]*row          // parent id -> children, creation order
-	signals   map[int64]*signal
+	unique   map[string]map[string]*row // unique key -> rows carrying it
+	children map[string][]*row          // parent id -> children, creation order
+	signals  map[int64]*signal
 
 	listeners    map[int64]func(store.Notification)
 	nextListener int64

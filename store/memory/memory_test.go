@@ -264,4 +264,3 @@ func TestRetriedCompleteOfASpawnIsStale(t *testing.T) {
 	require.NoError(t, err, "the children exist now, but the outcome is stale, not malformed")
 	require.True(t, out[0].Stale)
 }
-
