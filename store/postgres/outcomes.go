@@ -86,6 +86,13 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	handIDs := handOffIDs(outcomes, h)
 	ch := chains(outcomes, h)
 	succIDs, succFences := ch.pending(outcomes)
+	if len(succIDs) > 0 {
+		ids := make([]string, 0, len(outcomes)+len(succIDs))
+		for _, o := range outcomes {
+			ids = append(ids, o.ID)
+		}
+		b.Queue(s.q(sqlClaimsLock), uuidArg(append(ids, succIDs...)), worker)
+	}
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch.chained)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue, &a.waiters}, func() error {

@@ -83,6 +83,17 @@ WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
           coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue, o.old_waiters`
 
+	// sqlClaimsLock locks worker $2's rows among $1 (a batch's outcome rows
+	// and the successors they name) in id order, in one statement, before
+	// the outcomes apply: sqlCompleteApply and sqlSuccessorsLock lock them
+	// again (held already), each in id order but the two sets one after
+	// the other, which is not the global order a heartbeat (sqlHeartbeat)
+	// takes them in when a successor's id is smaller than its
+	// predecessor's. Rows of other workers are not locked: their outcomes
+	// are stale and touch nothing.
+	sqlClaimsLock = `
+SELECT 1 FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND worker = $2 ORDER BY id FOR UPDATE`
+
 	// sqlConsumeSignals marks the signals committed outcomes consumed.
 	sqlConsumeSignals = `
 UPDATE {schema}.signals s SET consumed_at = coalesce($3::timestamptz, now())
