@@ -30,3 +30,12 @@ func TestClaimsOncePerRow(t *testing.T) {
 func TestClaimingOnlyWhileClaimsComeBackFull(t *testing.T) {
 	enginetest.ClaimingOnlyWhileClaimsComeBackFull(t, func() store.Store { return memory.New(memory.Options{}) })
 }
+
+func TestGateSpreadsOverTheFleet(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.GateSpreadsOverTheFleet(t, func() store.Store { return st })
+}
+
+func TestClaimedRowsDoNotWaitBehindChains(t *testing.T) {
+	enginetest.ClaimedRowsDoNotWaitBehindChains(t, func() store.Store { return memory.New(memory.Options{}) })
+}

@@ -483,6 +483,14 @@ type OutcomeResult struct {
 	// outcomes that are all unwaited: nothing they freed can be admitted.
 	// A store may leave it false, and does for a stale outcome.
 	Unwaited bool
+	// Yield is set on an outcome of CompleteHandOff that passed its slot
+	// to its Successor when the key's next waiting row is out of turn: a
+	// row of another key, or of none, with a better priority or an earlier
+	// round waits in its queue (internal/admission.InTurn). The worker
+	// gives back the reservations it has not started after that successor
+	// (the store reserves no more), so that the slot frees when the
+	// successor's step ends and passes over no more rows of better turns.
+	Yield bool
 }
 
 // ClaimRef names one claim: the row and its fence.

@@ -92,6 +92,12 @@ type FreePlan struct {
 	// Roomy are the gate keys whose slots were not handed off because
 	// their counters have free slots (see Free), sorted.
 	Roomy []string
+	// Yield are the successors passed a slot (Successions) whose key's
+	// next waiting row is out of turn (Waiting.InTurn): the rows reserved
+	// after them, in their worker, should be given back rather than run in
+	// that slot, so that the slot frees when the successor's step ends and
+	// the rows of better turns get it (see store.OutcomeResult.Yield).
+	Yield []string
 }
 
 // Reservation is a waiting row reserved as the successor of row After.
@@ -126,6 +132,9 @@ type Reservation struct {
 //
 // Every other freed slot is in Rest. A slot that names a successor is not
 // decided: it passes to that row (Successions).
+//
+// A succession whose key's next waiting row is out of turn is in Yield:
+// the chain reserved after it must stop in its worker.
 //
 // With st.Reserve, each row the plan makes executing whose slot passes (as
 // above) gets up to its slot's Ahead of the key's next waiting rows after
@@ -187,6 +196,14 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 	}
 	slices.Sort(plan.Roomy)
+	for _, h := range holders {
+		if h.slot.Successor == "" {
+			continue
+		}
+		if line := next[h.slot.Key]; len(line) > 0 && !line[0].inTurn() {
+			plan.Yield = append(plan.Yield, h.id)
+		}
+	}
 	if !st.Reserve {
 		return plan
 	}

@@ -250,3 +250,20 @@ func TestInTurn(t *testing.T) {
 		require.Equal(t, tc.want, InTurn(tc.t, tc.head), tc.name)
 	}
 }
+
+func TestFreeYieldsAChainOutOfTurn(t *testing.T) {
+	succ := []Freed{{Key: "a:1", Shard: -1, Successor: "s1", Queue: "q", Ahead: 2}}
+	inTurn := []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1")}
+	p := Free(succ, inTurn, freeState(func(st *FreeState) { st.Reserve = true }))
+	require.Empty(t, p.Yield)
+	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}, {ID: "r2", After: "s1"}}, p.Reserved, "in turn: the chain goes on")
+
+	behind := []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Workflow: "wf", Turn: Turn{Priority: 5}, Head: &Turn{Priority: 0}}}
+	p = Free(succ, behind, freeState(func(st *FreeState) { st.Reserve = true }))
+	require.Equal(t, []Admitted{{ID: "s1", Shard: -1}}, p.Successions, "the successor takes the slot: it may run already")
+	require.Empty(t, p.Reserved, "nothing is reserved out of turn")
+	require.Equal(t, []string{"s1"}, p.Yield, "and the rest of its chain yields")
+
+	p = Free(succ, behind, freeState(nil))
+	require.Equal(t, []string{"s1"}, p.Yield, "without Reserve too")
+}

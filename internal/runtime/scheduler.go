@@ -100,6 +100,10 @@ type claimState struct {
 	// lost: the claim is no longer held (or may not be: its lease could not
 	// be renewed in time); canceled: its instance was canceled.
 	lost, canceled bool
+	// yielded: the claim's step ended and its executor left the slot's
+	// chain for a row waiting in the buffer (see run): no reservation
+	// goes on in that slot.
+	yielded bool
 	// validUntil is, by this engine's monotonic clock, the latest time the
 	// lease is sure to hold: the send time of the claim or of the last
 	// heartbeat that renewed it, plus the lease.
@@ -151,6 +155,9 @@ type queueRunner struct {
 	// for: the pick loop claims again at once, and again whenever room
 	// frees, until a claim comes back short or fails (see claiming).
 	full atomic.Bool
+	// idle counts the executors waiting for a row, and gated those running
+	// a contended row that holds a gate's slot (see run and free).
+	idle, gated atomic.Int64
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -192,6 +199,13 @@ const shortStep = time.Millisecond
 //     4,000-5,000 steps/s in about half its runs). Short steps do not count
 //     them: plain no-op steps ran about a fifth slower when they did.
 //
+// While an executor runs a contended row of a gate, nothing is claimed
+// ahead: such executors go on with the slot's next rows (successors,
+// hand-offs) rather than to the buffer, so a row claimed ahead would hold
+// a slot of its gate in this engine while no executor here can run it, a
+// slot an engine with idle executors could have used (a gate's slots
+// spread over the fleet).
+//
 // The peers driver alone, 500 keys K = 1, 1 ms steps, three runs each, ran
 // 15,501-15,926 steps/s without rows ahead for 1 ms steps and
 // 16,678-18,374 with them, before the flush deduction; with the deduction
@@ -201,7 +215,7 @@ func (q *queueRunner) free() int {
 	n, busy := int64(q.n), q.busy.Load()
 	step := q.stepNanos.Load()
 	switch {
-	case step <= 0:
+	case step <= 0, q.gated.Load() > 0:
 		return int(n - busy)
 	case step < int64(shortStep):
 		return int(2*n - busy)
@@ -670,6 +684,9 @@ func (s *Scheduler) queueAfter(c store.Claimed) bool {
 		return false
 	}
 	end, _ := s.chainEnd(holder.ref)
+	if st := s.inflight[end.ID]; st != nil && st.ref == end && st.yielded {
+		return false // its executor left the slot's chain
+	}
 	s.succ[end] = c
 	return true
 }
@@ -686,13 +703,22 @@ func (s *Scheduler) untrack(id string, fence int64) {
 func (s *Scheduler) executor(q *queueRunner) {
 	defer s.execWG.Done()
 	var toRelease []store.ClaimRef
+	q.idle.Add(1)
 	for c := range q.work {
+		q.idle.Add(-1)
 		for r := s.begin(c, &toRelease); r != nil; {
 			r = s.run(q, r, &toRelease)
 		}
+		q.idle.Add(1)
 	}
+	q.idle.Add(-1)
 	s.release(toRelease)
 }
+
+// waiting reports whether a claimed row waits in q's buffer with no
+// executor free to take it: a chain that goes on in its slot would keep
+// that row, and the slot of its key it holds, waiting.
+func (q *queueRunner) waiting() bool { return len(q.work) > 0 && q.idle.Load() == 0 }
 
 // running is a claim whose step an executor is about to run.
 type running struct {
@@ -700,6 +726,8 @@ type running struct {
 	st     *claimState
 	ctx    context.Context
 	cancel context.CancelFunc
+	// gate: it is contended and holds a gate's slot (see free).
+	gate bool
 }
 
 // begin marks claim c started, unless it is lost, canceled or the engine
@@ -717,7 +745,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	if !lost && !canceled && !stopping {
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel = cancel
-		r = &running{c: c, st: st, ctx: ctx, cancel: cancel}
+		r = &running{c: c, st: st, ctx: ctx, cancel: cancel, gate: c.Contended && c.KeyShard >= 0}
 	}
 	s.mu.Unlock()
 	if r != nil {
@@ -746,9 +774,15 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef) *running {
 	c := r.c
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
+	if r.gate {
+		q.gated.Add(1)
+	}
 	began := time.Now()
 	out := s.e.execute(r.ctx, c)
 	q.ran(time.Since(began))
+	if r.gate {
+		q.gated.Add(-1)
+	}
 	hard := s.runCtx.Err() != nil
 	r.cancel()
 	switch {
@@ -760,6 +794,21 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 	case !c.Contended:
 		q.unflushed.Add(1)
 		s.flushCh <- flushItem{o: out, queue: q.name}
+	case q.waiting() && !s.stopping.Load():
+		// A row claimed here waits for an executor, holding a slot of its
+		// key: this executor goes to it, and the slot this step held is
+		// freed the claim's way (credited, its key's next row promoted, in
+		// turn for whichever engine claims it) instead of going on along
+		// this slot's chain, whose reservations are given back. The
+		// outcome goes to the flusher of contended outcomes all the same,
+		// without the executor slot: a successor's outcome must not commit
+		// before its predecessor's, which passes it the slot.
+		s.mu.Lock()
+		r.st.yielded = true
+		s.mu.Unlock()
+		s.dropSuccessor(ref, toRelease)
+		out.Contended = true
+		s.handCh <- flushItem{o: out, queue: q.name}
 	default:
 		// A step whose key had rows waiting passes its executor slot on:
 		// to the successor reserved for it, which starts now, in the slot
@@ -768,6 +817,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		// likely be handed straight back to this engine (see commit).
 		out.Contended = true
 		if next := s.takeSuccessor(r.st, toRelease); next != nil {
+			next.gate = r.gate // it runs in the same slot
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
 			s.handCh <- flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
 			return next
@@ -1028,6 +1078,11 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 					passed++ // its slot went on along a chain in the batch
 				}
 			}
+			for i, o := range b {
+				if res[i].Yield && !res[i].Stale {
+					s.yieldChain(o.Successor)
+				}
+			}
 			for _, o := range b {
 				s.untrack(o.ID, o.Fence)
 				if next := o.Successor; next.ID != "" && !got[next] && !inBatch[next] {
@@ -1182,6 +1237,27 @@ func (s *Scheduler) attachSuccessor(id store.ClaimRef) (store.Claimed, bool) {
 	s.mu.Unlock()
 	s.release(refused)
 	return c, runnable
+}
+
+// yieldChain gives back the reservations queued in the slot that claim ref
+// took over, after the step that runs in it now (the store found the
+// slot's key out of turn: store.OutcomeResult.Yield), and marks that step
+// so that no reservation queues after it: the slot frees when it ends.
+func (s *Scheduler) yieldChain(ref store.ClaimRef) {
+	s.mu.Lock()
+	for range 32 { // to the step running in the slot now (chains are short)
+		next, ok := s.moved[ref]
+		if !ok {
+			break
+		}
+		ref = next
+	}
+	refs := s.popChain(ref)
+	if st := s.inflight[ref.ID]; st != nil && st.ref == ref {
+		st.yielded = true
+	}
+	s.mu.Unlock()
+	s.release(refs)
 }
 
 // successorRefused handles a successor whose predecessor's outcome did not

@@ -399,8 +399,9 @@ func (s *Store) notifyReady(ks *keyState, n *notes) {
 // h.Reserve reserves successors for the rows it makes executing and for
 // the successors already passed a slot (freed entries that name them); the
 // other slots are freed as without a hand-off. It returns the rows handed
-// off, then the reservations, and the slots freed so.
-func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed) {
+// off, then the reservations, the slots freed so, and the successors whose
+// chains yield (admission.FreePlan.Yield).
+func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed, []string) {
 	st := admission.NewFreeState(h.Room, h.Workflows)
 	st.Reserve = h.Reserve
 	want := map[string]int{}
@@ -413,9 +414,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if _, ok := want[f.Key]; !ok {
 			keys = append(keys, f.Key)
 		}
-		if f.Successor == "" {
-			want[f.Key]++
-		}
+		want[f.Key]++ // a succession reads the key's next row for its turn (Yield)
 		if h.Reserve {
 			want[f.Key] += f.Ahead
 		}
@@ -463,7 +462,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	for _, f := range plan.Rest {
 		s.freeSlot(f.Key, f.Shard, true, n)
 	}
-	return claimed, plan.Rest
+	return claimed, plan.Rest, plan.Yield
 }
 
 // line returns the first n waiting rows of a key (due ready rows and

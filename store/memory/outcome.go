@@ -305,10 +305,13 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			claimed = append(claimed, store.Claimed{Instance: store.Instance{ID: succ.inst.ID, Fence: succ.inst.Fence,
 				Queue: succ.inst.Queue, Status: store.StatusExecuting}, Contended: true})
 		}
-		more, rest := s.handOff(append(ends, freed...), worker, *h, now, n)
+		more, rest, yield := s.handOff(append(ends, freed...), worker, *h, now, n)
 		claimed = append(claimed, more...)
 		for _, f := range rest {
 			credited[f.Key] = true
+		}
+		for _, id := range yield {
+			res[passed[id]].Yield = true
 		}
 	}
 	waited := map[string]bool{} // keyWaited, read once per key

@@ -182,7 +182,15 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 
 	var claimed []store.Claimed
 	if h != nil {
-		freed = s.handOff(b, reads, worker, freed, h, now, &claimed)
+		var yield []string
+		freed, yield = s.handOff(b, reads, worker, freed, h, now, &claimed)
+		for _, succ := range yield {
+			for i, o := range outcomes { // the outcome that names it ends the chain
+				if o.Successor.ID == succ && !results[i].Stale {
+					results[i].Yield = true
+				}
+			}
+		}
 	}
 	// The keys of the slots not passed on may have rows waiting (see
 	// OutcomeResult.Unwaited). Only a batch of terminal outcomes (the one

@@ -221,3 +221,11 @@ func TestClaimsOncePerRow(t *testing.T) {
 func TestClaimingOnlyWhileClaimsComeBackFull(t *testing.T) {
 	enginetest.ClaimingOnlyWhileClaimsComeBackFull(t, freshStores(t))
 }
+
+func TestGateSpreadsOverTheFleet(t *testing.T) {
+	enginetest.GateSpreadsOverTheFleet(t, newEnv(t).stores())
+}
+
+func TestClaimedRowsDoNotWaitBehindChains(t *testing.T) {
+	enginetest.ClaimedRowsDoNotWaitBehindChains(t, newEnv(t).stores())
+}

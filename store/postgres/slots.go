@@ -392,7 +392,9 @@ func clampAhead(n int) int { return min(max(n, 0), aheadMax) }
 
 // wants is, for each contended outcome of ids, how many of its key's
 // waiting rows a hand-off may need for it: one for the row its slot may be
-// handed to when it names no successor, and, with reserve, its Ahead when
+// handed to when it names no successor, or whose turn tells whether the
+// chain that ends here goes on (admission.FreePlan.Yield), and, with
+// reserve, its Ahead when
 // it ends its chain (see pass: only the chain's last outcome's Ahead
 // counts).
 func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bool) []int32 {
@@ -400,8 +402,8 @@ func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bo
 	for i, id := range ids {
 		nx := ch.next[id]
 		_, chainGoesOn := ch.index[nx]
-		if nx == "" {
-			wants[i]++
+		if nx == "" || !chainGoesOn {
+			wants[i]++ // the row its slot may go to, or the next row's turn (see admission.FreePlan.Yield)
 		}
 		if reserve && !chainGoesOn {
 			wants[i] += int32(clampAhead(outcomes[ch.index[id]].Ahead))
@@ -503,9 +505,10 @@ func turnOf(prio *int, round *int64) *admission.Turn {
 // reservations, which carry After). It returns the freed slots that were
 // not passed on: the caller credits and promotes them (queueFree). Slots of
 // keys that were not read (an outcome not contended, a key an outcome
-// changed) are among them.
+// changed) are among them. It also returns the successors whose chains
+// yield (admission.FreePlan.Yield).
 func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []freedSlot,
-	h *store.HandOff, now time.Time, claimed *[]store.Claimed) []freedSlot {
+	h *store.HandOff, now time.Time, claimed *[]store.Claimed) ([]freedSlot, []string) {
 	var slots []admission.Freed
 	var rest []freedSlot
 	for _, f := range freed {
@@ -519,7 +522,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 		}
 	}
 	if len(slots) == 0 {
-		return freed
+		return freed, nil
 	}
 	st := admission.NewFreeState(nil, nil)
 	var waiting []admission.Waiting
@@ -578,7 +581,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 		}
 		b.Queue(s.q(sqlReserve), uuidArg(ids), worker, micros(h.Lease), tsArg(now)).Query(scan(after))
 	}
-	return rest
+	return rest, plan.Yield
 }
 
 // admittedArrays are the ids and shards of rows a plan admits.

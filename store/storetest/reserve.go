@@ -142,6 +142,7 @@ var reserveTests = append(perKey([]reserveRule{
 		res, running, more := h.completeHandOff(at(4*time.Second), store.HandOff{Room: map[string]int{}, Reserve: true}, b, a)
 		require.False(h.t, res[0].Stale, "the outcome of a reserved row whose predecessor's is in the batch")
 		require.False(h.t, res[1].Stale)
+		require.False(h.t, res[0].Yield || res[1].Yield, "the key's next row is in turn: the chain goes on")
 		require.Empty(h.t, more, "Ahead 0: no more reservations")
 		require.Equal(h.t, []string{reserved[1].ID}, claimedIDs(running), "the chain's end is passed the slot")
 		require.Equal(h.t, reserved[1].Fence, running[0].Fence, "under the reservation's fence")
@@ -279,9 +280,10 @@ var reserveTests = append(perKey([]reserveRule{
 
 		o := successor(done(first), reserved[0])
 		o.Ahead = 2
-		_, running, more := h.completeHandOff(at(4*time.Second), store.HandOff{Room: map[string]int{}, Reserve: true}, o)
+		res, running, more := h.completeHandOff(at(4*time.Second), store.HandOff{Room: map[string]int{}, Reserve: true}, o)
 		require.Equal(h.t, []string{reserved[0].ID}, claimedIDs(running), "the successor may run already: it takes the slot")
 		require.Empty(h.t, more, "but no row of the key is reserved ahead of x")
+		require.True(h.t, res[0].Yield, "and the worker is told to give back what it reserved after it")
 		for _, id := range ids[2:] {
 			require.Empty(h.t, h.get(id).Worker, "not reserved")
 		}

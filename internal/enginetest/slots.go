@@ -1,0 +1,153 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
+)
+
+// startLog records, outside the SDK, the key and wall-clock time of every
+// step that starts.
+type startLog struct {
+	mu     sync.Mutex
+	keys   []string
+	at     []time.Time
+	hook   func(ctx steps.Context) // called at the start of each step (nil: none)
+	hookMu sync.Mutex
+}
+
+func (l *startLog) add(ctx steps.Context) {
+	l.mu.Lock()
+	l.keys = append(l.keys, ctx.Key())
+	l.at = append(l.at, time.Now())
+	l.mu.Unlock()
+	l.hookMu.Lock()
+	hook := l.hook
+	l.hookMu.Unlock()
+	if hook != nil {
+		hook(ctx)
+	}
+}
+
+// between counts the steps of key that started in (from, to).
+func (l *startLog) between(key string, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i, k := range l.keys {
+		if k == key && l.at[i].After(from) && l.at[i].Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// slotEngines starts n engines with the library's defaults but for the
+// executors and the limits, each on a store from newStore, running one
+// workflow "work" of queue "mail" whose step records its start and then
+// sleeps for step inside the gauge.
+func slotEngines(t *testing.T, newStore func() store.Store, n, executors int, limits []gate.Limit, g *Gauge, log *startLog, step time.Duration) []*durable.Engine {
+	t.Helper()
+	wf := durable.NewWorkflow[sleepState]("work", "run", durable.WorkflowOptions{Queue: "mail"})
+	wf.Step("run", func(ctx steps.Context, s sleepState) (transitions.Transition, error) {
+		log.add(ctx)
+		g.Enter(ctx.Key())
+		time.Sleep(step)
+		g.Exit(ctx.Key())
+		return transitions.Done(s.N), nil
+	})
+	var engines []*durable.Engine
+	for i := range n {
+		e, err := durable.New(durable.Config{Store: newStore(), Queues: map[string]int{"mail": executors},
+			WorkerID: fmt.Sprintf("engine-%d", i), Logger: slog.New(slog.DiscardHandler), Limits: limits})
+		require.NoError(t, err)
+		require.NoError(t, e.Register(wf))
+		engines = append(engines, e)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, e := range engines {
+			_ = e.Stop(ctx)
+		}
+	})
+	return engines
+}
+
+// GateSpreadsOverTheFleet runs one gate key of limit 10 on two engines of
+// 5 executors each: the fleet must reach the limit (and never pass it).
+// A hand-off gives a freed slot to the engine that freed it, and an engine
+// whose executors all run the gate's chains must not claim its slots ahead
+// into a buffer no executor will reach: otherwise one engine holds the
+// slots and the gate runs at that engine's 5.
+func GateSpreadsOverTheFleet(t *testing.T, newStore func() store.Store) {
+	g := NewGauge()
+	log := &startLog{}
+	engines := slotEngines(t, newStore, 2, 5, []gate.Limit{{Name: "api", Limit: 10}}, g, log, 20*time.Millisecond)
+	ids := insertWork(t, engines[0], []gate.ConcurrencyKey{gate.Gate("api", "x")}, 400)
+	for _, e := range engines {
+		require.NoError(t, e.Start(context.Background()))
+	}
+	waitDone(t, engines[0], ids, 60*time.Second)
+	all, perKey := g.Peak()
+	require.LessOrEqual(t, perKey, 10, "the gate held")
+	require.Equal(t, 10, all, "the fleet reached the gate's limit: its slots spread over both engines")
+}
+
+// ClaimedRowsDoNotWaitBehindChains runs one engine of 2 executors on
+// gate keys of limit 2: while key a's backlog passes its slots from step
+// to step (hand-offs, successors), a row of key b is inserted. Once
+// claimed, holding a slot of b, it must not wait in the engine while a's
+// chains keep both executors: the first executor whose step ends takes it,
+// so at most one step of a per executor starts between b's claim and b's
+// start (the claim's time is the store's, taken as its transaction
+// starts). When b is claimed is the store's business (its turn among a's
+// rows: see store/storetest's handoff/ and reserve/ rules).
+func ClaimedRowsDoNotWaitBehindChains(t *testing.T, newStore func() store.Store) {
+	g := NewGauge()
+	log := &startLog{}
+	engines := slotEngines(t, newStore, 1, 2, []gate.Limit{{Name: "api", Limit: 2}}, g, log, 10*time.Millisecond)
+	e := engines[0]
+	var mu sync.Mutex
+	var claimed, started time.Time
+	log.hook = func(ctx steps.Context) {
+		if ctx.Key() != "api:b" {
+			return
+		}
+		now := time.Now()
+		in, err := e.Get(context.Background(), ctx.InstanceID())
+		mu.Lock()
+		defer mu.Unlock()
+		started = now
+		if err == nil {
+			claimed = in.StartedAt // when its claim began
+		}
+	}
+	a := insertWork(t, e, []gate.ConcurrencyKey{gate.Gate("api", "a")}, 120)
+	require.NoError(t, e.Start(context.Background()))
+	deadline := time.Now().Add(30 * time.Second)
+	for log.between("api:a", time.Time{}, time.Now()) < 20 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	b := insertWork(t, e, []gate.ConcurrencyKey{gate.Gate("api", "b")}, 1)
+	waitDone(t, e, b, 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, claimed.IsZero(), "b's claim time was read")
+	require.LessOrEqual(t, log.between("api:a", claimed, started), 2,
+		"steps of key a that started while b, claimed, waited (b waited %v)", started.Sub(claimed))
+	waitDone(t, e, a, 60*time.Second)
+	_, perKey := g.Peak()
+	require.LessOrEqual(t, perKey, 2, "the gate held")
+}
