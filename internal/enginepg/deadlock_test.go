@@ -149,7 +149,11 @@ func TestHeartbeatAndChainFlushDoNotDeadlock(t *testing.T) {
 	}
 	var ho store.HandOffer = st
 	var flushers sync.WaitGroup
+	keyNames := make([]string, 0, len(chains))
 	for key := range chains {
+		keyNames = append(keyNames, key)
+	}
+	for _, key := range keyNames {
 		flushers.Add(1)
 		go func() { // the chain's flusher: each outcome passes the slot on and reserves the next row
 			defer flushers.Done()
