@@ -758,6 +758,16 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 // it, at that engine's next heartbeat at the latest), and its outcome, unless
 // it finished the instance, makes the instance canceled. Until then Get
 // shows it executing with CancelRequested set.
+//
+// An instance that has not started never starts once Cancel returns nil,
+// even one reserved to run next in a busy key's slot (an engine may start
+// such a row the moment the step before it ends, without asking the store):
+// Cancel then waits until the engine that holds the reservation has given
+// it back (the instance is canceled) or started it (it is running, and
+// canceled as above), which takes a notification's round trip, a
+// heartbeat at most, or the reservation's lease when that engine is gone.
+// If ctx ends first, the cancel stays requested and Cancel returns an
+// error that wraps ctx's.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err := e.checkOpen(); err != nil {
 		return err
@@ -772,7 +782,32 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		s.Canceled(id)
 	}
 	e.wakeAll()
-	return nil
+	return e.awaitUnreserved(ctx, id)
+}
+
+// awaitUnreserved waits, after a Cancel, until instance id is no longer a
+// reservation (store.Claimed.After: blocked, with a worker), for at most
+// the lease: its worker gives it back (canceled) or starts it. See Cancel.
+func (e *Engine) awaitUnreserved(ctx context.Context, id string) error {
+	deadline := time.Now().Add(e.cfg.Lease)
+	wait := time.Millisecond
+	for {
+		in, err := e.st.Get(ctx, id)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("durable: cancel %s: requested, but whether the engine that reserved it to run next gave it back is unknown: %w", id, ctx.Err())
+		}
+		if err != nil || in.Status != store.StatusBlocked || in.Worker == "" || time.Now().After(deadline) {
+			return nil // gone, given back or started; or its worker is gone and cannot start it
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("durable: cancel %s: requested, but the engine that reserved it to run next has not given it back yet: %w", id, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // Retry makes a failed or canceled instance ready again at the step it

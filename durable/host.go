@@ -28,3 +28,7 @@ func (h host) FireSchedules(ctx context.Context) runtime.ScheduleRound {
 	r := h.e.fireSchedules(ctx)
 	return runtime.ScheduleRound{Started: r.started, Next: r.next, StoreErr: r.storeErr, Errs: r.errs}
 }
+
+// stepStarting reports whether a step may start now (runtime.StepStarting):
+// false for a successor whose instance was canceled before it started.
+func stepStarting(ctx context.Context) bool { return runtime.StepStarting(ctx) }

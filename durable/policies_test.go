@@ -39,3 +39,8 @@ func TestGateSpreadsOverTheFleet(t *testing.T) {
 func TestClaimedRowsDoNotWaitBehindChains(t *testing.T) {
 	enginetest.ClaimedRowsDoNotWaitBehindChains(t, func() store.Store { return memory.New(memory.Options{}) })
 }
+
+func TestCancelOfAReservationMeansItNeverStarts(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.CancelOfAReservationMeansItNeverStarts(t, func() store.Store { return st })
+}

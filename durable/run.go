@@ -98,6 +98,10 @@ func (e *Engine) run(ctx context.Context, c store.Claimed) (out store.Outcome, l
 	if sd.opts.Timeout > 0 {
 		sctx.Context, cancel = context.WithTimeout(sctx.Context, sd.opts.Timeout)
 	}
+	if !stepStarting(ctx) {
+		cancel()
+		return store.Outcome{}, "not started", "" // canceled before it started: the runtime ignores this
+	}
 	t, err := callStep(sd, sctx, c.State)
 	cancel()
 	if err == nil {

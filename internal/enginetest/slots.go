@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -150,4 +151,72 @@ func ClaimedRowsDoNotWaitBehindChains(t *testing.T, newStore func() store.Store)
 	waitDone(t, e, a, 60*time.Second)
 	_, perKey := g.Peak()
 	require.LessOrEqual(t, perKey, 2, "the gate held")
+}
+
+// CancelOfAReservationMeansItNeverStarts cancels, from another engine
+// (one that only inserts and cancels, as a web process would), the rows
+// reserved to run next in the slot of a gate of one key that a working
+// engine runs: a worker may start such a row the moment the step before it
+// ends, without asking the store, so a cancel it has not heard of yet
+// could come too late. Cancel never fails, and no canceled row starts
+// after its Cancel returned: Cancel waits until the reservation is given
+// back or has started.
+func CancelOfAReservationMeansItNeverStarts(t *testing.T, newStore func() store.Store) {
+	g := NewGauge()
+	log := &startLog{}
+	var mu sync.Mutex
+	startedAt := map[string]time.Time{}
+	log.hook = func(ctx steps.Context) {
+		mu.Lock()
+		startedAt[ctx.InstanceID()] = time.Now()
+		mu.Unlock()
+	}
+	engines := slotEngines(t, newStore, 2, 1, []gate.Limit{{Name: "api", Limit: 1}}, g, log, 2*time.Millisecond)
+	worker, canceler := engines[0], engines[1] // the canceler is never started
+	ids := insertWork(t, worker, []gate.ConcurrencyKey{gate.Gate("api", "a")}, 400)
+	require.NoError(t, worker.Start(context.Background()))
+	ctx := context.Background()
+	canceledAt := map[string]time.Time{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(canceledAt) < 20 && time.Now().Before(deadline) {
+		rows, err := canceler.Store().List(ctx, store.ListFilter{Key: "api:a", Status: store.StatusBlocked})
+		require.NoError(t, err)
+		for _, in := range rows {
+			if in.Worker == "" || !canceledAt[in.ID].IsZero() {
+				continue // not reserved, or done with
+			}
+			err := canceler.Cancel(ctx, in.ID)
+			if errors.Is(err, store.ErrTerminal) {
+				continue // it ran to its end since the list was read
+			}
+			require.NoError(t, err, "a cancel never fails for a constraint")
+			canceledAt[in.ID] = time.Now()
+			break // the list is stale by now
+		}
+	}
+	require.GreaterOrEqual(t, len(canceledAt), 20, "reserved rows were canceled")
+	for _, id := range ids {
+		_, err := worker.Wait(ctx, id)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The runtime starts a step, and tells the store it did, just before
+	// it calls the step's function; the recorder runs in that function, a
+	// moment later when the goroutine scheduler or the race detector is
+	// slow (up to about a millisecond was seen under -race).
+	const entry = 5 * time.Millisecond
+	late := 0
+	for id, at := range canceledAt {
+		if s, ok := startedAt[id]; ok && s.After(at.Add(entry)) {
+			late++
+			t.Errorf("instance %s started %v after its Cancel returned", id, s.Sub(at))
+		}
+		in, err := worker.Get(ctx, id)
+		require.NoError(t, err)
+		if _, ok := startedAt[id]; !ok {
+			require.Equal(t, store.StatusCanceled, in.Status, "a row that never started ends canceled")
+		}
+	}
+	require.Zero(t, late, "of %d reserved rows canceled", len(canceledAt))
 }

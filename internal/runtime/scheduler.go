@@ -338,13 +338,33 @@ func (s *Scheduler) notified(n store.Notification) {
 
 // Canceled stops the step of instance id, if this engine runs it: the
 // instance was canceled (the cancel applies to whatever claim of it runs).
+// A reservation queued in a chain, not started, is given back at once with
+// the rest of its chain (the store then cancels it): it never starts, and
+// the Cancel that waits for it (see durable.Engine.Cancel) returns.
 func (s *Scheduler) Canceled(id string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var back []store.ClaimRef
 	if st := s.inflight[id]; st != nil {
 		st.canceled = true
 		st.stop()
+		back = s.unqueue(st.ref)
 	}
+	s.mu.Unlock()
+	if len(back) > 0 {
+		go s.release(back) // a notification's handler must not block
+	}
+}
+
+// unqueue takes reservation ref, if it is queued in a chain and not
+// started, out of its chain with the reservations after it, and returns
+// them (s.mu held): the slot's step before it frees its slot instead.
+func (s *Scheduler) unqueue(ref store.ClaimRef) []store.ClaimRef {
+	for pred, c := range s.succ {
+		if c.ID == ref.ID && c.Fence == ref.Fence {
+			return s.popChain(pred)
+		}
+	}
+	return nil
 }
 
 // claiming reports whether every pick loop will claim again without being
@@ -728,6 +748,30 @@ type running struct {
 	cancel context.CancelFunc
 	// gate: it is contended and holds a gate's slot (see free).
 	gate bool
+	// pred is, for a successor, its predecessor's outcome, sent to the
+	// flusher as the successor's step starts (see run).
+	pred *flushItem
+}
+
+// startKey carries, in a step's context, what the runtime does as the
+// step's function is about to be called (see withStart and StepStarting).
+type startKey struct{}
+
+// withStart returns ctx carrying fn, which StepStarting calls.
+func withStart(ctx context.Context, fn func() bool) context.Context {
+	return context.WithValue(ctx, startKey{}, fn)
+}
+
+// StepStarting is called by a Host's Execute right before it calls the
+// step's function, and only then; it reports whether to call it. When it
+// reports false the step does not start: Execute returns at once, and the
+// runtime ignores its outcome. It lets the runtime start a step and tell
+// the store it did as one act (see run).
+func StepStarting(ctx context.Context) bool {
+	if fn, ok := ctx.Value(startKey{}).(func() bool); ok {
+		return fn()
+	}
+	return true
 }
 
 // begin marks claim c started, unless it is lost, canceled or the engine
@@ -777,14 +821,49 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 	if r.gate {
 		q.gated.Add(1)
 	}
+	ctx := r.ctx
+	pred := r.pred
+	started := true
+	if pred != nil {
+		// A successor: its predecessor's outcome, which passes it the
+		// slot, is sent only once its step is about to start, and then
+		// only if its instance was not canceled before: a Cancel that
+		// waits for the reservation to be given back or passed its slot
+		// (durable.Engine.Cancel) then never returns before the step
+		// starts, and a canceled one never starts.
+		ctx = withStart(ctx, func() bool {
+			s.mu.Lock()
+			started = !r.st.canceled
+			s.mu.Unlock()
+			if !started {
+				// The slot goes back with the predecessor's outcome, as if
+				// it had no successor.
+				pred.o.Successor, pred.successor, pred.slot = store.ClaimRef{}, store.ClaimRef{}, true
+			}
+			s.handCh <- *pred
+			pred = nil
+			return started
+		})
+	}
 	began := time.Now()
-	out := s.e.execute(r.ctx, c)
+	out := s.e.execute(ctx, c)
 	q.ran(time.Since(began))
 	if r.gate {
 		q.gated.Add(-1)
 	}
+	if pred != nil { // the step did not reach its function (its outcome is a failure to commit)
+		s.handCh <- *pred
+	}
 	hard := s.runCtx.Err() != nil
 	r.cancel()
+	if !started {
+		// Canceled before it started: releasing the reservation (or the
+		// claim its predecessor's outcome passed it) cancels the instance.
+		// Its executor slot went to the flush with that outcome.
+		s.release([]store.ClaimRef{ref})
+		s.dropSuccessor(ref, toRelease)
+		return nil
+	}
 	switch {
 	case hard:
 		// Cut short by the stop deadline: not the step's fault, so the
@@ -819,7 +898,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		if next := s.takeSuccessor(r.st, toRelease); next != nil {
 			next.gate = r.gate // it runs in the same slot
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
-			s.handCh <- flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
+			next.pred = &flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
 			return next
 		}
 		s.handCh <- flushItem{o: out, queue: q.name, slot: true}
@@ -1638,11 +1717,16 @@ func (s *Scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, va
 			st.validUntil = validUntil
 		}
 	}
+	var back []store.ClaimRef
 	for _, r := range res.Canceled {
 		if st := s.inflight[r.ID]; st != nil && st.ref == r {
 			st.canceled = true
 			st.stop()
+			back = append(back, s.unqueue(r)...)
 		}
+	}
+	if len(back) > 0 {
+		go s.release(back)
 	}
 }
 

@@ -229,3 +229,7 @@ func TestGateSpreadsOverTheFleet(t *testing.T) {
 func TestClaimedRowsDoNotWaitBehindChains(t *testing.T) {
 	enginetest.ClaimedRowsDoNotWaitBehindChains(t, newEnv(t).stores())
 }
+
+func TestCancelOfAReservationMeansItNeverStarts(t *testing.T) {
+	enginetest.CancelOfAReservationMeansItNeverStarts(t, newEnv(t).stores())
+}
