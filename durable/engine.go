@@ -257,6 +257,7 @@ type Engine struct {
 	reconciled  reconcileState
 	skew        skewState
 	healthCache healthCache
+	queues      queueWatch
 	// stopDone is closed when the first Stop has finished.
 	stopDone chan struct{}
 }
@@ -346,6 +347,7 @@ func (e *Engine) Register(defs ...Definition) error {
 			e.defs[def.name] = map[int]*definition{}
 		}
 		e.defs[def.name][def.version] = def
+		e.warnForeignQueue(def)
 		if l := e.latest[def.name]; l == nil || def.version > l.version {
 			e.latest[def.name] = def
 		}
@@ -501,38 +503,45 @@ func insertIDs(res []store.InsertResult) []string {
 }
 
 // prepareInserts validates and encodes insert requests into store rows.
+// Errors name the request by its index only when there are several.
 func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.NewInstance, error) {
 	rows := make([]store.NewInstance, 0, len(reqs))
 	for i, r := range reqs {
+		what := "insert"
+		if len(reqs) > 1 {
+			what = fmt.Sprintf("insert #%d", i)
+		}
 		e.mu.RLock()
 		def := e.latest[r.Workflow]
 		e.mu.RUnlock()
 		if def == nil {
-			return nil, fmt.Errorf("durable: insert #%d: %w %q", i, ErrUnknownWorkflow, r.Workflow)
+			return nil, fmt.Errorf("durable: %s: %w %q: no workflow of that name is registered on this engine; call Register with its definition before inserting",
+				what, ErrUnknownWorkflow, r.Workflow)
 		}
 		state, err := e.encode("state", r.State)
 		if err != nil {
-			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
 		if err := e.checkKey(r.Options.Key); err != nil {
-			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
 		o := r.Options
 		id := o.ID
 		if id == "" {
 			id = store.NewInstanceID()
 		} else if _, err := uuid.Parse(id); err != nil {
-			return nil, fmt.Errorf("durable: insert #%d: %w: id %q is not a UUID", i, ErrInvalidInput, truncateForError(id))
+			return nil, fmt.Errorf("durable: %s: %w: id %q is not a UUID", what, ErrInvalidInput, truncateForError(id))
 		}
 		queue := o.Queue
 		if queue == "" {
 			queue = def.queue
 		}
 		if err := checkName("queue name", queue); err != nil {
-			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
+		e.checkQueueWorked(queue, def.name)
 		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLength); err != nil {
-			return nil, fmt.Errorf("durable: insert #%d (%s): %w", i, r.Workflow, err)
+			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
 		runAt, delay := o.RunAt, time.Duration(0)
 		if runAt.IsZero() {

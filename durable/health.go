@@ -63,6 +63,13 @@ type Health struct {
 	// name: the next fire time, and whether each is paused or late (a tick
 	// due for longer than its grace that no engine recorded).
 	Schedules []store.ScheduleHealth `json:"schedules"`
+	// UnworkedQueues are the queues nobody works: queues with rows waiting
+	// for a worker (ready, scheduled or blocked) that no running engine
+	// has recorded claiming from within store.QueueWorkedWithin (see
+	// store.UnworkedQueues), each with its waiting rows and the age of its
+	// oldest ready row. Their rows wait until an engine whose
+	// Config.Queues has the queue runs.
+	UnworkedQueues []store.UnworkedQueue `json:"unworked_queues"`
 }
 
 // SkewHealth counts the hand-backs of one unknown workflow version or step.
@@ -177,8 +184,9 @@ func (s *reconcileState) snapshot() (*ReconcileHealth, ReconcileHealth) {
 }
 
 // Health takes a snapshot of the store's pressure (one store.Health call,
-// bounded in cost as the store documents, and one read of the stored
-// schedules) and adds what this engine knows:
+// bounded in cost as the store documents, one read of the stored schedules
+// and one of the worked queues, a row per queue) and adds what this engine
+// knows:
 // its warnings, its last reconciler sweep and its stale outcomes. It works
 // whether or not the engine is started.
 func (e *Engine) Health(ctx context.Context) (Health, error) {
@@ -210,6 +218,11 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 		return Health{}, fmt.Errorf("durable: health: %w", err)
 	}
 	h.Schedules = store.SchedulesHealth(scs, at)
+	worked, err := e.st.WorkedQueues(ctx, e.storeNow())
+	if err != nil {
+		return Health{}, fmt.Errorf("durable: health: %w", err)
+	}
+	h.UnworkedQueues = store.UnworkedQueues(sh.Queues, worked)
 	return h, nil
 }
 

@@ -53,6 +53,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.sched, e.state = s, stateRunning
 	s.Start()
+	e.startMarking()
 	return nil
 }
 
@@ -64,6 +65,9 @@ func (e *Engine) prepareStart(ctx context.Context) error {
 	if _, err := e.SyncSchedules(ctx); err != nil {
 		return fmt.Errorf("durable: start: %w", err)
 	}
+	// Before the first claim, so that the fleet sees the queues worked
+	// as soon as Start returns.
+	e.markQueues(ctx)
 	if e.generatedID {
 		return nil // a new id: no claim of a previous run holds it
 	}
@@ -169,6 +173,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopDone = done
 	e.mu.Unlock()
 	defer close(done)
+	e.stopMarking()
 	if s == nil {
 		return nil
 	}
@@ -214,6 +219,7 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	}
 	// The round is the runtime's (claim, run, commit as the live scheduler
 	// does); runtime.Round has TickReport's fields.
+	e.markQueuesIfDue(ctx)
 	rep, err := e.rt.Tick(ctx)
 	return TickReport(rep), err
 }

@@ -26,12 +26,21 @@ func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
 
 // TransitionError is a step's transition that cannot be carried out: a
 // programming error (a next step the workflow does not have, a transition
-// not built with the transitions package). The instance fails at once,
-// without retries: running the step again would return the same
-// transition, side effects and all.
-type TransitionError struct{ Msg string }
+// not built with the transitions package, a state, result or child state
+// that cannot be encoded, such as a NaN float). The instance fails at
+// once, without retries, and the engine logs it at ERROR: running the step
+// again would return the same transition, side effects and all.
+type TransitionError struct {
+	Msg string
+	// Err is the cause, when there is one: an encoding error wraps
+	// ErrEncode.
+	Err error
+}
 
 func (e *TransitionError) Error() string { return e.Msg }
+
+// Unwrap returns the cause (nil: none).
+func (e *TransitionError) Unwrap() error { return e.Err }
 
 // OutcomeInvalidTransition is the history outcome (store.HistoryEntry) of a
 // step whose transition was a TransitionError.
@@ -68,6 +77,11 @@ func (e *Engine) execute(ctx context.Context, c store.Claimed) store.Outcome {
 	out.History = &store.HistoryEntry{
 		InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Key: c.Key, Worker: e.cfg.WorkerID,
 		StartedAt: started, FinishedAt: e.cfg.Clock.Now(), Outcome: label, Error: errText,
+	}
+	if label == transitions.KindStop.String() {
+		// The reason is the instance's last error: its history row says
+		// the same (a Stop is not a step error, so its span is not one).
+		out.History.Error = out.Error
 	}
 	return out
 }
@@ -145,7 +159,7 @@ func (e *Engine) errorOutcome(sctx *stepContext, c store.Claimed, def *definitio
 	var te *TransitionError
 	if errors.As(err, &te) {
 		label = OutcomeInvalidTransition
-		sctx.Logger().Error("step returned an invalid transition; the instance fails without retries", "err", msg)
+		sctx.Logger().Error("step returned a transition that cannot be carried out (a programming error); the instance fails without retries", "err", msg)
 	}
 	if errors.As(err, &de) || te != nil {
 		return store.Outcome{Kind: store.OutcomeFailed, Step: c.Step, State: c.State, Attempt: c.Attempt, Error: msg}, label, msg
@@ -201,7 +215,7 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 	encodeState := func() error {
 		s, err := e.encode("state", t.State)
 		out.State = s
-		return err
+		return unencodable(c, "state", err)
 	}
 	switch t.Kind {
 	case transitions.KindNext:
@@ -248,6 +262,9 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		}
 		children, err := e.prepareInserts(reqs, c.ID)
 		if err != nil {
+			if errors.Is(err, ErrEncode) {
+				return out, unencodable(c, "child state", err)
+			}
 			return out, fmt.Errorf("spawn: %w", err)
 		}
 		out.Children = children
@@ -255,7 +272,7 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		out.Kind, out.Step, out.State = store.OutcomeDone, c.Step, c.State
 		res, err := e.encode("result", t.Result)
 		if err != nil {
-			return out, err
+			return out, unencodable(c, "result", err)
 		}
 		out.Result = res
 		return out, nil
@@ -278,6 +295,18 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		out.SetKey, out.Key, out.KeyIntent = true, t.KeyChange.Key.String(), t.KeyChange.Key.Intent()
 	}
 	return out, nil
+}
+
+// unencodable turns an error of encoding what step c returned (its new
+// state, result or a child's state) into a TransitionError: the same
+// step would return the same value again, so retrying it only repeats its
+// side effects. Other errors (a payload over Config.MaxPayloadBytes, which
+// may depend on what the step fetched) are returned as they are.
+func unencodable(c store.Claimed, what string, err error) error {
+	if err == nil || !errors.Is(err, ErrEncode) {
+		return err
+	}
+	return &TransitionError{Msg: fmt.Sprintf("step %q of %s v%d returned a %s that cannot be encoded: %v", c.Step, c.Workflow, c.Version, what, err), Err: err}
 }
 
 // stepContext implements steps.Context.

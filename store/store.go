@@ -908,6 +908,17 @@ type Store interface {
 	// expired. Engines use it so that fleet-wide sweeps run on one engine
 	// at a time (see MaintenanceLease).
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (bool, error)
+	// MarkQueuesWorked records that an engine claims from queues at now:
+	// each queue's last-worked time becomes the later of the stored one
+	// and now (see NormalizeQueueMarks for the names). Engines call it
+	// every few seconds per queue at most, never per claim, so it costs
+	// the claim path nothing.
+	MarkQueuesWorked(ctx context.Context, queues []string, now time.Time) error
+	// WorkedQueues returns every queue ever marked by MarkQueuesWorked,
+	// with its last-worked time and how long before now that was, sorted
+	// by queue: one row per queue, so its cost does not grow with the
+	// instances. UnworkedQueues reads it against Health's queues.
+	WorkedQueues(ctx context.Context, now time.Time) ([]WorkedQueue, error)
 	// Reconcile repairs gate counters from the executing rows, promotes
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no

@@ -218,6 +218,7 @@ func TestCLIReadOnly(t *testing.T) {
 	for name, fn := range map[string]func(*testing.T, *seeded){
 		"health": cliHealth, "ls": cliList, "show": cliShow,
 		"explain a saturated K=1 key": cliExplainSaturatedKey, "explain a gate and free keys": cliExplainGateAndFreeKeys,
+		"hints work as pasted": cliHintsWorkAsPasted,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -243,6 +244,13 @@ func cliHealth(t *testing.T, s *seeded) {
 	assert.Equal(t, []string{"stripe", "2", "1", "2", "1", "1", "2"}, line(t, out, "stripe"))
 	assert.Contains(t, out, "identity_captured stripe:")
 	assert.NotContains(t, out, "captured\n", "no key id in health")
+	// The seeding engine worked default; nobody ever worked other.
+	_, nobody, found := strings.Cut(out, "QUEUES NOBODY WORKS")
+	require.True(t, found, "a queue nobody works is listed:\n%s", out)
+	assert.Equal(t, []string{"other", "1", "0", "0"}, line(t, nobody, "other")[:4])
+	assert.Equal(t, "never", line(t, nobody, "other")[5])
+	assert.NotContains(t, nobody, "default")
+	assert.Contains(t, nobody, "list other's rows: durable ls -queue other -schema "+s.schema)
 
 	var h healthReport
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "--json")), &h))
@@ -253,6 +261,10 @@ func cliHealth(t *testing.T, s *seeded) {
 	require.Len(t, h.Warnings, 1)
 	assert.Equal(t, gate.IdentityCaptured, h.Warnings[0].Kind)
 	assert.WithinDuration(t, time.Now(), h.At, time.Minute)
+	require.Len(t, h.UnworkedQueues, 1)
+	assert.Equal(t, "other", h.UnworkedQueues[0].Queue)
+	assert.Equal(t, int64(1), h.UnworkedQueues[0].Ready)
+	assert.Nil(t, h.UnworkedQueues[0].LastWorked)
 }
 
 func cliList(t *testing.T, s *seeded) {
@@ -373,7 +385,9 @@ func cliShow(t *testing.T, s *seeded) {
 
 	out = s.ok(t, "show", "-json=false", s.failed) // flags before and after the arguments
 	assert.Equal(t, []string{"status", "failed"}, line(t, out, "status"))
-	assert.Equal(t, []string{"last", "error", "card", "declined"}, line(t, out, "last error"))
+	assert.Equal(t, []string{"stop", "reason", "card", "declined"}, line(t, out, "stop reason"), "a Stop's reason, said as one")
+	assert.Equal(t, []string{"call", "0", "stop", "seed-worker"}, line(t, out, "call")[:4])
+	assert.Equal(t, []string{"card", "declined"}, line(t, out, "call")[len(line(t, out, "call"))-2:], "its history row says the reason too")
 
 	out = s.ok(t, "show", s.acctHolder)
 	assert.Equal(t, []string{"worker", "worker-a"}, line(t, out, "worker"))

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,10 +20,12 @@ import (
 type dbFlags struct {
 	url    string
 	schema string
+	// fs is the command's flag set, which tells the flags the user gave.
+	fs *flag.FlagSet
 }
 
 func addDBFlags(fs *flag.FlagSet) *dbFlags {
-	d := &dbFlags{}
+	d := &dbFlags{fs: fs}
 	fs.StringVar(&d.url, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL)")
 	fs.StringVar(&d.schema, "schema", postgres.DefaultSchema, "schema holding the tables")
 	return d
@@ -92,11 +95,11 @@ func (d *dbFlags) open(ctx context.Context) (*postgres.Store, func(), error) {
 	switch {
 	case len(applied) == 0:
 		pool.Close()
-		return nil, nil, fmt.Errorf("schema %q has no godurable tables: run `durable migrate -schema %s` first", d.schema, d.schema)
+		return nil, nil, fmt.Errorf("schema %q has no godurable tables: run `%s` first", d.schema, d.command("migrate"))
 	case len(applied) < len(ms):
 		pool.Close()
-		return nil, nil, fmt.Errorf("schema %q is at version %d, this build needs %d: run `durable migrate -schema %s`",
-			d.schema, len(applied), len(ms), d.schema)
+		return nil, nil, fmt.Errorf("schema %q is at version %d, this build needs %d: run `%s`",
+			d.schema, len(applied), len(ms), d.command("migrate"))
 	case len(applied) > len(ms):
 		pool.Close()
 		return nil, nil, fmt.Errorf("schema %q is at version %d, newer than this build of durable knows (%d): upgrade the CLI",
@@ -123,3 +126,31 @@ func explainErr(id string, err error) error {
 
 // envDatabaseURL is $DATABASE_URL.
 func envDatabaseURL() string { return os.Getenv("DATABASE_URL") }
+
+// command returns the durable command line args as the user can paste it:
+// args, then the global flags the user gave this command (-database-url,
+// -schema; before or after the command), each word quoted for a POSIX
+// shell where it needs it. A flag the user left to its default (or to
+// $DATABASE_URL) is left out, so the command means the same in the same
+// shell.
+func (d *dbFlags) command(args ...string) string {
+	words := []string{"durable"}
+	for _, a := range args {
+		words = append(words, shellQuote(a))
+	}
+	d.fs.Visit(func(f *flag.Flag) {
+		if globalFlags[f.Name] {
+			words = append(words, "-"+f.Name, shellQuote(f.Value.String()))
+		}
+	})
+	return strings.Join(words, " ")
+}
+
+// shellQuote returns s as one word of a POSIX shell: as it is when it has
+// only characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -18,6 +18,8 @@ type healthReport struct {
 	store.Health
 	// Schedules are the stored schedules: next fire time, paused, late.
 	Schedules []store.ScheduleHealth `json:"schedules"`
+	// UnworkedQueues are the queues nobody works (see store.UnworkedQueues).
+	UnworkedQueues []store.UnworkedQueue `json:"unworked_queues"`
 }
 
 // health prints queue and gate pressure and the prefix-capture warnings.
@@ -44,10 +46,16 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	sh := store.SchedulesHealth(scs, now)
+	worked, err := st.WorkedQueues(ctx, now)
+	if err != nil {
+		return err
+	}
+	unworked := store.UnworkedQueues(h.Queues, worked)
 	if *asJSON {
-		return writeJSON(stdout, healthReport{At: now, Health: h, Schedules: sh})
+		return writeJSON(stdout, healthReport{At: now, Health: h, Schedules: sh, UnworkedQueues: unworked})
 	}
 	printHealth(stdout, h)
+	printUnworked(stdout, unworked, now, db)
 	if len(scs) > 0 {
 		fmt.Fprintln(stdout)
 		printSchedules(stdout, scs, sh, now)
@@ -164,4 +172,32 @@ func printPolicies(w io.Writer, queues []store.QueueHealth) {
 	if tw != nil {
 		tw.Flush()
 	}
+}
+
+// printUnworked prints the queues nobody works (nothing when there are
+// none), each with the command that lists its waiting rows.
+func printUnworked(w io.Writer, qs []store.UnworkedQueue, now time.Time, db *dbFlags) {
+	if len(qs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "QUEUES NOBODY WORKS: no engine has claimed from them in the last %s; their rows wait until an engine\n", store.QueueWorkedWithin)
+	fmt.Fprintln(w, "whose Config.Queues has the queue runs")
+	tw := table(w)
+	fmt.Fprintln(tw, "  QUEUE\tREADY\tSCHEDULED\tBLOCKED\tOLDEST READY\tLAST WORKED")
+	for _, q := range qs {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\n", q.Queue, q.Ready, q.Scheduled, q.Blocked, age(q.OldestReady), lastWorked(q.LastWorked, now))
+	}
+	tw.Flush()
+	for _, q := range qs {
+		fmt.Fprintf(w, "  list %s's rows: %s\n", q.Queue, db.command("ls", "-queue", q.Queue))
+	}
+}
+
+// lastWorked is when an engine last worked a queue, or "never".
+func lastWorked(t *time.Time, now time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return when(*t, now)
 }

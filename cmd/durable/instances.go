@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/transitions"
 )
 
 var statuses = []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting,
@@ -111,30 +112,31 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(ins) == 0 {
 			fmt.Fprintln(stdout, "(no instances match among these)")
 		}
-		fmt.Fprintf(stdout, "looked at %d instances; older ones may match: durable ls %s-after %s\n", f.ScanLimit, filterArgs(f), next)
+		fmt.Fprintf(stdout, "looked at %d instances; older ones may match: %s\n", f.ScanLimit, db.command(pageArgs(f, next)...))
 	case len(ins) == 0:
 		fmt.Fprintln(stdout, "(no instances match)")
 	case next != "":
-		fmt.Fprintf(stdout, "more: durable ls %s-after %s\n", filterArgs(f), next)
+		fmt.Fprintf(stdout, "more: %s\n", db.command(pageArgs(f, next)...))
 	}
 	return nil
 }
 
-// filterArgs repeats the filters of f for the next-page hint.
-func filterArgs(f store.ListFilter) string {
-	var b strings.Builder
+// pageArgs is the ls command line of the page after next: f's filters
+// and page size, and -after next.
+func pageArgs(f store.ListFilter, next string) []string {
+	args := []string{"ls"}
 	for _, kv := range [][2]string{{"workflow", f.Workflow}, {"status", string(f.Status)}, {"key", f.Key}, {"queue", f.Queue}} {
 		if kv[1] != "" {
-			fmt.Fprintf(&b, "-%s %q ", kv[0], kv[1])
+			args = append(args, "-"+kv[0], kv[1])
 		}
 	}
 	if f.Limit != 50 {
-		fmt.Fprintf(&b, "-limit %d ", f.Limit)
+		args = append(args, "-limit", fmt.Sprint(f.Limit))
 	}
 	if f.ScanLimit != 10_000 && (f.Workflow != "" || f.Status != "" || f.Key != "" || f.Queue != "") {
-		fmt.Fprintf(&b, "-scan %d ", f.ScanLimit)
+		args = append(args, "-scan", fmt.Sprint(f.ScanLimit))
 	}
-	return b.String()
+	return append(args, "-after", next)
 }
 
 // showReport is the JSON form of `durable show`.
@@ -220,7 +222,11 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		row("children left", fmt.Sprint(in.PendingChildren))
 	}
 	if in.LastError != "" {
-		row("last error", in.LastError)
+		label := "last error"
+		if n := len(hist); n > 0 && hist[n-1].Outcome == transitions.KindStop.String() && in.Status == store.StatusFailed {
+			label = "stop reason"
+		}
+		row(label, in.LastError)
 	}
 	if in.ParentID != "" {
 		row("parent", in.ParentID)
@@ -252,15 +258,29 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// indentJSON formats a stored state or result for reading, with the keys
+// of every object sorted by name: PostgreSQL keeps JSON as jsonb, which
+// does not keep the order in which a workflow wrote the keys (it orders
+// them by length first), so the stored order is not there to print, and
+// sorted keys read the same every time. Numbers keep their stored text.
 func indentJSON(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return "  null"
 	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
 	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "  ", "  "); err != nil {
-		return "  " + string(raw)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("  ", "  ")
+	if err := dec.Decode(&v); err != nil || enc.Encode(v) != nil {
+		b.Reset()
+		if err := json.Indent(&b, raw, "  ", "  "); err != nil {
+			return "  " + string(raw)
+		}
 	}
-	return "  " + b.String()
+	return "  " + strings.TrimRight(b.String(), "\n")
 }
 
 func firstLine(s string) string {

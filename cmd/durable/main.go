@@ -3,9 +3,9 @@
 // database the workers share.
 //
 //	durable migrate  [-down N]                  apply (or revert) the schema migrations
-//	durable health   [-json]                    queues, gates and warnings at a glance
+//	durable health   [-json]                    queues, gates, warnings and the queues nobody works at a glance
 //	durable ls       (newest first) [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
-//	durable show     ID [-json]                 one instance: state, step, attempt, error, history
+//	durable show     ID [-json]                 one instance: state (keys sorted by name), step, attempt, error, history
 //	durable signal   ID NAME [JSON] [-dedup K]  send a signal
 //	durable cancel   ID                         cancel a non-terminal instance
 //	durable retry    ID                         run a failed or canceled instance again
@@ -20,7 +20,9 @@
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
 // (default "durable"), before or after the command; a command's own flags
-// may come before or after its arguments.
+// may come before or after its arguments. Every command line the CLI prints
+// as a hint (the next page of ls, the migrate a schema needs) repeats the
+// -database-url and -schema the user gave, so that it works as pasted.
 // Errors go to stderr and the exit status is 1 (2 for a usage error).
 package main
 
@@ -55,10 +57,10 @@ const usage = `usage: durable <command> [arguments] [flags]
 
 commands:
   migrate              apply (or with -down N, revert) the schema migrations
-  health               queues, gates and warnings at a glance (-json for JSON)
+  health               queues, gates, warnings and the queues nobody works (-json for JSON)
   ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit;
                        a filtered page looks at -scan instances at most, default 10000)
-  show ID              one instance: state, step, attempt, last error, history
+  show ID              one instance: state (object keys sorted by name), step, attempt, last error, history
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
   cancel ID            cancel a non-terminal instance
   retry ID             run a failed or canceled instance again from its step

@@ -120,13 +120,13 @@ func schedulePause(ctx context.Context, name string, paused bool, args []string,
 	defer closeStore()
 	sc, err := st.PauseSchedule(ctx, pos[0], paused, time.Time{})
 	if errors.Is(err, store.ErrScheduleNotFound) {
-		return fmt.Errorf("%s: no schedule %q: `durable schedules ls` lists the stored ones", name, pos[0])
+		return fmt.Errorf("%s: no schedule %q: `%s` lists the stored ones", name, pos[0], db.command("schedules", "ls"))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if paused {
-		fmt.Fprintf(stdout, "schedule %q paused: no tick fires until `durable schedules resume %s` (engines re-syncing it keep the pause)\n", sc.Name, sc.Name)
+		fmt.Fprintf(stdout, "schedule %q paused: no tick fires until `%s` (engines re-syncing it keep the pause)\n", sc.Name, db.command("schedules", "resume", sc.Name))
 		return nil
 	}
 	now := time.Now().UTC().Truncate(time.Second)

@@ -65,7 +65,7 @@ func TestCLISchedules(t *testing.T) {
 
 	_, errOut, code := s.cli(t, "schedules", "pause", "weekly")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, `no schedule "weekly": `+"`durable schedules ls`")
+	assert.Contains(t, errOut, `no schedule "weekly": `+"`durable schedules ls -schema "+s.schema+"`", "the hint carries the user's -schema")
 	_, _, code = s.cli(t, "schedules", "stop", "nightly")
 	assert.Equal(t, 2, code)
 }

@@ -22,33 +22,49 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-const (
-	beginMarker = "<!-- quickstart:begin -->"
-	endMarker   = "<!-- quickstart:end -->"
-	// wantOutput is what the README says the program prints.
-	wantOutput = "order A-1: charged 1250 cents\n"
-)
+// wantOutput is what the README says the quick start prints.
+const wantOutput = "order A-1: charged 1250 cents\n"
 
-// quickstartSource returns the Go program between the README's markers.
-func quickstartSource(readme string) (string, error) {
-	_, rest, ok := strings.Cut(readme, beginMarker)
+// readmeBlock returns the code of the README's block called name: the
+// fenced block of language lang between <!-- name:begin --> and
+// <!-- name:end -->.
+func readmeBlock(readme, name, lang string) (string, error) {
+	begin, end := "<!-- "+name+":begin -->", "<!-- "+name+":end -->"
+	_, rest, ok := strings.Cut(readme, begin)
 	if !ok {
-		return "", errors.New("no " + beginMarker + " in README.md")
+		return "", errors.New("no " + begin + " in README.md")
 	}
-	block, _, ok := strings.Cut(rest, endMarker)
+	block, _, ok := strings.Cut(rest, end)
 	if !ok {
-		return "", errors.New("no " + endMarker + " after " + beginMarker)
+		return "", errors.New("no " + end + " after " + begin)
 	}
 	block = strings.TrimSpace(block)
-	code, ok := strings.CutPrefix(block, "```go\n")
+	code, ok := strings.CutPrefix(block, "```"+lang+"\n")
 	if !ok {
-		return "", errors.New("the quick start block does not open with ```go")
+		return "", errors.New("the " + name + " block does not open with ```" + lang)
 	}
 	code, ok = strings.CutSuffix(code, "```")
 	if !ok {
-		return "", errors.New("the quick start block does not close with ```")
+		return "", errors.New("the " + name + " block does not close with ```")
 	}
 	return code, nil
+}
+
+// quickstartSource returns the Go program of the README's quick start.
+func quickstartSource(readme string) (string, error) { return readmeBlock(readme, "quickstart", "go") }
+
+// repoRoot is the repository this test runs in, and its README.
+func repoRoot(t *testing.T) (root, readme string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, string(b)
 }
 
 var goDirective = regexp.MustCompile(`(?m)^go (\S+)$`)
@@ -57,15 +73,8 @@ func TestReadmeQuickStartBuildsAndRunsAsAUserModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a separate module")
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := quickstartSource(string(readme))
+	root, readme := repoRoot(t)
+	src, err := quickstartSource(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +178,16 @@ func freshDatabase(t *testing.T, serverURL string) string {
 }
 
 func TestQuickstartSourceNeedsBothMarkers(t *testing.T) {
+	const beginMarker, endMarker = "<!-- quickstart:begin -->", "<!-- quickstart:end -->"
 	code, err := quickstartSource("x\n" + beginMarker + "\n```go\npackage main\n```\n" + endMarker + "\n")
 	if err != nil || code != "package main\n" {
 		t.Fatalf("got %q, %v", code, err)
 	}
 	if _, err := quickstartSource(beginMarker + "\n```go\npackage main\n```\n"); err == nil {
 		t.Fatal("a block without its end marker was accepted")
+	}
+	if _, err := readmeBlock(beginMarker+"\n```sh\ngo mod tidy\n```\n"+endMarker, "quickstart", "go"); err == nil {
+		t.Fatal("a block of another language was accepted")
 	}
 	if _, err := quickstartSource("no markers"); err == nil {
 		t.Fatal("a README without markers was accepted")

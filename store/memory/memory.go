@@ -52,6 +52,7 @@ type Store struct {
 	leases      map[string]lease                   // named leases (AcquireLease)
 	policies    map[string]store.ConcurrencyPolicy // queue -> policy
 	schedules   map[string]store.Schedule          // name -> schedule
+	worked      map[string]time.Time               // queue -> last worked (MarkQueuesWorked)
 
 	rows      map[string]*row
 	queues    map[string]*queueState

@@ -23,8 +23,8 @@ package postgres
 // The statements live in files by concern: sql_insert.go, sql_claim.go,
 // sql_slots.go (freeing slots), sql_outcome.go (outcomes, heartbeats,
 // cancels, signals), sql_maintenance.go (timers, reaper, reconciler,
-// leases), sql_config.go (limits, policies, schedules) and sql_read.go
-// (reads and health).
+// leases), sql_config.go (limits, policies, schedules), sql_read.go
+// (reads and health) and sql_queues.go (which queues engines work).
 //
 // What the hot statements rely on from the planner, and why they are
 // written as they are:

@@ -277,8 +277,11 @@ func (e *Env) runIdle() (int, time.Time) {
 		}
 		e.record(held, rep.Claimed)
 		for _, o := range rep.Outcomes {
+			// A transition the engine cannot carry out (an unknown step, a
+			// state that cannot be encoded) is a bug in the workflow: the
+			// instance failed without retries, and the test fails too.
 			if h := o.History; h != nil && h.Outcome == durable.OutcomeInvalidTransition {
-				e.t.Errorf("durabletest: instance %s: %s", o.ID, o.Error)
+				e.t.Errorf("durabletest: instance %s failed at step %q with a programming error: %s", o.ID, h.Step, o.Error)
 			}
 		}
 		total += len(rep.Claimed)

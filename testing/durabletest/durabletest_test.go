@@ -2,6 +2,7 @@ package durabletest_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -247,6 +248,37 @@ func TestTransitionToUnknownStepFailsAtOnceAndIsFlagged(t *testing.T) {
 	require.Contains(t, in.LastError, "steps: a, b")
 	require.Len(t, rec.errs, 1, "durabletest flags the invalid transition on the first run")
 	require.Contains(t, rec.errs[0], `unknown step "bee"`)
+	h := env.History(id)
+	require.Len(t, h, 1)
+	require.Equal(t, durable.OutcomeInvalidTransition, h[0].Outcome)
+}
+
+// A step that returns a state JSON cannot encode (a NaN float) is a
+// programming error like a transition to an unknown step: the instance
+// fails on the first run, and durabletest fails the test naming the step.
+func TestUnencodableStateFailsAtOnceAndIsFlagged(t *testing.T) {
+	type reading struct {
+		Value float64 `json:"value"`
+	}
+	var runs int
+	wf := durable.NewWorkflow[reading]("measure", "read", durable.WorkflowOptions{})
+	wf.Step("read", func(ctx steps.Context, s reading) (transitions.Transition, error) {
+		runs++
+		s.Value = math.NaN()
+		return transitions.Next("store", s), nil
+	})
+	wf.Step("store", func(ctx steps.Context, s reading) (transitions.Transition, error) { return transitions.Done("ok"), nil })
+	rec := &errorsT{TB: t}
+	env := durabletest.New(rec, durabletest.Options{}, wf)
+	id := env.Insert("measure", reading{}, durable.InsertOptions{})
+	in := env.RunUntilDone(id)
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Equal(t, 1, runs, "not retried: the step's side effects ran once")
+	require.Contains(t, in.LastError, `step "read"`)
+	require.Contains(t, in.LastError, "NaN")
+	require.Len(t, rec.errs, 1, "durabletest flags it on the first run")
+	require.Contains(t, rec.errs[0], `at step "read"`)
+	require.Contains(t, rec.errs[0], "cannot be encoded")
 	h := env.History(id)
 	require.Len(t, h, 1)
 	require.Equal(t, durable.OutcomeInvalidTransition, h[0].Outcome)

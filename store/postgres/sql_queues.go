@@ -1,0 +1,19 @@
+package postgres
+
+// The record of which queues engines work (see store.Store.MarkQueuesWorked).
+const (
+	// sqlMarkQueuesWorked sets the last-worked time of queues $1 (sorted,
+	// so that concurrent marks lock their rows in one order) to $2 (NULL:
+	// now()), never moving one back.
+	sqlMarkQueuesWorked = `
+INSERT INTO {schema}.worked_queues AS w (queue, last_worked_at)
+SELECT q, coalesce($2::timestamptz, now()) FROM unnest($1::text[]) AS q
+ON CONFLICT (queue) DO UPDATE SET last_worked_at = excluded.last_worked_at
+WHERE w.last_worked_at < excluded.last_worked_at`
+
+	// sqlWorkedQueues reads every queue's last-worked time and the time
+	// $1 (NULL: now()) it is measured against.
+	sqlWorkedQueues = `
+SELECT queue, last_worked_at, coalesce($1::timestamptz, now())
+FROM {schema}.worked_queues ORDER BY queue COLLATE "C"`
+)
