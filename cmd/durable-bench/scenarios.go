@@ -168,16 +168,17 @@ func scenarioK1(ctx context.Context, b *bench) (*result, error) {
 	return r, err
 }
 
-func gateWorkload(b *bench, name string, n, limit, shards int) workload {
+// gateWorkload is n steps of d each through one gate of limit (in shards).
+func gateWorkload(b *bench, name string, n, limit, shards int, d time.Duration) workload {
 	return workload{name: name, workflow: "work", stepsPer: 1, keys: 1, k: limit, n: n,
 		limits: []gate.Limit{{Name: "api", Limit: limit, Shards: shards}},
 		gen: func(i int) durable.InsertRequest {
-			return req("work", state{I: i, K: 0, D: time.Millisecond}, gate.Gate("api", "1"))
+			return req("work", state{I: i, K: 0, D: d}, gate.Gate("api", "1"))
 		}}
 }
 
 func scenarioGate10(ctx context.Context, b *bench) (*result, error) {
-	return b.measure(ctx, gateWorkload(b, "s3", b.scaled(5000, 100), 10, 1))
+	return b.measure(ctx, gateWorkload(b, "s3", b.scaled(5000, 100), 10, 1, time.Millisecond))
 }
 
 // scenarioGate1000 compares a roomy sharded gate with scenario 1's plain
@@ -187,7 +188,7 @@ func scenarioGate10(ctx context.Context, b *bench) (*result, error) {
 // steps/s and this one 14,548-16,577, and the ratio of the two 0.78-1.03,
 // whichever run of scenario 1 it met.
 func scenarioGate1000(ctx context.Context, b *bench) (*result, error) {
-	r, err := b.compare(ctx, plainWorkload(b, "s4a"), gateWorkload(b, "s4b", b.scaled(20000, 100), 1000, 10))
+	r, err := b.compare(ctx, plainWorkload(b, "s4a"), gateWorkload(b, "s4b", b.scaled(20000, 100), 1000, 10, time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
