@@ -30,6 +30,7 @@ var allScenarios = []scenario{
 	{"3 steps, await + signal between", scenarioThree},
 	{"batch insert", scenarioInsert},
 	{"idle insert→start latency", scenarioIdle},
+	{"fleet sharing one gate (utilisation)", scenarioFleet},
 }
 
 // scaled is n × -n, at least min.
@@ -168,16 +169,17 @@ func scenarioK1(ctx context.Context, b *bench) (*result, error) {
 	return r, err
 }
 
-func gateWorkload(b *bench, name string, n, limit, shards int) workload {
+// gateWorkload is n steps of d each through one gate of limit (in shards).
+func gateWorkload(b *bench, name string, n, limit, shards int, d time.Duration) workload {
 	return workload{name: name, workflow: "work", stepsPer: 1, keys: 1, k: limit, n: n,
 		limits: []gate.Limit{{Name: "api", Limit: limit, Shards: shards}},
 		gen: func(i int) durable.InsertRequest {
-			return req("work", state{I: i, K: 0, D: time.Millisecond}, gate.Gate("api", "1"))
+			return req("work", state{I: i, K: 0, D: d}, gate.Gate("api", "1"))
 		}}
 }
 
 func scenarioGate10(ctx context.Context, b *bench) (*result, error) {
-	return b.measure(ctx, gateWorkload(b, "s3", b.scaled(5000, 100), 10, 1))
+	return b.measure(ctx, gateWorkload(b, "s3", b.scaled(5000, 100), 10, 1, time.Millisecond))
 }
 
 // scenarioGate1000 compares a roomy sharded gate with scenario 1's plain
@@ -187,7 +189,7 @@ func scenarioGate10(ctx context.Context, b *bench) (*result, error) {
 // steps/s and this one 14,548-16,577, and the ratio of the two 0.78-1.03,
 // whichever run of scenario 1 it met.
 func scenarioGate1000(ctx context.Context, b *bench) (*result, error) {
-	r, err := b.compare(ctx, plainWorkload(b, "s4a"), gateWorkload(b, "s4b", b.scaled(20000, 100), 1000, 10))
+	r, err := b.compare(ctx, plainWorkload(b, "s4a"), gateWorkload(b, "s4b", b.scaled(20000, 100), 1000, 10, time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
@@ -364,4 +366,84 @@ func scenarioIdle(ctx context.Context, b *bench) (*result, error) {
 	return &result{N: n, Steps: int64(n), Elapsed: elapsed, Unit: "", P50: percentile(lat, 0.5),
 		P99: percentile(lat, 0.99), Obs: obs,
 		Note: "one insert at a time into idle engines; latency from before the Insert call to the step body"}, nil
+}
+
+// fleetCell is one cell of scenario 10: engines × executors sharing one gate
+// of limit, whose steps each sleep for step.
+type fleetCell struct {
+	engines, executors, limit int
+	step                      time.Duration
+}
+
+// fleetCells are scenario 10's cells: a few engines against a narrow gate at
+// two step lengths, and a wider gate.
+var fleetCells = []fleetCell{
+	{1, 16, 5, 15 * time.Millisecond}, {3, 4, 5, 15 * time.Millisecond}, {6, 4, 5, 15 * time.Millisecond},
+	{1, 16, 5, 50 * time.Millisecond}, {3, 4, 5, 50 * time.Millisecond}, {6, 4, 5, 50 * time.Millisecond},
+	{3, 16, 20, 20 * time.Millisecond},
+}
+
+// String names the cell in the report.
+func (c fleetCell) String() string {
+	return fmt.Sprintf("%d×%d gate %d, %d ms", c.engines, c.executors, c.limit, c.step.Milliseconds())
+}
+
+// ideal is how long n steps take through the gate if it is never idle.
+func (c fleetCell) ideal(n int) time.Duration {
+	return time.Duration(n) * c.step / time.Duration(c.limit)
+}
+
+// scenarioFleet measures how full a fleet of engines keeps the gate they
+// share: each cell's utilisation is its ideal time over its wall time, as
+// the median of -rounds runs (the cells interleaved, so the machine's drift
+// falls on all of them), and the headline is the lowest cell median.
+func scenarioFleet(ctx context.Context, b *bench) (*result, error) {
+	runs := make([][]*result, len(fleetCells))
+	for round := 0; round < max(b.o.rounds, 1); round++ {
+		for i, c := range fleetCells {
+			// The cell's engines and executors, in burn-down mode; every other setting is the library's default.
+			cb := *b
+			cb.o.engines, cb.o.executors, cb.o.mode = c.engines, c.executors, "burn"
+			perSec := float64(c.limit) / c.step.Seconds()
+			n := b.scaled(int(3*perSec), int(2*perSec))
+			r, err := cb.measure(ctx, gateWorkload(&cb, fmt.Sprintf("s10_%d", i), n, c.limit, 1, c.step))
+			if err != nil {
+				return nil, fmt.Errorf("cell %s: %w", c, err)
+			}
+			r.Util = c.ideal(n).Seconds() / r.Elapsed.Seconds()
+			runs[i] = append(runs[i], r)
+		}
+	}
+	var head *result
+	var violation *result
+	lines := []string{fmt.Sprintf("utilisation = ideal (n × step ÷ limit) ÷ wall; per cell the median (range) over %d round(s); "+
+		"engines × executors are the cell's (not -engines/-executors); the figures above are the lowest cell's median round",
+		len(runs[0]))}
+	for i, c := range fleetCells {
+		rs := slices.Clone(runs[i])
+		slices.SortFunc(rs, func(x, y *result) int { return cmp.Compare(x.Util, y.Util) })
+		utils, most := make([]float64, len(rs)), 0
+		for j, r := range rs {
+			utils[j], most = r.Util, max(most, r.MaxPerKey)
+			if r.MaxPerKey > r.K && (violation == nil || r.MaxPerKey-r.K > violation.MaxPerKey-violation.K) {
+				violation = r
+			}
+		}
+		med := median(utils)
+		check := fmt.Sprintf("max concurrency %d ≤ gate %d", most, c.limit)
+		if most > c.limit {
+			check = fmt.Sprintf("VIOLATION: max concurrency %d > gate %d", most, c.limit)
+		}
+		lines = append(lines, fmt.Sprintf("%-20s n=%-5d ideal %.2fs  utilisation %.2f (%.2f–%.2f)  %s",
+			c.String()+":", rs[0].N, c.ideal(rs[0].N).Seconds(), med, utils[0], utils[len(utils)-1], check))
+		if head == nil || med < head.Util {
+			head = rs[len(rs)/2]
+			head.Util = med
+		}
+	}
+	if violation != nil {
+		head.K, head.MaxPerKey = violation.K, violation.MaxPerKey
+	}
+	head.Note = strings.Join(lines, "\n    ")
+	return head, nil
 }
