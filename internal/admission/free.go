@@ -92,8 +92,9 @@ type FreePlan struct {
 	// Roomy are the gate keys whose slots were not handed off because
 	// their counters have free slots (see Free), sorted.
 	Roomy []string
-	// Yield are the successors passed a slot (Successions) whose key's
-	// next waiting row is out of turn (Waiting.InTurn): the rows reserved
+	// Yield are the successors passed a slot (Successions) whose slot is
+	// beyond the key's limit now, or whose key's next waiting row is out
+	// of turn (Waiting.InTurn): the rows reserved
 	// after them, in their worker, should be given back rather than run in
 	// that slot, so that the slot frees when the successor's step ends and
 	// the rows of better turns get it (see store.OutcomeResult.Yield).
@@ -133,8 +134,11 @@ type Reservation struct {
 // Every other freed slot is in Rest. A slot that names a successor is not
 // decided: it passes to that row (Successions).
 //
-// A succession whose key's next waiting row is out of turn is in Yield:
-// the chain reserved after it must stop in its worker.
+// A succession whose slot would not pass on by the key's limit now (a
+// lowered limit: see slotPasses), or whose key's next waiting row is out of
+// turn, is in Yield: the chain reserved after it must stop in its worker,
+// so that a lowered limit and the order rule bind at the chain's next
+// flush.
 //
 // With st.Reserve, each row the plan makes executing whose slot passes (as
 // above) gets up to its slot's Ahead of the key's next waiting rows after
@@ -200,7 +204,8 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		if h.slot.Successor == "" {
 			continue
 		}
-		if line := next[h.slot.Key]; len(line) > 0 && !line[0].inTurn() {
+		line := next[h.slot.Key]
+		if !slotPasses(h.slot, st) || (len(line) > 0 && !line[0].inTurn()) {
 			plan.Yield = append(plan.Yield, h.id)
 		}
 	}

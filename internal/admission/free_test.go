@@ -267,3 +267,20 @@ func TestFreeYieldsAChainOutOfTurn(t *testing.T) {
 	p = Free(succ, behind, freeState(nil))
 	require.Equal(t, []string{"s1"}, p.Yield, "without Reserve too")
 }
+
+func TestFreeYieldsAChainOverALoweredLimit(t *testing.T) {
+	succ := []Freed{{Key: "g:1", Shard: 1, Successor: "s1", Queue: "q", Ahead: 2}}
+	line := []Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")}
+	p := Free(succ, line, freeState(func(st *FreeState) {
+		withGate("g:1", 2, 2)(st)
+		st.Reserve = true
+	}))
+	require.Empty(t, p.Yield, "the slot is one the limit gives")
+	p = Free(succ, line, freeState(func(st *FreeState) {
+		withGate("g:1", 1, 1)(st) // lowered: shard 1 is gone
+		st.Reserve = true
+	}))
+	require.Equal(t, []Admitted{{ID: "s1", Shard: 1}}, p.Successions, "the successor may run already: it takes the slot")
+	require.Empty(t, p.Reserved)
+	require.Equal(t, []string{"s1"}, p.Yield, "the chain stops at this flush")
+}

@@ -60,7 +60,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		ids[i], shards[i] = ins[i].ID, -1
 	}
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
-	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{}, nil)
+	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{}, outcomeChains{})
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
 	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
 		"key waiting": true, "key next": true, "key oldest": true, "inbox": true, "insert busy keys": true}

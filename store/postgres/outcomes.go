@@ -93,7 +93,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 		b.Queue(s.q(sqlClaimsLock), uuidArg(append(ids, succIDs...)), worker)
 	}
-	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch.chained)...).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch)...).Query(func(rows pgx.Rows) error {
 		var a applied
 		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue, &a.waiters}, func() error {
 			done = append(done, a)
@@ -418,7 +418,7 @@ func validateOutcomes(outcomes []store.Outcome, handOff bool) error {
 // completeArgs are sqlCompleteApply's arguments; chained holds the
 // outcomes of reserved rows whose predecessors' outcomes are in the batch
 // (see chains).
-func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time, chained map[string]bool) []any {
+func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time, ch outcomeChains) []any {
 	n := len(outcomes)
 	// The arrays of one type share one allocation.
 	texts, int32s, int64s := make(textArray, 8*n), make([]int32, 2*n), make([]int64, 2*n)
@@ -443,7 +443,15 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		timeoutDelays = int64s[1*n : 2*n : 2*n]
 		handBacks     = bools[1*n : 2*n : 2*n]
 		chainedRows   = bools[2*n : 3*n : 3*n]
+		heads         = make([]*string, n)
+		headFences    = make([]*int64, n)
 	)
+	prev := make(map[string]int, len(ch.next)) // outcome id -> the index of the outcome that names it
+	for i, o := range outcomes {
+		if o.Successor.ID != "" {
+			prev[o.Successor.ID] = i
+		}
+	}
 	for i, o := range outcomes {
 		delays[i], timeoutDelays[i] = micros(o.Delay), micros(o.Timeout)
 		ids[i], fences[i], kinds[i], steps[i] = o.ID, int8Elem(o.Fence), textElem(o.Kind.String()), textElem(o.Step)
@@ -454,10 +462,21 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		}
 		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
 		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
-		chainedRows[i] = chained[o.ID]
+		chainedRows[i] = ch.chained[o.ID]
+		if chainedRows[i] { // the head of its chain in the batch
+			h := prev[o.ID]
+			for range n {
+				j, ok := prev[outcomes[h].ID]
+				if !ok || !ch.chained[outcomes[h].ID] {
+					break
+				}
+				h = j
+			}
+			heads[i], headFences[i] = &outcomes[h].ID, &outcomes[h].Fence
+		}
 	}
 	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows}
+		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows, heads, headFences}
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

@@ -94,7 +94,7 @@ func BenchmarkEncodeArgs(b *testing.B) {
 		sql  string
 		args func() []any
 	}{
-		{"complete", sqlCompleteApply, func() []any { return s.completeArgs("bench-worker", outs, time.Time{}, nil) }},
+		{"complete", sqlCompleteApply, func() []any { return s.completeArgs("bench-worker", outs, time.Time{}, outcomeChains{}) }},
 		{"claim", sqlClaim, func() []any { return []any{uuidArg(ids), "bench-worker", micros(time.Minute), shards, nil} }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

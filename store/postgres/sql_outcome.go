@@ -19,7 +19,10 @@ const (
 	// id must not take instances_active). An outcome of a reserved row
 	// whose predecessor's outcome is in the batch ($21: see outcomeChains)
 	// is guarded by its reservation instead: blocked, with the worker and
-	// fence.
+	// fence, and only while the claim at the head of its chain in the batch
+	// ($22, fence $23) is current (executing, with the worker and fence, as
+	// this statement's snapshot shows it): a step that ran in a slot whose
+	// claim was lost commits nothing.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -68,16 +71,19 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
-                  $20::bool[], $21::bool[])
+                  $20::bool[], $21::bool[], $22::uuid[], $23::bigint[])
                 WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
                                      key_intent, await_signal, timeout_at, result, error, children,
-                                     delay_us, timeout_us, hand_back, chained, ord)
+                                     delay_us, timeout_us, hand_back, chained, head, head_fence, ord)
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
           SELECT c.key, c.key_shard, c.cancel_requested, c.waiters FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence
             AND c.status COLLATE "C" = CASE WHEN x.chained THEN 'blocked' ELSE 'executing' END
+            AND (NOT x.chained OR EXISTS (SELECT 1 FROM {schema}.instances h
+                                          WHERE h.id = x.head AND h.worker = $1 AND h.fence = x.head_fence
+                                            AND h.status COLLATE "C" = 'executing'))
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,

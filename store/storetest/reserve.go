@@ -291,6 +291,25 @@ var reserveTests = append(perKey([]reserveRule{
 		require.NotEmpty(h.t, cs)
 		require.Equal(h.t, x.ID, cs[0].ID, "x first")
 	}},
+	{"reserve/a successor's outcome commits only while its predecessor's claim held", func(h *harness, k string) {
+		first, reserved, _ := h.chainStart(k, 3, 1)
+		require.Len(h.t, reserved, 1)
+		// The reservation's lease outlives the claim's: the reaper takes
+		// the claim back (and its slot) but not the reservation.
+		hb, err := h.s.Heartbeat(h.ctx, "w", refs(reserved[0]), 10*lease, at(3*time.Second))
+		require.NoError(h.t, err)
+		require.Empty(h.t, hb.Lost)
+		require.Equal(h.t, 1, h.reap(at(3*time.Second+lease)))
+		h.requireStatus(store.StatusReady, first.ID)
+
+		// The step that ran in the lost slot: its chain commits nothing.
+		res, running, _ := h.completeHandOff(at(4*time.Second+lease), store.HandOff{Room: map[string]int{}},
+			successor(done(first), reserved[0]), done(reserved[0]))
+		require.True(h.t, res[0].Stale, "the claim was reaped")
+		require.True(h.t, res[1].Stale, "its successor ran in a slot it never held")
+		require.Empty(h.t, running)
+		require.NotEqual(h.t, store.StatusDone, h.status(reserved[0].ID))
+	}},
 }...), test{"reserve/a lowered limit stops a chain at its next flush", func(h *harness) {
 	h.syncLimits(gate.Limit{Name: "api", Limit: 2})
 	k := "api:1"
@@ -308,9 +327,10 @@ var reserveTests = append(perKey([]reserveRule{
 		o.Ahead = 1
 		outs = append(outs, o)
 	}
-	_, running, more := h.completeHandOff(at(2*time.Second), store.HandOff{Room: map[string]int{queue: 2}, Reserve: true}, outs...)
+	flushed, running, more := h.completeHandOff(at(2*time.Second), store.HandOff{Room: map[string]int{queue: 2}, Reserve: true}, outs...)
 	require.Len(h.t, running, 2, "the successors may run already: they take their slots")
 	require.Empty(h.t, more, "over the new limit, nothing more is reserved")
+	require.True(h.t, flushed[0].Yield && flushed[1].Yield, "and the chains over the limit are told to stop")
 	_, handed, more := h.completeHandOff(at(3*time.Second), store.HandOff{Room: map[string]int{queue: 2}, Reserve: true},
 		contended([]store.Outcome{done(running[0]), done(running[1])})...)
 	require.Empty(h.t, handed, "a key over its limit hands nothing off")
