@@ -404,8 +404,13 @@ func scenarioFleet(ctx context.Context, b *bench) (*result, error) {
 			// The cell's engines and executors, in burn-down mode; every other setting is the library's default.
 			cb := *b
 			cb.o.engines, cb.o.executors, cb.o.mode = c.engines, c.executors, "burn"
+			// Five seconds of ideal work, as the peers' util scenario has
+			// (500 steps of 50 ms through a gate of 5): a fleet's start
+			// (its engines' first claims, their listeners) is a fixed cost
+			// of a few hundred milliseconds that would otherwise weigh as
+			// much as the steady state measured here.
 			perSec := float64(c.limit) / c.step.Seconds()
-			n := b.scaled(int(3*perSec), int(2*perSec))
+			n := b.scaled(int(5*perSec), int(3*perSec))
 			r, err := cb.measure(ctx, gateWorkload(&cb, fmt.Sprintf("s10_%d", i), n, c.limit, 1, c.step))
 			if err != nil {
 				return nil, fmt.Errorf("cell %s: %w", c, err)
