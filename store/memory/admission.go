@@ -414,10 +414,14 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if _, ok := want[f.Key]; !ok {
 			keys = append(keys, f.Key)
 		}
-		want[f.Key]++ // a succession reads the key's next row for its turn (Yield)
-		if h.Reserve {
-			want[f.Key] += f.Ahead
+		n := 0
+		if f.Successor == "" {
+			n++
 		}
+		if h.Reserve {
+			n += f.Ahead
+		}
+		want[f.Key] += max(n, 1) // a succession reads at least the key's next row, for its turn (Yield)
 	}
 	var waiting []admission.Waiting
 	for _, k := range keys {

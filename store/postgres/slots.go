@@ -402,11 +402,14 @@ func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bo
 	for i, id := range ids {
 		nx := ch.next[id]
 		_, chainGoesOn := ch.index[nx]
-		if nx == "" || !chainGoesOn {
-			wants[i]++ // the row its slot may go to, or the next row's turn (see admission.FreePlan.Yield)
+		if nx == "" {
+			wants[i]++
 		}
 		if reserve && !chainGoesOn {
 			wants[i] += int32(clampAhead(outcomes[ch.index[id]].Ahead))
+		}
+		if nx != "" && !chainGoesOn && wants[i] == 0 {
+			wants[i] = 1 // the next row's turn (see admission.FreePlan.Yield)
 		}
 	}
 	return wants
