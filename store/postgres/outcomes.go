@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -86,7 +87,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	handIDs := handOffIDs(outcomes, h)
 	ch := chains(outcomes, h)
 	succIDs, succFences := ch.pending(outcomes)
-	if len(succIDs) > 0 {
+	if successorsBefore(outcomes, succIDs) {
 		ids := make([]string, 0, len(outcomes)+len(succIDs))
 		for _, o := range outcomes {
 			ids = append(ids, o.ID)
@@ -653,6 +654,31 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 		}
 		return nil
 	})
+}
+
+// successorsBefore reports whether a successor of succs sorts before an
+// outcome row of the batch: the apply statement then locks an outcome row
+// after a successor that a heartbeat, locking both in one id order, may
+// hold while it waits for that outcome row. Only then is the batch's whole
+// set locked in one id order first (sqlClaimsLock); otherwise locking the
+// outcome rows, then the successors, each in id order, is already that
+// order. With time-ordered ids a successor is usually the newer row.
+func successorsBefore(outcomes []store.Outcome, succs []string) bool {
+	if len(succs) == 0 {
+		return false
+	}
+	var last uuid.UUID
+	for _, o := range outcomes {
+		if u, err := uuid.Parse(o.ID); err == nil && bytes.Compare(u[:], last[:]) > 0 {
+			last = u
+		}
+	}
+	for _, id := range succs {
+		if u, err := uuid.Parse(id); err != nil || bytes.Compare(u[:], last[:]) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrNotRetryable is store.ErrNotRetryable, kept under this name.
