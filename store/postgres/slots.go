@@ -392,11 +392,10 @@ func clampAhead(n int) int { return min(max(n, 0), aheadMax) }
 
 // wants is, for each contended outcome of ids, how many of its key's
 // waiting rows a hand-off may need for it: one for the row its slot may be
-// handed to when it names no successor, or whose turn tells whether the
-// chain that ends here goes on (admission.FreePlan.Yield), and, with
-// reserve, its Ahead when
+// handed to when it names no successor, and, with reserve, its Ahead when
 // it ends its chain (see pass: only the chain's last outcome's Ahead
-// counts).
+// counts); at least one for an outcome that ends a chain, whose next row's
+// turn tells whether the chain goes on (admission.FreePlan.Yield).
 func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bool) []int32 {
 	wants := make([]int32, len(ids))
 	for i, id := range ids {
