@@ -1230,15 +1230,11 @@ func quiet(b []store.Outcome, res []store.OutcomeResult) bool {
 // times' worth, each step ending when the next starts), and a third flush
 // time for a flush slower than the average, plus 2, so that a slot's steps
 // follow one another without waiting for a commit. It is 2 for steps much
-// longer than a flush, and at most 16. The peers' hot gate (5,000 steps of
-// 1 ms, gate 10, the godurable driver alone, three interleaved runs each,
-// session 6): 5,152-5,313 steps/s with one flush time's worth, 5,814-6,025
-// with two; 3 + two's worth, up to 12, gave no more (5,997-6,116 against
-// 6,058-6,116). On a busier machine (session 8: flushes of 2.5-4 ms on
-// average, single ones up to 29 ms), a step found no reservation 65-166 times per
-// 5,000 with two flush times' worth, at most 8, and slots stood idle about
-// a fifth of the time; with three, at most 16, ten interleaved pairs gave a
-// median of 6,002 against 5,507 steps/s (three's higher in nine).
+// longer than a flush, and at most 16. One flush time's worth is too few
+// for 1 ms steps: a step ends before the flush that reserves its successor
+// returns, and its slot waits for a commit. Flush times vary (a slow one
+// takes several times the average), so the third flush time keeps a
+// busy machine's chains from breaking.
 func (s *Scheduler) depth(items []flushItem) int {
 	step := int64(0)
 	for _, it := range items {
