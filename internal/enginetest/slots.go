@@ -146,7 +146,7 @@ func ClaimedRowsDoNotWaitBehindChains(t *testing.T, newStore func() store.Store)
 	// Two executors: one step each while b waits for the first to end, and
 	// the steps that start while b's claim runs (its time is when the
 	// claim's transaction began), a few more on a loaded machine. Without
-	// the rule, b waited for a's whole backlog (98 of its 120 steps).
+	// the rule, b waits for most of a's backlog.
 	require.LessOrEqual(t, log.between("api:a", claimed, started), 6,
 		"steps of key a that started while b, claimed, waited (b waited %v)", started.Sub(claimed))
 	waitDone(t, e, a, 60*time.Second)
@@ -205,8 +205,7 @@ func CancelOfAReservationMeansItNeverStarts(t *testing.T, newStore func() store.
 	// The runtime starts a step, and tells the store it did, just before
 	// it calls the step's function; the recorder runs in that function, a
 	// moment later when the goroutine scheduler or the race detector is
-	// slow (up to about a millisecond was seen under -race, on a machine
-	// running the whole suite).
+	// slow, as on a machine running the whole suite.
 	const entry = 10 * time.Millisecond
 	late := 0
 	for id, at := range canceledAt {
