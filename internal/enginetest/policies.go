@@ -96,12 +96,17 @@ type sleepState struct {
 	N int `json:"n"`
 }
 
-// fleet starts n engines on stores from newStore, running one workflow
-// "work" on queue whose step sleeps for step (real time) inside the gauge.
-func fleet(t *testing.T, newStore func() store.Store, n, executors int, cfg durable.Config, g *Gauge, step time.Duration) []*durable.Engine {
+// fleet starts n engines of cfg (each with its own store from newStore,
+// executors on queue "mail", a worker id and a silent logger), running one
+// workflow "work" whose step calls onStart (when set) and then sleeps for
+// step (real time) inside the gauge.
+func fleet(t *testing.T, newStore func() store.Store, n, executors int, cfg durable.Config, g *Gauge, step time.Duration, onStart func(steps.Context)) []*durable.Engine {
 	t.Helper()
 	wf := durable.NewWorkflow[sleepState]("work", "run", durable.WorkflowOptions{Queue: "mail"})
 	wf.Step("run", func(ctx steps.Context, s sleepState) (transitions.Transition, error) {
+		if onStart != nil {
+			onStart(ctx)
+		}
 		g.Enter(ctx.Key())
 		time.Sleep(step)
 		g.Exit(ctx.Key())
@@ -114,8 +119,6 @@ func fleet(t *testing.T, newStore func() store.Store, n, executors int, cfg dura
 		c.Queues = map[string]int{"mail": executors}
 		c.WorkerID = fmt.Sprintf("engine-%d", i)
 		c.Logger = slog.New(slog.DiscardHandler)
-		c.PollInterval = 5 * time.Millisecond
-		c.ReconcileInterval = time.Hour
 		e, err := durable.New(c)
 		require.NoError(t, err)
 		require.NoError(t, e.Register(wf))
@@ -159,8 +162,8 @@ func waitDone(t *testing.T, e *durable.Engine, ids []string, timeout time.Durati
 // restart.
 func MaxActiveAcrossEngines(t *testing.T, newStore func() store.Store) {
 	g := NewGauge()
-	engines := fleet(t, newStore, 3, 10, durable.Config{Namespace: "mailers",
-		Limits: []gate.Limit{{Name: "tenant", Limit: 10}}}, g, 15*time.Millisecond)
+	engines := fleet(t, newStore, 3, 10, durable.Config{Namespace: "mailers", PollInterval: 5 * time.Millisecond,
+		ReconcileInterval: time.Hour, Limits: []gate.Limit{{Name: "tenant", Limit: 10}}}, g, 15*time.Millisecond, nil)
 	ctx := context.Background()
 	_, err := engines[0].SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 4, MaxActivePerKey: 2}})
 	require.NoError(t, err)
@@ -211,9 +214,9 @@ func RateAcrossEngines(t *testing.T, newStore func() store.Store, start time.Tim
 	)
 	clock := NewFakeClock(start)
 	g := NewGauge()
-	engines := fleet(t, newStore, 3, 4, durable.Config{Clock: clock,
+	engines := fleet(t, newStore, 3, 4, durable.Config{Clock: clock, PollInterval: 5 * time.Millisecond, ReconcileInterval: time.Hour,
 		Limits:     []gate.Limit{{Name: "api", Limit: 1000}},
-		RateLimits: []gate.RateLimit{{Name: "api", Limit: rate, Burst: burst}}}, g, 0)
+		RateLimits: []gate.RateLimit{{Name: "api", Limit: rate, Burst: burst}}}, g, 0, nil)
 	ctx := context.Background()
 	keys := make([]gate.ConcurrencyKey, 10)
 	for i := range keys {

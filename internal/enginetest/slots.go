@@ -3,8 +3,6 @@ package enginetest
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
-	"github.com/godurable/godurable/transitions"
 )
 
 // startLog records, outside the SDK, the key and wall-clock time of every
@@ -55,35 +52,10 @@ func (l *startLog) between(key string, from, to time.Time) int {
 }
 
 // slotEngines starts n engines with the library's defaults but for the
-// executors and the limits, each on a store from newStore, running one
-// workflow "work" of queue "mail" whose step records its start and then
-// sleeps for step inside the gauge.
+// executors and the limits (see fleet), whose step records its start.
 func slotEngines(t *testing.T, newStore func() store.Store, n, executors int, limits []gate.Limit, g *Gauge, log *startLog, step time.Duration) []*durable.Engine {
 	t.Helper()
-	wf := durable.NewWorkflow[sleepState]("work", "run", durable.WorkflowOptions{Queue: "mail"})
-	wf.Step("run", func(ctx steps.Context, s sleepState) (transitions.Transition, error) {
-		log.add(ctx)
-		g.Enter(ctx.Key())
-		time.Sleep(step)
-		g.Exit(ctx.Key())
-		return transitions.Done(s.N), nil
-	})
-	var engines []*durable.Engine
-	for i := range n {
-		e, err := durable.New(durable.Config{Store: newStore(), Queues: map[string]int{"mail": executors},
-			WorkerID: fmt.Sprintf("engine-%d", i), Logger: slog.New(slog.DiscardHandler), Limits: limits})
-		require.NoError(t, err)
-		require.NoError(t, e.Register(wf))
-		engines = append(engines, e)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, e := range engines {
-			_ = e.Stop(ctx)
-		}
-	})
-	return engines
+	return fleet(t, newStore, n, executors, durable.Config{Limits: limits}, g, step, log.add)
 }
 
 // GateSpreadsOverTheFleet runs one gate key of limit 10 on two engines of

@@ -14,11 +14,9 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-// The reservation tests run each case on a K = 1 key and on a gate of
-// limit 1: a reservation (store.Claimed.After) is a blocked row with the
-// worker, which no claim, promotion or hand-off takes; the outcome that
-// names it passes it its slot without touching the counter; released or
-// reaped, it goes back to ready without crediting anything.
+// The rules of reservations are store/storetest's reserve/ rules, which
+// every backend passes; the tests here pin what only this backend does with
+// them: the statements a hand-off's transaction plans.
 
 // reserveKeys are the keys the cases run on, with the limits they need.
 var reserveKeys = []struct {
