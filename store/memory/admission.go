@@ -299,6 +299,12 @@ func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, now time.T
 		s.keys[r.inst.Key].executing++
 		q.keyExec[r.inst.Key]++
 	}
+	return r.claimed()
+}
+
+// claimed is r as a claim (or a reservation) returns it: with the signal
+// or the timeout that woke it.
+func (r *row) claimed() store.Claimed {
 	c := store.Claimed{Instance: r.snapshot(), TimedOut: r.timedOut}
 	if r.wake != nil {
 		c.Signal = r.wake.snapshot()

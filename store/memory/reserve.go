@@ -35,10 +35,8 @@ func (s *Store) reserve(r *row, worker, after string, lease time.Duration, now t
 	r.inst.LeaseExpiresAt = now.Add(lease)
 	r.inst.UpdatedAt = now
 	s.reserved[r.inst.ID] = r
-	c := store.Claimed{Instance: r.snapshot(), TimedOut: r.timedOut, Contended: true, After: after}
-	if r.wake != nil {
-		c.Signal = r.wake.snapshot()
-	}
+	c := r.claimed()
+	c.Contended, c.After = true, after
 	return c
 }
 
