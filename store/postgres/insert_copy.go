@@ -16,8 +16,8 @@ import (
 // copyInsertMin is the smallest batch (rows) that Insert and InsertTx write
 // with COPY rather than with sqlInsert. Below it the COPY path's extra round
 // trips (its transaction, the round query, the copy) eat what it saves per
-// row: at 100 rows neither path was reliably ahead, at 500 COPY was (see
-// "Batch insert with COPY" in BENCHMARKS.md).
+// row: around a hundred rows neither path is reliably ahead, at 500 COPY
+// is.
 const copyInsertMin = 500
 
 // copyer is the part of a transaction that the COPY path needs.
