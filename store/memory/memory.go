@@ -70,6 +70,11 @@ type Store struct {
 	// freeing collects the slots freed while a Complete that may hand them
 	// off applies its outcomes (nil otherwise: slots free at once).
 	freeing *[]admission.Freed
+	// readied collects the rows a Complete's outcomes make ready and due
+	// (nil outside a Complete): they take their rounds together once the
+	// batch is applied, as admission.Rounds decides for rows made ready
+	// together, whatever the order of the outcomes.
+	readied *[]*row
 }
 
 var (

@@ -264,6 +264,8 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	res := make([]store.OutcomeResult, len(outcomes))
 	held := make([]string, len(outcomes)) // the key whose slot each outcome's row held
 	credited := map[string]bool{}         // keys with a slot freed, not handed off
+	var readied []*row
+	s.readied = &readied
 	for i, o := range outcomes {
 		res[i].ID = o.ID
 		r := s.current(o.ID, worker, o.Fence)
@@ -285,6 +287,11 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 		for j := before; j < len(freed); j++ {
 			freed[j].Ahead = o.Ahead // successors its slot's next row may get
 		}
+	}
+	s.readied = nil
+	s.assignRounds(readied)
+	for _, r := range readied {
+		s.pushReady(s.queue(r.inst.Queue), r)
 	}
 	var claimed []store.Claimed
 	if h != nil {
@@ -450,6 +457,12 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 		runAt := o.RunAt
 		if runAt.IsZero() {
 			runAt = now.Add(o.Delay)
+		}
+		if s.readied != nil && !runAt.After(now) {
+			r.hasRound, r.inst.Status, r.inst.RunAt = false, store.StatusReady, runAt
+			n.add(r.inst.Queue)
+			*s.readied = append(*s.readied, r)
+			break
 		}
 		s.setReady(r, runAt, now, n)
 	case store.OutcomeAwait:

@@ -158,14 +158,23 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	}
 	defer s.claimed.fire()
 	res, err := s.claim(ctx, req, false)
-	if isDebitLost(err) {
+	switch {
+	case isDebitLost(err):
 		// An optimistic claim found a counter changed (nothing of it was
 		// committed): claim again, locking the counters.
 		s.debitsLost.Add(1)
 		res, err = s.claim(ctx, req, true)
+	case errors.Is(err, errCountersUnsettled):
+		res, err = s.claim(ctx, req, true)
 	}
 	return res, err
 }
+
+// errCountersUnsettled ends an optimistic claim (nothing of it committed)
+// that left rows of a gate key whose counters it found missing or made
+// under another limit than the key's: only a claim that locks them can
+// tell whether those rows have room.
+var errCountersUnsettled = errors.New("gate counters not as the limit makes them")
 
 // isDebitLost reports whether err is an optimistic claim's failed debit
 // (debit_check), or its wait for its counters given up (lock_timeout: see
@@ -663,9 +672,15 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		// of for want of room it could see: the next claims lock them,
 		// and so may block those rows.
 		for _, k := range plan.Unsettled {
-			if st.Gates[k].Count > 0 {
+			if st.Gates[k].Count > 0 && !limitMoved[k] {
 				s.hot.mark(k)
+				continue
 			}
+			// Its counters are missing (an idle key's are deleted) or
+			// from another limit: the rows left say nothing of its room,
+			// so this claim is made again, locking (and creating) them,
+			// rather than leave admissible rows to a later claim.
+			return admission.Plan{}, nil, errCountersUnsettled
 		}
 	}
 	return plan, seen, nil

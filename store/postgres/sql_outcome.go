@@ -52,6 +52,7 @@ UPDATE {schema}.instances i SET
                  THEN (SELECT ` + freshRound + `
                        FROM (SELECT i.queue AS q, i.priority AS p,
                                     CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k) fr)
+                      + o.key_rank
             END,
     spawn_gen = CASE WHEN o.kind = 'spawn' THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     -- A hand-back keeps when the row first became ready (its run_at when
@@ -67,7 +68,19 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              -- A row canceled while its step ran ends canceled unless the
              -- step finished it (done, failed).
              CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
-             c.key AS old_key, c.key_shard AS old_shard, c.waiters AS old_waiters
+             c.key AS old_key, c.key_shard AS old_shard, c.waiters AS old_waiters,
+             -- A key's rows made ready and due together take consecutive
+             -- rounds from its fresh round, in run_at then seq order
+             -- (internal/admission.Rounds): this is each one's place.
+             CASE WHEN x.kind = 'ready' AND NOT c.cancel_requested
+                   AND coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now
+                   AND CASE WHEN x.set_key THEN nullif(x.key, '') ELSE c.key END IS NOT NULL
+                  THEN row_number() OVER (
+                      PARTITION BY x.kind = 'ready' AND NOT c.cancel_requested
+                                   AND coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now,
+                                   CASE WHEN x.set_key THEN nullif(x.key, '') ELSE c.key END, c.queue, c.priority
+                      ORDER BY coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond'), c.seq) - 1
+                  ELSE 0 END AS key_rank
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
@@ -78,7 +91,7 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
-          SELECT c.key, c.key_shard, c.cancel_requested, c.waiters FROM {schema}.instances c
+          SELECT c.key, c.key_shard, c.cancel_requested, c.waiters, c.queue, c.priority, c.seq FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence
             AND c.status COLLATE "C" = CASE WHEN x.chained THEN 'blocked' ELSE 'executing' END
             AND (NOT x.chained OR EXISTS (SELECT 1 FROM {schema}.instances h

@@ -3,6 +3,7 @@ package storetest
 import (
 	"time"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/stretchr/testify/require"
 )
@@ -27,6 +28,47 @@ var claimTests = []test{
 		}
 		require.Equal(h.t, want, got)
 		require.Empty(h.t, h.claim("w", 10, at(time.Minute)))
+	}},
+	{"claim/a key's rows made ready by one batch take consecutive rounds in insertion order", func(h *harness) {
+		// Outcomes make rows ready together whatever their order in the
+		// batch (a chain's successor comes after its predecessor, not in
+		// insertion order): a key's rows take consecutive rounds from its
+		// fresh round, in run time then insertion order, and another key's
+		// row made ready with them its fresh round (admission.Rounds). So
+		// a claim alternates keys, one turn each per round.
+		h.syncLimits(gate.Limit{Name: "api", Limit: 10})
+		x1, x2, y := inst("api:x"), inst("api:x"), inst("api:y")
+		h.insertSeq(x1, x2, y)
+		cs := h.claim("w", 3, at(time.Second))
+		require.ElementsMatch(h.t, []string{x1.ID, x2.ID, y.ID}, claimedIDs(cs))
+		by := map[string]store.Claimed{}
+		for _, c := range cs {
+			by[c.ID] = c
+		}
+		h.commit("w", at(2*time.Second), next(by[x2.ID], "s2"), next(by[y.ID], "s2"), next(by[x1.ID], "s2"))
+		var got []string
+		for range 3 {
+			got = append(got, h.claimOne("w", at(3*time.Second)).ID)
+		}
+		require.Equal(h.t, []string{x1.ID, y.ID, x2.ID}, got, "x's second row waits for the next round")
+	}},
+	{"claim/a gate key that went idle admits its next rows at once", func(h *harness) {
+		// A store may drop an idle key's counters (the reconciler does),
+		// and remember that it found them as the limit makes them: the
+		// next claim still admits the rows that have room, rather than
+		// leave them to a later one.
+		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
+		for i := range 3 {
+			a, b := inst("api:x"), inst("api:x")
+			h.insertSeq(a, b)
+			now := at(time.Duration(i) * time.Minute)
+			cs := h.claim("w", 5, now)
+			require.ElementsMatch(h.t, []string{a.ID, b.ID}, claimedIDs(cs), "pass %d", i)
+			for _, c := range cs {
+				h.commit("w", now.Add(time.Second), done(c))
+			}
+			h.reconcile(time.Hour, now.Add(2*time.Second)) // may drop the idle key's counters
+		}
 	}},
 	{"claim/limit is respected", func(h *harness) {
 		for range 5 {
