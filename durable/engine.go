@@ -785,10 +785,15 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		return instanceErr("cancel", "cancel", id, err)
 	}
 	e.mu.RLock()
-	s := e.sched
+	s, state := e.sched, e.state
 	e.mu.RUnlock()
 	if s != nil {
 		s.Canceled(id)
+	}
+	if state == stateNew { // driven by Tick, which may hold it
+		if err := e.rt.TickCanceled(ctx, id); err != nil {
+			return instanceErr("cancel", "cancel", id, err)
+		}
 	}
 	e.wakeAll()
 	return e.awaitUnreserved(ctx, id)

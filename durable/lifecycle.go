@@ -68,6 +68,9 @@ func (e *Engine) prepareStart(ctx context.Context) error {
 	// Before the first claim, so that the fleet sees the queues worked
 	// as soon as Start returns.
 	e.markQueues(ctx)
+	if err := e.rt.ReleaseTickRows(ctx); err != nil { // the scheduler does not know them
+		return fmt.Errorf("durable: start: %w", err)
+	}
 	if e.generatedID {
 		return nil // a new id: no claim of a previous run holds it
 	}
@@ -186,12 +189,20 @@ func (e *Engine) StaleOutcomes() int64 { return e.rt.StaleOutcomes() }
 
 // TickReport is what one Tick did.
 type TickReport struct {
-	// Claimed are the rows claimed in this round, in claim order, across
-	// queues (sorted by queue name). They all held their slots at once.
+	// Claimed are the rows that ran in this round each in a slot of its
+	// own: first those the previous round's commit handed to the engine (a
+	// slot an outcome freed, given straight to its key's next row), then
+	// those claimed, in claim order, across queues (sorted by queue name).
+	// They all held their slots at once.
 	Claimed []store.Claimed
-	// Outcomes are the committed outcomes, in the same order (an outcome
-	// the store refused for its data is replaced by the failure it became;
-	// one refused even so is left out, its claim left to the reaper).
+	// Chained are the rows that ran after a row of Claimed, in its slot:
+	// each was reserved as that row's successor, and that row's outcome
+	// passed the slot to it.
+	Chained []store.Claimed
+	// Outcomes are the committed outcomes, in the order the steps ran (an
+	// outcome the store refused for its data is replaced by the failure it
+	// became; one refused even so is left out, its claim left to the
+	// reaper).
 	Outcomes []store.Outcome
 	// Stale counts outcomes that did not commit.
 	Stale int
@@ -204,12 +215,16 @@ type TickReport struct {
 	NextDue time.Time
 }
 
-// Tick runs one synchronous scheduling round without goroutines: it fires
-// due schedule ticks and due timers, claims up to each queue's executor count, runs the claimed
-// steps one after another in claim order, and commits all their outcomes as
-// one batch. The rows of one round held their slots at the same time, as if
-// they ran in parallel. It is the deterministic driver behind durabletest;
-// it refuses to run on a started engine.
+// Tick runs one synchronous scheduling round without goroutines, through
+// the slot protocol the live scheduler uses: it fires due schedule ticks
+// and due timers, runs the rows the previous round's commit handed to the
+// engine, claims up to each queue's executor count less those, runs the
+// steps one after another (each row, then the successor reserved for it,
+// in its slot), and commits all their outcomes as one batch, which may
+// hand the slots they free to their keys' next rows for the next round.
+// The rows of one round held their slots at the same time, as if they ran
+// in parallel. It is the deterministic driver behind durabletest; it
+// refuses to run on a started engine.
 func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	e.mu.RLock()
 	state := e.state

@@ -93,6 +93,7 @@ type Runtime struct {
 
 	outage        *storeOutage
 	staleOutcomes atomic.Int64
+	tick          tickRows // rows handed to Tick's next round
 }
 
 // telemetry holds the runtime's instruments.

@@ -94,23 +94,90 @@ func (c *crashStore) Claim(ctx context.Context, req store.ClaimRequest) (store.C
 	if err != nil {
 		return res, err
 	}
+	res.Claimed, err = c.doom(ctx, res.Claimed, req.Worker, req.Now, req.Now.Add(req.Lease))
+	return res, err
+}
+
+// doom picks, among rows a claim or a hand-off gave the worker, those
+// whose step is due to crash, and gives back the successors reserved for
+// them: the worker dies when the crashed step ends, before it could start
+// the next one in its slot. It returns the rows the worker keeps.
+func (c *crashStore) doom(ctx context.Context, rows []store.Claimed, worker string, now, leaseEnd time.Time) ([]store.Claimed, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, cl := range res.Claimed {
+	doomedIDs := map[string]bool{}
+	var back []store.ClaimRef
+	kept := rows[:0:0]
+	for _, cl := range rows {
+		ref := store.ClaimRef{ID: cl.ID, Fence: cl.Fence}
+		if cl.After != "" && doomedIDs[cl.After] {
+			back = append(back, ref)
+			continue
+		}
+		kept = append(kept, cl)
 		if c.pending[cl.Step] > 0 {
 			c.pending[cl.Step]--
 			end := cl.LeaseExpiresAt
 			if end.IsZero() {
-				end = req.Now.Add(req.Lease)
+				end = leaseEnd
 			}
-			c.doomed[store.ClaimRef{ID: cl.ID, Fence: cl.Fence}] = lostClaim{key: cl.Key, reapAt: end.Add(reapDelay)}
+			c.doomed[ref] = lostClaim{key: cl.Key, reapAt: end.Add(reapDelay)}
+			doomedIDs[cl.ID] = true
 		}
 	}
-	return res, nil
+	c.mu.Unlock()
+	if len(back) > 0 {
+		if err := c.Store.Release(ctx, worker, back, now); err != nil {
+			return nil, err
+		}
+	}
+	return kept, nil
 }
 
 // Complete drops the outcomes of crashed claims and commits the rest.
 func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time) ([]store.OutcomeResult, error) {
+	res, _, err := c.complete(ctx, outcomes, func(keep []store.Outcome) ([]store.OutcomeResult, []store.Claimed, error) {
+		r, err := c.Store.Complete(ctx, worker, keep, now)
+		return r, nil, err
+	})
+	return res, err
+}
+
+// CompleteHandOff is Complete through the store's hand-off: among the rows
+// handed to the worker, it picks those whose step is due to crash.
+func (c *crashStore) CompleteHandOff(ctx context.Context, worker string, outcomes []store.Outcome, now time.Time, h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	ho, ok := c.Store.(store.HandOffer)
+	if !ok {
+		res, err := c.Complete(ctx, worker, outcomes, now)
+		return res, nil, err
+	}
+	res, claimed, err := c.complete(ctx, outcomes, func(keep []store.Outcome) ([]store.OutcomeResult, []store.Claimed, error) {
+		return ho.CompleteHandOff(ctx, worker, keep, now, h)
+	})
+	if err != nil || len(claimed) == 0 {
+		return res, claimed, err
+	}
+	lease := h.Lease
+	if lease == 0 {
+		lease = store.DefaultLease
+	}
+	// The outcomes' successors come first: they ran in this round, picked
+	// to crash or not when they were reserved.
+	named := map[store.ClaimRef]bool{}
+	for _, o := range outcomes {
+		named[o.Successor] = true
+	}
+	n := 0
+	for n < len(claimed) && named[store.ClaimRef{ID: claimed[n].ID, Fence: claimed[n].Fence}] {
+		n++
+	}
+	rest, err := c.doom(ctx, claimed[n:], worker, now, now.Add(lease))
+	return res, append(claimed[:n:n], rest...), err
+}
+
+// complete drops the outcomes of crashed claims, commits the rest by
+// commit, and reports the dropped ones stale.
+func (c *crashStore) complete(ctx context.Context, outcomes []store.Outcome,
+	commit func([]store.Outcome) ([]store.OutcomeResult, []store.Claimed, error)) ([]store.OutcomeResult, []store.Claimed, error) {
 	c.mu.Lock()
 	keep := make([]store.Outcome, 0, len(outcomes))
 	lost := map[string]bool{}
@@ -128,10 +195,11 @@ func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []sto
 	sort.SliceStable(c.lost, func(i, j int) bool { return c.lost[i].reapAt.Before(c.lost[j].reapAt) })
 	c.mu.Unlock()
 	var committed []store.OutcomeResult
+	var claimed []store.Claimed
 	if len(keep) > 0 {
 		var err error
-		if committed, err = c.Store.Complete(ctx, worker, keep, now); err != nil {
-			return nil, err
+		if committed, claimed, err = commit(keep); err != nil {
+			return nil, nil, err
 		}
 	}
 	byID := make(map[string]store.OutcomeResult, len(committed))
@@ -146,7 +214,7 @@ func (c *crashStore) Complete(ctx context.Context, worker string, outcomes []sto
 			out[i] = byID[o.ID]
 		}
 	}
-	return out, nil
+	return out, claimed, nil
 }
 
 // nextExpiry is when the earliest crashed claim not yet reaped is due to be

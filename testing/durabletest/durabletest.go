@@ -284,7 +284,7 @@ func (e *Env) runIdle() (int, time.Time) {
 				e.t.Errorf("durabletest: instance %s failed at step %q with a programming error: %s", o.ID, h.Step, o.Error)
 			}
 		}
-		total += len(rep.Claimed)
+		total += len(rep.Claimed) + len(rep.Chained)
 		if len(rep.Claimed) == 0 && rep.Fired == 0 {
 			e.steps += total
 			return total, rep.NextDue
@@ -293,7 +293,8 @@ func (e *Env) runIdle() (int, time.Time) {
 }
 
 // record notes, per key, how many rows held it at once in one round (the
-// rows it claimed, and held: the crashed claims not yet reaped), and fails
+// rows that ran each in a slot of its own, and held: the crashed claims
+// not yet reaped; a successor runs in its predecessor's slot), and fails
 // the test if that exceeds the key's K.
 func (e *Env) record(held map[string]int, claimed []store.Claimed) {
 	e.t.Helper()
