@@ -3,7 +3,11 @@
 // conformance suite as PostgreSQL), and a driver that runs steps in claim
 // order. Rows claimed in one round hold their slots together, as if they
 // ran in parallel, so concurrency keys behave as in production and the Env
-// records, per key, the most instances that ever ran at once.
+// records, per key, the most instances that ever ran at once. A busy key's
+// slot passes from step to step as it does in production: a round's
+// commit hands the slot a step freed to the key's next row in turn, with
+// the row after it reserved to run next in the same slot, and both run in
+// the next round (see durable.Engine.Tick).
 // Options.Postgres runs the same test against the PostgreSQL store.
 //
 // The same test gives the same interleaving and the same virtual times on
