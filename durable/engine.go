@@ -32,7 +32,6 @@ import (
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/internal/runtime"
 	"github.com/godurable/godurable/store"
-	"github.com/godurable/godurable/store/memory"
 )
 
 // DefaultQueue is the queue used when neither the workflow nor Insert names one.
@@ -60,8 +59,9 @@ func (realClock) Now() time.Time { return time.Now() }
 
 // Config configures an Engine. Zero fields take the documented defaults.
 type Config struct {
-	// Store holds all durable state. Default: a new in-memory store (nothing
-	// survives the process; use store/postgres in production).
+	// Store holds all durable state. It is required: store/postgres in
+	// production, or memory.New (store/memory) for tests and demos, where
+	// nothing survives the process.
 	Store store.Store
 	// Queues maps each queue this engine works to its number of executors
 	// (steps running at once in this process). Default {"default": 10}.
@@ -166,7 +166,7 @@ func (c *Config) setDefaults() error {
 		c.Namespace = store.DefaultNamespace
 	}
 	if c.Store == nil {
-		c.Store = memory.New(memory.Options{})
+		return errors.New("durable: Config.Store is nil: pass postgres.New(...) (store/postgres), or memory.New(memory.Options{}) (store/memory) for tests and demos, where nothing survives the process")
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]int{DefaultQueue: 10}
@@ -586,6 +586,9 @@ func truncateForError(s string) string {
 // whatever this engine's configuration says): a warning is logged once per
 // key name, or returned as an error in Strict mode.
 func (e *Engine) checkKey(k gate.ConcurrencyKey) error {
+	if err := k.Err(); err != nil {
+		return err
+	}
 	if k.IsZero() {
 		return nil
 	}

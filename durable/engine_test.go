@@ -40,6 +40,9 @@ func newEngine(t *testing.T, cfg durable.Config, defs ...durable.Definition) *du
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
 	}
+	if cfg.Store == nil {
+		cfg.Store = memory.New(memory.Options{})
+	}
 	e, err := durable.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(defs...))

@@ -9,6 +9,7 @@ import (
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -34,7 +35,7 @@ func Example_defineWorkflow() {
 		})
 
 	// No Store configured: an in-memory store (use store/postgres in production).
-	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
@@ -68,7 +69,7 @@ func ExampleEngine_Insert() {
 		Step("sync", func(ctx steps.Context, account string) (transitions.Transition, error) {
 			return transitions.Done("synced under " + ctx.Key()), nil
 		})
-	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
@@ -118,6 +119,7 @@ func Example_schedule() {
 			return transitions.Done(fmt.Sprintf("digest sent for a tick on a whole second: %t", d.For.Nanosecond() == 0)), nil
 		})
 	eng, err := durable.New(durable.Config{
+		Store:  memory.New(memory.Options{}),
 		Logger: slog.New(slog.DiscardHandler),
 		Schedules: []durable.Schedule{{
 			Name:     "digest",
@@ -170,7 +172,7 @@ func ExampleWorkflow_Insert() {
 		Step("send", func(ctx steps.Context, inv Invoice) (transitions.Transition, error) {
 			return transitions.Done(fmt.Sprintf("sent %s for %d cents", inv.Number, inv.Cents)), nil
 		})
-	eng, err := durable.New(durable.Config{Logger: slog.New(slog.DiscardHandler)})
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}

@@ -217,6 +217,12 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		out.State = s
 		return unencodable(c, "state", err)
 	}
+	if t.Timeout != 0 && t.Kind != transitions.KindAwait {
+		return out, &TransitionError{Msg: fmt.Sprintf("transition %s from step %q has a Timeout, which only an Await takes", t.Kind, c.Step)}
+	}
+	if t.Timeout < 0 {
+		return out, &TransitionError{Msg: fmt.Sprintf("await from step %q has a negative Timeout (%s)", c.Step, t.Timeout)}
+	}
 	switch t.Kind {
 	case transitions.KindNext:
 		out.Kind = store.OutcomeReady
@@ -289,6 +295,9 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		return out, err
 	}
 	if t.KeyChange != nil {
+		if err := t.KeyChange.Key.Err(); err != nil {
+			return out, &TransitionError{Msg: fmt.Sprintf("transition %s from step %q switches to a key that cannot be made: %v", t.Kind, c.Step, err), Err: err}
+		}
 		if err := e.checkKey(t.KeyChange.Key); err != nil {
 			return out, err
 		}

@@ -99,6 +99,9 @@ func validateSchedules(namespace string, scs []Schedule) (map[string]Schedule, e
 		if err := checkName("schedule name", s.Name); err != nil {
 			return nil, fmt.Errorf("durable: schedule: %w", err)
 		}
+		if err := s.Key.Err(); err != nil {
+			return nil, fmt.Errorf("durable: schedule %q: key: %w", s.Name, err)
+		}
 		if s.StateAt != nil && s.State != nil {
 			return nil, fmt.Errorf("durable: schedule %q: set State or StateAt, not both", s.Name)
 		}

@@ -39,7 +39,7 @@ func TestScheduleErrorsAtNewAndStart(t *testing.T) {
 			StateAt: func(time.Time) (any, error) { return 1, nil }}, "State or StateAt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := durable.New(durable.Config{Schedules: []durable.Schedule{c.sc}})
+			_, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Schedules: []durable.Schedule{c.sc}})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 			if c.name == "bad cron" {

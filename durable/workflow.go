@@ -65,11 +65,18 @@ func NewWorkflow[S any](name, initial string, opts WorkflowOptions) *Workflow[S]
 	}}
 }
 
-// Step adds a step. Registering a name twice replaces the earlier step.
+// Step adds a step, with at most one steps.Options. A name added twice,
+// or more than one Options, is an error at Engine.Register.
 func (w *Workflow[S]) Step(name string, fn steps.Func[S], opts ...steps.Options) *Workflow[S] {
 	var o steps.Options
-	if len(opts) > 0 {
+	switch {
+	case len(opts) > 1:
+		w.def.errs = append(w.def.errs, fmt.Errorf("step %q: %d steps.Options given; pass one (set every field in it)", name, len(opts)))
+	case len(opts) == 1:
 		o = opts[0]
+	}
+	if _, dup := w.def.steps[name]; dup {
+		w.def.errs = append(w.def.errs, fmt.Errorf("step %q is defined twice", name))
 	}
 	w.def.steps[name] = &stepDef{
 		name: name, opts: o,
@@ -103,6 +110,7 @@ type definition struct {
 	retry   steps.RetryPolicy
 	onError ErrorHandler
 	steps   map[string]*stepDef
+	errs    []error // mistakes made while defining it, reported at Register
 }
 
 type stepDef struct {
@@ -117,6 +125,9 @@ func (d *definition) validate() error {
 	}
 	if err := checkName("workflow name", d.name); err != nil {
 		return err
+	}
+	if len(d.errs) > 0 {
+		return fmt.Errorf("workflow %q: %w", d.name, errors.Join(d.errs...))
 	}
 	if err := checkName("queue name", d.queue); err != nil {
 		return fmt.Errorf("workflow %q: %w", d.name, err)

@@ -40,31 +40,41 @@ const (
 )
 
 // ConcurrencyKey is a parsed, validated concurrency key. The zero value is
-// "no key": it never serializes anything.
+// "no key": it never serializes anything. Key, Identity and Gate return an
+// invalid key, not a panic, for a bad name or id (an id is often user
+// data): its Err says why, and the engine refuses it where it is used (an
+// insert, a transition, a schedule) with an error that wraps
+// ErrInvalidKey.
 type ConcurrencyKey struct {
 	name   string
 	id     string
 	intent Intent
+	err    error
 }
 
-// Key returns the key name:id with no declared intent. It panics on an
-// invalid name or id; use New when the parts come from user input.
-func Key(name, id string) ConcurrencyKey { return must(New(name, id, Unspecified)) }
+// Key returns the key name:id with no declared intent. For an invalid name
+// or id it returns an invalid key (see Err); New returns the error at once.
+func Key(name, id string) ConcurrencyKey { return orInvalid(New(name, id, Unspecified)) }
 
-// Identity returns the key name:id declared as an identity (K = 1 expected).
-// It panics on an invalid name or id.
-func Identity(name, id string) ConcurrencyKey { return must(New(name, id, IdentityIntent)) }
+// Identity returns the key name:id declared as an identity (K = 1
+// expected), or an invalid key (see Err).
+func Identity(name, id string) ConcurrencyKey { return orInvalid(New(name, id, IdentityIntent)) }
 
 // Gate returns the key name:id declared as a gate (a configured limit
-// expected). It panics on an invalid name or id.
-func Gate(name, id string) ConcurrencyKey { return must(New(name, id, GateIntent)) }
+// expected), or an invalid key (see Err).
+func Gate(name, id string) ConcurrencyKey { return orInvalid(New(name, id, GateIntent)) }
 
-func must(k ConcurrencyKey, err error) ConcurrencyKey {
+func orInvalid(k ConcurrencyKey, err error) ConcurrencyKey {
 	if err != nil {
-		panic(err)
+		return ConcurrencyKey{err: err}
 	}
 	return k
 }
+
+// Err is nil for a valid key and for the zero key; for a key that Key,
+// Identity or Gate could not make, it is the reason, wrapping
+// ErrInvalidKey.
+func (k ConcurrencyKey) Err() error { return k.err }
 
 // New validates name and id and returns the key. The name must be non-empty
 // and contain no ':'; the id must be non-empty; neither may contain control
@@ -144,8 +154,9 @@ func truncate(s string) string {
 	return s
 }
 
-// IsZero reports whether k is the zero key (no key).
-func (k ConcurrencyKey) IsZero() bool { return k.name == "" }
+// IsZero reports whether k is the zero key (no key). An invalid key is
+// not zero.
+func (k ConcurrencyKey) IsZero() bool { return k.name == "" && k.err == nil }
 
 // Name is the part before the first ':'; limits match on it.
 func (k ConcurrencyKey) Name() string { return k.name }
@@ -156,7 +167,8 @@ func (k ConcurrencyKey) ID() string { return k.id }
 // Intent is the declared intent of the key.
 func (k ConcurrencyKey) Intent() Intent { return k.intent }
 
-// String returns "name:id", or "" for the zero key.
+// String is "name:id", "" for the zero key, and ":" for an invalid key,
+// which no store accepts.
 func (k ConcurrencyKey) String() string {
 	if k.IsZero() {
 		return ""

@@ -28,7 +28,14 @@ func TestParse(t *testing.T) {
 	}
 	_, err = New("a", "b", Intent("weird"))
 	assert.ErrorIs(t, err, ErrInvalidKey)
-	assert.Panics(t, func() { Key("", "x") })
+	for _, k := range []ConcurrencyKey{Key("", "x"), Identity("account", ""), Gate("a:b", "1")} {
+		assert.ErrorIs(t, k.Err(), ErrInvalidKey, "no panic on bad parts: the key carries the error")
+		assert.False(t, k.IsZero(), "an invalid key is not the zero key")
+		_, err := Parse(k.String())
+		assert.Error(t, err, "an invalid key's text parses to no valid key")
+	}
+	assert.NoError(t, Key("a", "1").Err())
+	assert.NoError(t, ConcurrencyKey{}.Err())
 }
 
 func TestIntentConstructors(t *testing.T) {

@@ -104,13 +104,10 @@ func SwitchKey(k gate.ConcurrencyKey) Option {
 }
 
 // Timeout bounds an Await: after d the next step runs without a signal.
-// It has no effect on other transitions.
+// Only an Await takes it: the engine refuses any other transition with a
+// Timeout as a programming error (the instance fails at once).
 func Timeout(d time.Duration) Option {
-	return func(t *Transition) {
-		if t.Kind == KindAwait {
-			t.Timeout = d
-		}
-	}
+	return func(t *Transition) { t.Timeout = d }
 }
 
 func apply(t Transition, opts []Option) Transition {
