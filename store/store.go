@@ -5,7 +5,8 @@
 // claim, so that two engines sharing one store can never over-admit.
 //
 // The conformance suite in store/storetest states the rules as tests; a
-// backend is correct when it passes the suite.
+// backend is correct when it passes the suite. docs/backends.md in the
+// repository maps each method to the rules that pin it.
 //
 // # Admission
 //
