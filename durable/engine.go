@@ -864,14 +864,13 @@ func instanceErr(op, storeOp, id string, err error) error {
 	return &instanceError{msg: fmt.Sprintf("durable: %s %s: %s", op, id, text), err: err}
 }
 
-// Get returns an instance's stored view: status, step, state, attempt, last
-// error, key.
-func (e *Engine) Get(ctx context.Context, id string) (store.Instance, error) {
+// Get returns an instance: status, step, state, attempt, last error, key.
+func (e *Engine) Get(ctx context.Context, id string) (Instance, error) {
 	inst, err := e.st.Get(ctx, id)
 	if err != nil {
-		return store.Instance{}, instanceErr("get", "get", id, err)
+		return Instance{}, instanceErr("get", "get", id, err)
 	}
-	return inst, nil
+	return viewOf(inst), nil
 }
 
 // Wait blocks until the instance is terminal (or ctx is done) and returns it.
@@ -879,9 +878,9 @@ func (e *Engine) Get(ctx context.Context, id string) (store.Instance, error) {
 // polling with backoff, and if ctx ends first its error names the last store
 // error. A missing instance (store.ErrNotFound), a refused id
 // (store.ErrInvalid) or a closed store (store.ErrClosed) returns at once.
-func (e *Engine) Wait(ctx context.Context, id string) (store.Instance, error) {
+func (e *Engine) Wait(ctx context.Context, id string) (Instance, error) {
 	delay := 5 * time.Millisecond
-	var last store.Instance
+	var last Instance
 	var storeErr error
 	for {
 		e.mu.RLock()

@@ -212,7 +212,7 @@ func wallClockCancel(t *testing.T, o WallClockOptions, k gate.ConcurrencyKey, li
 	b, err := engines[0].Insert(ctx, "hold", holdState{Tag: "b", Hold: 10 * time.Millisecond}, durable.InsertOptions{Key: k})
 	require.NoError(t, err)
 
-	in, err := engines[0].Get(ctx, a)
+	in, err := engines[0].Store().Get(ctx, a) // which engine runs it
 	require.NoError(t, err)
 	other := engines[0]
 	if in.Worker == engines[0].WorkerID() {
@@ -220,7 +220,7 @@ func wallClockCancel(t *testing.T, o WallClockOptions, k gate.ConcurrencyKey, li
 	}
 	canceledAt := time.Now()
 	require.NoError(t, other.Cancel(ctx, a))
-	in, err = engines[0].Get(ctx, a)
+	in, err = engines[0].Store().Get(ctx, a)
 	require.NoError(t, err)
 	if _, ended := h.when(h.ended, "a"); !ended {
 		// The body had not returned when the row was read (under load it
@@ -247,7 +247,7 @@ func wallClockCancel(t *testing.T, o WallClockOptions, k gate.ConcurrencyKey, li
 	h.mu.Unlock()
 }
 
-func waitTerminal(t *testing.T, e *durable.Engine, id string) store.Instance {
+func waitTerminal(t *testing.T, e *durable.Engine, id string) durable.Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
