@@ -59,6 +59,19 @@ type Options struct {
 	// clock here, so that a fake clock behind or ahead of the database's
 	// gives the same results.
 	Clock func() time.Time
+	// PollOnly keeps no session state, for a pool behind a connection
+	// pooler in transaction pooling mode (PgBouncer's pool_mode =
+	// transaction), where consecutive transactions may run on different
+	// server connections: the store never LISTENs (Listen only waits for
+	// its context), so engines find new work by polling
+	// (durable.Config.PollInterval, which such a fleet sets low) and the
+	// cancel of a running step at their next heartbeat. Every other
+	// statement keeps its state within its transaction. The pool must not
+	// use server-side prepared statements across transactions either:
+	// configure it with default_query_exec_mode=cache_describe (pgx; exec
+	// and simple_protocol cannot encode its array arguments). Run Migrate
+	// on a direct connection.
+	PollOnly bool
 }
 
 // Store implements store.Store and store.Notifier on a pgx pool. It does not
@@ -68,6 +81,8 @@ type Store struct {
 	schema  string
 	history bool
 	clock   func() time.Time
+	// pollOnly: see Options.PollOnly.
+	pollOnly bool
 	// copyMin is the smallest batch that Insert copies in (copyInsertMin;
 	// tests and benchmarks change it).
 	copyMin int
@@ -135,6 +150,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		schema:         opts.Schema,
 		history:        opts.History,
 		clock:          opts.Clock,
+		pollOnly:       opts.PollOnly,
 		copyMin:        copyInsertMin,
 		optimisticWait: strconv.FormatInt(optimisticLockWait.Milliseconds(), 10) + "ms",
 		channel:        Channel(opts.Schema),
