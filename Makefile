@@ -8,7 +8,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 CHAOS_FLAGS ?=
 
-.PHONY: all demo demo-pg test lint bench fuzz fuzz-short chaos
+.PHONY: all demo demo-pg test lint bench fuzz fuzz-short chaos scale
 
 all: lint test
 
@@ -27,6 +27,12 @@ demo-pg:
 ## test: every package, with the race detector, no cache
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## scale: a fleet of 8 engine processes under steady load for 30 minutes on a throwaway cluster
+## holding 10M instances (loaded first); a line per minute. SCALE_FLAGS
+## passes flags, e.g. SCALE_FLAGS="-duration 10m -rows 2000000" (see go doc ./cmd/durable-scale).
+scale:
+	$(GO) run ./cmd/durable-scale $(SCALE_FLAGS)
 
 ## chaos: the full chaos run (about 3 minutes): worker processes SIGKILLed and
 ## restarted, PostgreSQL restarted once, then every promise checked; exits 1

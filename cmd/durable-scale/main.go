@@ -1,0 +1,85 @@
+// Command durable-scale holds a fleet of engine processes under steady load
+// on a table of production size, and reports per minute what an operator
+// watches: throughput, insert→start latency, table and index sizes, dead
+// tuples, locks held by one transaction, lock waits, statement times and
+// every error the engines logged.
+//
+//	go run ./cmd/durable-scale [-rows 10000000] [-duration 30m] [-engines 8]
+//
+// By default it starts a throwaway cluster (initdb, Debian's defaults,
+// autovacuum on, pg_stat_statements loaded) and removes it at the end;
+// -database-url runs on an existing server instead, in a new schema.
+//
+// The data, before the load starts:
+//   - -rows instances, mostly terminal (done) rows spread over the retention
+//     period (7 days), the oldest crossing it during the run at about the
+//     insert rate, so that retention deletes as fast as the load inserts;
+//   - -backlogged K = 1 keys with a backlog past admission.ReadyCap;
+//   - -gate-keys keys of the gate "api" (limit -gate-limit).
+//
+// During the run -rate instances a second are inserted over -keys K = 1
+// keys, the gate keys and no key, of two workflows; every engine runs both
+// (steps of -step), reconciles every 30 s (the default), and keeps 7 days.
+// At a third of the run the gate's limit changes; at half, half of the
+// engines restart without the second workflow for -deploy (a rolling
+// deploy), then with it again.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	databaseURL string
+	rows        int
+	keys        int
+	backlogged  int
+	gateKeys    int
+	gateLimit   int
+	engines     int
+	executors   int
+	rate        int
+	step        time.Duration
+	duration    time.Duration
+	deploy      time.Duration
+	every       time.Duration
+	dir         string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		if err := runWorker(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "durable-scale worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	flag.StringVar(&o.databaseURL, "database-url", "", "run on this server, in a new schema (default: a throwaway cluster)")
+	flag.IntVar(&o.rows, "rows", 10_000_000, "instances in the table before the load starts, most of them terminal")
+	flag.IntVar(&o.keys, "keys", 100_000, "distinct K = 1 keys the load inserts over")
+	flag.IntVar(&o.backlogged, "backlogged", 20_000, "K = 1 keys with a backlog past the ready cap at the start")
+	flag.IntVar(&o.gateKeys, "gate-keys", 1_000, "keys of the gate \"api\"")
+	flag.IntVar(&o.gateLimit, "gate-limit", 10, "the gate's limit (it changes to limit - 2 at a third of the run)")
+	flag.IntVar(&o.engines, "engines", 8, "engine processes")
+	flag.IntVar(&o.executors, "executors", 10, "executors per engine (the library's default)")
+	flag.IntVar(&o.rate, "rate", 1_000, "instances inserted per second during the run")
+	flag.DurationVar(&o.step, "step", 10*time.Millisecond, "how long each step takes")
+	flag.DurationVar(&o.duration, "duration", 30*time.Minute, "how long the load holds")
+	flag.DurationVar(&o.deploy, "deploy", 2*time.Minute, "how long half the engines lack the second workflow")
+	flag.DurationVar(&o.every, "every", time.Minute, "report interval")
+	flag.StringVar(&o.dir, "dir", "", "directory for the engines' logs (default: a temporary one, kept)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "durable-scale:", err)
+		os.Exit(1)
+	}
+}
