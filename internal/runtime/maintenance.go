@@ -11,49 +11,65 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-func (s *Scheduler) maintenanceLoop() {
-	defer s.bgWG.Done()
-	e := s.e
+// maintainer keeps the fleet's shared state in order from one engine: it
+// fires due await timeouts and reaps expired leases every ReaperInterval,
+// and every ReconcileInterval, while this engine holds the fleet's
+// maintenance lease, repairs gate counters and deletes rows past their
+// retention (Host.Reconcile). Each step runs whatever became of the one
+// before it: a failed timer sweep still reaps.
+type maintainer struct {
+	e *Runtime
+	// wake wakes the engine's pick loops after a sweep made rows ready.
+	wake func()
+}
+
+// run sweeps and reconciles until ctx is done.
+func (m *maintainer) run(ctx context.Context) {
+	e := m.e
 	reap := time.NewTicker(e.cfg.ReaperInterval)
 	defer reap.Stop()
 	reconcile := time.NewTicker(e.cfg.ReconcileInterval)
 	defer reconcile.Stop()
 	for {
 		select {
-		case <-s.bgCtx.Done():
+		case <-ctx.Done():
 			return
 		case <-reap.C:
-			s.sweep()
+			m.sweep(ctx)
 		case <-reconcile.C:
-			s.reconcile()
+			m.reconcile(ctx)
 		}
 	}
 }
 
-// sweep fires due await timeouts and reaps expired leases.
-func (s *Scheduler) sweep() {
-	e := s.e
-	fired, err := e.st.FireTimers(s.bgCtx, e.storeNow())
+// sweep fires due await timeouts and reaps expired leases, each whatever
+// the other did.
+func (m *maintainer) sweep(ctx context.Context) {
+	e := m.e
+	failed := false
+	fired, err := e.st.FireTimers(ctx, e.storeNow())
 	if err != nil {
-		if s.bgCtx.Err() == nil {
+		failed = true
+		if ctx.Err() == nil {
 			e.outage.fail("fire timers", err)
 		}
-		return
 	}
-	reaped, err := e.st.Reap(s.bgCtx, e.storeNow())
+	reaped, err := e.st.Reap(ctx, e.storeNow())
 	if err != nil {
-		if s.bgCtx.Err() == nil {
+		failed = true
+		if ctx.Err() == nil {
 			e.outage.fail("reap", err)
 		}
-		return
 	}
-	e.outage.ok()
+	if !failed {
+		e.outage.ok()
+	}
 	if reaped > 0 {
 		e.tel.reaped.Add(context.Background(), int64(reaped))
 		e.log.Warn("reaped expired leases", "n", reaped)
 	}
 	if fired+reaped > 0 {
-		s.WakeAll()
+		m.wake()
 	}
 }
 
@@ -66,27 +82,29 @@ func maintenanceLeaseTTL(interval time.Duration) time.Duration {
 // reconcile runs the fleet's reconciler and retention sweep when this
 // engine holds the maintenance lease: one engine of the fleet at a time
 // sweeps, renewing the lease at each sweep; when it dies, another takes
-// over once the lease has expired (see maintenanceLeaseTTL).
-func (s *Scheduler) reconcile() {
-	e := s.e
-	held, err := e.st.AcquireLease(s.bgCtx, store.MaintenanceLease, e.cfg.WorkerID, maintenanceLeaseTTL(e.cfg.ReconcileInterval), e.storeNow())
+// over once the lease has expired (see maintenanceLeaseTTL). It reports
+// whether this engine held the lease.
+func (m *maintainer) reconcile(ctx context.Context) bool {
+	e := m.e
+	held, err := e.st.AcquireLease(ctx, store.MaintenanceLease, e.cfg.WorkerID, maintenanceLeaseTTL(e.cfg.ReconcileInterval), e.storeNow())
 	if err != nil {
-		if s.bgCtx.Err() == nil {
+		if ctx.Err() == nil {
 			e.outage.fail("reconcile", err)
 		}
-		return
+		return false
 	}
 	if !held {
 		e.outage.ok()
-		return
+		return false
 	}
-	if _, err := e.reconcile(s.bgCtx); err != nil {
-		if s.bgCtx.Err() == nil && !errors.Is(err, context.Canceled) {
+	if _, err := e.reconcile(ctx); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			e.outage.fail("reconcile", err)
 		}
-		return
+		return true
 	}
 	e.outage.ok()
+	return true
 }
 
 // scheduleLoop fires the engine's due schedule ticks. It wakes at the next

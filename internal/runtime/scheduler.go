@@ -268,7 +268,10 @@ func (s *Scheduler) Start() {
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
 	go s.leaseWatchdog()
-	go s.maintenanceLoop()
+	go func() {
+		defer s.bgWG.Done()
+		(&maintainer{e: s.e, wake: s.WakeAll}).run(s.bgCtx)
+	}()
 	if s.e.cfg.Schedules {
 		s.bgWG.Add(1)
 		go s.scheduleLoop()
