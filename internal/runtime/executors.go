@@ -248,15 +248,3 @@ func (s *Scheduler) dropSuccessor(id store.ClaimRef, toRelease *[]store.ClaimRef
 		s.giveBack(r, toRelease)
 	}
 }
-
-// popChain removes the reservations queued after id from succ and returns
-// them (s.mu held).
-func (s *Scheduler) popChain(id store.ClaimRef) []store.ClaimRef {
-	var refs []store.ClaimRef
-	for c, ok := s.succ[id]; ok; c, ok = s.succ[id] {
-		delete(s.succ, id)
-		id = store.ClaimRef{ID: c.ID, Fence: c.Fence}
-		refs = append(refs, id)
-	}
-	return refs
-}

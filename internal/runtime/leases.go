@@ -4,7 +4,6 @@
 package runtime
 
 import (
-	"sort"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -23,18 +22,10 @@ func (s *Scheduler) heartbeatLoop() {
 		case <-tick.C:
 		case <-s.beat:
 		}
-		s.mu.Lock()
-		refs := make([]store.ClaimRef, 0, len(s.inflight))
-		for _, st := range s.inflight {
-			if !st.lost {
-				refs = append(refs, st.ref)
-			}
-		}
-		s.mu.Unlock()
+		refs := s.held()
 		if len(refs) == 0 {
 			continue
 		}
-		sort.Slice(refs, func(i, j int) bool { return refs[i].ID < refs[j].ID })
 		sent := time.Now()
 		res, err := e.st.Heartbeat(s.bgCtx, e.cfg.WorkerID, refs, e.cfg.Lease, e.storeNow())
 		if err != nil {
@@ -48,38 +39,10 @@ func (s *Scheduler) heartbeatLoop() {
 	}
 }
 
-// renewed applies a heartbeat's answer. Claims are matched by id and fence:
-// this engine may have committed a claim and claimed the same instance
-// again while the heartbeat was in flight, and the answer about the old
-// claim says nothing about the new one.
+// renewed applies a heartbeat's answer (see claims.renewed) and gives
+// back the reservations queued after the claims found canceled.
 func (s *Scheduler) renewed(refs []store.ClaimRef, res store.HeartbeatResult, validUntil time.Time) {
-	gone := make(map[store.ClaimRef]bool, len(res.Lost))
-	for _, r := range res.Lost {
-		gone[r] = true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range refs {
-		st := s.inflight[r.ID]
-		if st == nil || st.ref != r {
-			continue
-		}
-		if gone[r] {
-			st.lost = true
-			st.stop()
-		} else if validUntil.After(st.validUntil) {
-			st.validUntil = validUntil
-		}
-	}
-	var back []store.ClaimRef
-	for _, r := range res.Canceled {
-		if st := s.inflight[r.ID]; st != nil && st.ref == r {
-			st.canceled = true
-			st.stop()
-			back = append(back, s.unqueue(r)...)
-		}
-	}
-	if len(back) > 0 {
+	if back := s.claims.renewed(refs, res, validUntil); len(back) > 0 {
 		go s.release(back)
 	}
 }
@@ -103,27 +66,7 @@ func (s *Scheduler) leaseWatchdog() {
 			return
 		case <-tick.C:
 		}
-		deadline := time.Now().Add(2 * margin)
-		n := 0
-		s.mu.Lock()
-		for _, st := range s.inflight {
-			if st.lost {
-				continue
-			}
-			// A successor running in its predecessor's slot holds it by
-			// the leases of the claims before it as much as by its own.
-			expired := deadline.After(st.validUntil)
-			for p := st.pred; p != nil && !expired; p = p.pred {
-				expired = p.lost || deadline.After(p.validUntil)
-			}
-			if expired {
-				st.lost = true
-				st.stop()
-				n++
-			}
-		}
-		s.mu.Unlock()
-		if n > 0 {
+		if n := s.expire(time.Now().Add(2 * margin)); n > 0 {
 			e.log.Error("leases could not be renewed in time; their steps were cancelled and will run again elsewhere", "n", n)
 		}
 	}

@@ -113,7 +113,7 @@ func TestChainEnd(t *testing.T) {
 		return store.Claimed{Instance: store.Instance{ID: r.ID, Fence: r.Fence}}
 	}
 	t.Run("queued and moved", func(t *testing.T) {
-		s := &Scheduler{succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}}
+		s := &Scheduler{claims: newClaims()}
 		// r0 moved to r1 (r1 took r0's slot); r1 has r2 then r3 queued.
 		s.moved[ref(0)] = ref(1)
 		s.succ[ref(1)] = claimed(ref(2))
@@ -127,7 +127,7 @@ func TestChainEnd(t *testing.T) {
 	})
 	for _, length := range []int{3, 40} { // within the stack array, and beyond it
 		t.Run(fmt.Sprintf("a cycle of %d", length), func(t *testing.T) {
-			s := &Scheduler{succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}}
+			s := &Scheduler{claims: newClaims()}
 			for i := range length {
 				s.succ[ref(i)] = claimed(ref((i + 1) % length))
 			}

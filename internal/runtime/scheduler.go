@@ -65,18 +65,8 @@ type Scheduler struct {
 	// it for successors too (see took).
 	handOffs bool
 
-	mu       sync.Mutex
-	inflight map[string]*claimState
-	// succ holds the reservations hand-off flushes and claims made (store.Claimed.After)
-	// as chains: by the claim or reservation (id and fence: an instance
-	// runs many steps) whose step each runs after, in the same slot, until an executor (that step ended) or
-	// a flusher (that step's outcome is on its way without it) takes it.
-	succ map[store.ClaimRef]store.Claimed
-	// moved links a claim or reservation whose step ended to the
-	// reservation that went on in its slot, until its outcome commits: a
-	// flush in flight may still reserve successors after it, and those go
-	// to the end of the slot's chain.
-	moved map[store.ClaimRef]store.ClaimRef
+	// claims are the engine's claims and reservations (see claims).
+	claims
 	// flushNanos is a moving average of how long a flush of contended
 	// outcomes takes (see depth).
 	flushNanos atomic.Int64
@@ -87,37 +77,9 @@ type Scheduler struct {
 	bgWG    sync.WaitGroup
 }
 
-type claimState struct {
-	ref    store.ClaimRef
-	cancel context.CancelFunc
-	// lost: the claim is no longer held (or may not be: its lease could not
-	// be renewed in time); canceled: its instance was canceled.
-	lost, canceled bool
-	// yielded: the claim's step ended and its executor left the slot's
-	// chain for a row waiting in the buffer (see run): no reservation
-	// goes on in that slot.
-	yielded bool
-	// validUntil is, by this engine's monotonic clock, the latest time the
-	// lease is sure to hold: the send time of the claim or of the last
-	// heartbeat that renewed it, plus the lease.
-	validUntil time.Time
-	// pred is, for a reservation (store.Claimed.After) whose step runs in
-	// its predecessor's slot, the predecessor's claim until the outcome
-	// that passes the slot commits: the step must stop before either lease
-	// may end (see leaseWatchdog).
-	pred *claimState
-}
-
-// stop cancels the claim's step context, if its step has started.
-func (st *claimState) stop() {
-	if st.cancel != nil {
-		st.cancel()
-	}
-}
-
 func newScheduler(e *Runtime) *Scheduler {
-	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, inflight: map[string]*claimState{},
-		beat: make(chan struct{}, 1), succ: map[store.ClaimRef]store.Claimed{}, moved: map[store.ClaimRef]store.ClaimRef{}, flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
+	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, claims: newClaims(),
+		beat: make(chan struct{}, 1), flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	_, s.handOffs = e.st.(store.HandOffer)
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
@@ -171,18 +133,6 @@ func (s *Scheduler) Canceled(id string) {
 	if len(back) > 0 {
 		go s.release(back) // a notification's handler must not block
 	}
-}
-
-// unqueue takes reservation ref, if it is queued in a chain and not
-// started, out of its chain with the reservations after it, and returns
-// them (s.mu held): the slot's step before it frees its slot instead.
-func (s *Scheduler) unqueue(ref store.ClaimRef) []store.ClaimRef {
-	for pred, c := range s.succ {
-		if c.ID == ref.ID && c.Fence == ref.Fence {
-			return s.popChain(pred)
-		}
-	}
-	return nil
 }
 
 // claiming reports whether every pick loop will claim again without being
