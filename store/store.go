@@ -919,6 +919,19 @@ type Store interface {
 	// by queue: one row per queue, so its cost does not grow with the
 	// instances. UnworkedQueues reads it against Health's queues.
 	WorkedQueues(ctx context.Context, now time.Time) ([]WorkedQueue, error)
+	// PauseQueue pauses (paused true) or resumes a queue, fleet-wide and
+	// stored, so that a restart keeps it: from the commit on, no claim
+	// takes a row of a paused queue and no outcome hands a slot to one or
+	// reserves one (a reserved successor already running is told to yield:
+	// OutcomeResult.Yield), while everything else goes on: steps running
+	// finish and commit, timers, signals and children make rows ready, and
+	// freed slots promote blocked rows, which all wait for the resume. It
+	// reports whether it changed anything: pausing a paused queue keeps its
+	// PausedAt. Any name may be paused, one no row uses yet too; an empty
+	// name is DefaultQueue, a NUL byte ErrInvalid (NormalizeQueueName).
+	PauseQueue(ctx context.Context, queue string, paused bool, now time.Time) (changed bool, err error)
+	// PausedQueues returns the paused queues, sorted by queue.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
 	// Reconcile repairs gate counters from the executing rows, promotes
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no
