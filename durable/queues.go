@@ -1,7 +1,9 @@
 package durable
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -181,4 +183,55 @@ func (e *Engine) stopMarking() {
 	}
 	stop()
 	<-done
+}
+
+// PauseQueue pauses queue fleet-wide, in the store, so that engines
+// started later and restarted ones keep it paused: from the pause's commit
+// on no engine starts a step of it, each seeing it at its next claim
+// (within Config.PollInterval, or at once when it is notified), and a
+// chain of a busy key's steps stops at its next flush. Steps already
+// running finish and commit; timers, signals and children still make the
+// queue's rows ready, and they wait. Health lists the paused queues with
+// their waiting rows. Pausing a paused queue changes nothing; an empty
+// name is store.DefaultQueue.
+func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
+	return e.pauseQueue(ctx, queue, true)
+}
+
+// ResumeQueue lifts PauseQueue: engines claim the queue's rows again, in
+// their usual order, from their next claim on (idle engines are notified
+// when the store can). Resuming a queue that is not paused changes
+// nothing.
+func (e *Engine) ResumeQueue(ctx context.Context, queue string) error {
+	return e.pauseQueue(ctx, queue, false)
+}
+
+func (e *Engine) pauseQueue(ctx context.Context, queue string, paused bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	changed, err := e.st.PauseQueue(ctx, queue, paused, e.storeNow())
+	if err != nil {
+		return fmt.Errorf("durable: %w", err)
+	}
+	if changed {
+		verb := "resumed"
+		if paused {
+			verb = "paused"
+		}
+		e.log.Info("queue "+verb, "queue", cmp.Or(queue, store.DefaultQueue))
+	}
+	return nil
+}
+
+// PausedQueues returns the paused queues of the fleet, sorted by name.
+func (e *Engine) PausedQueues(ctx context.Context) ([]store.QueuePause, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	out, err := e.st.PausedQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
+	return out, nil
 }

@@ -42,7 +42,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	s.fireTimers(q, now, n) // an await that timed out is claimable at once, as in PostgreSQL
 	s.promoteDue(q, now)
 	if _, paused := s.paused[req.Queue]; paused {
-		return res, nil // its rows wait, ready, for the resume
+		res.NextDue = s.nextDue(q) // its rows wait, ready, for the resume
+		return res, nil
 	}
 	pol, hasPol := s.policies[req.Queue]
 	waiting := map[string]int{}  // rate bucket -> rows rescheduled by this claim
