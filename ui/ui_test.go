@@ -470,3 +470,54 @@ func TestUIRetryAndBadInput(t *testing.T) {
 	code, _ = get(t, c, srv.URL+"/key")
 	assert.Equal(t, http.StatusOK, code, "the empty form")
 }
+
+// A queue's pause and resume from the overview: CSRF-checked, confirmed
+// first, refused and hidden in read-only mode, shown at once.
+func TestUIPauseQueue(t *testing.T) {
+	f := newFixture(t, memory.New(memory.Options{}))
+	srv := httptest.NewServer(ui.Handler(f.st, ui.Options{}))
+	defer srv.Close()
+	c := client(t)
+	ctx := context.Background()
+	paused := func() []store.QueuePause {
+		got, err := f.st.PausedQueues(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	_, page := get(t, c, srv.URL+"/")
+	assert.Contains(t, page, `action="/queues/pause"`)
+	tok := csrfOf(t, page)
+
+	resp, _ := post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")
+	resp, _ = post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}, "csrf": {tok}}, "Sec-Fetch-Site", "cross-site")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "another site")
+	resp, body := post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "csrf": {tok}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, `id="confirm-yes"`)
+	assert.Contains(t, body, "Pause queue &#34;mail&#34;?")
+	assert.Empty(t, paused(), "the confirmation changes nothing")
+
+	resp, _ = post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "csrf": {csrfOf(t, body)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/", resp.Header.Get("Location"))
+	require.Len(t, paused(), 1)
+	_, page = get(t, c, srv.URL+"/")
+	assert.Contains(t, page, `<tr data-queue="mail" class="paused">`, "the overview shows it at once")
+	assert.Contains(t, page, `action="/queues/resume"`)
+
+	resp, _ = post(t, c, srv.URL+"/queues/resume", url.Values{"queue": {"mail"}, "csrf": {tok}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Empty(t, paused())
+	resp, _ = post(t, c, srv.URL+"/queues/stop", url.Values{"queue": {"mail"}, "csrf": {tok}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	ro := httptest.NewServer(ui.Handler(f.st, ui.Options{ReadOnly: true}))
+	defer ro.Close()
+	_, page = get(t, c, ro.URL+"/")
+	assert.NotContains(t, page, "/queues/pause")
+	assert.NotContains(t, page, `name="csrf"`)
+	resp, _ = post(t, c, ro.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Empty(t, paused())
+}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/internal/enginetest"
+	"github.com/godurable/godurable/store"
 )
 
 var resumeHint = regexp.MustCompile("resume it with `(durable [^`]*)`")
@@ -80,4 +82,19 @@ func TestCLIQueues(t *testing.T) {
 	assert.Equal(t, 2, code)
 	_, _, code = s.cli(t, "queues", "pause")
 	assert.Equal(t, 2, code)
+}
+
+// TestCLIPauseAcrossEngines: `durable queues pause mail` while three
+// engines run: no step of mail starts after the pause commits plus one
+// poll interval; after `durable queues resume mail` the backlog drains.
+func TestCLIPauseAcrossEngines(t *testing.T) {
+	t.Parallel()
+	s := migrated(t)
+	enginetest.PauseAcrossEngines(t, func() store.Store { return s.st }, func(t *testing.T, paused bool) {
+		verb := "resume"
+		if paused {
+			verb = "pause"
+		}
+		s.ok(t, "queues", verb, "mail")
+	})
 }
