@@ -777,21 +777,61 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 // heartbeat at most, or the reservation's lease when that engine is gone.
 // If ctx ends first, the cancel stays requested and Cancel returns an
 // error that wraps ctx's.
-func (e *Engine) Cancel(ctx context.Context, id string) error {
+//
+// With CancelOptions.Children, Cancel cancels the instance and every one of
+// its descendants (the children it spawned, theirs, and so on), each by
+// the rules above, parents before children (store.CancelTree): a canceled
+// parent spawns no more children, and it stays canceled as its children
+// are. The instance being terminal already is then no error: its live
+// descendants are canceled all the same.
+func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
+	var o CancelOptions
+	for _, opt := range opts {
+		o.Children = o.Children || opt.Children
+	}
+	ids := []string{id}
+	if o.Children {
+		var err error
+		ids, err = store.CancelTree(ctx, e.st, id, e.storeNow())
+		if err != nil {
+			e.canceled(ids)
+			return instanceErr("cancel the tree of", "cancel", id, err)
+		}
+	} else if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
 		return instanceErr("cancel", "cancel", id, err)
 	}
+	e.canceled(ids)
+	for _, c := range ids {
+		if err := e.awaitUnreserved(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CancelOptions are the options of Engine.Cancel.
+type CancelOptions struct {
+	// Children cancels the instance's descendants too, each by Cancel's
+	// rules (see Engine.Cancel).
+	Children bool
+}
+
+// canceled tells this engine's scheduler that the instances ids were
+// canceled (a running step of theirs is stopped at once), and wakes the
+// engine's claims.
+func (e *Engine) canceled(ids []string) {
 	e.mu.RLock()
 	s := e.sched
 	e.mu.RUnlock()
 	if s != nil {
-		s.Canceled(id)
+		for _, id := range ids {
+			s.Canceled(id)
+		}
 	}
 	e.wakeAll()
-	return e.awaitUnreserved(ctx, id)
 }
 
 // awaitUnreserved waits, after a Cancel, until instance id is no longer a
