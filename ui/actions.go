@@ -20,6 +20,9 @@ type confirmData struct {
 	Question string
 	// Name, Payload and Dedup are the signal to send (signal only).
 	Name, Payload, Dedup string
+	// Children counts the instance's children (cancel only): the page
+	// then offers to cancel its descendants too (store.CancelTree).
+	Children int
 }
 
 // action runs signal, cancel or retry. A POST without confirm=yes changes
@@ -81,6 +84,12 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 		if in.Status == store.StatusExecuting {
 			c.Question += " Its running step (worker " + in.Worker + ") is stopped at its next heartbeat and its outcome discarded."
 		}
+		kids, err := s.st.Children(ctx, id)
+		if err != nil {
+			s.fail(w, r, http.StatusInternalServerError, "Instance", err)
+			return
+		}
+		c.Children = len(kids)
 	case "retry":
 		c.Question = fmt.Sprintf("Retry this %s instance from its step %q, attempt 0?", in.Status, in.Step)
 	}
@@ -106,6 +115,14 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 			did = "signal-stored"
 		}
 	case "cancel":
+		if r.PostFormValue("children") == "yes" {
+			if _, err := store.CancelTree(ctx, s.st, id, time.Time{}); err != nil {
+				s.actionFailed(w, r, act, err)
+				return
+			}
+			did = "canceled-tree"
+			break
+		}
 		if err := s.st.Cancel(ctx, id, time.Time{}); err != nil {
 			s.actionFailed(w, r, act, err)
 			return

@@ -258,6 +258,22 @@ func TestUIBrowser(t *testing.T) {
 		assert.Zero(t, eval[int](t, ctx, `document.querySelectorAll('#queues form, #queues button').length`), "read-only: no pause button")
 	})
 
+	t.Run("cancel a parent with its children from the instance page", func(t *testing.T) {
+		parent, kids := spawnTree(t, sc.st)
+		open(t, ctx, srv.URL+"/instances/"+parent, "#cancel")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#confirm-children"))))
+		assert.Contains(t, text(t, ctx, "#confirm"), "its 2 child(ren)")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-children"))))
+		browsertest.Screenshot(t, ctx, "confirm-cancel-tree")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-yes")), chromedp.WaitVisible(chromedp.CSS("#done"))))
+		assert.Contains(t, text(t, ctx, "#done"), "with every descendant")
+		for _, id := range append([]string{parent}, kids...) {
+			in, err := sc.st.Get(context.Background(), id)
+			require.NoError(t, err)
+			assert.Equal(t, store.StatusCanceled, in.Status, id)
+		}
+	})
+
 	t.Run("cancel from the instance page", func(t *testing.T) {
 		id := sc.acctWaiter
 		open(t, ctx, srv.URL+"/instances/"+id, "#cancel")

@@ -454,6 +454,7 @@ const maxRuns = 200
 // doneMessages are the confirmations shown after an action, by code.
 var doneMessages = map[string]string{
 	"canceled":         "Canceled. A running step is stopped at its next heartbeat and its outcome discarded.",
+	"canceled-tree":    "Canceled, with every descendant, parents first. Running steps are stopped at their next heartbeat and their outcomes discarded.",
 	"retried":          "Retrying: the instance is ready again at its step, attempt 0.",
 	"signal-woke":      "Signal sent: the instance was awaiting it and is ready again.",
 	"signal-stored":    "Signal stored: it is delivered at the instance's next await of that name.",

@@ -7,7 +7,7 @@
 //	durable ls       (newest first) [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
 //	durable show     ID [-json]                 one instance: state (keys sorted by name), step, attempt, error, history
 //	durable signal   ID NAME [JSON] [-dedup K]  send a signal
-//	durable cancel   ID                         cancel a non-terminal instance
+//	durable cancel   ID [-children]             cancel a non-terminal instance (-children: and its descendants)
 //	durable retry    ID                         run a failed or canceled instance again
 //	durable limits   ls [-json]                 the stored key limits
 //	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
@@ -64,7 +64,7 @@ commands:
                        a filtered page looks at -scan instances at most, default 10000)
   show ID              one instance: state (object keys sorted by name), step, attempt, last error, history
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
-  cancel ID            cancel a non-terminal instance
+  cancel ID            cancel a non-terminal instance (-children: and every descendant, parents first)
   retry ID             run a failed or canceled instance again from its step
   limits ls            list the stored key limits
   limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
