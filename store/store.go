@@ -210,9 +210,15 @@ type NewInstance struct {
 	Delay time.Duration
 	// UniqueKey, if set, makes the insert a no-op returning the existing
 	// instance while another instance with the same UniqueKey is in one of
-	// UniqueStatuses (default DefaultUniqueStatuses).
+	// UniqueStatuses (default DefaultUniqueStatuses), or what OnConflict
+	// says.
 	UniqueKey      string
 	UniqueStatuses []Status
+	// OnConflict is what the insert does when another instance holds
+	// UniqueKey (see Conflict): skip (the default), cancel the holder, or
+	// replace a holder's state that has not started. An instance whose
+	// cancel is requested (CancelRequested) no longer holds its unique key.
+	OnConflict Conflict
 	// ParentID is set for spawned children.
 	ParentID string
 }
@@ -223,6 +229,12 @@ type InsertResult struct {
 	ID string
 	// Duplicate is true when the unique key was taken and nothing was inserted.
 	Duplicate bool
+	// Replaced is true when the unique key's holder had its state replaced
+	// (ConflictReplace): ID is the holder's, and nothing was inserted.
+	Replaced bool
+	// Canceled is the holder the insert canceled (ConflictCancelOlder), or
+	// asked to cancel when its step runs.
+	Canceled string
 }
 
 // Instance is the stored view of an instance.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -124,6 +125,9 @@ type insertRow struct {
 }
 
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
+	if err := store.CheckBatchConflicts(instances); err != nil {
+		return nil, fmt.Errorf("insert: %w", err)
+	}
 	p := &insertPlan{results: make([]store.InsertResult, len(instances))}
 	for i, in := range instances {
 		if err := store.NormalizeNewInstance(i, &in); err != nil {
@@ -154,16 +158,18 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 
-	holders := map[string]map[string]string{} // unique key -> status -> instance id
+	holders := map[string]map[string]holder{} // unique key -> status -> its oldest holder
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlUniqueLock), keys, s.uniqueSalt)
 	b.Queue(s.q(sqlUniqueExisting), keys).Query(func(rows pgx.Rows) error {
-		var k, st, id string
-		_, err := pgx.ForEachRow(rows, []any{&k, &st, &id}, func() error {
+		var k, st string
+		var h holder
+		_, err := pgx.ForEachRow(rows, []any{&k, &st, &h.id, &h.unclaimed}, func() error {
 			if holders[k] == nil {
-				holders[k] = map[string]string{}
+				holders[k] = map[string]holder{}
 			}
-			holders[k][st] = id
+			h.status = st
+			holders[k][st] = h
 			return nil
 		})
 		return err
@@ -172,19 +178,41 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 		return fmt.Errorf("insert: unique keys: %w", refused(err))
 	}
 
+	// OnConflict's refusals come first, so that a refused batch applies
+	// nothing (store.Store.Insert is all or none). A key that a row of the
+	// batch cancels or replaces is in no other row of it
+	// (store.CheckBatchConflicts).
+	for _, r := range p.rows {
+		h, ok := holderIn(holders[r.in.UniqueKey], r.scope)
+		if ok && (r.in.OnConflict == store.ConflictReplace && !h.pending() ||
+			r.in.OnConflict == store.ConflictCancelOlder && h.terminal()) {
+			return fmt.Errorf("insert: %w", store.NewConflictError(r.in.UniqueKey, h.id, contractStatus(h.status), r.in.OnConflict))
+		}
+	}
+
 	kept := p.rows[:0:0]
 	for _, r := range p.rows {
 		if k := r.in.UniqueKey; k != "" {
-			if id, ok := holderIn(holders[k], r.scope); ok {
-				p.results[r.idx] = store.InsertResult{ID: id, Duplicate: true}
-				continue
-			}
-			if holders[k] == nil {
-				holders[k] = map[string]string{}
+			if h, ok := holderIn(holders[k], r.scope); ok {
+				switch r.in.OnConflict {
+				case store.ConflictReplace:
+					if err := s.replaceState(ctx, q, h, r, p); err != nil {
+						return err
+					}
+					continue
+				case store.ConflictCancelOlder:
+					if err := s.cancelIn(ctx, q, h.id, time.Time{}); err != nil {
+						return fmt.Errorf("insert: cancel the older holder of unique key %q: %w", k, err)
+					}
+					p.results[r.idx].Canceled = h.id
+				default:
+					p.results[r.idx] = store.InsertResult{ID: h.id, Duplicate: true}
+					continue
+				}
 			}
 			// A row inserted earlier in this batch holds the key as ready.
-			holders[k]["ready"] = r.in.ID
-			holders[k][statusScheduled] = r.in.ID
+			mine := holder{id: r.in.ID, status: "ready", unclaimed: true}
+			holders[k] = map[string]holder{"ready": mine, statusScheduled: mine}
 		}
 		kept = append(kept, r)
 	}
@@ -195,13 +223,51 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	return s.runInsert(ctx, q, p)
 }
 
-func holderIn(byStatus map[string]string, scope []string) (string, bool) {
+// holder is the holder of a unique key an insert found (its stored
+// status), or an earlier row of the batch.
+type holder struct {
+	id, status string
+	unclaimed  bool // never claimed nor reserved (fence 0)
+}
+
+// pending reports whether h has not started (store.ConflictReplace).
+func (h holder) pending() bool {
+	return h.unclaimed && (h.status == "ready" || h.status == statusScheduled || h.status == "blocked")
+}
+
+func (h holder) terminal() bool { return contractStatus(h.status).Terminal() }
+
+// contractStatus is the contract's name of a stored status.
+func contractStatus(st string) store.Status {
+	if st == statusScheduled {
+		return store.StatusReady
+	}
+	return store.Status(st)
+}
+
+// replaceState gives holder h, which has not started, the state of r
+// (store.ConflictReplace), and reports it as r's result.
+func (s *Store) replaceState(ctx context.Context, q querier, h holder, r insertRow, p *insertPlan) error {
+	var id string
+	err := q.QueryRow(ctx, s.q(sqlReplaceState), h.id, jsonArg(r.in.State), nil).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Its claim committed after the key's holders were read.
+		return fmt.Errorf("insert: %w", store.NewConflictError(r.in.UniqueKey, h.id, store.StatusExecuting, r.in.OnConflict))
+	}
+	if err != nil {
+		return fmt.Errorf("insert: replace the state of %s: %w", h.id, err)
+	}
+	p.results[r.idx] = store.InsertResult{ID: h.id, Replaced: true}
+	return nil
+}
+
+func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {
 	for _, st := range scope {
-		if id, ok := byStatus[st]; ok {
-			return id, true
+		if h, ok := byStatus[st]; ok {
+			return h, true
 		}
 	}
-	return "", false
+	return holder{}, false
 }
 
 // runInsert inserts p.rows in one statement.

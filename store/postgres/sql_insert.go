@@ -192,13 +192,24 @@ SELECT pg_advisory_xact_lock(b) FROM (
     SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
     ORDER BY b) s`
 
-	// sqlUniqueExisting returns, per unique key and status, one instance
-	// holding the key (bounded: at most one row per status).
+	// sqlUniqueExisting returns, per unique key and status, the oldest
+	// instance holding the key (bounded: at most one row per status), and
+	// whether it has never been claimed (fence 0: see
+	// store.ConflictReplace). A row whose cancel is requested holds it no
+	// more.
 	sqlUniqueExisting = `
-SELECT k, st, h.id::text
+SELECT k, st, h.id::text, h.fence = 0
 FROM unnest($1::text[]) AS k
 CROSS JOIN unnest(ARRAY['ready','scheduled','blocked','executing','awaiting','awaiting_children',
                         'done','failed','canceled']) AS st
-CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                    WHERE unique_key = k AND status = st ORDER BY seq LIMIT 1) h`
+CROSS JOIN LATERAL (SELECT id, fence FROM {schema}.instances
+                    WHERE unique_key = k AND status = st AND NOT cancel_requested ORDER BY seq LIMIT 1) h`
+
+	// sqlReplaceState replaces the state of a unique key's holder that
+	// has not started ($1, read and locked under the key's lock), and
+	// returns it; nothing when it started meanwhile.
+	sqlReplaceState = `
+UPDATE {schema}.instances SET state = $2, updated_at = coalesce($3::timestamptz, now())
+WHERE id = $1 AND fence = 0 AND status IN ('ready', 'scheduled', 'blocked') AND NOT cancel_requested
+RETURNING id::text`
 )
