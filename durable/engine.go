@@ -406,9 +406,35 @@ type InsertOptions struct {
 	// (default: any non-terminal status).
 	UniqueKey      string
 	UniqueStatuses []store.Status
+	// OnConflict is what the insert does when another instance holds
+	// UniqueKey (it needs one):
+	//   - ConflictSkip (the default): nothing; the holder's id is returned.
+	//   - ConflictCancelOlder: the holder is canceled by Cancel's rules
+	//     (a running step keeps its key's slot until it returns, and no
+	//     longer holds the unique key), then the instance is inserted and
+	//     its id returned. A terminal holder (UniqueStatuses with terminal
+	//     statuses) fails the insert with a *store.ConflictError wrapping
+	//     store.ErrTerminal.
+	//   - ConflictReplace: a holder that has not started (ready, scheduled
+	//     or blocked, never claimed) gets the new state and its id is
+	//     returned; nothing is inserted. A holder that has started
+	//     (executing, awaiting, awaiting its children, ready again after a
+	//     step) or ended fails the insert with a *store.ConflictError
+	//     wrapping store.ErrStarted: its state is its steps'.
+	// A unique key that a request cancels or replaces may appear in no
+	// other request of the same InsertMany (ErrInvalidInput). A refused
+	// insert inserts nothing of its batch.
+	OnConflict store.Conflict
 	// ID is a caller-chosen instance id (a UUID); default a new one.
 	ID string
 }
+
+// The modes of InsertOptions.OnConflict.
+const (
+	ConflictSkip        = store.ConflictSkip
+	ConflictCancelOlder = store.ConflictCancelOlder
+	ConflictReplace     = store.ConflictReplace
+)
 
 // InsertRequest is one instance of an InsertMany.
 type InsertRequest struct {
@@ -441,7 +467,32 @@ func (e *Engine) InsertMany(ctx context.Context, reqs []InsertRequest) ([]string
 		return nil, fmt.Errorf("durable: insert: %w", err)
 	}
 	e.wakeQueues(rows)
+	if err := e.canceledOlder(ctx, res); err != nil {
+		return insertIDs(res), err
+	}
 	return insertIDs(res), nil
+}
+
+// canceledOlder applies Cancel's wall-clock rule to the holders an insert
+// canceled (ConflictCancelOlder): a running one is told at once, and a
+// reserved one has been given back or started when it returns.
+func (e *Engine) canceledOlder(ctx context.Context, res []store.InsertResult) error {
+	var ids []string
+	for _, r := range res {
+		if r.Canceled != "" {
+			ids = append(ids, r.Canceled)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	e.canceled(ids)
+	for _, id := range ids {
+		if err := e.awaitUnreserved(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrNoTxInsert is returned by InsertTx and InsertManyTx when the engine's
@@ -491,6 +542,8 @@ func (e *Engine) InsertManyTx(ctx context.Context, tx pgx.Tx, reqs []InsertReque
 	if err != nil {
 		return nil, fmt.Errorf("durable: insert in a transaction: %w", err)
 	}
+	// The holders a ConflictCancelOlder canceled are canceled when tx
+	// commits: their workers see it at their next heartbeat.
 	return insertIDs(res), nil
 }
 
@@ -543,6 +596,12 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLength); err != nil {
 			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
+		switch {
+		case o.OnConflict != ConflictSkip && o.OnConflict != ConflictCancelOlder && o.OnConflict != ConflictReplace:
+			return nil, fmt.Errorf("durable: %s (%s): %w: unknown OnConflict %q", what, r.Workflow, ErrInvalidInput, truncateForError(string(o.OnConflict)))
+		case o.OnConflict != ConflictSkip && o.UniqueKey == "":
+			return nil, fmt.Errorf("durable: %s (%s): %w: OnConflict %s needs a UniqueKey", what, r.Workflow, ErrInvalidInput, o.OnConflict)
+		}
 		runAt, delay := o.RunAt, time.Duration(0)
 		if runAt.IsZero() {
 			runAt, delay = e.after(max(o.Delay, 0))
@@ -550,8 +609,11 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		rows = append(rows, store.NewInstance{
 			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
 			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt, Delay: delay,
-			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, ParentID: parentID,
+			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, OnConflict: o.OnConflict, ParentID: parentID,
 		})
+	}
+	if err := store.CheckBatchConflicts(rows); err != nil {
+		return nil, fmt.Errorf("durable: insert: %w: %w", ErrInvalidInput, err)
 	}
 	return rows, nil
 }
