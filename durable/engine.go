@@ -425,9 +425,24 @@ type InsertOptions struct {
 	// other request of the same InsertMany (ErrInvalidInput). A refused
 	// insert inserts nothing of its batch.
 	OnConflict store.Conflict
+	// Debounce, with a Key, runs the workflow once after a burst of
+	// inserts with that key: while an instance of the key is pending (not
+	// started), an insert replaces its state and pushes its start to now +
+	// Period, but never past its first insert + MaxWait, and returns its
+	// id; once it has started, the next insert starts a new pending one,
+	// Period (or MaxWait, if shorter) from now. It is atomic and
+	// fleet-wide: concurrent inserts from many engines leave one pending
+	// instance per key. A debounced insert takes no UniqueKey, OnConflict,
+	// RunAt or Delay of its own, and a key appears once per InsertMany.
+	Debounce Debounce
 	// ID is a caller-chosen instance id (a UUID); default a new one.
 	ID string
 }
+
+// Debounce is InsertOptions.Debounce (see store.Debounce): Key names the
+// burst, Period is the quiet time before the instance starts, MaxWait
+// (0: none) bounds how long after its first insert it may be pushed back.
+type Debounce = store.Debounce
 
 // The modes of InsertOptions.OnConflict.
 const (
@@ -602,6 +617,18 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		case o.OnConflict != ConflictSkip && o.UniqueKey == "":
 			return nil, fmt.Errorf("durable: %s (%s): %w: OnConflict %s needs a UniqueKey", what, r.Workflow, ErrInvalidInput, o.OnConflict)
 		}
+		if d := o.Debounce; d.Key != "" || d.Period != 0 || d.MaxWait != 0 {
+			switch {
+			case d.Key == "" || d.Period <= 0 || d.MaxWait < 0:
+				return nil, fmt.Errorf("durable: %s (%s): %w: a debounce needs a key, a positive period and a max wait not negative", what, r.Workflow, ErrInvalidInput)
+			case o.UniqueKey != "" || o.OnConflict != ConflictSkip || !o.RunAt.IsZero() || o.Delay != 0:
+				return nil, fmt.Errorf("durable: %s (%s): %w: a debounced insert takes no UniqueKey, OnConflict, RunAt or Delay", what, r.Workflow, ErrInvalidInput)
+			}
+			if err := checkText("debounce key", d.Key, MaxUniqueKeyLength-len(store.DebounceUniqueKey(""))); err != nil {
+				return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
+			}
+			o.Delay = d.FirstDelay()
+		}
 		runAt, delay := o.RunAt, time.Duration(0)
 		if runAt.IsZero() {
 			runAt, delay = e.after(max(o.Delay, 0))
@@ -609,7 +636,7 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		rows = append(rows, store.NewInstance{
 			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
 			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt, Delay: delay,
-			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, OnConflict: o.OnConflict, ParentID: parentID,
+			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, OnConflict: o.OnConflict, Debounce: o.Debounce, ParentID: parentID,
 		})
 	}
 	if err := store.CheckBatchConflicts(rows); err != nil {

@@ -73,20 +73,25 @@ func validConflict(c Conflict) bool {
 }
 
 // CheckBatchConflicts refuses (ErrInvalid) a batch in which a unique key
-// with an OnConflict other than ConflictSkip appears more than once: which
-// of its rows would cancel or replace which is not worth a rule. Both
+// with an OnConflict other than ConflictSkip, or a debounce key, appears
+// more than once: which of its rows would cancel or replace which is not
+// worth a rule. Both
 // stores call it before anything of the batch is applied.
 func CheckBatchConflicts(instances []NewInstance) error {
 	acting := map[string]bool{}
 	count := map[string]int{}
 	for _, in := range instances {
-		if in.UniqueKey == "" {
+		k := in.UniqueKey
+		if in.Debounce.Key != "" {
+			k = DebounceUniqueKey(in.Debounce.Key)
+		}
+		if k == "" {
 			continue
 		}
-		count[in.UniqueKey]++
-		acting[in.UniqueKey] = acting[in.UniqueKey] || in.OnConflict != ConflictSkip
-		if count[in.UniqueKey] > 1 && acting[in.UniqueKey] {
-			return fmt.Errorf("%w: unique key %q appears more than once in a batch with an OnConflict that cancels or replaces", ErrInvalid, in.UniqueKey)
+		count[k]++
+		acting[k] = acting[k] || in.OnConflict != ConflictSkip || in.Debounce.Key != ""
+		if count[k] > 1 && acting[k] {
+			return fmt.Errorf("%w: unique key %q appears more than once in a batch with an OnConflict that cancels or replaces, or a debounce", ErrInvalid, k)
 		}
 	}
 	return nil

@@ -53,6 +53,9 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 	if len(in.State) > 0 && !json.Valid(in.State) {
 		return fmt.Errorf("%w: instance %d: state is not valid JSON", ErrInvalid, i)
 	}
+	if err := normalizeDebounce(i, in); err != nil {
+		return err
+	}
 	if !validConflict(in.OnConflict) {
 		return fmt.Errorf("%w: instance %d: unknown OnConflict %q", ErrInvalid, i, in.OnConflict)
 	}

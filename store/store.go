@@ -219,6 +219,12 @@ type NewInstance struct {
 	// replace a holder's state that has not started. An instance whose
 	// cancel is requested (CancelRequested) no longer holds its unique key.
 	OnConflict Conflict
+	// Debounce, with a Key, makes the insert replace the state of the
+	// key's pending instance and push its start back instead of inserting
+	// (InsertResult.Replaced), as Debounce describes. It sets UniqueKey
+	// (DebounceUniqueKey) and takes none of its own, nor an OnConflict; a
+	// zero RunAt and Delay start a new instance after Debounce.FirstDelay.
+	Debounce Debounce
 	// ParentID is set for spawned children.
 	ParentID string
 }
@@ -230,7 +236,8 @@ type InsertResult struct {
 	// Duplicate is true when the unique key was taken and nothing was inserted.
 	Duplicate bool
 	// Replaced is true when the unique key's holder had its state replaced
-	// (ConflictReplace): ID is the holder's, and nothing was inserted.
+	// (ConflictReplace, or a debounce): ID is the holder's, and nothing
+	// was inserted.
 	Replaced bool
 	// Canceled is the holder the insert canceled (ConflictCancelOlder), or
 	// asked to cancel when its step runs.

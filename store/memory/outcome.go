@@ -51,6 +51,36 @@ func (s *Store) checkConflicts(instances []store.NewInstance) error {
 	return nil
 }
 
+// debounceHolder returns the pending row of a debounce's unique key (nil:
+// none), the oldest if several (there is at most one).
+func (s *Store) debounceHolder(uniqueKey string) *row {
+	var found *row
+	for _, r := range s.unique[uniqueKey] {
+		if r.pending() && !r.inst.CancelRequested && (found == nil || r.seq < found.seq) {
+			found = r
+		}
+	}
+	return found
+}
+
+// debounce gives pending row r the state of ni and moves its start as
+// ni.Debounce says (store.Debounce.RunAt). A blocked row stays in its
+// key's line; a ready one is scheduled again and takes a fresh round when
+// it falls due, as a row inserted then would.
+func (s *Store) debounce(r *row, ni store.NewInstance, now time.Time, n *notes) {
+	r.inst.State = cloneJSON(ni.State)
+	r.inst.UpdatedAt = now
+	at := ni.Debounce.RunAt(r.inst.CreatedAt, now)
+	s.unpick(r)
+	if r.inst.Status == store.StatusBlocked {
+		r.inst.RunAt = at
+		s.keys[r.inst.Key].blocked.add(r)
+		return
+	}
+	r.hasRound = false
+	s.place(r, at, now, n)
+}
+
 // pending reports whether r has not started: ready (or scheduled) or
 // blocked, and never claimed nor reserved (ConflictReplace's holder).
 func (r *row) pending() bool {
@@ -93,7 +123,13 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	var rows []*row
 	for i, ni := range instances {
 		var canceled string
-		if ni.UniqueKey != "" {
+		if ni.Debounce.Key != "" {
+			if h := s.debounceHolder(ni.UniqueKey); h != nil {
+				s.debounce(h, ni, now, n)
+				out[i] = store.InsertResult{ID: h.inst.ID, Replaced: true}
+				continue
+			}
+		} else if ni.UniqueKey != "" {
 			if h := s.uniqueHolder(ni.UniqueKey, ni.UniqueStatuses, ""); h != nil {
 				// checkConflicts refused the holders OnConflict cannot act on.
 				switch ni.OnConflict {

@@ -159,8 +159,22 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	keys = slices.Compact(keys)
 
 	holders := map[string]map[string]holder{} // unique key -> status -> its oldest holder
+	var debounceKeys []string
+	for _, r := range p.rows {
+		if r.in.Debounce.Key != "" {
+			debounceKeys = append(debounceKeys, r.in.UniqueKey)
+		}
+	}
+	pending := map[string]string{} // debounce unique key -> its pending instance
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlUniqueLock), keys, s.uniqueSalt)
+	if len(debounceKeys) > 0 {
+		b.Queue(s.q(sqlDebouncePending), debounceKeys).Query(func(rows pgx.Rows) error {
+			var k, id string
+			_, err := pgx.ForEachRow(rows, []any{&k, &id}, func() error { pending[k] = id; return nil })
+			return err
+		})
+	}
 	b.Queue(s.q(sqlUniqueExisting), keys).Query(func(rows pgx.Rows) error {
 		var k, st string
 		var h holder
@@ -183,6 +197,9 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	// batch cancels or replaces is in no other row of it
 	// (store.CheckBatchConflicts).
 	for _, r := range p.rows {
+		if r.in.Debounce.Key != "" {
+			continue
+		}
 		h, ok := holderIn(holders[r.in.UniqueKey], r.scope)
 		if ok && (r.in.OnConflict == store.ConflictReplace && !h.pending() ||
 			r.in.OnConflict == store.ConflictCancelOlder && h.terminal()) {
@@ -192,6 +209,20 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 
 	kept := p.rows[:0:0]
 	for _, r := range p.rows {
+		if r.in.Debounce.Key != "" {
+			if id, ok := pending[r.in.UniqueKey]; ok {
+				done, err := s.debounce(ctx, q, id, r, p)
+				if err != nil {
+					return err
+				}
+				if done {
+					continue
+				}
+			}
+			// No pending instance (or it started meanwhile): this one is.
+			kept = append(kept, r)
+			continue
+		}
 		if k := r.in.UniqueKey; k != "" {
 			if h, ok := holderIn(holders[k], r.scope); ok {
 				switch r.in.OnConflict {
@@ -259,6 +290,23 @@ func (s *Store) replaceState(ctx context.Context, q querier, h holder, r insertR
 	}
 	p.results[r.idx] = store.InsertResult{ID: h.id, Replaced: true}
 	return nil
+}
+
+// debounce replaces the state of pending instance id with r's and moves
+// its start (sqlDebounce), and reports whether it did: false when the
+// instance started since it was read.
+func (s *Store) debounce(ctx context.Context, q querier, id string, r insertRow, p *insertPlan) (bool, error) {
+	d := r.in.Debounce
+	var got string
+	err := q.QueryRow(ctx, s.q(sqlDebounce), id, jsonArg(r.in.State), micros(d.Period), micros(d.MaxWait), s.clockNow()).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert: debounce %q: %w", d.Key, err)
+	}
+	p.results[r.idx] = store.InsertResult{ID: id, Replaced: true}
+	return true, nil
 }
 
 func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {

@@ -205,6 +205,38 @@ CROSS JOIN unnest(ARRAY['ready','scheduled','blocked','executing','awaiting','aw
 CROSS JOIN LATERAL (SELECT id, fence FROM {schema}.instances
                     WHERE unique_key = k AND status = st AND NOT cancel_requested ORDER BY seq LIMIT 1) h`
 
+	// sqlDebouncePending returns, per debounce unique key of $1, its
+	// pending instance (never claimed, not yet started: see
+	// store.Debounce), read under the key's lock.
+	sqlDebouncePending = `
+SELECT k, h.id::text
+FROM unnest($1::text[]) AS k
+CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
+                    WHERE unique_key = k AND status IN ('ready', 'scheduled', 'blocked') AND fence = 0
+                      AND NOT cancel_requested
+                    ORDER BY seq LIMIT 1) h`
+
+	// sqlDebounce gives pending instance $1 the state $2 and moves its
+	// start to now ($5, NULL: now()) + $3 µs, never past its created_at +
+	// $4 µs ($4 = 0: no bound), as store.Debounce.RunAt; it returns it, or
+	// nothing when it has started meanwhile. A blocked row stays in its
+	// key's line; a ready one is scheduled again, its round cleared, so
+	// that it takes a fresh round when it falls due (sqlPromoteScheduled),
+	// as a row inserted then would.
+	sqlDebounce = `
+WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now)
+UPDATE {schema}.instances i
+SET state = $2,
+    run_at = CASE WHEN $4::bigint > 0
+                  THEN least(t.now + $3::bigint * interval '1 microsecond', i.created_at + $4::bigint * interval '1 microsecond')
+                  ELSE t.now + $3::bigint * interval '1 microsecond' END,
+    status = CASE WHEN i.status = 'blocked' THEN 'blocked' ELSE 'scheduled' END,
+    round = CASE WHEN i.status = 'blocked' THEN i.round END,
+    updated_at = t.now
+FROM t
+WHERE i.id = $1 AND i.fence = 0 AND i.status IN ('ready', 'scheduled', 'blocked') AND NOT i.cancel_requested
+RETURNING i.id::text`
+
 	// sqlReplaceState replaces the state of a unique key's holder that
 	// has not started ($1, read and locked under the key's lock), and
 	// returns it; nothing when it started meanwhile.
