@@ -245,3 +245,10 @@ func TestPauseAcrossEngines(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// TestDebounceAcrossEngines: 8 goroutines × 3 engines insert 1,000 events
+// over 50 debounce keys within 2 s; one instance per key runs, after the
+// burst, and none later than MaxWait after its first event.
+func TestDebounceAcrossEngines(t *testing.T) {
+	enginetest.DebounceAcrossEngines(t, newEnv(t).stores())
+}
