@@ -61,10 +61,12 @@ func NewConflictError(uniqueKey, holder string, status Status, onConflict Confli
 	return &ConflictError{UniqueKey: uniqueKey, Holder: holder, Status: status, OnConflict: onConflict, err: err}
 }
 
+// Error names the key, the holder and its status.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("unique key %q: %s holder %s: %v", e.UniqueKey, e.Status, e.Holder, e.err)
 }
 
+// Unwrap returns ErrStarted or ErrTerminal.
 func (e *ConflictError) Unwrap() error { return e.err }
 
 // validConflict reports whether c is a Conflict the stores know.

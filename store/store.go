@@ -853,7 +853,11 @@ type Store interface {
 	// Insert inserts instances atomically: all or none (duplicates by unique
 	// key are reported, not errors; a duplicate caller-chosen id is
 	// ErrDuplicate). Each instance is checked and completed by
-	// NormalizeNewInstance (ErrInvalid).
+	// NormalizeNewInstance (ErrInvalid), and the batch by
+	// CheckBatchConflicts. A unique key's holder is canceled or has its
+	// state replaced as the instance's OnConflict or Debounce says, in the
+	// same atomic step; a holder OnConflict cannot act on fails the batch
+	// with a *ConflictError.
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
 
 	// Claim admits and claims up to req.Limit rows (see Admission), after
