@@ -232,7 +232,11 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 					}
 					continue
 				case store.ConflictCancelOlder:
-					if err := s.cancelIn(ctx, q, h.id, time.Time{}); err != nil {
+					var now time.Time // the store's clock, as the insert's
+					if at := s.clockNow(); at != nil {
+						now = *at
+					}
+					if err := s.cancelIn(ctx, q, h.id, now); err != nil {
 						return fmt.Errorf("insert: cancel the older holder of unique key %q: %w", k, err)
 					}
 					p.results[r.idx].Canceled = h.id
@@ -280,7 +284,7 @@ func contractStatus(st string) store.Status {
 // (store.ConflictReplace), and reports it as r's result.
 func (s *Store) replaceState(ctx context.Context, q querier, h holder, r insertRow, p *insertPlan) error {
 	var id string
-	err := q.QueryRow(ctx, s.q(sqlReplaceState), h.id, jsonArg(r.in.State), nil).Scan(&id)
+	err := q.QueryRow(ctx, s.q(sqlReplaceState), h.id, jsonArg(r.in.State), s.clockNow()).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Its claim committed after the key's holders were read.
 		return fmt.Errorf("insert: %w", store.NewConflictError(r.in.UniqueKey, h.id, store.StatusExecuting, r.in.OnConflict))
