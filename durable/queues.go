@@ -186,14 +186,17 @@ func (e *Engine) stopMarking() {
 }
 
 // PauseQueue pauses queue fleet-wide, in the store, so that engines
-// started later and restarted ones keep it paused: from the pause's commit
-// on no engine starts a step of it, each seeing it at its next claim
-// (within Config.PollInterval, or at once when it is notified), and a
-// chain of a busy key's steps stops at its next flush. Steps already
-// running finish and commit; timers, signals and children still make the
-// queue's rows ready, and they wait. Health lists the paused queues with
-// their waiting rows. Pausing a paused queue changes nothing; an empty
-// name is store.DefaultQueue.
+// started later and restarted ones keep it paused: no claim takes a row of
+// it from the pause's commit on, and within one Config.PollInterval
+// (at once when the store notifies) every engine has learned of it from a
+// claim, or from a look at the paused queues when its executors are all
+// busy, and gives back the rows of the queue it holds claimed or reserved
+// and has not started. So no step of the queue starts later than the
+// pause's commit plus one poll interval. Steps already running finish and
+// commit; timers, signals and children still make the queue's rows ready,
+// and they wait. Health lists the paused queues with their waiting rows.
+// Pausing a paused queue changes nothing; an empty name is
+// store.DefaultQueue.
 func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
 	return e.pauseQueue(ctx, queue, true)
 }

@@ -354,6 +354,12 @@ type ClaimResult struct {
 	// executors only while they pass none over (a few hold them where they
 	// are). A store that does not count leaves it 0.
 	PassedOver int
+	// Paused is true when the queue is paused (Store.PauseQueue): the
+	// claim took nothing, and the engine that asked starts none of the
+	// queue's rows it holds claimed or reserved and has not started yet
+	// (it releases them), so that no step of the queue starts later than
+	// that engine's next claim after the pause.
+	Paused bool
 }
 
 // Signal is a stored signal.

@@ -16,19 +16,27 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-// PauseAcrossEngines runs three engines of 4 executors each on queue
-// "mail", polling every 100 ms, through a backlog of short steps of six
-// busy K = 1 keys (whose slots go from step to step by hand-offs and
-// reserved successors, with no claim between), and pauses the queue with pause(true)
-// while they run: no step starts later than the pause's return (its
-// commit) plus one poll interval, the backlog waits, and after
+// PauseAcrossEngines runs three engines on queue
+// "mail", polling every 200 ms, through a backlog of steps of six busy
+// K = 1 keys (whose slots go from step to step by hand-offs and reserved
+// successors, with no claim between), and pauses the queue with
+// pause(true) while they run: no step starts later than the pause's return
+// (its commit) plus one poll interval, the backlog waits, and after
 // pause(false) it drains. Each step's start time is recorded in its body.
-// pause may call the engine, the store or the CLI.
+// It runs twice: with 3,000 steps of 2 ms, and with 60 steps of 300 ms on
+// engines of 2 executors, which, all busy, cannot claim (a successor
+// reserved before the pause would start after a poll interval, when the
+// step ahead of it ends, if they did not look at the pause). pause may
+// call the engine, the store or the CLI.
 func PauseAcrossEngines(t *testing.T, newStore func() store.Store, pause func(t *testing.T, paused bool)) {
-	const (
-		poll = 100 * time.Millisecond
-		n    = 3000
-	)
+	t.Run("short steps", func(t *testing.T) { pauseAcrossEngines(t, newStore, pause, 4, 3000, 2*time.Millisecond, 200) })
+	t.Run("long steps", func(t *testing.T) { pauseAcrossEngines(t, newStore, pause, 2, 60, 300*time.Millisecond, 12) })
+}
+
+// pauseAcrossEngines is PauseAcrossEngines with executors per engine and n
+// steps of step each, paused once before of them have started.
+func pauseAcrossEngines(t *testing.T, newStore func() store.Store, pause func(t *testing.T, paused bool), executors, n int, step time.Duration, before int) {
+	const poll = 200 * time.Millisecond
 	var (
 		mu     sync.Mutex
 		starts []time.Time
@@ -45,7 +53,7 @@ func PauseAcrossEngines(t *testing.T, newStore func() store.Store, pause func(t 
 		return len(starts)
 	}
 	g := NewGauge()
-	engines := fleet(t, newStore, 3, 4, durable.Config{PollInterval: poll, ReconcileInterval: time.Hour}, g, 2*time.Millisecond, record)
+	engines := fleet(t, newStore, 3, executors, durable.Config{PollInterval: poll, ReconcileInterval: time.Hour}, g, step, record)
 	var keys []gate.ConcurrencyKey
 	for i := range 6 {
 		keys = append(keys, gate.Identity("acct", fmt.Sprint(i)))
@@ -56,24 +64,29 @@ func PauseAcrossEngines(t *testing.T, newStore func() store.Store, pause func(t 
 		require.NoError(t, e.Start(ctx))
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for started() < 200 {
+	for started() < before {
 		require.True(t, time.Now().Before(deadline), "the fleet started %d steps in 30 s", started())
 		time.Sleep(5 * time.Millisecond)
 	}
 
 	pause(t, true)
 	paused := time.Now() // the pause has committed
-	time.Sleep(5 * poll)
+	time.Sleep(5*poll + step)
 	mu.Lock()
+	var lastStart time.Duration
+	for _, at := range starts {
+		lastStart = max(lastStart, at.Sub(paused))
+	}
+	t.Logf("the last step started %s after the pause committed (poll interval %s)", lastStart, poll)
 	late := slices.IndexFunc(starts, func(at time.Time) bool { return at.After(paused.Add(poll)) })
-	before := len(starts)
+	ran := len(starts)
 	var lateBy time.Duration
 	if late >= 0 {
 		lateBy = starts[late].Sub(paused)
 	}
 	mu.Unlock()
 	require.Equal(t, -1, late, "a step started %s after the pause committed (poll interval %s)", lateBy, poll)
-	require.Less(t, before, n, "the backlog was not drained before the pause: the test proves nothing")
+	require.Less(t, ran, n, "the backlog was not drained before the pause: the test proves nothing")
 	h, err := engines[1].Health(ctx)
 	require.NoError(t, err)
 	require.Len(t, h.PausedQueues, 1)

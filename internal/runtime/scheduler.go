@@ -158,6 +158,13 @@ type queueRunner struct {
 	// idle counts the executors waiting for a row, and gated those running
 	// a contended row that holds a gate's slot (see run and free).
 	idle, gated atomic.Int64
+	// paused is set while the queue is paused, as the last claim
+	// (store.ClaimResult.Paused) or, while no claim can be made, the last
+	// look at the paused queues said: no row of it this engine holds
+	// claimed or reserved starts then; each is released (see begin and
+	// takeSuccessor). pausedRead is when the pick loop last looked.
+	paused     atomic.Bool
+	pausedRead time.Time
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -632,6 +639,8 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				q.claimed(time.Since(sent))
+				q.paused.Store(res.Paused)
+				q.pausedRead = time.Now()
 				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
 				q.adaptAhead(free, got, res.PassedOver)
 				q.full.Store(got == free)
@@ -642,6 +651,13 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}
+		} else if time.Since(q.pausedRead) >= e.cfg.PollInterval/2 {
+			// No room to claim (its executors run chains of a busy key's
+			// steps, say): a look at the paused queues stands in for the
+			// claim's answer. The loop comes here at least once per poll
+			// interval (its timer), and looks at most twice per interval
+			// however often it is woken.
+			s.readPaused(q)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -651,6 +667,20 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 		}
 		t.Stop()
 	}
+}
+
+// readPaused reads whether q is paused (store.Store.PausedQueues), for a
+// pick loop that cannot claim. A failed read keeps what q knew: the next
+// claim or look tells.
+func (s *Scheduler) readPaused(q *queueRunner) {
+	q.pausedRead = time.Now()
+	ctx, cancel := context.WithTimeout(s.bgCtx, s.e.cfg.PollInterval+time.Second)
+	defer cancel()
+	list, err := s.e.st.PausedQueues(ctx)
+	if err != nil {
+		return
+	}
+	q.paused.Store(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }))
 }
 
 // took takes the rows a claim returned: it tracks them all, queues each
@@ -774,9 +804,9 @@ func StepStarting(ctx context.Context) bool {
 	return true
 }
 
-// begin marks claim c started, unless it is lost, canceled or the engine
-// is stopping: then it gives it back (or forgets it, lost), with any
-// reservation made for it, and frees its executor slot.
+// begin marks claim c started, unless it is lost, canceled, its queue
+// paused or the engine stopping: then it gives it back (or forgets it,
+// lost), with any reservation made for it, and frees its executor slot.
 func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running {
 	q := s.queues[c.Queue]
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
@@ -784,7 +814,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	st := s.inflight[c.ID]
 	lost := st == nil || st.lost || st.ref != ref
 	canceled := !lost && st.canceled
-	stopping := s.stopping.Load()
+	stopping := s.stopping.Load() || q.paused.Load()
 	var r *running
 	if !lost && !canceled && !stopping {
 		ctx, cancel := context.WithCancel(s.runCtx)
@@ -802,6 +832,8 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 		// Canceled before it started: releasing the claim cancels the
 		// instance (see store.Store, Cancel).
 		s.release([]store.ClaimRef{ref})
+	case !s.stopping.Load():
+		s.release([]store.ClaimRef{ref}) // its queue is paused: back to ready at once
 	default:
 		*toRelease = append(*toRelease, ref)
 	}
@@ -913,7 +945,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 // ended (pred is its state) and starts it in the same slot: its step is
 // bound by pred's lease too, until the outcome that passes the slot to it
 // commits (see handed). A reservation that cannot run (lost, canceled,
-// the engine stopping, pred lost) is released instead.
+// its queue paused, the engine stopping, pred lost) is released instead.
 func (s *Scheduler) takeSuccessor(pred *claimState, toRelease *[]store.ClaimRef) *running {
 	s.mu.Lock()
 	id := pred.ref
@@ -921,8 +953,12 @@ func (s *Scheduler) takeSuccessor(pred *claimState, toRelease *[]store.ClaimRef)
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	var r *running
 	var refused []store.ClaimRef
+	paused := false
+	if q := s.queues[c.Queue]; ok && q != nil {
+		paused = q.paused.Load()
+	}
 	if st := s.inflight[c.ID]; ok && st != nil && st.ref == ref && !st.lost && !st.canceled &&
-		!s.stopping.Load() && !pred.lost {
+		!s.stopping.Load() && !pred.lost && !paused {
 		delete(s.succ, id)
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel, st.pred = cancel, pred

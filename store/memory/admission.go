@@ -37,12 +37,14 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	var res store.ClaimResult
 	q := s.queues[req.Queue]
 	if q == nil {
+		_, res.Paused = s.paused[req.Queue]
 		return res, nil
 	}
 	s.fireTimers(q, now, n) // an await that timed out is claimable at once, as in PostgreSQL
 	s.promoteDue(q, now)
 	if _, paused := s.paused[req.Queue]; paused {
 		res.NextDue = s.nextDue(q) // its rows wait, ready, for the resume
+		res.Paused = true
 		return res, nil
 	}
 	pol, hasPol := s.policies[req.Queue]

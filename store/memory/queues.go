@@ -64,10 +64,10 @@ func (s *Store) PauseQueue(ctx context.Context, queue string, paused bool, now t
 		s.paused[q] = s.now(now)
 	case !paused && was:
 		delete(s.paused, q)
-		n.add(q) // its ready rows are claimable again
 	default:
 		return false, nil
 	}
+	n.add(q) // engines claim: its rows run again, or they learn of the pause
 	return true, nil
 }
 

@@ -56,8 +56,8 @@ func (s *Store) WorkedQueues(ctx context.Context, now time.Time) ([]store.Worked
 	return out, nil
 }
 
-// PauseQueue pauses or resumes a queue (see store.Store). A resume
-// notifies the queue, so that idle engines claim its backlog at once.
+// PauseQueue pauses or resumes a queue (see store.Store), and notifies
+// the queue.
 func (s *Store) PauseQueue(ctx context.Context, queue string, paused bool, now time.Time) (bool, error) {
 	if err := s.check(); err != nil {
 		return false, err
@@ -76,7 +76,10 @@ func (s *Store) PauseQueue(ctx context.Context, queue string, paused bool, now t
 		return false, fmt.Errorf("pause queue %q: %w", q, err)
 	}
 	changed := tag.RowsAffected() > 0
-	if changed && !paused {
+	if changed {
+		// Idle engines claim at once: a resumed queue's backlog runs, and
+		// a paused one's claims tell them to start none of its rows they
+		// hold (store.ClaimResult.Paused).
 		s.wakeAfterCommit([]string{q})
 	}
 	return changed, nil

@@ -87,9 +87,11 @@ LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
-	// sqlClaimContext returns the claim's now and the queue's policy (NULLs: none).
+	// sqlClaimContext returns the claim's now, the queue's policy (NULLs:
+	// none) and whether the queue is paused.
 	sqlClaimContext = `
-SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key
+SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key,
+       EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
 FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
 
 	// sqlQueueLock serializes the claims of a queue that has a policy, so

@@ -40,14 +40,23 @@ var pauseTests = []test{
 		other := inst("")
 		other.Queue = "other"
 		h.insert(other)
+		require.False(h.t, h.claimReq(store.ClaimRequest{Queue: "idle", Worker: "w", Limit: 1, Now: at(0)}).Paused)
 		h.pauseQueue(queue, true, true, at(0))
-		require.Empty(h.t, h.claim("w", 10, at(time.Second)), "paused")
+		res := h.claimReq(store.ClaimRequest{Worker: "w", Limit: 10, Now: at(time.Second)})
+		require.Empty(h.t, res.Claimed, "paused")
+		require.True(h.t, res.Paused, "the claim says why")
 		h.requireStatus(store.StatusReady, ids...)
-		cs := h.claimReq(store.ClaimRequest{Queue: "other", Worker: "w", Limit: 10, Now: at(time.Second)}).Claimed
-		require.Equal(h.t, []string{other.ID}, claimedIDs(cs), "a pause is per queue")
+		res = h.claimReq(store.ClaimRequest{Queue: "other", Worker: "w", Limit: 10, Now: at(time.Second)})
+		require.Equal(h.t, []string{other.ID}, claimedIDs(res.Claimed), "a pause is per queue")
+		require.False(h.t, res.Paused)
+		h.pauseQueue("idle", true, true, at(time.Second))
+		require.True(h.t, h.claimReq(store.ClaimRequest{Queue: "idle", Worker: "w", Limit: 1, Now: at(time.Second)}).Paused,
+			"a paused queue without rows says so too")
 
 		h.pauseQueue(queue, false, true, at(2*time.Second))
-		require.Equal(h.t, ids, claimedIDs(h.claim("w", 10, at(3*time.Second))))
+		res = h.claimReq(store.ClaimRequest{Worker: "w", Limit: 10, Now: at(3 * time.Second)})
+		require.Equal(h.t, ids, claimedIDs(res.Claimed))
+		require.False(h.t, res.Paused)
 	}},
 	{"pause/a paused queue's timers and signals make its rows ready, and they wait", func(h *harness) {
 		sleeper := inst("")
