@@ -128,7 +128,15 @@
 // and step are kept, children are not spawned, nothing is parked), a
 // Release, or the reaper when the lease expires. A done or failed outcome
 // commits as it is: the step finished first. Only then is the slot freed
-// and, for a child, the parent's join counted.
+// and, for a child, the parent's join counted. A row whose cancel is
+// requested holds its unique key no more (see ConflictCancelOlder).
+//
+// # Pause
+//
+// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
+// or reserved, while everything else about it goes on (see PauseQueue);
+// its claims say so (ClaimResult.Paused), so that an engine starts none of
+// the rows it holds for it either.
 package store
 
 import (
