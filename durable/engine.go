@@ -406,9 +406,50 @@ type InsertOptions struct {
 	// (default: any non-terminal status).
 	UniqueKey      string
 	UniqueStatuses []store.Status
+	// OnConflict is what the insert does when another instance holds
+	// UniqueKey (it needs one):
+	//   - ConflictSkip (the default): nothing; the holder's id is returned.
+	//   - ConflictCancelOlder: the holder is canceled by Cancel's rules
+	//     (a running step keeps its key's slot until it returns, and no
+	//     longer holds the unique key), then the instance is inserted and
+	//     its id returned. A terminal holder (UniqueStatuses with terminal
+	//     statuses) fails the insert with a *store.ConflictError wrapping
+	//     store.ErrTerminal.
+	//   - ConflictReplace: a holder that has not started (ready, scheduled
+	//     or blocked, never claimed) gets the new state and its id is
+	//     returned; nothing is inserted. A holder that has started
+	//     (executing, awaiting, awaiting its children, ready again after a
+	//     step) or ended fails the insert with a *store.ConflictError
+	//     wrapping store.ErrStarted: its state is its steps'.
+	// A unique key that a request cancels or replaces may appear in no
+	// other request of the same InsertMany (ErrInvalidInput). A refused
+	// insert inserts nothing of its batch.
+	OnConflict store.Conflict
+	// Debounce, with a Key, runs the workflow once after a burst of
+	// inserts with that key: while an instance of the key is pending (not
+	// started), an insert replaces its state and pushes its start to now +
+	// Period, but never past its first insert + MaxWait, and returns its
+	// id; once it has started, the next insert starts a new pending one,
+	// Period (or MaxWait, if shorter) from now. It is atomic and
+	// fleet-wide: concurrent inserts from many engines leave one pending
+	// instance per key. A debounced insert takes no UniqueKey, OnConflict,
+	// RunAt or Delay of its own, and a key appears once per InsertMany.
+	Debounce Debounce
 	// ID is a caller-chosen instance id (a UUID); default a new one.
 	ID string
 }
+
+// Debounce is InsertOptions.Debounce (see store.Debounce): Key names the
+// burst, Period is the quiet time before the instance starts, MaxWait
+// (0: none) bounds how long after its first insert it may be pushed back.
+type Debounce = store.Debounce
+
+// The modes of InsertOptions.OnConflict.
+const (
+	ConflictSkip        = store.ConflictSkip
+	ConflictCancelOlder = store.ConflictCancelOlder
+	ConflictReplace     = store.ConflictReplace
+)
 
 // InsertRequest is one instance of an InsertMany.
 type InsertRequest struct {
@@ -441,7 +482,34 @@ func (e *Engine) InsertMany(ctx context.Context, reqs []InsertRequest) ([]string
 		return nil, fmt.Errorf("durable: insert: %w", err)
 	}
 	e.wakeQueues(rows)
+	if err := e.canceledOlder(ctx, res); err != nil {
+		return insertIDs(res), err
+	}
 	return insertIDs(res), nil
+}
+
+// canceledOlder applies Cancel's wall-clock rule to the holders an insert
+// canceled (ConflictCancelOlder): a running one is told at once, and a
+// reserved one has been given back or started when it returns.
+func (e *Engine) canceledOlder(ctx context.Context, res []store.InsertResult) error {
+	var ids []string
+	for _, r := range res {
+		if r.Canceled != "" {
+			ids = append(ids, r.Canceled)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := e.canceled(ctx, ids); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := e.awaitUnreserved(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrNoTxInsert is returned by InsertTx and InsertManyTx when the engine's
@@ -491,6 +559,8 @@ func (e *Engine) InsertManyTx(ctx context.Context, tx pgx.Tx, reqs []InsertReque
 	if err != nil {
 		return nil, fmt.Errorf("durable: insert in a transaction: %w", err)
 	}
+	// The holders a ConflictCancelOlder canceled are canceled when tx
+	// commits: their workers see it at their next heartbeat.
 	return insertIDs(res), nil
 }
 
@@ -543,6 +613,24 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		if err := checkText("unique key", o.UniqueKey, MaxUniqueKeyLength); err != nil {
 			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
+		switch {
+		case o.OnConflict != ConflictSkip && o.OnConflict != ConflictCancelOlder && o.OnConflict != ConflictReplace:
+			return nil, fmt.Errorf("durable: %s (%s): %w: unknown OnConflict %q", what, r.Workflow, ErrInvalidInput, truncateForError(string(o.OnConflict)))
+		case o.OnConflict != ConflictSkip && o.UniqueKey == "":
+			return nil, fmt.Errorf("durable: %s (%s): %w: OnConflict %s needs a UniqueKey", what, r.Workflow, ErrInvalidInput, o.OnConflict)
+		}
+		if d := o.Debounce; d.Key != "" || d.Period != 0 || d.MaxWait != 0 {
+			switch {
+			case d.Key == "" || d.Period <= 0 || d.MaxWait < 0:
+				return nil, fmt.Errorf("durable: %s (%s): %w: a debounce needs a key, a positive period and a max wait not negative", what, r.Workflow, ErrInvalidInput)
+			case o.UniqueKey != "" || o.OnConflict != ConflictSkip || !o.RunAt.IsZero() || o.Delay != 0:
+				return nil, fmt.Errorf("durable: %s (%s): %w: a debounced insert takes no UniqueKey, OnConflict, RunAt or Delay", what, r.Workflow, ErrInvalidInput)
+			}
+			if err := checkText("debounce key", d.Key, MaxUniqueKeyLength-len(store.DebounceUniqueKey(""))); err != nil {
+				return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
+			}
+			o.Delay = d.FirstDelay()
+		}
 		runAt, delay := o.RunAt, time.Duration(0)
 		if runAt.IsZero() {
 			runAt, delay = e.after(max(o.Delay, 0))
@@ -550,8 +638,11 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		rows = append(rows, store.NewInstance{
 			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
 			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt, Delay: delay,
-			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, ParentID: parentID,
+			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, OnConflict: o.OnConflict, Debounce: o.Debounce, ParentID: parentID,
 		})
+	}
+	if err := store.CheckBatchConflicts(rows); err != nil {
+		return nil, fmt.Errorf("durable: insert: %w: %w", ErrInvalidInput, err)
 	}
 	return rows, nil
 }
@@ -780,26 +871,73 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 // heartbeat at most, or the reservation's lease when that engine is gone.
 // If ctx ends first, the cancel stays requested and Cancel returns an
 // error that wraps ctx's.
-func (e *Engine) Cancel(ctx context.Context, id string) error {
+//
+// With CancelOptions.Children, Cancel cancels the instance and every one of
+// its descendants (the children it spawned, theirs, and so on), each by
+// the rules above, parents before children (store.CancelTree): a canceled
+// parent spawns no more children, and it stays canceled as its children
+// are. The instance being terminal already is then no error: its live
+// descendants are canceled all the same.
+func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
+	var o CancelOptions
+	for _, opt := range opts {
+		o.Children = o.Children || opt.Children
+	}
+	ids := []string{id}
+	if o.Children {
+		var err error
+		ids, err = store.CancelTree(ctx, e.st, id, e.storeNow())
+		if err != nil {
+			_ = e.canceled(ctx, ids) // those it did cancel; the error says what failed
+			return instanceErr("cancel the tree of", "cancel", id, err)
+		}
+	} else if err := e.st.Cancel(ctx, id, e.storeNow()); err != nil {
 		return instanceErr("cancel", "cancel", id, err)
 	}
+	if err := e.canceled(ctx, ids); err != nil {
+		return err
+	}
+	for _, c := range ids {
+		if err := e.awaitUnreserved(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CancelOptions are the options of Engine.Cancel.
+type CancelOptions struct {
+	// Children cancels the instance's descendants too, each by Cancel's
+	// rules (see Engine.Cancel).
+	Children bool
+}
+
+// canceled tells this engine's scheduler that the instances ids were
+// canceled (a running step of theirs is stopped at once), or, while Tick
+// drives the engine, gives back those a Tick holds and has not run, and
+// wakes the engine's claims.
+func (e *Engine) canceled(ctx context.Context, ids []string) error {
 	e.mu.RLock()
 	s, state := e.sched, e.state
 	e.mu.RUnlock()
 	if s != nil {
-		s.Canceled(id)
+		for _, id := range ids {
+			s.Canceled(id)
+		}
 	}
-	if state == stateNew { // driven by Tick, which may hold it
-		if err := e.rt.TickCanceled(ctx, id); err != nil {
-			return instanceErr("cancel", "cancel", id, err)
+	var errs []error
+	if state == stateNew {
+		for _, id := range ids {
+			if err := e.rt.TickCanceled(ctx, id); err != nil {
+				errs = append(errs, instanceErr("cancel", "cancel", id, err))
+			}
 		}
 	}
 	e.wakeAll()
-	return e.awaitUnreserved(ctx, id)
+	return errors.Join(errs...)
 }
 
 // awaitUnreserved waits, after a Cancel, until instance id is no longer a

@@ -70,6 +70,10 @@ type Health struct {
 	// oldest ready row. Their rows wait until an engine whose
 	// Config.Queues has the queue runs.
 	UnworkedQueues []store.UnworkedQueue `json:"unworked_queues"`
+	// PausedQueues are the paused queues (Engine.PauseQueue), sorted by
+	// name, each with the rows waiting for its resume and the steps still
+	// running from before the pause (see store.PausedQueues).
+	PausedQueues []store.PausedQueue `json:"paused_queues"`
 }
 
 // SkewHealth counts the hand-backs of one unknown workflow version or step.
@@ -223,6 +227,11 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 		return Health{}, fmt.Errorf("durable: health: %w", err)
 	}
 	h.UnworkedQueues = store.UnworkedQueues(sh.Queues, worked)
+	paused, err := e.st.PausedQueues(ctx)
+	if err != nil {
+		return Health{}, fmt.Errorf("durable: health: %w", err)
+	}
+	h.PausedQueues = store.PausedQueues(sh.Queues, paused)
 	return h, nil
 }
 

@@ -1,7 +1,9 @@
 package durable
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -181,4 +183,58 @@ func (e *Engine) stopMarking() {
 	}
 	stop()
 	<-done
+}
+
+// PauseQueue pauses queue fleet-wide, in the store, so that engines
+// started later and restarted ones keep it paused: no claim takes a row of
+// it from the pause's commit on, and within one Config.PollInterval
+// (at once when the store notifies) every engine has learned of it from a
+// claim, or from a look at the paused queues when its executors are all
+// busy, and gives back the rows of the queue it holds claimed or reserved
+// and has not started. So no step of the queue starts later than the
+// pause's commit plus one poll interval. Steps already running finish and
+// commit; timers, signals and children still make the queue's rows ready,
+// and they wait. Health lists the paused queues with their waiting rows.
+// Pausing a paused queue changes nothing; an empty name is
+// store.DefaultQueue.
+func (e *Engine) PauseQueue(ctx context.Context, queue string) error {
+	return e.pauseQueue(ctx, queue, true)
+}
+
+// ResumeQueue lifts PauseQueue: engines claim the queue's rows again, in
+// their usual order, from their next claim on (idle engines are notified
+// when the store can). Resuming a queue that is not paused changes
+// nothing.
+func (e *Engine) ResumeQueue(ctx context.Context, queue string) error {
+	return e.pauseQueue(ctx, queue, false)
+}
+
+func (e *Engine) pauseQueue(ctx context.Context, queue string, paused bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	changed, err := e.st.PauseQueue(ctx, queue, paused, e.storeNow())
+	if err != nil {
+		return fmt.Errorf("durable: %w", err)
+	}
+	if changed {
+		verb := "resumed"
+		if paused {
+			verb = "paused"
+		}
+		e.log.Info("queue "+verb, "queue", cmp.Or(queue, store.DefaultQueue))
+	}
+	return nil
+}
+
+// PausedQueues returns the paused queues of the fleet, sorted by name.
+func (e *Engine) PausedQueues(ctx context.Context) ([]store.QueuePause, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	out, err := e.st.PausedQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
+	return out, nil
 }

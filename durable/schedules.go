@@ -295,19 +295,26 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 		return tickOutcome{stale: true} // another engine recorded it, or the schedule changed
 	}
 	tick := plan.Tick.Format(time.RFC3339)
+	late := e.cfg.Clock.Now().Sub(plan.Tick)
 	switch {
 	case plan.Missed && !plan.Fire:
 		e.log.Warn("schedule missed ticks; skipped to the next tick", "schedule", sc.Name, "last_missed", tick, "next", plan.Next)
 	case plan.Missed:
 		e.log.Warn("schedule missed ticks; running once for the missed window", "schedule", sc.Name, "tick", tick)
 	}
-	if res.SkippedRunning {
+	switch {
+	case res.SkippedRunning:
+		e.tel.scheduleTick(ctx, sc.Name, sc.Workflow, ScheduleSkipRunning, late)
 		e.log.Info("schedule tick skipped: the previous run is still going", "schedule", sc.Name, "tick", tick, "running", res.Schedule.LastInstance)
 		return tickOutcome{}
-	}
-	if res.Inserted == "" || res.Duplicate {
+	case !plan.Fire:
+		e.tel.scheduleTick(ctx, sc.Name, sc.Workflow, ScheduleSkipMissed, late)
+		return tickOutcome{}
+	case res.Inserted == "" || res.Duplicate:
+		e.tel.scheduleTick(ctx, sc.Name, sc.Workflow, ScheduleSkipDuplicate, late)
 		return tickOutcome{}
 	}
+	e.tel.scheduleTick(ctx, sc.Name, sc.Workflow, "", late)
 	e.log.Debug("schedule fired", "schedule", sc.Name, "tick", tick, "instance", res.Inserted)
 	e.wakeQueues(rows)
 	return tickOutcome{started: true}

@@ -34,6 +34,25 @@ const (
 	// AttrState is the row state a queue depth gauge counts: ready,
 	// scheduled, blocked, executing, awaiting or failed.
 	AttrState = attribute.Key("durable.state")
+	// AttrSchedule is a schedule's name (the schedule metrics).
+	AttrSchedule = attribute.Key("durable.schedule")
+	// AttrReason is why a schedule's tick started nothing
+	// (durable.schedule.skips): ScheduleSkipMissed, ScheduleSkipRunning or
+	// ScheduleSkipDuplicate.
+	AttrReason = attribute.Key("durable.reason")
+)
+
+// The reasons of durable.schedule.skips (AttrReason).
+const (
+	// ScheduleSkipMissed: missed ticks recorded without a run
+	// (CatchUpSkip), one count per recorded skip.
+	ScheduleSkipMissed = "missed"
+	// ScheduleSkipRunning: a tick recorded while the previous tick's
+	// instance still ran (OverlapSkip).
+	ScheduleSkipRunning = "running"
+	// ScheduleSkipDuplicate: a tick whose instance already existed (its
+	// unique key was taken).
+	ScheduleSkipDuplicate = "duplicate"
 )
 
 // telemetry holds the engine's instruments.
@@ -45,6 +64,11 @@ type telemetry struct {
 	reaped       metric.Int64Counter
 	stepDuration metric.Float64Histogram
 	queueLatency metric.Float64Histogram
+	// The schedule metrics: ticks this engine recorded that started an
+	// instance, or nothing, and how late after its time each was recorded.
+	scheduleFires    metric.Int64Counter
+	scheduleSkips    metric.Int64Counter
+	scheduleLateness metric.Float64Histogram
 
 	// noopTrace and noopMetrics say that the providers are OpenTelemetry's
 	// no-op ones (the default): a step's telemetry is then skipped, as it
@@ -129,7 +153,36 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if t.queueLatency, err = m.Float64Histogram("durable.queue.latency", metric.WithDescription("Time from a row becoming ready to its step starting."), metric.WithUnit("s")); err != nil {
 		return nil, err
 	}
+	if t.scheduleFires, err = m.Int64Counter("durable.schedule.fires",
+		metric.WithDescription("Schedule ticks this engine recorded that started an instance, by schedule and workflow."), metric.WithUnit("{tick}")); err != nil {
+		return nil, err
+	}
+	if t.scheduleSkips, err = m.Int64Counter("durable.schedule.skips",
+		metric.WithDescription("Schedule ticks this engine recorded that started nothing, by schedule, workflow and reason (missed, running, duplicate)."),
+		metric.WithUnit("{tick}")); err != nil {
+		return nil, err
+	}
+	if t.scheduleLateness, err = m.Float64Histogram("durable.schedule.lateness",
+		metric.WithDescription("How long after its time a schedule tick was recorded, fired or skipped, by schedule and workflow."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// scheduleTick records a tick this engine recorded for schedule (of
+// workflow) late after its time: fired, or skipped for reason ("" when it
+// fired).
+func (t *telemetry) scheduleTick(ctx context.Context, schedule, workflow, reason string, late time.Duration) {
+	if t.noopMetrics {
+		return
+	}
+	set := metric.WithAttributes(AttrSchedule.String(schedule), AttrWorkflow.String(workflow))
+	if reason == "" {
+		t.scheduleFires.Add(ctx, 1, set)
+	} else {
+		t.scheduleSkips.Add(ctx, 1, metric.WithAttributes(AttrSchedule.String(schedule), AttrWorkflow.String(workflow), AttrReason.String(reason)))
+	}
+	t.scheduleLateness.Record(ctx, max(late, 0).Seconds(), set)
 }
 
 // startStep opens the span of a step.

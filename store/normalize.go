@@ -53,6 +53,15 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 	if len(in.State) > 0 && !json.Valid(in.State) {
 		return fmt.Errorf("%w: instance %d: state is not valid JSON", ErrInvalid, i)
 	}
+	if err := normalizeDebounce(i, in); err != nil {
+		return err
+	}
+	if !validConflict(in.OnConflict) {
+		return fmt.Errorf("%w: instance %d: unknown OnConflict %q", ErrInvalid, i, in.OnConflict)
+	}
+	if in.OnConflict != ConflictSkip && in.UniqueKey == "" {
+		return fmt.Errorf("%w: instance %d: OnConflict %q needs a unique key", ErrInvalid, i, in.OnConflict)
+	}
 	if in.ParentID != "" {
 		if _, err := uuid.Parse(in.ParentID); err != nil {
 			return fmt.Errorf("%w: instance %d: parent id %q is not a UUID", ErrInvalid, i, in.ParentID)

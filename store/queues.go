@@ -89,3 +89,55 @@ func NormalizeQueueMarks(queues []string) ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
+
+// QueuePause is a paused queue (Store.PauseQueue).
+type QueuePause struct {
+	Queue string `json:"queue"`
+	// PausedAt is when the queue was paused (the pause call's now).
+	PausedAt time.Time `json:"paused_at"`
+}
+
+// PausedQueue is a paused queue with the rows that wait for its resume.
+type PausedQueue struct {
+	Queue    string    `json:"queue"`
+	PausedAt time.Time `json:"paused_at"`
+	// Ready, Scheduled and Blocked are the queue's waiting rows, and
+	// Executing the steps that were running when it was paused and have
+	// not ended yet (see QueueHealth).
+	Ready     int64 `json:"ready"`
+	Scheduled int64 `json:"scheduled"`
+	Blocked   int64 `json:"blocked"`
+	Executing int64 `json:"executing"`
+	// OldestReady is how long its oldest ready row has been eligible.
+	OldestReady time.Duration `json:"oldest_ready_ns"`
+}
+
+// PausedQueues returns every queue of paused with its waiting rows from
+// qs (none when qs does not list it), sorted by queue.
+func PausedQueues(qs []QueueHealth, paused []QueuePause) []PausedQueue {
+	byQueue := make(map[string]QueueHealth, len(qs))
+	for _, q := range qs {
+		byQueue[q.Queue] = q
+	}
+	out := make([]PausedQueue, 0, len(paused))
+	for _, p := range paused {
+		q := byQueue[p.Queue]
+		out = append(out, PausedQueue{Queue: p.Queue, PausedAt: p.PausedAt, Ready: q.Ready, Scheduled: q.Scheduled,
+			Blocked: q.Blocked, Executing: q.Executing, OldestReady: q.OldestReady})
+	}
+	slices.SortFunc(out, func(a, b PausedQueue) int { return strings.Compare(a.Queue, b.Queue) })
+	return out
+}
+
+// NormalizeQueueName checks the queue name of a PauseQueue call and
+// returns it: an empty name is DefaultQueue, as in a claim; a name with a
+// NUL byte, which no store keeps, is ErrInvalid.
+func NormalizeQueueName(queue string) (string, error) {
+	if queue == "" {
+		return DefaultQueue, nil
+	}
+	if strings.ContainsRune(queue, 0) {
+		return "", fmt.Errorf("%w: pause queue: queue name %q has a NUL byte", ErrInvalid, queue)
+	}
+	return queue, nil
+}

@@ -129,7 +129,15 @@
 // and step are kept, children are not spawned, nothing is parked), a
 // Release, or the reaper when the lease expires. A done or failed outcome
 // commits as it is: the step finished first. Only then is the slot freed
-// and, for a child, the parent's join counted.
+// and, for a child, the parent's join counted. A row whose cancel is
+// requested holds its unique key no more (see ConflictCancelOlder).
+//
+// # Pause
+//
+// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
+// or reserved, while everything else about it goes on (see PauseQueue);
+// its claims say so (ClaimResult.Paused), so that an engine starts none of
+// the rows it holds for it either.
 package store
 
 import (
@@ -211,9 +219,21 @@ type NewInstance struct {
 	Delay time.Duration
 	// UniqueKey, if set, makes the insert a no-op returning the existing
 	// instance while another instance with the same UniqueKey is in one of
-	// UniqueStatuses (default DefaultUniqueStatuses).
+	// UniqueStatuses (default DefaultUniqueStatuses), or what OnConflict
+	// says.
 	UniqueKey      string
 	UniqueStatuses []Status
+	// OnConflict is what the insert does when another instance holds
+	// UniqueKey (see Conflict): skip (the default), cancel the holder, or
+	// replace a holder's state that has not started. An instance whose
+	// cancel is requested (CancelRequested) no longer holds its unique key.
+	OnConflict Conflict
+	// Debounce, with a Key, makes the insert replace the state of the
+	// key's pending instance and push its start back instead of inserting
+	// (InsertResult.Replaced), as Debounce describes. It sets UniqueKey
+	// (DebounceUniqueKey) and takes none of its own, nor an OnConflict; a
+	// zero RunAt and Delay start a new instance after Debounce.FirstDelay.
+	Debounce Debounce
 	// ParentID is set for spawned children.
 	ParentID string
 }
@@ -224,6 +244,13 @@ type InsertResult struct {
 	ID string
 	// Duplicate is true when the unique key was taken and nothing was inserted.
 	Duplicate bool
+	// Replaced is true when the unique key's holder had its state replaced
+	// (ConflictReplace, or a debounce): ID is the holder's, and nothing
+	// was inserted.
+	Replaced bool
+	// Canceled is the holder the insert canceled (ConflictCancelOlder), or
+	// asked to cancel when its step runs.
+	Canceled string
 }
 
 // Instance is the stored view of an instance.
@@ -336,6 +363,12 @@ type ClaimResult struct {
 	// executors only while they pass none over (a few hold them where they
 	// are). A store that does not count leaves it 0.
 	PassedOver int
+	// Paused is true when the queue is paused (Store.PauseQueue): the
+	// claim took nothing, and the engine that asked starts none of the
+	// queue's rows it holds claimed or reserved and has not started yet
+	// (it releases them), so that no step of the queue starts later than
+	// that engine's next claim after the pause.
+	Paused bool
 }
 
 // Signal is a stored signal.
@@ -835,7 +868,11 @@ type Store interface {
 	// Insert inserts instances atomically: all or none (duplicates by unique
 	// key are reported, not errors; a duplicate caller-chosen id is
 	// ErrDuplicate). Each instance is checked and completed by
-	// NormalizeNewInstance (ErrInvalid).
+	// NormalizeNewInstance (ErrInvalid), and the batch by
+	// CheckBatchConflicts. A unique key's holder is canceled or has its
+	// state replaced as the instance's OnConflict or Debounce says, in the
+	// same atomic step; a holder OnConflict cannot act on fails the batch
+	// with a *ConflictError.
 	Insert(ctx context.Context, instances []NewInstance) ([]InsertResult, error)
 
 	// Claim admits and claims up to req.Limit rows (see Admission), after
@@ -920,6 +957,19 @@ type Store interface {
 	// by queue: one row per queue, so its cost does not grow with the
 	// instances. UnworkedQueues reads it against Health's queues.
 	WorkedQueues(ctx context.Context, now time.Time) ([]WorkedQueue, error)
+	// PauseQueue pauses (paused true) or resumes a queue, fleet-wide and
+	// stored, so that a restart keeps it: from the commit on, no claim
+	// takes a row of a paused queue and no outcome hands a slot to one or
+	// reserves one (a reserved successor already running is told to yield:
+	// OutcomeResult.Yield), while everything else goes on: steps running
+	// finish and commit, timers, signals and children make rows ready, and
+	// freed slots promote blocked rows, which all wait for the resume. It
+	// reports whether it changed anything: pausing a paused queue keeps its
+	// PausedAt. Any name may be paused, one no row uses yet too; an empty
+	// name is DefaultQueue, a NUL byte ErrInvalid (NormalizeQueueName).
+	PauseQueue(ctx context.Context, queue string, paused bool, now time.Time) (changed bool, err error)
+	// PausedQueues returns the paused queues, sorted by queue.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
 	// Reconcile repairs gate counters from the executing rows, promotes
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no

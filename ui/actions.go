@@ -20,6 +20,9 @@ type confirmData struct {
 	Question string
 	// Name, Payload and Dedup are the signal to send (signal only).
 	Name, Payload, Dedup string
+	// Children counts the instance's children (cancel only): the page
+	// then offers to cancel its descendants too (store.CancelTree).
+	Children int
 }
 
 // action runs signal, cancel or retry. A POST without confirm=yes changes
@@ -81,6 +84,12 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 		if in.Status == store.StatusExecuting {
 			c.Question += " Its running step (worker " + in.Worker + ") is stopped at its next heartbeat and its outcome discarded."
 		}
+		kids, err := s.st.Children(ctx, id)
+		if err != nil {
+			s.fail(w, r, http.StatusInternalServerError, "Instance", err)
+			return
+		}
+		c.Children = len(kids)
 	case "retry":
 		c.Question = fmt.Sprintf("Retry this %s instance from its step %q, attempt 0?", in.Status, in.Step)
 	}
@@ -106,6 +115,14 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 			did = "signal-stored"
 		}
 	case "cancel":
+		if r.PostFormValue("children") == "yes" {
+			if _, err := store.CancelTree(ctx, s.st, id, time.Time{}); err != nil {
+				s.actionFailed(w, r, act, err)
+				return
+			}
+			did = "canceled-tree"
+			break
+		}
 		if err := s.st.Cancel(ctx, id, time.Time{}); err != nil {
 			s.actionFailed(w, r, act, err)
 			return
@@ -132,4 +149,59 @@ func (s *server) actionFailed(w http.ResponseWriter, r *http.Request, act string
 	default:
 		s.fail(w, r, http.StatusInternalServerError, act, fmt.Errorf("%s: %w", act, err))
 	}
+}
+
+// queueConfirmData is the confirmation page of a queue's pause or resume.
+type queueConfirmData struct {
+	Action, Queue string
+	// Question says what the action does to the queue.
+	Question string
+}
+
+// queueAction pauses or resumes the queue of the form's queue field,
+// fleet-wide (store.Store.PauseQueue). A POST without confirm=yes changes
+// nothing: it shows a confirmation page whose form posts confirm=yes.
+func (s *server) queueAction(w http.ResponseWriter, r *http.Request) {
+	act := r.PathValue("action")
+	if act != "pause" && act != "resume" {
+		http.NotFound(w, r)
+		return
+	}
+	if s.opts.ReadOnly {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Read-only",
+			D: "This page is read-only: actions are turned off (durable ui -read-only)."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if !s.checkCSRF(r) {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Refused",
+			D: "Refused: the form's CSRF token is missing or does not match this browser. Reload the overview and try again."})
+		return
+	}
+	q := r.PostFormValue("queue")
+	if q == "" {
+		s.render(w, r, http.StatusBadRequest, "message", "layout.html", page{Title: act, D: "Which queue? The form names none."})
+		return
+	}
+	c := queueConfirmData{Action: act, Queue: q}
+	if act == "pause" {
+		c.Question = fmt.Sprintf("Pause queue %q? Every engine stops starting its steps at its next claim; steps running now finish, "+
+			"and its rows wait until it is resumed. The pause is stored: restarts keep it.", q)
+	} else {
+		c.Question = fmt.Sprintf("Resume queue %q? Engines claim its waiting rows again, in their usual order.", q)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.render(w, r, http.StatusOK, "queueconfirm", "layout.html", page{Title: "Confirm " + act, Nav: "overview", D: c})
+		return
+	}
+	if _, err := s.st.PauseQueue(r.Context(), q, act == "pause", time.Time{}); err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			s.render(w, r, http.StatusBadRequest, "message", "layout.html", page{Title: act, D: err.Error()})
+			return
+		}
+		s.fail(w, r, http.StatusInternalServerError, act, fmt.Errorf("%s queue: %w", act, err))
+		return
+	}
+	s.snap.forget()
+	http.Redirect(w, r, s.opts.Prefix+"/", http.StatusSeeOther)
 }

@@ -227,6 +227,53 @@ func TestUIBrowser(t *testing.T) {
 		browsertest.Screenshot(t, ctx, "instance")
 	})
 
+	t.Run("pause and resume a queue from the overview", func(t *testing.T) {
+		paused := func() []store.QueuePause {
+			got, err := sc.st.PausedQueues(context.Background())
+			require.NoError(t, err)
+			return got
+		}
+		pause := `tr[data-queue="mail"] button.pause`
+		open(t, ctx, srv.URL+"/", pause)
+		assert.Contains(t, text(t, ctx, `tr[data-queue="mail"] td.state`), "active")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(pause)), chromedp.WaitVisible(chromedp.CSS("#confirm-yes"))))
+		assert.Contains(t, text(t, ctx, "#confirm"), `Pause queue "mail"?`)
+		assert.Empty(t, paused(), "the confirmation changes nothing")
+		browsertest.Screenshot(t, ctx, "confirm-pause")
+		resume := `tr[data-queue="mail"] button.resume`
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-yes")), chromedp.WaitVisible(chromedp.CSS(resume))))
+		assert.Contains(t, text(t, ctx, `tr[data-queue="mail"] td.state`), "paused")
+		require.Len(t, paused(), 1)
+		assert.Equal(t, "mail", paused()[0].Queue)
+		browsertest.Screenshot(t, ctx, "overview-paused")
+
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(resume)), chromedp.WaitVisible(chromedp.CSS("#confirm-yes"))))
+		assert.Contains(t, text(t, ctx, "#confirm"), `Resume queue "mail"?`)
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-yes")), chromedp.WaitVisible(chromedp.CSS(pause))))
+		assert.Empty(t, paused())
+
+		ro := httptest.NewServer(ui.Handler(sc.st, ui.Options{ReadOnly: true}))
+		defer ro.Close()
+		open(t, ctx, ro.URL+"/", `tr[data-queue="mail"]`)
+		assert.Zero(t, eval[int](t, ctx, `document.querySelectorAll('#queues form, #queues button').length`), "read-only: no pause button")
+	})
+
+	t.Run("cancel a parent with its children from the instance page", func(t *testing.T) {
+		parent, kids := spawnTree(t, sc.st)
+		open(t, ctx, srv.URL+"/instances/"+parent, "#cancel")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#confirm-children"))))
+		assert.Contains(t, text(t, ctx, "#confirm"), "its 2 child(ren)")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-children"))))
+		browsertest.Screenshot(t, ctx, "confirm-cancel-tree")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm-yes")), chromedp.WaitVisible(chromedp.CSS("#done"))))
+		assert.Contains(t, text(t, ctx, "#done"), "with every descendant")
+		for _, id := range append([]string{parent}, kids...) {
+			in, err := sc.st.Get(context.Background(), id)
+			require.NoError(t, err)
+			assert.Equal(t, store.StatusCanceled, in.Status, id)
+		}
+	})
+
 	t.Run("cancel from the instance page", func(t *testing.T) {
 		id := sc.acctWaiter
 		open(t, ctx, srv.URL+"/instances/"+id, "#cancel")

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,7 +74,7 @@ var funcs = template.FuncMap{
 func mustParsePages() *pages {
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	p := &pages{byName: map[string]*template.Template{}}
-	for _, name := range []string{"overview", "key", "instances", "instance", "confirm", "message"} {
+	for _, name := range []string{"overview", "key", "instances", "instance", "confirm", "queueconfirm", "message"} {
 		t := template.Must(template.Must(layout.Clone()).ParseFS(templateFS, "templates/"+name+".html"))
 		p.byName[name] = t
 	}
@@ -136,7 +137,7 @@ func (s *server) now() time.Time { return s.opts.Now().UTC().Truncate(time.Micro
 // overviewData is the live part of the overview.
 type overviewData struct {
 	At       time.Time
-	Queues   []store.QueueHealth
+	Queues   []queueView
 	Gates    []store.GateHealth
 	Rates    []store.RateHealth
 	Policies []policyView
@@ -155,20 +156,26 @@ type overviewData struct {
 func (s *server) loadOverview(ctx context.Context) (overviewData, error) {
 	now := s.now()
 	d := overviewData{At: now}
+	var qs []store.QueueHealth
 	if e := s.opts.Engine; e != nil {
 		h, err := e.Health(ctx)
 		if err != nil {
 			return d, err
 		}
-		d.Queues, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
+		qs, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
 		d.Engine, d.LastReconcile, d.Totals, d.StaleOutcomes, d.Skipped = true, h.LastReconcile, h.ReconcileTotals, h.StaleOutcomes, h.Skipped
 	} else {
 		h, err := s.st.Health(ctx, now)
 		if err != nil {
 			return d, err
 		}
-		d.Queues, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
+		qs, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
 	}
+	paused, err := s.st.PausedQueues(ctx)
+	if err != nil {
+		return d, err
+	}
+	d.Queues = queueViews(qs, paused)
 	pol, err := s.st.ListConcurrencyPolicies(ctx)
 	if err != nil {
 		return d, err
@@ -184,6 +191,35 @@ func (s *server) loadOverview(ctx context.Context) (overviewData, error) {
 		d.Policies = append(d.Policies, v)
 	}
 	return d, nil
+}
+
+// queueView is a queue of the overview: its health, and its pause.
+type queueView struct {
+	store.QueueHealth
+	Paused   bool
+	PausedAt time.Time
+}
+
+// queueViews merges the queues of Health with the paused ones, which are
+// listed even without rows, sorted by queue.
+func queueViews(qs []store.QueueHealth, paused []store.QueuePause) []queueView {
+	at := map[string]time.Time{}
+	for _, p := range paused {
+		at[p.Queue] = p.PausedAt
+	}
+	out := make([]queueView, 0, len(qs)+len(paused))
+	for _, q := range qs {
+		t, ok := at[q.Queue]
+		out = append(out, queueView{QueueHealth: q, Paused: ok, PausedAt: t})
+		delete(at, q.Queue)
+	}
+	for _, p := range paused {
+		if _, ok := at[p.Queue]; ok {
+			out = append(out, queueView{QueueHealth: store.QueueHealth{Queue: p.Queue}, Paused: true, PausedAt: p.PausedAt})
+		}
+	}
+	slices.SortFunc(out, func(a, b queueView) int { return strings.Compare(a.Queue, b.Queue) })
+	return out
 }
 
 // policyView is a stored queue policy with its pressure from Health: the
@@ -240,6 +276,14 @@ func (s *server) overviewData(r *http.Request) (overviewData, error) {
 		go s.refreshSnapshot()
 	}
 	return c.d, nil
+}
+
+// forget drops the snapshot, so that the next view reads the store again:
+// an action's result shows at once.
+func (c *snapshot) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ok = false
 }
 
 // refreshSnapshot replaces the snapshot (a failed read keeps the old one:
@@ -410,6 +454,7 @@ const maxRuns = 200
 // doneMessages are the confirmations shown after an action, by code.
 var doneMessages = map[string]string{
 	"canceled":         "Canceled. A running step is stopped at its next heartbeat and its outcome discarded.",
+	"canceled-tree":    "Canceled, with every descendant, parents first. Running steps are stopped at their next heartbeat and their outcomes discarded.",
 	"retried":          "Retrying: the instance is ready again at its step, attempt 0.",
 	"signal-woke":      "Signal sent: the instance was awaiting it and is ready again.",
 	"signal-stored":    "Signal stored: it is delivered at the instance's next await of that name.",

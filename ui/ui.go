@@ -1,7 +1,8 @@
 // Package ui is the operator's web page for a godurable store: an overview
-// of queues, gates, rate limits and warnings that refreshes itself, the
-// explanation of one key, a list of instances and one instance with its
-// history, inbox and the actions signal, cancel and retry.
+// of queues, gates, rate limits and warnings that refreshes itself, with
+// the actions pause and resume of a queue, the explanation of one key, a
+// list of instances and one instance with its history, inbox and the
+// actions signal, cancel and retry.
 //
 // `durable ui` serves it from the CLI binary; a service mounts it on its own
 // mux behind its own authentication:
@@ -13,8 +14,8 @@
 // handler itself (a Content-Security-Policy forbids anything else), and
 // every action is a POST that carries a CSRF token and asks for a
 // confirmation first. Each page reads a bounded number of rows: the
-// overview is one store Health call (bounded as store.Health documents)
-// and the stored queue policies; the instance list is a keyset page, and a
+// overview is one store Health call (bounded as store.Health documents),
+// the stored queue policies and the paused queues; the instance list is a keyset page, and a
 // filtered one looks at no more than Options.ScanLimit instances per page.
 //
 // Key ids appear on the pages (an operator looking for a key needs them)
@@ -45,8 +46,8 @@ type Options struct {
 	// slash ("" for the root; "/durable" for mux.Handle("/durable/", h)).
 	// Links and cookies are scoped to it.
 	Prefix string
-	// ReadOnly hides the actions (signal, cancel, retry) and refuses their
-	// POSTs with 403 Forbidden.
+	// ReadOnly hides the actions (signal, cancel, retry, pause and resume
+	// a queue) and refuses their POSTs with 403 Forbidden.
 	ReadOnly bool
 	// Token, when set, is required on every request: as the header
 	// "Authorization: Bearer TOKEN", or as ?token=TOKEN once, which sets an
@@ -125,6 +126,7 @@ func Handler(st store.Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /instances", s.instances)
 	mux.HandleFunc("GET /instances/{id}", s.instance)
 	mux.HandleFunc("POST /instances/{id}/{action}", s.action)
+	mux.HandleFunc("POST /queues/{action}", s.queueAction)
 	files := http.FileServerFS(staticFS)
 	mux.HandleFunc("GET /static/{file}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=300")

@@ -470,3 +470,103 @@ func TestUIRetryAndBadInput(t *testing.T) {
 	code, _ = get(t, c, srv.URL+"/key")
 	assert.Equal(t, http.StatusOK, code, "the empty form")
 }
+
+// A queue's pause and resume from the overview: CSRF-checked, confirmed
+// first, refused and hidden in read-only mode, shown at once.
+func TestUIPauseQueue(t *testing.T) {
+	f := newFixture(t, memory.New(memory.Options{}))
+	srv := httptest.NewServer(ui.Handler(f.st, ui.Options{}))
+	defer srv.Close()
+	c := client(t)
+	ctx := context.Background()
+	paused := func() []store.QueuePause {
+		got, err := f.st.PausedQueues(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	_, page := get(t, c, srv.URL+"/")
+	assert.Contains(t, page, `action="/queues/pause"`)
+	tok := csrfOf(t, page)
+
+	resp, _ := post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")
+	resp, _ = post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}, "csrf": {tok}}, "Sec-Fetch-Site", "cross-site")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "another site")
+	resp, body := post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "csrf": {tok}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, `id="confirm-yes"`)
+	assert.Contains(t, body, "Pause queue &#34;mail&#34;?")
+	assert.Empty(t, paused(), "the confirmation changes nothing")
+
+	resp, _ = post(t, c, srv.URL+"/queues/pause", url.Values{"queue": {"mail"}, "csrf": {csrfOf(t, body)}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/", resp.Header.Get("Location"))
+	require.Len(t, paused(), 1)
+	_, page = get(t, c, srv.URL+"/")
+	assert.Contains(t, page, `<tr data-queue="mail" class="paused">`, "the overview shows it at once")
+	assert.Contains(t, page, `action="/queues/resume"`)
+
+	resp, _ = post(t, c, srv.URL+"/queues/resume", url.Values{"queue": {"mail"}, "csrf": {tok}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Empty(t, paused())
+	resp, _ = post(t, c, srv.URL+"/queues/stop", url.Values{"queue": {"mail"}, "csrf": {tok}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	ro := httptest.NewServer(ui.Handler(f.st, ui.Options{ReadOnly: true}))
+	defer ro.Close()
+	_, page = get(t, c, ro.URL+"/")
+	assert.NotContains(t, page, "/queues/pause")
+	assert.NotContains(t, page, `name="csrf"`)
+	resp, _ = post(t, c, ro.URL+"/queues/pause", url.Values{"queue": {"mail"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Empty(t, paused())
+}
+
+// spawnTree inserts a parent on queue "tree" that spawned two children,
+// and returns the parent's and the children's ids.
+func spawnTree(t *testing.T, st store.Store) (string, []string) {
+	t.Helper()
+	ctx := context.Background()
+	ni := func() store.NewInstance {
+		return store.NewInstance{ID: store.NewInstanceID(), Workflow: "order", Version: 1, Queue: "tree", Step: "split", State: json.RawMessage(`{}`)}
+	}
+	parent := ni()
+	_, err := st.Insert(ctx, []store.NewInstance{parent})
+	require.NoError(t, err)
+	cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "tree", Worker: "worker-1", Limit: 1, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, cl.Claimed, 1)
+	a, b := ni(), ni()
+	_, err = st.Complete(ctx, "worker-1", []store.Outcome{{ID: parent.ID, Fence: cl.Claimed[0].Fence, Kind: store.OutcomeSpawn,
+		Step: "joined", State: json.RawMessage(`{}`), Children: []store.NewInstance{a, b}}}, time.Time{})
+	require.NoError(t, err)
+	return parent.ID, []string{a.ID, b.ID}
+}
+
+// The cancel of a parent offers its descendants; checked, they are
+// canceled with it.
+func TestUICancelTree(t *testing.T) {
+	st := memory.New(memory.Options{})
+	parent, kids := spawnTree(t, st)
+	srv := httptest.NewServer(ui.Handler(st, ui.Options{}))
+	defer srv.Close()
+	c := client(t)
+	_, page := get(t, c, srv.URL+"/instances/"+parent)
+	u := srv.URL + "/instances/" + parent + "/cancel"
+	resp, body := post(t, c, u, url.Values{"csrf": {csrfOf(t, page)}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, `id="confirm-children"`)
+	assert.Contains(t, body, "its 2 child(ren)")
+	_, leaf := get(t, c, srv.URL+"/instances/"+kids[0])
+	_, body2 := post(t, c, srv.URL+"/instances/"+kids[0]+"/cancel", url.Values{"csrf": {csrfOf(t, leaf)}})
+	assert.NotContains(t, body2, `id="confirm-children"`, "no descendants: nothing to offer")
+
+	resp, _ = post(t, c, u, url.Values{"csrf": {csrfOf(t, body)}, "confirm": {"yes"}, "children": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/instances/"+parent+"?did=canceled-tree", resp.Header.Get("Location"))
+	for _, id := range append([]string{parent}, kids...) {
+		in, err := st.Get(context.Background(), id)
+		require.NoError(t, err)
+		assert.Equal(t, store.StatusCanceled, in.Status, id)
+	}
+}

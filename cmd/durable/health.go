@@ -20,6 +20,9 @@ type healthReport struct {
 	Schedules []store.ScheduleHealth `json:"schedules"`
 	// UnworkedQueues are the queues nobody works (see store.UnworkedQueues).
 	UnworkedQueues []store.UnworkedQueue `json:"unworked_queues"`
+	// PausedQueues are the paused queues with their waiting rows (see
+	// store.PausedQueues).
+	PausedQueues []store.PausedQueue `json:"paused_queues"`
 }
 
 // health prints queue and gate pressure and the prefix-capture warnings.
@@ -51,11 +54,17 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	unworked := store.UnworkedQueues(h.Queues, worked)
+	pauses, err := st.PausedQueues(ctx)
+	if err != nil {
+		return err
+	}
+	paused := store.PausedQueues(h.Queues, pauses)
 	if *asJSON {
-		return writeJSON(stdout, healthReport{At: now, Health: h, Schedules: sh, UnworkedQueues: unworked})
+		return writeJSON(stdout, healthReport{At: now, Health: h, Schedules: sh, UnworkedQueues: unworked, PausedQueues: paused})
 	}
 	printHealth(stdout, h)
 	printUnworked(stdout, unworked, now, db)
+	printPaused(stdout, paused, now, db)
 	if len(scs) > 0 {
 		fmt.Fprintln(stdout)
 		printSchedules(stdout, scs, sh, now)
@@ -200,4 +209,23 @@ func lastWorked(t *time.Time, now time.Time) string {
 		return "never"
 	}
 	return when(*t, now)
+}
+
+// printPaused prints the paused queues (nothing when there are none), each
+// with its waiting rows and the command that resumes it.
+func printPaused(w io.Writer, qs []store.PausedQueue, now time.Time, db *dbFlags) {
+	if len(qs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "PAUSED QUEUES: no engine starts a step of them; their rows wait for a resume")
+	tw := table(w)
+	fmt.Fprintln(tw, "  QUEUE\tPAUSED\tREADY\tSCHEDULED\tBLOCKED\tSTILL RUNNING\tOLDEST READY")
+	for _, q := range qs {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%d\t%s\n", q.Queue, when(q.PausedAt, now), q.Ready, q.Scheduled, q.Blocked, q.Executing, age(q.OldestReady))
+	}
+	tw.Flush()
+	for _, q := range qs {
+		fmt.Fprintf(w, "  resume %s: %s\n", q.Queue, db.command("queues", "resume", q.Queue))
+	}
 }

@@ -359,6 +359,7 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := addDBFlags(fs)
+	children := fs.Bool("children", false, "cancel its descendants too (the children it spawned, theirs, ...), parents first")
 	pos, err := parse(fs, args, 1, 0, "ID")
 	if err != nil {
 		return err
@@ -376,6 +377,9 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("cancel: %w", explainErr(id, err))
 	}
+	if *children {
+		return cancelTree(ctx, st, before, stdout)
+	}
 	if err := st.Cancel(ctx, id, time.Time{}); err != nil {
 		return fmt.Errorf("cancel: %w", explainErr(id, err))
 	}
@@ -385,6 +389,36 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"the step keeps its key until it returns or its lease expires, then the instance is canceled", id, before.Step, before.Worker)
 	}
 	fmt.Fprintln(stdout, msg)
+	return nil
+}
+
+// cancelTree cancels root and its descendants (store.CancelTree) and
+// prints what it did to each.
+func cancelTree(ctx context.Context, st store.Store, root store.Instance, stdout io.Writer) error {
+	ids, err := store.CancelTree(ctx, st, root.ID, time.Time{})
+	for _, id := range ids {
+		in, gerr := st.Get(ctx, id)
+		switch {
+		case gerr != nil:
+			fmt.Fprintf(stdout, "canceled %s\n", id)
+		case in.Status == store.StatusExecuting:
+			fmt.Fprintf(stdout, "cancel requested for %s (%s, executing step %s on worker %s): canceled when the step returns\n",
+				id, in.Workflow, in.Step, in.Worker)
+		default:
+			fmt.Fprintf(stdout, "canceled %s (%s at step %s)\n", id, in.Workflow, in.Step)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cancel -children: %w", explainErr(root.ID, err))
+	}
+	switch {
+	case len(ids) == 0:
+		fmt.Fprintf(stdout, "nothing to cancel: %s (%s) and its descendants are all terminal\n", root.ID, root.Status)
+	case ids[0] != root.ID:
+		fmt.Fprintf(stdout, "%s was %s already; %d descendant(s) canceled\n", root.ID, root.Status, len(ids))
+	default:
+		fmt.Fprintf(stdout, "%d instance(s) canceled: %s and %d descendant(s)\n", len(ids), root.ID, len(ids)-1)
+	}
 	return nil
 }
 

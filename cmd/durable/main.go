@@ -3,11 +3,11 @@
 // database the workers share.
 //
 //	durable migrate  [-down N]                  apply (or revert) the schema migrations
-//	durable health   [-json]                    queues, gates, warnings and the queues nobody works at a glance
+//	durable health   [-json]                    queues, gates, warnings, the queues nobody works and the paused ones at a glance
 //	durable ls       (newest first) [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
 //	durable show     ID [-json]                 one instance: state (keys sorted by name), step, attempt, error, history
 //	durable signal   ID NAME [JSON] [-dedup K]  send a signal
-//	durable cancel   ID                         cancel a non-terminal instance
+//	durable cancel   ID [-children]             cancel a non-terminal instance (-children: and its descendants)
 //	durable retry    ID                         run a failed or canceled instance again
 //	durable limits   ls [-json]                 the stored key limits
 //	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
@@ -17,6 +17,8 @@
 //	durable ui       [-addr A] [-token T] [-read-only]  serve the web page (127.0.0.1:8080)
 //	durable schedules ls [-json]                the stored schedules: state, last and next fire times
 //	durable schedules pause|resume NAME         stop or restart a schedule's ticks, fleet-wide, without a deploy
+//	durable queues ls [-json]                   the queues: paused or active, waiting and running rows
+//	durable queues pause|resume QUEUE           stop or restart the steps of a queue, fleet-wide, without a deploy
 //
 // Every command takes -database-url (default $DATABASE_URL) and -schema
 // (default "durable"), before or after the command; a command's own flags
@@ -57,12 +59,12 @@ const usage = `usage: durable <command> [arguments] [flags]
 
 commands:
   migrate              apply (or with -down N, revert) the schema migrations
-  health               queues, gates, warnings and the queues nobody works (-json for JSON)
+  health               queues, gates, warnings, the queues nobody works and the paused ones (-json)
   ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit;
                        a filtered page looks at -scan instances at most, default 10000)
   show ID              one instance: state (object keys sorted by name), step, attempt, last error, history
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
-  cancel ID            cancel a non-terminal instance
+  cancel ID            cancel a non-terminal instance (-children: and every descendant, parents first)
   retry ID             run a failed or canceled instance again from its step
   limits ls            list the stored key limits
   limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
@@ -75,6 +77,10 @@ commands:
   schedules ls         list the stored schedules: paused or late, last and next fire times (-json)
   schedules pause NAME   stop a schedule's ticks fleet-wide (stored: survives deploys)
   schedules resume NAME  restart them from the next tick (the paused ones are not run)
+  queues ls            list the queues: paused or active, waiting and running rows (-json)
+  queues pause QUEUE   stop starting steps of a queue fleet-wide (stored: survives restarts;
+                       running steps finish, its rows wait)
+  queues resume QUEUE  let engines claim its rows again
 
 every command takes (before or after the command):
   -database-url URL    PostgreSQL connection string (default $DATABASE_URL)
@@ -104,6 +110,7 @@ var commands = map[string]command{
 	"explain":   explainCmd,
 	"ui":        serveUI,
 	"schedules": schedules,
+	"queues":    queues,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

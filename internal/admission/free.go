@@ -63,6 +63,9 @@ type FreeState struct {
 	// Reserve asks for successors (Freed.Ahead of them) for each row the
 	// plan makes executing (FreePlan.Reserved).
 	Reserve bool
+	// Paused holds the paused queues (store.Store.PauseQueue): no slot
+	// passes to a row of one, and a succession of one yields.
+	Paused map[string]bool
 }
 
 // NewFreeState is an empty FreeState for a worker with room in each queue
@@ -136,9 +139,12 @@ type Reservation struct {
 //
 // A succession whose slot would not pass on by the key's limit now (a
 // lowered limit: see slotPasses), or whose key's next waiting row is out of
-// turn, is in Yield: the chain reserved after it must stop in its worker,
-// so that a lowered limit and the order rule bind at the chain's next
-// flush.
+// turn, or whose queue is paused (FreeState.Paused), is in Yield: the
+// chain reserved after it must stop in its worker, so that a lowered
+// limit, the order rule and a pause bind at the chain's next flush. No
+// slot passes to a row of a paused queue, by hand-off or reservation: a
+// pause stops every way a step of the queue starts but the ones already
+// under way.
 //
 // With st.Reserve, each row the plan makes executing whose slot passes (as
 // above) gets up to its slot's Ahead of the key's next waiting rows after
@@ -185,7 +191,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			continue
 		}
 		line := next[f.Key]
-		if len(line) == 0 || !takes(line[0], room, st.Workflows) {
+		if len(line) == 0 || !takes(line[0], room, st.Workflows) || st.Paused[line[0].Queue] {
 			done[f.Key] = true
 			plan.Rest = append(plan.Rest, f)
 			continue
@@ -205,7 +211,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			continue
 		}
 		line := next[h.slot.Key]
-		if !slotPasses(h.slot, st) || (len(line) > 0 && !line[0].inTurn()) {
+		if !slotPasses(h.slot, st) || (len(line) > 0 && !line[0].inTurn()) || st.Paused[h.queue] {
 			plan.Yield = append(plan.Yield, h.id)
 		}
 	}
@@ -220,7 +226,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 		for n := 0; n < h.slot.Ahead && !stopped[k]; n++ {
 			line := next[k]
-			if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) {
+			if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) || st.Paused[h.queue] {
 				stopped[k] = true
 				break
 			}

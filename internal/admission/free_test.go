@@ -284,3 +284,29 @@ func TestFreeYieldsAChainOverALoweredLimit(t *testing.T) {
 	require.Empty(t, p.Reserved)
 	require.Equal(t, []string{"s1"}, p.Yield, "the chain stops at this flush")
 }
+
+func TestFreePassesNoSlotIntoAPausedQueue(t *testing.T) {
+	paused := func(st *FreeState) {
+		st.Paused = map[string]bool{"q": true}
+		st.Reserve = true
+	}
+	one := []Freed{{Key: "a:1", Shard: -1, Ahead: 2}}
+	line := []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1")}
+	p := Free(one, line, freeState(paused))
+	require.Empty(t, p.HandOffs, "no hand-off into a paused queue")
+	require.Empty(t, p.Reserved)
+	require.Equal(t, one, p.Rest, "the slot frees: its blocked rows are promoted, and wait")
+
+	other := []Waiting{{ID: "o1", Key: "a:1", Queue: "other", Workflow: "wf"}}
+	p = Free(one, other, freeState(func(st *FreeState) {
+		paused(st)
+		st.Room = map[string]int{"other": 1}
+	}))
+	require.Equal(t, []Admitted{{ID: "o1", Shard: -1}}, p.HandOffs, "a queue that is not paused still takes it")
+
+	succ := []Freed{{Key: "a:1", Shard: -1, Successor: "s1", Queue: "q", Ahead: 2}}
+	p = Free(succ, line, freeState(paused))
+	require.Equal(t, []Admitted{{ID: "s1", Shard: -1}}, p.Successions, "a successor may run already: it takes the slot")
+	require.Empty(t, p.Reserved, "nothing more is reserved")
+	require.Equal(t, []string{"s1"}, p.Yield, "and the rest of its chain yields")
+}

@@ -4,6 +4,8 @@
 package runtime
 
 import (
+	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +48,13 @@ type queueRunner struct {
 	// idle counts the executors waiting for a row, and gated those running
 	// a contended row that holds a gate's slot (see run and free).
 	idle, gated atomic.Int64
+	// paused is set while the queue is paused, as the last claim
+	// (store.ClaimResult.Paused) or, while no claim can be made, the last
+	// look at the paused queues said: no row of it this engine holds
+	// claimed or reserved starts then; each is released (see begin and
+	// takeSuccessor). pausedRead is when the pick loop last looked.
+	paused     atomic.Bool
+	pausedRead time.Time
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -215,6 +224,8 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				q.claimed(time.Since(sent))
+				q.paused.Store(res.Paused)
+				q.pausedRead = time.Now()
 				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
 				q.adaptAhead(free, got, res.PassedOver)
 				q.full.Store(got == free)
@@ -225,6 +236,13 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}
+		} else if time.Since(q.pausedRead) >= e.cfg.PollInterval/2 {
+			// No room to claim (its executors run chains of a busy key's
+			// steps, say): a look at the paused queues stands in for the
+			// claim's answer. The loop comes here at least once per poll
+			// interval (its timer), and looks at most twice per interval
+			// however often it is woken.
+			s.readPaused(q)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -234,6 +252,20 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 		}
 		t.Stop()
 	}
+}
+
+// readPaused reads whether q is paused (store.Store.PausedQueues), for a
+// pick loop that cannot claim. A failed read keeps what q knew: the next
+// claim or look tells.
+func (s *Scheduler) readPaused(q *queueRunner) {
+	q.pausedRead = time.Now()
+	ctx, cancel := context.WithTimeout(s.bgCtx, s.e.cfg.PollInterval+time.Second)
+	defer cancel()
+	list, err := s.e.st.PausedQueues(ctx)
+	if err != nil {
+		return
+	}
+	q.paused.Store(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }))
 }
 
 // took takes the rows a claim returned: it tracks them all, queues each

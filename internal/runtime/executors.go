@@ -64,9 +64,9 @@ func StepStarting(ctx context.Context) bool {
 	return true
 }
 
-// begin marks claim c started, unless it is lost, canceled or the engine
-// is stopping: then it gives it back (or forgets it, lost), with any
-// reservation made for it, and frees its executor slot.
+// begin marks claim c started, unless it is lost, canceled, its queue
+// paused or the engine stopping: then it gives it back (or forgets it,
+// lost), with any reservation made for it, and frees its executor slot.
 func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running {
 	q := s.queues[c.Queue]
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
@@ -74,7 +74,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	st := s.inflight[c.ID]
 	lost := st == nil || st.lost || st.ref != ref
 	canceled := !lost && st.canceled
-	stopping := s.stopping.Load()
+	stopping := s.stopping.Load() || q.paused.Load()
 	var r *running
 	if !lost && !canceled && !stopping {
 		ctx, cancel := context.WithCancel(s.runCtx)
@@ -92,6 +92,8 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 		// Canceled before it started: releasing the claim cancels the
 		// instance (see store.Store, Cancel).
 		s.release([]store.ClaimRef{ref})
+	case !s.stopping.Load():
+		s.release([]store.ClaimRef{ref}) // its queue is paused: back to ready at once
 	default:
 		*toRelease = append(*toRelease, ref)
 	}
@@ -203,7 +205,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 // ended (pred is its state) and starts it in the same slot: its step is
 // bound by pred's lease too, until the outcome that passes the slot to it
 // commits (see handed). A reservation that cannot run (lost, canceled,
-// the engine stopping, pred lost) is released instead.
+// its queue paused, the engine stopping, pred lost) is released instead.
 func (s *Scheduler) takeSuccessor(pred *claimState, toRelease *[]store.ClaimRef) *running {
 	s.mu.Lock()
 	id := pred.ref
@@ -211,8 +213,12 @@ func (s *Scheduler) takeSuccessor(pred *claimState, toRelease *[]store.ClaimRef)
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	var r *running
 	var refused []store.ClaimRef
+	paused := false
+	if q := s.queues[c.Queue]; ok && q != nil {
+		paused = q.paused.Load()
+	}
 	if st := s.inflight[c.ID]; ok && st != nil && st.ref == ref && !st.lost && !st.canceled &&
-		!s.stopping.Load() && !pred.lost {
+		!s.stopping.Load() && !pred.lost && !paused {
 		delete(s.succ, id)
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel, st.pred = cancel, pred

@@ -37,10 +37,16 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	var res store.ClaimResult
 	q := s.queues[req.Queue]
 	if q == nil {
+		_, res.Paused = s.paused[req.Queue]
 		return res, nil
 	}
 	s.fireTimers(q, now, n) // an await that timed out is claimable at once, as in PostgreSQL
 	s.promoteDue(q, now)
+	if _, paused := s.paused[req.Queue]; paused {
+		res.NextDue = s.nextDue(q) // its rows wait, ready, for the resume
+		res.Paused = true
+		return res, nil
+	}
 	pol, hasPol := s.policies[req.Queue]
 	waiting := map[string]int{}  // rate bucket -> rows rescheduled by this claim
 	var skipped []*row           // due rows of workflows this worker does not know, or left ready
@@ -410,6 +416,7 @@ func (s *Store) notifyReady(ks *keyState, n *notes) {
 func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed, []string) {
 	st := admission.NewFreeState(h.Room, h.Workflows)
 	st.Reserve = h.Reserve
+	st.Paused = s.pausedSet()
 	want := map[string]int{}
 	var keys []string
 	succs := map[string]int{} // successors passed a slot of each key: executing, not busy with another row

@@ -53,6 +53,7 @@ type Store struct {
 	policies    map[string]store.ConcurrencyPolicy // queue -> policy
 	schedules   map[string]store.Schedule          // name -> schedule
 	worked      map[string]time.Time               // queue -> last worked (MarkQueuesWorked)
+	paused      map[string]time.Time               // queue -> when it was paused (PauseQueue)
 
 	rows      map[string]*row
 	queues    map[string]*queueState
@@ -102,6 +103,7 @@ func New(opts Options) *Store {
 		leases:      map[string]lease{},
 		policies:    map[string]store.ConcurrencyPolicy{},
 		schedules:   map[string]store.Schedule{},
+		paused:      map[string]time.Time{},
 		rows:        map[string]*row{},
 		queues:      map[string]*queueState{},
 		keys:        map[string]*keyState{},

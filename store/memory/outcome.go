@@ -24,7 +24,67 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("insert: %w", err)
 	}
+	if err := store.CheckBatchConflicts(instances); err != nil {
+		return nil, fmt.Errorf("insert: %w", err)
+	}
+	if err := s.checkConflicts(instances); err != nil {
+		return nil, fmt.Errorf("insert: %w", err)
+	}
 	return s.insert(instances, nil, now, n), nil
+}
+
+// checkConflicts fails a batch whose OnConflict cannot act on a unique
+// key's holder (store.ConflictError) before anything of it is applied. A
+// key that a row cancels or replaces is in no other row of the batch
+// (store.CheckBatchConflicts).
+func (s *Store) checkConflicts(instances []store.NewInstance) error {
+	for _, ni := range instances {
+		if ni.UniqueKey == "" || ni.OnConflict == store.ConflictSkip {
+			continue
+		}
+		r := s.uniqueHolder(ni.UniqueKey, ni.UniqueStatuses, "")
+		if r != nil && (ni.OnConflict == store.ConflictReplace && !r.pending() ||
+			ni.OnConflict == store.ConflictCancelOlder && r.inst.Status.Terminal()) {
+			return store.NewConflictError(ni.UniqueKey, r.inst.ID, r.inst.Status, ni.OnConflict)
+		}
+	}
+	return nil
+}
+
+// debounceHolder returns the pending row of a debounce's unique key (nil:
+// none), the oldest if several (there is at most one).
+func (s *Store) debounceHolder(uniqueKey string) *row {
+	var found *row
+	for _, r := range s.unique[uniqueKey] {
+		if r.pending() && !r.inst.CancelRequested && (found == nil || r.seq < found.seq) {
+			found = r
+		}
+	}
+	return found
+}
+
+// debounce gives pending row r the state of ni and moves its start as
+// ni.Debounce says (store.Debounce.RunAt). A blocked row stays in its
+// key's line; a ready one is scheduled again and takes a fresh round when
+// it falls due, as a row inserted then would.
+func (s *Store) debounce(r *row, ni store.NewInstance, now time.Time, n *notes) {
+	r.inst.State = cloneJSON(ni.State)
+	r.inst.UpdatedAt = now
+	at := ni.Debounce.RunAt(r.inst.CreatedAt, now)
+	s.unpick(r)
+	if r.inst.Status == store.StatusBlocked {
+		r.inst.RunAt = at
+		s.keys[r.inst.Key].blocked.add(r)
+		return
+	}
+	r.hasRound = false
+	s.place(r, at, now, n)
+}
+
+// pending reports whether r has not started: ready (or scheduled) or
+// blocked, and never claimed nor reserved (ConflictReplace's holder).
+func (r *row) pending() bool {
+	return (r.inst.Status == store.StatusReady || r.inst.Status == store.StatusBlocked) && r.inst.Fence == 0
 }
 
 // checkNew validates instances to insert (store.NormalizeNewInstance, then
@@ -62,10 +122,29 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	out := make([]store.InsertResult, len(instances))
 	var rows []*row
 	for i, ni := range instances {
-		if ni.UniqueKey != "" {
-			if id, ok := s.uniqueTaken(ni.UniqueKey, ni.UniqueStatuses, ""); ok {
-				out[i] = store.InsertResult{ID: id, Duplicate: true}
+		var canceled string
+		if ni.Debounce.Key != "" {
+			if h := s.debounceHolder(ni.UniqueKey); h != nil {
+				s.debounce(h, ni, now, n)
+				out[i] = store.InsertResult{ID: h.inst.ID, Replaced: true}
 				continue
+			}
+		} else if ni.UniqueKey != "" {
+			if h := s.uniqueHolder(ni.UniqueKey, ni.UniqueStatuses, ""); h != nil {
+				// checkConflicts refused the holders OnConflict cannot act on.
+				switch ni.OnConflict {
+				case store.ConflictReplace:
+					h.inst.State = cloneJSON(ni.State)
+					h.inst.UpdatedAt = now
+					out[i] = store.InsertResult{ID: h.inst.ID, Replaced: true}
+					continue
+				case store.ConflictCancelOlder:
+					s.cancelRow(h, now, n)
+					canceled = h.inst.ID
+				default:
+					out[i] = store.InsertResult{ID: h.inst.ID, Duplicate: true}
+					continue
+				}
 			}
 		}
 		if ni.ID == "" {
@@ -124,7 +203,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		s.attachKey(r)
 		r.inst.RunAt = runAt
 		rows = append(rows, r)
-		out[i] = store.InsertResult{ID: r.inst.ID}
+		out[i] = store.InsertResult{ID: r.inst.ID, Canceled: canceled}
 	}
 	// Rounds are given to the due rows of the batch together (see
 	// assignRounds); due rows of K = 1 keys go in blocked as
@@ -189,19 +268,27 @@ func (s *Store) oneState(k string) admission.KeyState {
 // uniqueTaken returns the oldest instance other than self holding
 // uniqueKey in one of statuses (default: every non-terminal status).
 func (s *Store) uniqueTaken(uniqueKey string, statuses []store.Status, self string) (string, bool) {
+	r := s.uniqueHolder(uniqueKey, statuses, self)
+	if r == nil {
+		return "", false
+	}
+	return r.inst.ID, true
+}
+
+// uniqueHolder returns the oldest row other than self holding uniqueKey in
+// one of statuses (default: every non-terminal status), nil when none. A
+// row whose cancel is requested holds it no more.
+func (s *Store) uniqueHolder(uniqueKey string, statuses []store.Status, self string) *row {
 	if len(statuses) == 0 {
 		statuses = store.DefaultUniqueStatuses
 	}
 	var found *row
 	for _, r := range s.unique[uniqueKey] {
-		if r.inst.ID != self && slices.Contains(statuses, r.inst.Status) && (found == nil || r.seq < found.seq) {
+		if r.inst.ID != self && !r.inst.CancelRequested && slices.Contains(statuses, r.inst.Status) && (found == nil || r.seq < found.seq) {
 			found = r
 		}
 	}
-	if found == nil {
-		return "", false
-	}
-	return found.inst.ID, true
+	return found
 }
 
 // current returns the row if (worker, fence) is its current claim.
@@ -669,6 +756,13 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if r.inst.Status.Terminal() {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrTerminal)
 	}
+	s.cancelRow(r, now, n)
+	return nil
+}
+
+// cancelRow cancels r, which is not terminal, by Cancel's rules.
+func (s *Store) cancelRow(r *row, now time.Time, n *notes) {
+	id := r.inst.ID
 	if r.inst.Status == store.StatusExecuting || s.reserved[id] != nil {
 		// The step may still run (a reserved row's in its predecessor's
 		// slot): it keeps its slot until its claim ends.
@@ -677,7 +771,7 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 			r.inst.UpdatedAt = now
 			n.canceled = append(n.canceled, id)
 		}
-		return nil
+		return
 	}
 	wasReady := r.inst.Status == store.StatusReady
 	key := r.inst.Key
@@ -685,7 +779,6 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if wasReady && key != "" {
 		s.promote(key, 1, n)
 	}
-	return nil
 }
 
 // Retry makes a failed or canceled instance ready again at its current

@@ -46,3 +46,53 @@ func (s *Store) WorkedQueues(ctx context.Context, now time.Time) ([]store.Worked
 	slices.SortFunc(out, func(a, b store.WorkedQueue) int { return strings.Compare(a.Queue, b.Queue) })
 	return out, nil
 }
+
+// PauseQueue pauses or resumes a queue (see store.Store).
+func (s *Store) PauseQueue(ctx context.Context, queue string, paused bool, now time.Time) (bool, error) {
+	q, err := store.NormalizeQueueName(queue)
+	if err != nil {
+		return false, err
+	}
+	if err := s.lock(); err != nil {
+		return false, err
+	}
+	n := &notes{}
+	defer s.unlock(n)
+	_, was := s.paused[q]
+	switch {
+	case paused && !was:
+		s.paused[q] = s.now(now)
+	case !paused && was:
+		delete(s.paused, q)
+	default:
+		return false, nil
+	}
+	n.add(q) // engines claim: its rows run again, or they learn of the pause
+	return true, nil
+}
+
+// PausedQueues returns the paused queues (see store.Store).
+func (s *Store) PausedQueues(ctx context.Context) ([]store.QueuePause, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	out := make([]store.QueuePause, 0, len(s.paused))
+	for q, at := range s.paused {
+		out = append(out, store.QueuePause{Queue: q, PausedAt: at})
+	}
+	slices.SortFunc(out, func(a, b store.QueuePause) int { return strings.Compare(a.Queue, b.Queue) })
+	return out, nil
+}
+
+// pausedSet is the paused queues, for a hand-off (admission.FreeState.Paused).
+func (s *Store) pausedSet() map[string]bool {
+	if len(s.paused) == 0 {
+		return nil
+	}
+	out := make(map[string]bool, len(s.paused))
+	for q := range s.paused {
+		out[q] = true
+	}
+	return out
+}

@@ -126,6 +126,7 @@ type shardKey struct {
 type claimContext struct {
 	now               time.Time // the claim's now (the database's when the request has none)
 	maxActive, perKey *int32    // the queue's policy (nil: none)
+	paused            bool      // the queue is paused (store.ClaimResult.Paused)
 	queue             string
 	limit             int
 	reserve           int // successors asked for each admitted row of a full key (admission.State.Reserve)
@@ -222,7 +223,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	b.Queue(s.q(sqlPromoteScheduled), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlFireQueueTimers), req.Queue, now, promoteChunk)
 	b.Queue(s.q(sqlClaimContext), req.Queue, now).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey)
+		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey, &cc.paused)
 	})
 	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
 	// The statements above run their generic plans from the start (see
@@ -269,7 +270,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	}
 	passed := s.windows.record(req.Queue, req.Limit, cc.candidates, plan.Admitted)
 
-	res := store.ClaimResult{PassedOver: passed}
+	res := store.ClaimResult{PassedOver: passed, Paused: cc.paused}
 	b = &pgx.Batch{}
 	var debitKeys []string
 	var debitShards, debitNs []int32

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -124,6 +125,9 @@ type insertRow struct {
 }
 
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
+	if err := store.CheckBatchConflicts(instances); err != nil {
+		return nil, fmt.Errorf("insert: %w", err)
+	}
 	p := &insertPlan{results: make([]store.InsertResult, len(instances))}
 	for i, in := range instances {
 		if err := store.NormalizeNewInstance(i, &in); err != nil {
@@ -154,16 +158,32 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 
-	holders := map[string]map[string]string{} // unique key -> status -> instance id
+	holders := map[string]map[string]holder{} // unique key -> status -> its oldest holder
+	var debounceKeys []string
+	for _, r := range p.rows {
+		if r.in.Debounce.Key != "" {
+			debounceKeys = append(debounceKeys, r.in.UniqueKey)
+		}
+	}
+	pending := map[string]string{} // debounce unique key -> its pending instance
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlUniqueLock), keys, s.uniqueSalt)
+	if len(debounceKeys) > 0 {
+		b.Queue(s.q(sqlDebouncePending), debounceKeys).Query(func(rows pgx.Rows) error {
+			var k, id string
+			_, err := pgx.ForEachRow(rows, []any{&k, &id}, func() error { pending[k] = id; return nil })
+			return err
+		})
+	}
 	b.Queue(s.q(sqlUniqueExisting), keys).Query(func(rows pgx.Rows) error {
-		var k, st, id string
-		_, err := pgx.ForEachRow(rows, []any{&k, &st, &id}, func() error {
+		var k, st string
+		var h holder
+		_, err := pgx.ForEachRow(rows, []any{&k, &st, &h.id, &h.unclaimed}, func() error {
 			if holders[k] == nil {
-				holders[k] = map[string]string{}
+				holders[k] = map[string]holder{}
 			}
-			holders[k][st] = id
+			h.status = st
+			holders[k][st] = h
 			return nil
 		})
 		return err
@@ -172,19 +192,62 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 		return fmt.Errorf("insert: unique keys: %w", refused(err))
 	}
 
+	// OnConflict's refusals come first, so that a refused batch applies
+	// nothing (store.Store.Insert is all or none). A key that a row of the
+	// batch cancels or replaces is in no other row of it
+	// (store.CheckBatchConflicts).
+	for _, r := range p.rows {
+		if r.in.Debounce.Key != "" {
+			continue
+		}
+		h, ok := holderIn(holders[r.in.UniqueKey], r.scope)
+		if ok && (r.in.OnConflict == store.ConflictReplace && !h.pending() ||
+			r.in.OnConflict == store.ConflictCancelOlder && h.terminal()) {
+			return fmt.Errorf("insert: %w", store.NewConflictError(r.in.UniqueKey, h.id, contractStatus(h.status), r.in.OnConflict))
+		}
+	}
+
 	kept := p.rows[:0:0]
 	for _, r := range p.rows {
-		if k := r.in.UniqueKey; k != "" {
-			if id, ok := holderIn(holders[k], r.scope); ok {
-				p.results[r.idx] = store.InsertResult{ID: id, Duplicate: true}
-				continue
+		if r.in.Debounce.Key != "" {
+			if id, ok := pending[r.in.UniqueKey]; ok {
+				done, err := s.debounce(ctx, q, id, r, p)
+				if err != nil {
+					return err
+				}
+				if done {
+					continue
+				}
 			}
-			if holders[k] == nil {
-				holders[k] = map[string]string{}
+			// No pending instance (or it started meanwhile): this one is.
+			kept = append(kept, r)
+			continue
+		}
+		if k := r.in.UniqueKey; k != "" {
+			if h, ok := holderIn(holders[k], r.scope); ok {
+				switch r.in.OnConflict {
+				case store.ConflictReplace:
+					if err := s.replaceState(ctx, q, h, r, p); err != nil {
+						return err
+					}
+					continue
+				case store.ConflictCancelOlder:
+					var now time.Time // the store's clock, as the insert's
+					if at := s.clockNow(); at != nil {
+						now = *at
+					}
+					if err := s.cancelIn(ctx, q, h.id, now); err != nil {
+						return fmt.Errorf("insert: cancel the older holder of unique key %q: %w", k, err)
+					}
+					p.results[r.idx].Canceled = h.id
+				default:
+					p.results[r.idx] = store.InsertResult{ID: h.id, Duplicate: true}
+					continue
+				}
 			}
 			// A row inserted earlier in this batch holds the key as ready.
-			holders[k]["ready"] = r.in.ID
-			holders[k][statusScheduled] = r.in.ID
+			mine := holder{id: r.in.ID, status: "ready", unclaimed: true}
+			holders[k] = map[string]holder{"ready": mine, statusScheduled: mine}
 		}
 		kept = append(kept, r)
 	}
@@ -195,13 +258,68 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	return s.runInsert(ctx, q, p)
 }
 
-func holderIn(byStatus map[string]string, scope []string) (string, bool) {
+// holder is the holder of a unique key an insert found (its stored
+// status), or an earlier row of the batch.
+type holder struct {
+	id, status string
+	unclaimed  bool // never claimed nor reserved (fence 0)
+}
+
+// pending reports whether h has not started (store.ConflictReplace).
+func (h holder) pending() bool {
+	return h.unclaimed && (h.status == "ready" || h.status == statusScheduled || h.status == "blocked")
+}
+
+func (h holder) terminal() bool { return contractStatus(h.status).Terminal() }
+
+// contractStatus is the contract's name of a stored status.
+func contractStatus(st string) store.Status {
+	if st == statusScheduled {
+		return store.StatusReady
+	}
+	return store.Status(st)
+}
+
+// replaceState gives holder h, which has not started, the state of r
+// (store.ConflictReplace), and reports it as r's result.
+func (s *Store) replaceState(ctx context.Context, q querier, h holder, r insertRow, p *insertPlan) error {
+	var id string
+	err := q.QueryRow(ctx, s.q(sqlReplaceState), h.id, jsonArg(r.in.State), s.clockNow()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Its claim committed after the key's holders were read.
+		return fmt.Errorf("insert: %w", store.NewConflictError(r.in.UniqueKey, h.id, store.StatusExecuting, r.in.OnConflict))
+	}
+	if err != nil {
+		return fmt.Errorf("insert: replace the state of %s: %w", h.id, err)
+	}
+	p.results[r.idx] = store.InsertResult{ID: h.id, Replaced: true}
+	return nil
+}
+
+// debounce replaces the state of pending instance id with r's and moves
+// its start (sqlDebounce), and reports whether it did: false when the
+// instance started since it was read.
+func (s *Store) debounce(ctx context.Context, q querier, id string, r insertRow, p *insertPlan) (bool, error) {
+	d := r.in.Debounce
+	var got string
+	err := q.QueryRow(ctx, s.q(sqlDebounce), id, jsonArg(r.in.State), micros(d.Period), micros(d.MaxWait), s.clockNow()).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert: debounce %q: %w", d.Key, err)
+	}
+	p.results[r.idx] = store.InsertResult{ID: id, Replaced: true}
+	return true, nil
+}
+
+func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {
 	for _, st := range scope {
-		if id, ok := byStatus[st]; ok {
-			return id, true
+		if h, ok := byStatus[st]; ok {
+			return h, true
 		}
 	}
-	return "", false
+	return holder{}, false
 }
 
 // runInsert inserts p.rows in one statement.

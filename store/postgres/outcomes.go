@@ -611,49 +611,52 @@ func (s *Store) Cancel(ctx context.Context, id string, now time.Time) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		var oldStatus, oldKey, parentID string
-		var oldShard, joinGen int
-		var requested bool
-		err := tx.QueryRow(ctx, s.q(sqlCancelLock), id).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen, &requested)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
-		case err != nil:
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.cancelIn(ctx, tx, id, now) })
+}
+
+// cancelIn cancels instance id (see Cancel) in transaction q.
+func (s *Store) cancelIn(ctx context.Context, q querier, id string, now time.Time) error {
+	var oldStatus, oldKey, parentID string
+	var oldShard, joinGen int
+	var requested bool
+	err := q.QueryRow(ctx, s.q(sqlCancelLock), id).Scan(&oldStatus, &oldKey, &oldShard, &parentID, &joinGen, &requested)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("cancel %s: %w", id, store.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("cancel %s: %w", id, err)
+	case oldStatus == "done" || oldStatus == "failed" || oldStatus == "canceled":
+		return fmt.Errorf("cancel %s: %w (%s)", id, store.ErrTerminal, oldStatus)
+	case requested:
+		return nil // its claim's end cancels it already
+	}
+	if _, err := q.Exec(ctx, s.q(sqlCancel), id, tsArg(now)); err != nil {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	b := &pgx.Batch{}
+	switch {
+	case oldStatus == "executing" || oldStatus == "reserved":
+		// The step may still run (a reserved row's in its
+		// predecessor's slot): it keeps its slot until its claim
+		// ends.
+		b.Queue(s.q(sqlNotifyCancel), s.cancelChannel, id)
+	case oldKey == "":
+	case oldStatus == "ready" || oldStatus == statusScheduled:
+		// The row may be the one a freed slot promoted: pass the
+		// promotion on so that the key's blocked rows do not wait
+		// for the reconciler.
+		b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
+		b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
+	}
+	if parentID != "" && oldStatus != "executing" && oldStatus != "reserved" {
+		s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
+	}
+	if b.Len() > 0 {
+		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("cancel %s: %w", id, err)
-		case oldStatus == "done" || oldStatus == "failed" || oldStatus == "canceled":
-			return fmt.Errorf("cancel %s: %w (%s)", id, store.ErrTerminal, oldStatus)
-		case requested:
-			return nil // its claim's end cancels it already
 		}
-		if _, err := tx.Exec(ctx, s.q(sqlCancel), id, tsArg(now)); err != nil {
-			return fmt.Errorf("cancel %s: %w", id, err)
-		}
-		b := &pgx.Batch{}
-		switch {
-		case oldStatus == "executing" || oldStatus == "reserved":
-			// The step may still run (a reserved row's in its
-			// predecessor's slot): it keeps its slot until its claim
-			// ends.
-			b.Queue(s.q(sqlNotifyCancel), s.cancelChannel, id)
-		case oldKey == "":
-		case oldStatus == "ready" || oldStatus == statusScheduled:
-			// The row may be the one a freed slot promoted: pass the
-			// promotion on so that the key's blocked rows do not wait
-			// for the reconciler.
-			b.Queue(s.q(sqlKeyLock), []string{oldKey}, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
-		}
-		if parentID != "" && oldStatus != "executing" && oldStatus != "reserved" {
-			s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
-		}
-		if b.Len() > 0 {
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return fmt.Errorf("cancel %s: %w", id, err)
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // successorsBefore reports whether a successor of succs sorts before an

@@ -233,3 +233,22 @@ func TestClaimedRowsDoNotWaitBehindChains(t *testing.T) {
 func TestCancelOfAReservationMeansItNeverStarts(t *testing.T) {
 	enginetest.CancelOfAReservationMeansItNeverStarts(t, newEnv(t).stores())
 }
+
+// TestPauseAcrossEngines: a queue paused while three engines run starts
+// no step after the pause commits plus one poll interval, and drains after
+// the resume.
+func TestPauseAcrossEngines(t *testing.T) {
+	e := newEnv(t)
+	admin := e.stores()()
+	enginetest.PauseAcrossEngines(t, e.stores(), func(t *testing.T, paused bool) {
+		_, err := admin.PauseQueue(context.Background(), "mail", paused, time.Time{})
+		require.NoError(t, err)
+	})
+}
+
+// TestDebounceAcrossEngines: 8 goroutines × 3 engines insert 1,000 events
+// over 50 debounce keys within 2 s; one instance per key runs, after the
+// burst, and none later than MaxWait after its first event.
+func TestDebounceAcrossEngines(t *testing.T) {
+	enginetest.DebounceAcrossEngines(t, newEnv(t).stores())
+}

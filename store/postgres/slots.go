@@ -428,8 +428,8 @@ type handOffReads struct {
 // (handOffIDs) needs: the
 // advisory locks of their K = 1 keys (waiting, in key order, as queueFree
 // takes them) and which still execute, their gate keys' limits and
-// counters (read, not locked: a hand-off does not write them), and the
-// keys' next waiting rows, locked with SKIP LOCKED.
+// counters (read, not locked: a hand-off does not write them), the paused
+// queues, and the keys' next waiting rows, locked with SKIP LOCKED.
 func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, ch outcomeChains, h *store.HandOff) *handOffReads {
 	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
 	uids := uuidArg(ids)
@@ -457,6 +457,20 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 				r.st.Counters[k] = append(r.st.Counters[k], admission.Counter{Shard: int(*shard), Capacity: int(*capacity), Available: int(*available)})
 				r.st.Count[k]++
 			}
+			return nil
+		})
+		return err
+	})
+	// The paused queues, of the rows handed off or reserved and of the
+	// successors passed a slot (whose chains yield): a table of a few rows.
+	b.Queue(s.q(sqlPausedQueues)).Query(func(rows pgx.Rows) error {
+		var q string
+		var at time.Time
+		_, err := pgx.ForEachRow(rows, []any{&q, &at}, func() error {
+			if r.st.Paused == nil {
+				r.st.Paused = map[string]bool{}
+			}
+			r.st.Paused[q] = true
 			return nil
 		})
 		return err

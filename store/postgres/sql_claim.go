@@ -46,7 +46,8 @@ SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
-	// queue in claim order, with their key's limit (NULL: K = 1) and rate
+	// queue in claim order (none while the queue is paused: one probe of
+	// paused_queues, which PostgreSQL runs once per statement), with their key's limit (NULL: K = 1) and rate
 	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
 	// capacity) and keyed rows ($4) are read from their own indexes and
 	// merged, so that keyed rows waiting for their keys never push keyless
@@ -65,12 +66,14 @@ WITH free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+      AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
 keyed AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+      AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
@@ -84,9 +87,11 @@ LEFT JOIN {schema}.limits l ON l.name = c.key_name
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
-	// sqlClaimContext returns the claim's now and the queue's policy (NULLs: none).
+	// sqlClaimContext returns the claim's now, the queue's policy (NULLs:
+	// none) and whether the queue is paused.
 	sqlClaimContext = `
-SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key
+SELECT coalesce($2::timestamptz, now()), p.max_active, p.max_active_per_key,
+       EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
 FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
 
 	// sqlQueueLock serializes the claims of a queue that has a policy, so

@@ -192,13 +192,56 @@ SELECT pg_advisory_xact_lock(b) FROM (
     SELECT DISTINCT $2::bigint + (hashtextextended(k, 0) & 1023) AS b FROM unnest($1::text[]) AS k
     ORDER BY b) s`
 
-	// sqlUniqueExisting returns, per unique key and status, one instance
-	// holding the key (bounded: at most one row per status).
+	// sqlUniqueExisting returns, per unique key and status, the oldest
+	// instance holding the key (bounded: at most one row per status), and
+	// whether it has never been claimed (fence 0: see
+	// store.ConflictReplace). A row whose cancel is requested holds it no
+	// more.
 	sqlUniqueExisting = `
-SELECT k, st, h.id::text
+SELECT k, st, h.id::text, h.fence = 0
 FROM unnest($1::text[]) AS k
 CROSS JOIN unnest(ARRAY['ready','scheduled','blocked','executing','awaiting','awaiting_children',
                         'done','failed','canceled']) AS st
+CROSS JOIN LATERAL (SELECT id, fence FROM {schema}.instances
+                    WHERE unique_key = k AND status = st AND NOT cancel_requested ORDER BY seq LIMIT 1) h`
+
+	// sqlDebouncePending returns, per debounce unique key of $1, its
+	// pending instance (never claimed, not yet started: see
+	// store.Debounce), read under the key's lock.
+	sqlDebouncePending = `
+SELECT k, h.id::text
+FROM unnest($1::text[]) AS k
 CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                    WHERE unique_key = k AND status = st ORDER BY seq LIMIT 1) h`
+                    WHERE unique_key = k AND status IN ('ready', 'scheduled', 'blocked') AND fence = 0
+                      AND NOT cancel_requested
+                    ORDER BY seq LIMIT 1) h`
+
+	// sqlDebounce gives pending instance $1 the state $2 and moves its
+	// start to now ($5, NULL: now()) + $3 µs, never past its created_at +
+	// $4 µs ($4 = 0: no bound), as store.Debounce.RunAt; it returns it, or
+	// nothing when it has started meanwhile. A blocked row stays in its
+	// key's line; a ready one is scheduled again, its round cleared, so
+	// that it takes a fresh round when it falls due (sqlPromoteScheduled),
+	// as a row inserted then would.
+	sqlDebounce = `
+WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now)
+UPDATE {schema}.instances i
+SET state = $2,
+    run_at = CASE WHEN $4::bigint > 0
+                  THEN least(t.now + $3::bigint * interval '1 microsecond', i.created_at + $4::bigint * interval '1 microsecond')
+                  ELSE t.now + $3::bigint * interval '1 microsecond' END,
+    status = CASE WHEN i.status = 'blocked' THEN 'blocked' ELSE 'scheduled' END,
+    round = CASE WHEN i.status = 'blocked' THEN i.round END,
+    updated_at = t.now
+FROM t
+WHERE i.id = $1 AND i.fence = 0 AND i.status IN ('ready', 'scheduled', 'blocked') AND NOT i.cancel_requested
+RETURNING i.id::text`
+
+	// sqlReplaceState replaces the state of a unique key's holder that
+	// has not started ($1, read and locked under the key's lock), and
+	// returns it; nothing when it started meanwhile.
+	sqlReplaceState = `
+UPDATE {schema}.instances SET state = $2, updated_at = coalesce($3::timestamptz, now())
+WHERE id = $1 AND fence = 0 AND status IN ('ready', 'scheduled', 'blocked') AND NOT cancel_requested
+RETURNING id::text`
 )

@@ -17,3 +17,18 @@ WHERE w.last_worked_at < excluded.last_worked_at`
 SELECT queue, last_worked_at, coalesce($1::timestamptz, now())
 FROM {schema}.worked_queues ORDER BY queue COLLATE "C"`
 )
+
+// The paused queues (see store.Store.PauseQueue).
+const (
+	// sqlPauseQueue pauses queue $1 at $2 (NULL: now()) unless it is
+	// paused already, and returns it when it did.
+	sqlPauseQueue = `
+INSERT INTO {schema}.paused_queues (queue, paused_at) VALUES ($1, coalesce($2::timestamptz, now()))
+ON CONFLICT (queue) DO NOTHING RETURNING queue`
+
+	// sqlResumeQueue resumes queue $1 and returns it when it was paused.
+	sqlResumeQueue = `DELETE FROM {schema}.paused_queues WHERE queue = $1 RETURNING queue`
+
+	// sqlPausedQueues reads every paused queue.
+	sqlPausedQueues = `SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue COLLATE "C"`
+)

@@ -248,10 +248,11 @@ func (e *Env) SignalAfter(d time.Duration, id, name string, payload any) {
 	sort.SliceStable(e.delayed, func(i, j int) bool { return e.delayed[i].at.Before(e.delayed[j].at) })
 }
 
-// Cancel cancels an instance.
-func (e *Env) Cancel(id string) {
+// Cancel cancels an instance (and its descendants, with
+// durable.CancelOptions{Children: true}).
+func (e *Env) Cancel(id string, opts ...durable.CancelOptions) {
 	e.t.Helper()
-	if err := e.Engine.Cancel(context.Background(), id); err != nil {
+	if err := e.Engine.Cancel(context.Background(), id, opts...); err != nil {
 		e.t.Fatalf("durabletest: cancel: %v", err)
 	}
 }
