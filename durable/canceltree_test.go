@@ -14,6 +14,7 @@ import (
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -145,7 +146,7 @@ func ExampleEngine_Cancel_children() {
 	ctx := context.Background()
 	var joined atomic.Int64
 	parent, child := treeWorkflows(make(chan string, 1), &joined, make(chan []steps.Child, 1))
-	eng, err := durable.New(durable.Config{}) // in memory; see store/postgres
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{})}) // in memory; see store/postgres
 	if err != nil {
 		panic(err)
 	}

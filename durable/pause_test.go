@@ -13,6 +13,7 @@ import (
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -88,7 +89,7 @@ func TestPausedQueueStartsNoStepUntilResumed(t *testing.T) {
 // deploy, and resumes it.
 func ExampleEngine_PauseQueue() {
 	ctx := context.Background()
-	eng, err := durable.New(durable.Config{}) // in memory; see store/postgres
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{})}) // in memory; see store/postgres
 	if err != nil {
 		panic(err)
 	}
