@@ -62,11 +62,53 @@ func BenchmarkClaimComplete(b *testing.B) {
 }
 
 func benchClaimComplete(b *testing.B, kind string, nosync bool) {
+	benchClaimCompleteBehind(b, kind, nosync, 0)
+}
+
+// BenchmarkUnregisteredBacklog is BenchmarkClaimComplete's keyless and K =
+// 1 runs, with workers that claim only their workflow, on their own and
+// behind a backlog of 200,000 ready rows of a workflow none of them runs
+// (half of them keyless, half of distinct K = 1 keys), inserted first: a
+// rolling deploy's backlog at the head of the queue. The two rates should
+// be about the same.
+//
+//	go test ./store/postgres -run '^$' -bench UnregisteredBacklog -benchtime 20000x
+func BenchmarkUnregisteredBacklog(b *testing.B) {
+	for _, kind := range []string{"nokey", "k1"} {
+		for _, backlog := range []int{0, 200_000} {
+			b.Run(fmt.Sprintf("%s/behind-%d", kind, backlog), func(b *testing.B) {
+				benchClaimCompleteBehind(b, kind, true, backlog)
+			})
+		}
+	}
+}
+
+// benchClaimCompleteBehind runs BenchmarkClaimComplete's workload behind
+// backlog ready rows of a workflow the workers do not claim (see
+// BenchmarkUnregisteredBacklog).
+func benchClaimCompleteBehind(b *testing.B, kind string, nosync bool, backlog int) {
 	workers, batch := benchWorkers, 32
 	e := benchStore(b, nosync)
 	if kind == "gate" {
 		_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 64, Shards: 8}})
 		require.NoError(b, err)
+	}
+	var workflows []string
+	if backlog > 0 {
+		workflows = []string{"wf"}
+		next := make([]store.NewInstance, backlog)
+		for i := range next {
+			key := ""
+			if i%2 == 1 {
+				key = fmt.Sprintf("next:%d", i) // one row per key: all ready
+			}
+			next[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "next", Queue: "q", Step: "s",
+				State: json.RawMessage(`{"n":1}`), Key: key}
+		}
+		for i := 0; i < len(next); i += 10_000 {
+			_, err := e.s.Insert(e.ctx, next[i:min(i+10_000, len(next))])
+			require.NoError(b, err)
+		}
 	}
 	ins := make([]store.NewInstance, b.N)
 	for i := range ins {
@@ -96,7 +138,8 @@ func benchClaimComplete(b *testing.B, kind string, nosync bool) {
 			worker := fmt.Sprintf("w%d", w)
 			for done.Load() < int64(b.N) {
 				t0 := time.Now()
-				res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: batch, Lease: time.Minute})
+				res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: batch, Lease: time.Minute,
+					Workflows: workflows})
 				claimNs.Add(int64(time.Since(t0)))
 				claims.Add(1)
 				if err != nil {
