@@ -401,3 +401,29 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 	}
 	require.Contains(t, text, "rows=100 loops=1", "the candidates read:\n%s", text)
 }
+
+// TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
+// live rows of each changed name (sqlLiveByName) while it holds the
+// name's counters; the count reads instances_live_key_name, not the
+// table, analyzed or not, with custom and generic plans.
+func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN i % 10 = 0 THEN 'ready' ELSE 'done' END, 's', now(), 0,
+		       CASE WHEN i % 2 = 0 THEN 'api:' || (i % 100) END, now(), now()
+		FROM generate_series(1, 20000) i`)
+	require.NoError(t, err)
+	for _, analyze := range []bool{false, true} {
+		if analyze {
+			_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+			require.NoError(t, err)
+		}
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			plan := explainPrepared(t, s, mode, false, sqlLiveByName, []any{[]string{"api", "other"}}, "live by name")
+			text := strings.Join(plan, "\n")
+			require.Contains(t, text, "instances_live_key_name", "analyzed %v (%s):\n%s", analyze, mode, text)
+			require.NotContains(t, text, "Seq Scan on instances", "analyzed %v (%s):\n%s", analyze, mode, text)
+		}
+	}
+}

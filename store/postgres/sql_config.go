@@ -47,9 +47,12 @@ WHERE split_part(b.bucket, ':', 1) = d.name`
 SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 
+	// sqlLiveByName counts the live rows of each key name of $1, from
+	// instances_live_key_name (migration 018), whose predicate the
+	// condition repeats.
 	sqlLiveByName = `
 SELECT key_name, count(*) FROM {schema}.instances
-WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
+WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
 
 	sqlPoliciesAll = `

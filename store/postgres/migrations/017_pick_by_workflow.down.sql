@@ -1,2 +1,3 @@
-DROP INDEX {schema}.instances_pick_keyed_workflow;
-DROP INDEX {schema}.instances_pick_free_workflow;
+-- godurable:no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_pick_keyed_workflow;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_pick_free_workflow;

@@ -1,3 +1,4 @@
+-- godurable:no-transaction
 -- The first ready row of each workflow in a queue, in claim order, keyless
 -- and keyed apart like instances_pick_free and instances_pick_keyed: a
 -- claim restricted to the workflows its worker runs probes these once per
@@ -10,7 +11,9 @@
 -- indexes instead of the pick indexes (the window, reading every ready row
 -- of its workflows here and sorting them, did on a table without
 -- statistics).
-CREATE INDEX instances_pick_free_workflow ON {schema}.instances (queue, workflow, priority, round, run_at, seq)
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_pick_free_workflow;
+CREATE INDEX CONCURRENTLY instances_pick_free_workflow ON {schema}.instances (queue, workflow, priority, round, run_at, seq)
     WHERE status = 'ready' COLLATE "C" AND key IS NULL;
-CREATE INDEX instances_pick_keyed_workflow ON {schema}.instances (queue, workflow, priority, round, run_at, seq)
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_pick_keyed_workflow;
+CREATE INDEX CONCURRENTLY instances_pick_keyed_workflow ON {schema}.instances (queue, workflow, priority, round, run_at, seq)
     WHERE status = 'ready' COLLATE "C" AND key IS NOT NULL;
