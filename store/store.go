@@ -923,7 +923,9 @@ type Store interface {
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no
 	// unearned burst is granted) or whose name lost its rate limit, and
-	// deletes terminal rows older than retention (0: keep forever).
+	// deletes terminal rows older than retention (0: keep forever). A step
+	// that fails does not stop the others: the error joins the failed
+	// steps' errors, and the report counts what the others did.
 	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
 
 	// Close releases the store's resources.
