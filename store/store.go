@@ -927,6 +927,11 @@ type Store interface {
 	// that fails does not stop the others: the error joins the failed
 	// steps' errors, and the report counts what the others did.
 	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
+	// DeleteTerminal deletes up to limit terminal instances of workflow
+	// last changed before before, oldest first, and returns how many it
+	// deleted: a workflow's own retention, swept a bounded chunk per call
+	// (see durable.WorkflowOptions.Retention).
+	DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error)
 
 	// Close releases the store's resources.
 	Close() error

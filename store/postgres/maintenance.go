@@ -189,6 +189,22 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	return rep, errors.Join(errs...)
 }
 
+// DeleteTerminal deletes up to limit terminal instances of workflow last
+// changed before before, oldest first (see store.Store).
+func (s *Store) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminalOf), workflow, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete terminal instances of %s: %w", workflow, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // reconcileKeyChunk bounds how many keys one read of the blocked keys
 // returns, and so how many K = 1 advisory locks one reconciler transaction
 // holds (besides a few relation locks). PostgreSQL's lock table holds

@@ -103,6 +103,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"reconcile: promote", sqlPromote, []any{keys, []int32{1, 1}, nil, "c", one}},
 		{"stranded", sqlStranded, []any{keys, one}},
 		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk}},
+		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000}},
 		// Limits and policies.
 		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},
 		{"policies: blocked keys of queues", sqlBlockedKeysIn, []any{[]string{"q"}}},

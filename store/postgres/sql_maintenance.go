@@ -228,6 +228,15 @@ p AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
+	// sqlDeleteTerminalOf deletes the $3 oldest terminal rows of workflow
+	// $1 last changed before $2, read from instances_terminal_workflow
+	// (migration 019) in its order.
+	sqlDeleteTerminalOf = `
+DELETE FROM {schema}.instances WHERE id IN (
+    SELECT id FROM {schema}.instances
+    WHERE workflow = $1 AND status IN ('done', 'failed', 'canceled') AND updated_at < $2::timestamptz
+    ORDER BY updated_at LIMIT $3)`
+
 	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
 	sqlDeleteTerminal = `
 DELETE FROM {schema}.instances WHERE id IN (
