@@ -32,9 +32,9 @@ func insertStranded(t *testing.T, s *Store, prefix string, keys, n, done int) {
 // TestReconcileHealsKeysInBoundedTransactions: the blocked keys are read
 // and healed a page at a time, each page's K = 1 keys in a transaction of
 // their own holding at most reconcileKeyChunk advisory locks; every key of
-// every page is healed, also with thousands of stranded keys (one lock
-// each, all in one transaction before: past PostgreSQL's lock table, "out
-// of shared memory", and no retention).
+// every page is healed, also with thousands of stranded keys (in one
+// transaction, one lock per key would overflow PostgreSQL's lock table:
+// "out of shared memory"), and retention still runs.
 func TestReconcileHealsKeysInBoundedTransactions(t *testing.T) {
 	ctx := context.Background()
 	t.Run("pages", func(t *testing.T) {

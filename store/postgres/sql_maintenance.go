@@ -136,9 +136,9 @@ WHERE s.key = ANY ($1::text[])
 	// (NULL: K = 1), skipping through instances_key_blocked one key at a
 	// time: each probe's condition is that index's predicate and its order
 	// the index's first column, so that it reads one entry per key with or
-	// without statistics (an earlier form, whose probes the table's
-	// statistics had to steer to an index, read and sorted the table's
-	// waiting rows for each key on a table not yet analyzed).
+	// without statistics (a probe whose condition is no index's predicate
+	// needs statistics to be steered to one; without them its plan may
+	// read and sort every waiting row after the key, once per key).
 	sqlBlockedKeys = `
 WITH RECURSIVE k AS (
     (SELECT key, 1 AS n FROM {schema}.instances

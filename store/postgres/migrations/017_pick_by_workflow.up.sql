@@ -8,9 +8,9 @@
 -- deploy) cost the claim nothing (see sqlClaimCandidates). Their status
 -- predicate is written COLLATE "C" (the same equality), as only those
 -- probes write it: no other statement can prove it, so none reads these
--- indexes instead of the pick indexes (the window, reading every ready row
--- of its workflows here and sorting them, did on a table without
--- statistics).
+-- indexes instead of the pick indexes (the window, which takes its rows in
+-- claim order across workflows, would read every ready row of its
+-- workflows here and sort them).
 DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_pick_free_workflow;
 CREATE INDEX CONCURRENTLY instances_pick_free_workflow ON {schema}.instances (queue, workflow, priority, round, run_at, seq)
     WHERE status = 'ready' COLLATE "C" AND key IS NULL;
