@@ -184,9 +184,9 @@ func loadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 // migration marked to run without a transaction (Migration.NoTransaction:
 // an index built CONCURRENTLY on a table that may be big) commits the
 // migrations before it, then runs statement by statement and is recorded
-// after its last statement. A run that starts from an empty schema has no
-// traffic to spare: it applies every migration in its one transaction,
-// building those indexes without CONCURRENTLY.
+// after its last statement. A run that starts from an empty schema, whose
+// tables nothing uses yet, applies every migration in its one
+// transaction, building those indexes without CONCURRENTLY.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	ms, err := Migrations()
 	if err != nil {
