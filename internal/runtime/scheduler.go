@@ -1796,21 +1796,20 @@ func (s *Scheduler) maintenanceLoop() {
 	}
 }
 
-// sweep fires due await timeouts and reaps expired leases.
+// sweep fires due await timeouts and reaps expired leases; each fails on
+// its own (a failing timer sweep does not keep expired leases from being
+// reaped).
 func (s *Scheduler) sweep() {
 	e := s.e
-	fired, err := e.st.FireTimers(s.bgCtx, e.storeNow())
-	if err != nil {
-		if s.bgCtx.Err() == nil {
-			e.outage.fail("fire timers", err)
-		}
-		return
+	fired, ferr := e.st.FireTimers(s.bgCtx, e.storeNow())
+	if ferr != nil && s.bgCtx.Err() == nil {
+		e.outage.fail("fire timers", ferr)
 	}
-	reaped, err := e.st.Reap(s.bgCtx, e.storeNow())
-	if err != nil {
-		if s.bgCtx.Err() == nil {
-			e.outage.fail("reap", err)
-		}
+	reaped, rerr := e.st.Reap(s.bgCtx, e.storeNow())
+	if rerr != nil && s.bgCtx.Err() == nil {
+		e.outage.fail("reap", rerr)
+	}
+	if ferr != nil || rerr != nil {
 		return
 	}
 	e.outage.ok()
