@@ -106,7 +106,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000}},
 		// Limits and policies.
 		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},
-		{"policies: blocked keys of queues", sqlBlockedKeysIn, []any{[]string{"q"}}},
+		{"policies: blocked keys of queues", sqlBlockedKeysIn, []any{[]string{"q"}, "", reconcileKeyChunk}},
 		{"schedules: instance running", sqlInstanceRunning, []any{failed}},
 		// Health.
 		{"health: ready", sqlHealthReady, []any{nil}},

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godurable/godurable/store"
 	"github.com/stretchr/testify/require"
 )
 
@@ -111,4 +112,31 @@ func TestBlockedKeysReadOneEntryPerKeyWithoutStatistics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPolicyChangePromotesInBoundedTransactions: a policy change promotes
+// the blocked rows of the queues it changed whose keys have room, reading
+// the blocked keys a page at a time (each page's K = 1 keys locked in a
+// transaction of their own), every page's, and leaves the blocked rows of
+// other queues alone.
+func TestPolicyChangePromotesInBoundedTransactions(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	old := reconcileKeyChunk
+	reconcileKeyChunk = 4
+	defer func() { reconcileKeyChunk = old }()
+	insertStranded(t, s, "acct", 11, 2, 0) // queue q
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'other', 'blocked', 's', now(), 0, 'elsewhere:' || k, now(), now()
+		FROM generate_series(0, 5) k`)
+	require.NoError(t, err)
+	_, err = s.SyncConcurrencyPolicies(ctx, "default", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}})
+	require.NoError(t, err)
+	count := func(queue, status string) (n int) {
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE queue = $1 AND status = $2`, queue, status).Scan(&n))
+		return n
+	}
+	require.Equal(t, 11, count("q", "ready"), "one row of each key of q")
+	require.Equal(t, 11, count("q", "blocked"))
+	require.Equal(t, 6, count("other", "blocked"), "another queue's rows stay blocked")
 }
