@@ -178,8 +178,13 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 		}
 		wait *= 2
 		next := &strandedKeys{}
-		if err := s.healOnce(ctx, keys, one, next, now); err != nil {
-			return
+		for i := 0; i < len(keys); i += healChunk {
+			j := min(i+healChunk, len(keys))
+			more := &strandedKeys{}
+			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
+				return
+			}
+			next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
 		}
 		keys, one = next.keys, next.one
 	}
