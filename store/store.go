@@ -966,9 +966,9 @@ type TxInserter interface {
 // A slot is handed off only when every limit the claim would check admits
 // the row without more reads: the worker has Room in the row's queue and
 // runs its workflow, the queue has no concurrency policy, the key has no
-// rate limit, and no ready row of the same queue that a claim would take
-// first (a better priority, or an earlier round) waits: priority and turns
-// hold. Every other freed slot is
+// rate limit, and no ready row of the same queue that the worker's claim
+// would take first (a better priority, or an earlier round, of a workflow
+// of HandOff.Workflows) waits: priority and turns hold. Every other freed slot is
 // credited and promotes its key's next blocked row, as with Complete. Only
 // the slots of outcomes marked Contended are considered (the worker kept
 // the executors that ran them for the rows handed back; the store reads

@@ -466,7 +466,11 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		})
 		return err
 	})
-	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve)).Query(func(rows pgx.Rows) error {
+	workflows := h.Workflows
+	if workflows == nil {
+		workflows = []string{}
+	}
+	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve), workflows).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		var round, otherRound, freeRound *int64
 		var otherPrio, freePrio *int
