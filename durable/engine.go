@@ -343,6 +343,10 @@ func (e *Engine) Register(defs ...Definition) error {
 		if err := def.validate(); err != nil {
 			return fmt.Errorf("durable: register: %w", err)
 		}
+		if def.retention > 0 && e.cfg.Retention > 0 && def.retention > e.cfg.Retention {
+			return fmt.Errorf("durable: register: workflow %q: retention %v is longer than Config.Retention %v, which bounds every row",
+				def.name, def.retention, e.cfg.Retention)
+		}
 		if e.defs[def.name] == nil {
 			e.defs[def.name] = map[int]*definition{}
 		}
@@ -359,6 +363,20 @@ func (e *Engine) lookup(name string, version int) *definition {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.defs[name][version]
+}
+
+// retentions returns the registered workflows that have a retention of
+// their own (WorkflowOptions.Retention), their latest version's.
+func (e *Engine) retentions() map[string]time.Duration {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := map[string]time.Duration{}
+	for name, d := range e.latest {
+		if d.retention > 0 {
+			out[name] = d.retention
+		}
+	}
+	return out
 }
 
 func (e *Engine) workflowNames() []string {

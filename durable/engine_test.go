@@ -524,3 +524,30 @@ func TestTickSplitsARefusedBatch(t *testing.T) {
 		require.Equal(t, store.StatusDone, in.Status)
 	}
 }
+
+// timerlessStore fails every FireTimers.
+type timerlessStore struct{ store.Store }
+
+func (timerlessStore) FireTimers(context.Context, time.Time) (int, error) {
+	return 0, errors.New("fire timers: refused by the test")
+}
+
+// TestReaperRunsWhenTimersFail: the maintenance sweep's steps fail on their
+// own: with every timer sweep failing, a dead worker's expired claim is
+// still reaped, and the engine runs it.
+func TestReaperRunsWhenTimersFail(t *testing.T) {
+	mem := memory.New(memory.Options{})
+	st := timerlessStore{mem}
+	ctx := waitCtx(t)
+	_, err := st.Insert(ctx, []store.NewInstance{{ID: store.NewInstanceID(), Workflow: "count", Version: 1,
+		Queue: durable.DefaultQueue, Step: "inc", State: json.RawMessage(`{"n":0}`)}})
+	require.NoError(t, err)
+	res, err := st.Claim(ctx, store.ClaimRequest{Queue: durable.DefaultQueue, Worker: "dead", Limit: 1, Lease: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	e := newEngine(t, durable.Config{Store: st, ReaperInterval: 20 * time.Millisecond}, counterWorkflow())
+	start(t, e)
+	in, err := e.Wait(ctx, res.Claimed[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDone, in.Status)
+}

@@ -3,6 +3,7 @@ package durable
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -270,7 +271,12 @@ func (e *Engine) Reconcile(ctx context.Context) (store.ReconcileReport, error) {
 // reconcile runs and records one sweep (the maintenance loop's entry).
 func (e *Engine) reconcile(ctx context.Context) (store.ReconcileReport, error) {
 	retention := max(e.cfg.Retention, 0)
-	rep, err := e.st.Reconcile(ctx, retention, e.storeNow())
+	now := e.storeNow()
+	rep, err := e.st.Reconcile(ctx, retention, now)
+	if n, werr := e.deleteByWorkflow(ctx, now); n > 0 || werr != nil {
+		rep.InstancesDeleted += n
+		err = errors.Join(err, werr)
+	}
 	if err != nil {
 		return rep, fmt.Errorf("durable: reconcile: %w", err)
 	}
@@ -280,6 +286,40 @@ func (e *Engine) reconcile(ctx context.Context) (store.ReconcileReport, error) {
 		e.wakeAll()
 	}
 	return rep, nil
+}
+
+// retentionChunk is how many terminal rows one statement of a workflow's
+// own retention deletes.
+const retentionChunk = 1000
+
+// deleteByWorkflow applies the workflows' own retentions
+// (WorkflowOptions.Retention), retentionChunk rows per store call, in
+// workflow order; a workflow whose deletion fails does not stop the
+// others.
+func (e *Engine) deleteByWorkflow(ctx context.Context, now time.Time) (int, error) {
+	rs := e.retentions()
+	names := make([]string, 0, len(rs))
+	for name := range rs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	total := 0
+	var errs []error
+	for _, name := range names {
+		before := cmp.Or(now, time.Now()).Add(-rs[name])
+		for {
+			n, err := e.st.DeleteTerminal(ctx, name, before, retentionChunk)
+			total += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("retention of %s: %w", name, err))
+				break
+			}
+			if n < retentionChunk {
+				break
+			}
+		}
+	}
+	return total, errors.Join(errs...)
 }
 
 // healthCache serves the gauges: a Health snapshot reused for up to

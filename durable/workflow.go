@@ -33,6 +33,13 @@ type WorkflowOptions struct {
 	Retry steps.RetryPolicy
 	// OnError replaces the default error handler (retry by Retry, then stop).
 	OnError ErrorHandler
+	// Retention, when positive, is how long this workflow's terminal
+	// instances are kept: shorter than Config.Retention, which still bounds
+	// every row (Register refuses a longer one). The reconciler deletes
+	// them in bounded chunks (see store.Store.DeleteTerminal). Versions
+	// of one workflow share the latest registered version's. Zero:
+	// Config.Retention.
+	Retention time.Duration
 }
 
 // Workflow is a state machine over the state type S: named steps, each
@@ -61,7 +68,7 @@ func NewWorkflow[S any](name, initial string, opts WorkflowOptions) *Workflow[S]
 	}
 	return &Workflow[S]{def: &definition{
 		name: name, version: opts.Version, initial: initial, queue: opts.Queue,
-		retry: opts.Retry, onError: opts.OnError, steps: map[string]*stepDef{},
+		retry: opts.Retry, onError: opts.OnError, retention: opts.Retention, steps: map[string]*stepDef{},
 	}}
 }
 
@@ -109,8 +116,10 @@ type definition struct {
 	queue   string
 	retry   steps.RetryPolicy
 	onError ErrorHandler
-	steps   map[string]*stepDef
-	errs    []error // mistakes made while defining it, reported at Register
+	// retention is WorkflowOptions.Retention.
+	retention time.Duration
+	steps     map[string]*stepDef
+	errs      []error // mistakes made while defining it, reported at Register
 }
 
 type stepDef struct {
@@ -139,6 +148,9 @@ func (d *definition) validate() error {
 	}
 	if len(d.steps) == 0 {
 		return fmt.Errorf("workflow %q has no steps", d.name)
+	}
+	if d.retention < 0 {
+		return fmt.Errorf("workflow %q: retention %v is negative (zero: Config.Retention)", d.name, d.retention)
 	}
 	if _, ok := d.steps[d.initial]; !ok {
 		return fmt.Errorf("workflow %q: initial step %q is not defined", d.name, d.initial)

@@ -974,8 +974,15 @@ type Store interface {
 	// blocked rows whose key has room, deletes idle counters, deletes rate
 	// buckets that are full at now (a missing bucket starts full, so no
 	// unearned burst is granted) or whose name lost its rate limit, and
-	// deletes terminal rows older than retention (0: keep forever).
+	// deletes terminal rows older than retention (0: keep forever). A step
+	// that fails does not stop the others: the error joins the failed
+	// steps' errors, and the report counts what the others did.
 	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
+	// DeleteTerminal deletes up to limit terminal instances of workflow
+	// last changed before before, oldest first, and returns how many it
+	// deleted: a workflow's own retention, swept a bounded chunk per call
+	// (see durable.WorkflowOptions.Retention).
+	DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error)
 
 	// Close releases the store's resources.
 	Close() error
@@ -1010,9 +1017,9 @@ type TxInserter interface {
 // A slot is handed off only when every limit the claim would check admits
 // the row without more reads: the worker has Room in the row's queue and
 // runs its workflow, the queue has no concurrency policy, the key has no
-// rate limit, and no ready row of the same queue that a claim would take
-// first (a better priority, or an earlier round) waits: priority and turns
-// hold. Every other freed slot is
+// rate limit, and no ready row of the same queue that the worker's claim
+// would take first (a better priority, or an earlier round, of a workflow
+// of HandOff.Workflows) waits: priority and turns hold. Every other freed slot is
 // credited and promotes its key's next blocked row, as with Complete. Only
 // the slots of outcomes marked Contended are considered (the worker kept
 // the executors that ran them for the rows handed back; the store reads

@@ -2,7 +2,7 @@
 // blocked and why, and the few actions that fix it, against the PostgreSQL
 // database the workers share.
 //
-//	durable migrate  [-down N]                  apply (or revert) the schema migrations
+//	durable migrate  [-down N] [-plan]          apply (or revert) the schema migrations; say what each locks first
 //	durable health   [-json]                    queues, gates, warnings, the queues nobody works and the paused ones at a glance
 //	durable ls       (newest first) [-workflow W] [-status S] [-key K] [-queue Q] [-after ID] [-limit N] [-json]
 //	durable show     ID [-json]                 one instance: state (keys sorted by name), step, attempt, error, history
@@ -58,7 +58,8 @@ func main() {
 const usage = `usage: durable <command> [arguments] [flags]
 
 commands:
-  migrate              apply (or with -down N, revert) the schema migrations
+  migrate              apply (or with -down N, revert) the schema migrations, saying first what each
+                       locks (-plan: only say it)
   health               queues, gates, warnings, the queues nobody works and the paused ones (-json)
   ls                   list instances, newest first (-workflow, -status, -key, -queue, -after, -limit;
                        a filtered page looks at -scan instances at most, default 10000)

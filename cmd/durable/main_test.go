@@ -70,3 +70,40 @@ func TestMigrateCommand(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	require.ErrorContains(t, run(ctx, []string{"migrate"}, &out, &errb), "no database")
 }
+
+// TestMigratePlan: durable migrate says, before applying, how each pending
+// migration runs and what it locks; -plan only says it.
+func TestMigratePlan(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	url := pgtest.URL(t)
+	schema := pgtest.SchemaOf(pool)
+	var out, errb bytes.Buffer
+	args := []string{"migrate", "-database-url", url, "-schema", schema}
+
+	require.NoError(t, run(ctx, append(args, "-plan"), &out, &errb))
+	require.Contains(t, out.String(), "migration 1 (init), in the run's transaction (a new schema")
+	require.NotContains(t, out.String(), "SHARE", "a new schema's tables are new")
+	v, err := postgres.AppliedVersions(ctx, pool, schema)
+	require.NoError(t, err)
+	require.Empty(t, v, "-plan applies nothing")
+
+	_, err = postgres.Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	_, err = postgres.MigrateDown(ctx, pool, schema, 16)
+	require.NoError(t, err)
+	out.Reset()
+	require.NoError(t, run(ctx, args, &out, &errb))
+	require.Contains(t, out.String(), "migration 17 (pick_by_workflow), without a transaction, each lock held for its statement only:\n"+
+		"  the table of index instances_pick_free_workflow: SHARE UPDATE EXCLUSIVE while the index is dropped (reads and writes go on)\n"+
+		"  instances: SHARE UPDATE EXCLUSIVE while index instances_pick_free_workflow builds (reads and writes go on)\n")
+	require.Contains(t, out.String(), "applied [17")
+
+	_, err = postgres.MigrateDown(ctx, pool, schema, 10)
+	require.NoError(t, err)
+	out.Reset()
+	require.NoError(t, run(ctx, append(args, "-plan"), &out, &errb))
+	require.Contains(t, out.String(), "migration 11 (key_waiting), in the run's transaction, holding its locks until it commits:\n"+
+		"  instances: SHARE while index instances_key_blocked builds (writes wait)\n")
+	require.NotContains(t, out.String(), "applied")
+}

@@ -33,8 +33,9 @@ func (t Turn) Compare(u Turn) int {
 
 // InTurn reports whether a waiting row at turn t may take a freed slot of
 // its key ahead of the ready rows of its queue, of which head is the first
-// in claim order among those without a key or of another key (nil: there
-// are none). A row of the key with a better priority or an earlier round
+// in claim order among those without a key or of another key, of the
+// workflows the worker that would take the slot runs: the row its own
+// claim would take first (nil: there are none). A row of the key with a better priority or an earlier round
 // than t is the key's own line, which the store reads in that order, so
 // only other rows compete. A tie is in turn: rows of one round take it in
 // run_at order, which a store that reads only (priority, round) cannot

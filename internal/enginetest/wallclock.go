@@ -315,6 +315,13 @@ func (c *cutStore) Reconcile(ctx context.Context, retention time.Duration, now t
 	return c.Store.Reconcile(ctx, retention, now)
 }
 
+func (c *cutStore) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+	if c.cut.Load() {
+		return 0, errCut
+	}
+	return c.Store.DeleteTerminal(ctx, workflow, before, limit)
+}
+
 // wallClockCutOff: engine A runs a K = 1 step with a 1 s lease; its store
 // becomes unreachable. A must cancel the step before its lease can have
 // expired; engine B reaps the row and runs the step again, never while

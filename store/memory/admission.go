@@ -457,7 +457,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 			_, policy := s.policies[r.inst.Queue]
 			_, rated := s.rates.Lookup(gate.NameOf(k))
 			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
-				Workflow: r.inst.Workflow, Turn: turn(r), Head: s.head(r), Policy: policy, Rated: rated})
+				Workflow: r.inst.Workflow, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated})
 		}
 	}
 	plan := admission.Free(freed, waiting, st)
@@ -521,9 +521,10 @@ func turn(r *row) admission.Turn {
 
 // head is the turn of the first ready row of r's queue, in claim order,
 // among those without a key or of another key than r's, at r's priority
-// or a better one (nil: none): the row that a slot passing to r would have
-// to wait for (admission.InTurn).
-func (s *Store) head(r *row) *admission.Turn {
+// or a better one, of the workflows (none: every workflow) the worker runs
+// (nil: none): the row that a slot passing to r would have to wait for
+// (admission.InTurn), the one a claim of that worker would take first.
+func (s *Store) head(r *row, workflows []string) *admission.Turn {
 	q := s.queues[r.inst.Queue]
 	if q == nil {
 		return nil
@@ -536,13 +537,14 @@ func (s *Store) head(r *row) *admission.Turn {
 		if h == nil || h.Len() == 0 {
 			continue
 		}
-		if m := h.min(); m.inst.Key != r.inst.Key {
+		runs := func(o *row) bool { return len(workflows) == 0 || slices.Contains(workflows, o.inst.Workflow) }
+		if m := h.min(); m.inst.Key != r.inst.Key && runs(m) {
 			t := turn(m)
 			return &t
 		}
 		var best *row
 		for _, o := range h.rows {
-			if o.inst.Key != r.inst.Key && (best == nil || turn(o).Compare(turn(best)) < 0) {
+			if o.inst.Key != r.inst.Key && runs(o) && (best == nil || turn(o).Compare(turn(best)) < 0) {
 				best = o
 			}
 		}

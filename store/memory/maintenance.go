@@ -192,12 +192,36 @@ func abs(x int) int {
 }
 
 // deleteOld removes terminal rows updated before cutoff.
-func (s *Store) deleteOld(cutoff time.Time) int {
+func (s *Store) deleteOld(cutoff time.Time) int { return s.deleteTerminal("", cutoff, 0) }
+
+// DeleteTerminal deletes up to limit terminal instances of workflow last
+// changed before before, oldest first (see store.Store).
+func (s *Store) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	defer s.unlock(&notes{})
+	if limit <= 0 {
+		return 0, nil
+	}
+	return s.deleteTerminal(workflow, before, limit), nil
+}
+
+// deleteTerminal deletes the terminal rows (of workflow, unless empty)
+// last changed before cutoff, the oldest limit of them (all when limit is
+// 0).
+func (s *Store) deleteTerminal(workflow string, cutoff time.Time, limit int) int {
 	var old []*row
 	for _, r := range s.rows {
-		if r.inst.Status.Terminal() && r.inst.UpdatedAt.Before(cutoff) {
+		if r.inst.Status.Terminal() && r.inst.UpdatedAt.Before(cutoff) && (workflow == "" || r.inst.Workflow == workflow) {
 			old = append(old, r)
 		}
+	}
+	if limit > 0 && len(old) > limit {
+		slices.SortFunc(old, func(a, b *row) int {
+			return cmp.Or(a.inst.UpdatedAt.Compare(b.inst.UpdatedAt), cmp.Compare(a.inst.ID, b.inst.ID))
+		})
+		old = old[:limit]
 	}
 	for _, r := range old {
 		delete(s.rows, r.inst.ID)

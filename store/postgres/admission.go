@@ -99,10 +99,14 @@ const (
 	// minWindow is the smallest keyed window a claim looks at; the window is
 	// Limit rows and what the queue's last claim passed over, up to Limit
 	// more (see windows), at least minWindow, at most max(Limit, maxWindow). A claim
-	// holds one advisory lock per distinct K = 1 key of its window (and an
-	// outcome batch one per K = 1 key it frees): PostgreSQL's lock table
-	// (max_locks_per_transaction × max_connections) bounds how many such
-	// transactions can run at once.
+	// holds one advisory lock per distinct K = 1 key of its window, so at
+	// most max(2 × Limit, minWindow) and never more than max(Limit,
+	// maxWindow) (an engine's Limit is its free executors: 32 locks at the
+	// default 10), and an outcome batch one per K = 1 key it frees.
+	// PostgreSQL's lock table holds max_locks_per_transaction ×
+	// (max_connections + max_prepared_transactions) locks for every
+	// session at once (6,400 with the defaults); the reconciler takes at
+	// most reconcileKeyChunk at a time to leave them to the claims.
 	minWindow = 32
 	maxWindow = 1000
 	// promoteChunk bounds how many delayed rows and await timeouts of the

@@ -62,11 +62,53 @@ func BenchmarkClaimComplete(b *testing.B) {
 }
 
 func benchClaimComplete(b *testing.B, kind string, nosync bool) {
+	benchClaimCompleteBehind(b, kind, nosync, 0)
+}
+
+// BenchmarkUnregisteredBacklog is BenchmarkClaimComplete's keyless and K =
+// 1 runs, with workers that claim only their workflow, on their own and
+// behind a backlog of 200,000 ready rows of a workflow none of them runs
+// (half of them keyless, half of distinct K = 1 keys), inserted first: a
+// rolling deploy's backlog at the head of the queue. The two rates should
+// be about the same.
+//
+//	go test ./store/postgres -run '^$' -bench UnregisteredBacklog -benchtime 20000x
+func BenchmarkUnregisteredBacklog(b *testing.B) {
+	for _, kind := range []string{"nokey", "k1"} {
+		for _, backlog := range []int{0, 200_000} {
+			b.Run(fmt.Sprintf("%s/behind-%d", kind, backlog), func(b *testing.B) {
+				benchClaimCompleteBehind(b, kind, true, backlog)
+			})
+		}
+	}
+}
+
+// benchClaimCompleteBehind runs BenchmarkClaimComplete's workload behind
+// backlog ready rows of a workflow the workers do not claim (see
+// BenchmarkUnregisteredBacklog).
+func benchClaimCompleteBehind(b *testing.B, kind string, nosync bool, backlog int) {
 	workers, batch := benchWorkers, 32
 	e := benchStore(b, nosync)
 	if kind == "gate" {
 		_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 64, Shards: 8}})
 		require.NoError(b, err)
+	}
+	var workflows []string
+	if backlog > 0 {
+		workflows = []string{"wf"}
+		next := make([]store.NewInstance, backlog)
+		for i := range next {
+			key := ""
+			if i%2 == 1 {
+				key = fmt.Sprintf("next:%d", i) // one row per key: all ready
+			}
+			next[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "next", Queue: "q", Step: "s",
+				State: json.RawMessage(`{"n":1}`), Key: key}
+		}
+		for i := 0; i < len(next); i += 10_000 {
+			_, err := e.s.Insert(e.ctx, next[i:min(i+10_000, len(next))])
+			require.NoError(b, err)
+		}
 	}
 	ins := make([]store.NewInstance, b.N)
 	for i := range ins {
@@ -96,7 +138,8 @@ func benchClaimComplete(b *testing.B, kind string, nosync bool) {
 			worker := fmt.Sprintf("w%d", w)
 			for done.Load() < int64(b.N) {
 				t0 := time.Now()
-				res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: batch, Lease: time.Minute})
+				res, err := e.s.Claim(e.ctx, store.ClaimRequest{Queue: "q", Worker: worker, Limit: batch, Lease: time.Minute,
+					Workflows: workflows})
 				claimNs.Add(int64(time.Since(t0)))
 				claims.Add(1)
 				if err != nil {
@@ -242,4 +285,65 @@ func benchInsertMany(b *testing.B, keyed bool, size int, copyIn bool) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkReconcileBacklog measures one reconciler sweep over 12,000 K =
+// 1 keys with a backlog past the ready cap (64 ready and 2 blocked rows
+// each: 792,000 rows), on the table never analyzed (a bulk insert before
+// autoanalyze) and then analyzed.
+//
+//	go test ./store/postgres -run '^$' -bench ReconcileBacklog -benchtime 1x
+func BenchmarkReconcileBacklog(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		e := benchStore(b, true)
+		_, err := e.pool.Exec(e.ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+			SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN r < 64 THEN 'ready' ELSE 'blocked' END, 's', now(), r,
+			       'acct:' || k, now(), now()
+			FROM generate_series(0, 11999) k, generate_series(0, 65) r`)
+		require.NoError(b, err)
+		b.StartTimer()
+		for _, analyzed := range []bool{false, true} {
+			if analyzed {
+				_, err := e.pool.Exec(e.ctx, "ANALYZE instances")
+				require.NoError(b, err)
+			}
+			t0 := time.Now()
+			_, err := e.s.Reconcile(e.ctx, time.Hour, time.Time{})
+			require.NoError(b, err)
+			name := "ms-sweep-no-stats"
+			if analyzed {
+				name = "ms-sweep-analyzed"
+			}
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/1000, name)
+		}
+	}
+}
+
+// BenchmarkLimitChange measures a limit change of a gate with 200 live
+// rows in a table of 600,000 other rows (a third of them ready, the rest
+// terminal): what every credit of the gate waits for while the change
+// holds its counters.
+//
+//	go test ./store/postgres -run '^$' -bench LimitChange -benchtime 20x
+func BenchmarkLimitChange(b *testing.B) {
+	e := benchStore(b, true)
+	_, err := e.pool.Exec(e.ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN i % 3 = 0 THEN 'ready' ELSE 'done' END, 's', now(), NULL, now(), now()
+		FROM generate_series(1, 600000) i`)
+	require.NoError(b, err)
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', 'blocked', 's', now(), 0, 'api:' || (i % 20), now(), now()
+		FROM generate_series(1, 200) i`)
+	require.NoError(b, err)
+	_, err = e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 10}})
+	require.NoError(b, err)
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 11 + i%2}})
+		require.NoError(b, err)
+		require.Equal(b, int64(200), res.Live["api"])
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/change")
 }

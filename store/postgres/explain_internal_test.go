@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -68,38 +69,40 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		sql  string
 		args []any
 	}{
-		"promote scheduled":   {sqlPromoteScheduled, []any{"q", nil, 1000}},
-		"fire queue timers":   {sqlFireQueueTimers, []any{"q", nil, 1000}},
-		"candidates":          {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32, int64(1)}},
-		"key busy":            {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
-		"next due":            {sqlNextDue, []any{"q"}},
-		"claim":               {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
-		"claim reserve":       {sqlClaimReserve, []any{ids, "w", int64(60e6), nil, ids}},
-		"join parents":        {sqlJoinParents, []any{ids, make([]int32, len(ids)), nil, "c", make([]int32, len(ids))}},
-		"set pending":         {sqlSetPending, []any{ids, make([]int32, len(ids)), nil, "c"}},
-		"block backlog":       {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil, 64, []string{"acct:abcd"}}},
-		"block":               {sqlBlock, []any{ids, nil, []string{"acct:abcd"}}},
-		"flag holders":        {sqlFlagHolders, []any{[]string{"acct:abcd"}}},
-		"promote if room":     {sqlPromoteIfRoom, []any{[]string{"acct:abcd"}, 1, nil, "c", true}},
-		"complete apply":      {sqlCompleteApply, complete},
-		"hand-off lock":       {sqlHandOffLock, []any{ids, int64(1)}},
-		"hand-off busy":       {sqlHandOffBusy, []any{ids}},
-		"hand-off gates":      {sqlHandOffGates, []any{ids}},
-		"hand-off candidates": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids))}},
-		"hand-off":            {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil}},
-		"successors lock":     {sqlSuccessorsLock, []any{ids, fences, "w"}},
-		"succeed":             {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
-		"reserve":             {sqlReserve, []any{ids, "w", int64(60e6), nil}},
-		"promote":             {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
-		"stranded":            {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
-		"heartbeat":           {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
-		"release":             {sqlRelease, []any{"w", ids, fences, nil}},
-		"recheck inbox":       {sqlRecheckInbox, []any{ids, nil, "c"}},
-		"reap":                {sqlReap, []any{nil, 1000}},
-		"reclaim worker":      {sqlReclaimWorker, []any{nil, "w"}},
-		"signal wake":         {sqlSignalWake, []any{ids[0], nil}},
-		"queue active":        {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
-		"throttle":            {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
+		"promote scheduled":                {sqlPromoteScheduled, []any{"q", nil, 1000}},
+		"fire queue timers":                {sqlFireQueueTimers, []any{"q", nil, 1000}},
+		"candidates":                       {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32, int64(1)}},
+		"candidates of workflows":          {sqlClaimCandidates, []any{"q", nil, []string{"wf", "other"}, 64, 32, int64(1)}},
+		"key busy":                         {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
+		"next due":                         {sqlNextDue, []any{"q"}},
+		"claim":                            {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
+		"claim reserve":                    {sqlClaimReserve, []any{ids, "w", int64(60e6), nil, ids}},
+		"join parents":                     {sqlJoinParents, []any{ids, make([]int32, len(ids)), nil, "c", make([]int32, len(ids))}},
+		"set pending":                      {sqlSetPending, []any{ids, make([]int32, len(ids)), nil, "c"}},
+		"block backlog":                    {sqlBlockBacklog, []any{[]string{"acct:abcd"}, 1000, nil, 64, []string{"acct:abcd"}}},
+		"block":                            {sqlBlock, []any{ids, nil, []string{"acct:abcd"}}},
+		"flag holders":                     {sqlFlagHolders, []any{[]string{"acct:abcd"}}},
+		"promote if room":                  {sqlPromoteIfRoom, []any{[]string{"acct:abcd"}, 1, nil, "c", true}},
+		"complete apply":                   {sqlCompleteApply, complete},
+		"hand-off lock":                    {sqlHandOffLock, []any{ids, int64(1)}},
+		"hand-off busy":                    {sqlHandOffBusy, []any{ids}},
+		"hand-off gates":                   {sqlHandOffGates, []any{ids}},
+		"hand-off candidates":              {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{}}},
+		"hand-off candidates of workflows": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{"wf", "other"}}},
+		"hand-off":                         {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil}},
+		"successors lock":                  {sqlSuccessorsLock, []any{ids, fences, "w"}},
+		"succeed":                          {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
+		"reserve":                          {sqlReserve, []any{ids, "w", int64(60e6), nil}},
+		"promote":                          {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
+		"stranded":                         {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
+		"heartbeat":                        {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
+		"release":                          {sqlRelease, []any{"w", ids, fences, nil}},
+		"recheck inbox":                    {sqlRecheckInbox, []any{ids, nil, "c"}},
+		"reap":                             {sqlReap, []any{nil, 1000}},
+		"reclaim worker":                   {sqlReclaimWorker, []any{nil, "w"}},
+		"signal wake":                      {sqlSignalWake, []any{ids[0], nil}},
+		"queue active":                     {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
+		"throttle":                         {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
 		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
 		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
 		"key next":    {sqlKeyNext, []any{"acct:abcd"}},
@@ -166,7 +169,8 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 // fleet's concurrency, not with the batch).
 var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "key busy": true,
 	"hand-off": true, "hand-off lock": true, "hand-off busy": true, "hand-off gates": true, "hand-off candidates": true,
-	"release": true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
+	"hand-off candidates of workflows": true,
+	"release":                          true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
 	"join parents": true, "set pending": true}
 
 // concurrencyIndexes are the partial indexes of instances whose size is
@@ -380,23 +384,66 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 	}
 	_, err := s.Insert(ctx, ins)
 	require.NoError(t, err)
+	// Every workflow, and the workflows of a worker (one probe each of
+	// the workflow pick index).
+	for _, workflows := range [][]string{{}, {"wf", "other"}} {
+		text := explainHandOffCandidates(t, s, []string{ins[0].ID}, []int32{100}, workflows)
+		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_keyed(?:_workflow)? on instances \w+ .*loops=(\d+)`)
+		m := probe.FindAllStringSubmatch(text, -1)
+		require.NotEmpty(t, m, "%v: no probe of the keyed pick index:\n%s", workflows, text)
+		for _, p := range m {
+			want := "1"
+			if len(workflows) > 0 {
+				want = fmt.Sprint(len(workflows)) // once per workflow, not per candidate
+			}
+			require.Equal(t, want, p[1], "%v: the turn was read per candidate, not per group:\n%s", workflows, text)
+		}
+		require.Contains(t, text, "rows=100 loops=1", "%v: the candidates read:\n%s", workflows, text)
+	}
+}
+
+// explainHandOffCandidates runs sqlHandOffCandidates under EXPLAIN ANALYZE
+// with a generic plan, in a transaction rolled back (the read locks its
+// candidates), and returns the plan's text.
+func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int32, workflows []string) string {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }() // the read locks its candidates
+	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, sqlNoSeqScan)
 	require.NoError(t, err)
 	sd, err := tx.Prepare(ctx, "", "EXPLAIN (ANALYZE, COSTS OFF) "+s.q(sqlHandOffCandidates))
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, sd.SQL, []string{ins[0].ID}, []int32{100})
+	rows, err := tx.Query(ctx, sd.SQL, ids, wants, workflows)
 	require.NoError(t, err)
-	text := strings.Join(planLines(t, rows, "hand-off candidates"), "\n")
-	probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_keyed on instances \w+ .*loops=(\d+)`)
-	m := probe.FindAllStringSubmatch(text, -1)
-	require.NotEmpty(t, m, "no probe of the keyed pick index:\n%s", text)
-	for _, p := range m {
-		require.Equal(t, "1", p[1], "the turn was read per candidate, not per group:\n%s", text)
+	return strings.Join(planLines(t, rows, "hand-off candidates"), "\n")
+}
+
+// TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
+// live rows of each changed name (sqlLiveByName) while it holds the
+// name's counters; the count reads instances_live_key_name, not the
+// table, analyzed or not, with custom and generic plans.
+func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN i % 10 = 0 THEN 'ready' ELSE 'done' END, 's', now(), 0,
+		       CASE WHEN i % 2 = 0 THEN 'api:' || (i % 100) END, now(), now()
+		FROM generate_series(1, 20000) i`)
+	require.NoError(t, err)
+	for _, analyze := range []bool{false, true} {
+		if analyze {
+			_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+			require.NoError(t, err)
+		}
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			plan := explainPrepared(t, s, mode, false, sqlLiveByName, []any{[]string{"api", "other"}}, "live by name")
+			text := strings.Join(plan, "\n")
+			require.Contains(t, text, "instances_live_key_name", "analyzed %v (%s):\n%s", analyze, mode, text)
+			require.NotContains(t, text, "Seq Scan on instances", "analyzed %v (%s):\n%s", analyze, mode, text)
+		}
 	}
-	require.Contains(t, text, "rows=100 loops=1", "the candidates read:\n%s", text)
 }

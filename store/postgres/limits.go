@@ -311,6 +311,14 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 	}
 
 	b := &pgx.Batch{}
+	// The count comes first, so that it is not made while the counters
+	// are locked: every credit of their keys waits for those locks.
+	b.Queue(s.q(sqlLiveByName), allChanged).Query(func(rows pgx.Rows) error {
+		var name string
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
+		return err
+	})
 	if len(changed) > 0 {
 		b.Queue(s.q(sqlSlotsOfNames), changed).Query(scanCounters(counters))
 	}
@@ -321,12 +329,6 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 	if len(rescale) > 0 {
 		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
 	}
-	b.Queue(s.q(sqlLiveByName), allChanged).Query(func(rows pgx.Rows) error {
-		var name string
-		var n int64
-		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
-		return err
-	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}

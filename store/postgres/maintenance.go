@@ -128,81 +128,39 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 // Counters are recomputed as capacity − executing rows per (key, shard),
 // with capacities from the stored limits (see resizeShards for shards that
 // hold more rows than a lowered limit gives them).
+//
+// Every statement of the sweep is bounded, and so is every transaction's
+// hold on locks: the blocked keys are read reconcileKeyChunk at a time,
+// the K = 1 keys of each such page are promoted in a transaction of their
+// own (holding at most reconcileKeyChunk advisory locks), the gate
+// counters are repaired reconcileChunk keys per transaction, and the
+// deletions go sweepChunk rows per statement. Each step fails on its own:
+// the sweep goes on with the next one, and returns every failed step's
+// error joined, with the report of what the others did (a sweep whose
+// key healing fails still deletes what retention asks).
 func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time.Time) (store.ReconcileReport, error) {
 	if err := s.check(); err != nil {
 		return store.ReconcileReport{}, err
 	}
 	var rep store.ReconcileReport
+	var errs []error
 
-	type blockedKey struct {
-		key           string
-		limit, shards *int32
-	}
-	rows, err := s.pool.Query(ctx, s.q(sqlBlockedKeys))
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: blocked keys: %w", err)
-	}
-	blocked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (blockedKey, error) {
-		var k blockedKey
-		return k, r.Scan(&k.key, &k.limit, &k.shards)
-	})
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: blocked keys: %w", err)
-	}
-	var oneKeys []string
+	// K = 1 keys with blocked rows, a page of keys at a time, promoted
+	// as the page is read; blocked gate keys are kept for the gates'
+	// repair.
 	gateBlocked := map[string]bool{}
-	for _, k := range blocked {
-		if k.limit == nil {
-			oneKeys = append(oneKeys, k.key)
-		} else {
-			gateBlocked[k.key] = true
-		}
+	if err := s.reconcileKeys(ctx, now, gateBlocked, &rep); err != nil {
+		errs = append(errs, fmt.Errorf("reconcile: keys: %w", err))
 	}
-
-	// Gate counters, in chunks of keys (one transaction each, in key
-	// order), so that a sweep never locks every counter at once.
-	for after := ""; ; {
-		var upto *string
-		var n int
-		if err := s.pool.QueryRow(ctx, s.q(sqlSlotsChunkEnd), after, reconcileChunk).Scan(&upto, &n); err != nil {
-			return rep, fmt.Errorf("reconcile: gates: %w", err)
-		}
-		if n < reconcileChunk {
-			upto = nil // the last chunk: every key after, with a counter or not
-		}
-		if err := s.inTx(ctx, func(tx pgx.Tx) error {
-			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, &rep)
-		}); err != nil {
-			return rep, fmt.Errorf("reconcile: gates: %w", err)
-		}
-		if upto == nil {
-			break
-		}
-		after = *upto
-	}
-
-	if len(oneKeys) > 0 {
-		slices.Sort(oneKeys)
-		if err := s.inTx(ctx, func(tx pgx.Tx) error {
-			b := &pgx.Batch{}
-			b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
-			// Only keys with no ready row: a ready row holds the key's turn
-			// (its claim and end pass it on), as the memory store counts it.
-			b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel, true).Query(func(rows pgx.Rows) error {
-				n, err := sumQueueCounts(rows)
-				rep.Promoted += n
-				return err
-			})
-			return tx.SendBatch(ctx, b).Close()
-		}); err != nil {
-			return rep, fmt.Errorf("reconcile: keys: %w", err)
-		}
+	if err := s.reconcileAllGates(ctx, now, gateBlocked, &rep); err != nil {
+		errs = append(errs, fmt.Errorf("reconcile: gates: %w", err))
 	}
 
 	for {
 		tag, err := s.pool.Exec(ctx, s.q(sqlBucketsCollect), tsArg(now), sweepChunk)
 		if err != nil {
-			return rep, fmt.Errorf("reconcile: rate buckets: %w", err)
+			errs = append(errs, fmt.Errorf("reconcile: rate buckets: %w", err))
+			break
 		}
 		rep.BucketsDeleted += int(tag.RowsAffected())
 		if tag.RowsAffected() < sweepChunk {
@@ -211,7 +169,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	}
 
 	if _, err := s.pool.Exec(ctx, s.q(sqlLimitChangesCollect), tsArg(now), micros(store.LiveChangeFor)); err != nil {
-		return rep, fmt.Errorf("reconcile: limit changes: %w", err)
+		errs = append(errs, fmt.Errorf("reconcile: limit changes: %w", err))
 	}
 
 	if retention > 0 {
@@ -219,7 +177,8 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 		for {
 			tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk)
 			if err != nil {
-				return rep, fmt.Errorf("reconcile: retention: %w", err)
+				errs = append(errs, fmt.Errorf("reconcile: retention: %w", err))
+				break
 			}
 			rep.InstancesDeleted += int(tag.RowsAffected())
 			if tag.RowsAffected() < sweepChunk {
@@ -227,7 +186,106 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 			}
 		}
 	}
-	return rep, nil
+	return rep, errors.Join(errs...)
+}
+
+// DeleteTerminal deletes up to limit terminal instances of workflow last
+// changed before before, oldest first (see store.Store).
+func (s *Store) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminalOf), workflow, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete terminal instances of %s: %w", workflow, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// reconcileKeyChunk bounds how many keys one read of the blocked keys
+// returns, and so how many K = 1 advisory locks one reconciler transaction
+// holds (besides a few relation locks). PostgreSQL's lock table holds
+// max_locks_per_transaction × (max_connections + max_prepared_transactions)
+// locks for every session at once (6,400 with the defaults), and a claim
+// holds one per distinct K = 1 key of its window: a sweep must leave room
+// for the fleet's claims.
+var reconcileKeyChunk = 256
+
+// reconcileKeys reads the keys with blocked rows in key order,
+// reconcileKeyChunk at a time; it promotes, in one transaction per page,
+// one blocked row of each K = 1 key of the page that has room and no
+// ready row, and adds the page's gate keys to gateBlocked.
+func (s *Store) reconcileKeys(ctx context.Context, now time.Time, gateBlocked map[string]bool, rep *store.ReconcileReport) error {
+	for after := ""; ; {
+		rows, err := s.pool.Query(ctx, s.q(sqlBlockedKeys), after, reconcileKeyChunk)
+		if err != nil {
+			return err
+		}
+		var keys, oneKeys []string
+		var limit *int32
+		var key string
+		if _, err := pgx.ForEachRow(rows, []any{&key, &limit}, func() error {
+			keys = append(keys, key)
+			if limit == nil {
+				oneKeys = append(oneKeys, key)
+			} else {
+				gateBlocked[key] = true
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(oneKeys) > 0 {
+			slices.Sort(oneKeys) // the lock order (see sql.go)
+			if err := s.inTx(ctx, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				b.Queue(s.q(sqlKeyLock), oneKeys, s.keySalt)
+				// Only keys with no ready row: a ready row holds the key's turn
+				// (its claim and end pass it on), as the memory store counts it.
+				b.Queue(s.q(sqlPromoteIfRoom), oneKeys, 1, tsArg(now), s.channel, true).Query(func(rows pgx.Rows) error {
+					n, err := sumQueueCounts(rows)
+					rep.Promoted += n
+					return err
+				})
+				return tx.SendBatch(ctx, b).Close()
+			}); err != nil {
+				return err
+			}
+		}
+		if len(keys) < reconcileKeyChunk {
+			return nil
+		}
+		after = keys[len(keys)-1]
+	}
+}
+
+// reconcileAllGates repairs the gate counters in chunks of keys (one
+// transaction each, in key order), so that a sweep never locks every
+// counter at once; the last chunk also promotes the gateBlocked keys that
+// have neither counters nor executing rows.
+func (s *Store) reconcileAllGates(ctx context.Context, now time.Time, gateBlocked map[string]bool, rep *store.ReconcileReport) error {
+	for after := ""; ; {
+		var upto *string
+		var n int
+		if err := s.pool.QueryRow(ctx, s.q(sqlSlotsChunkEnd), after, reconcileChunk).Scan(&upto, &n); err != nil {
+			return err
+		}
+		if n < reconcileChunk {
+			upto = nil // the last chunk: every key after, with a counter or not
+		}
+		if err := s.inTx(ctx, func(tx pgx.Tx) error {
+			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, rep)
+		}); err != nil {
+			return err
+		}
+		if upto == nil {
+			return nil
+		}
+		after = *upto
+	}
 }
 
 // reconcileChunk is how many keys' counters one reconciler transaction locks.

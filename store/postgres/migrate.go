@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -27,6 +28,102 @@ type Migration struct {
 	Name string
 	up   string
 	down string
+}
+
+// noTxMarker, as the first line of a migration file, makes the runner
+// apply that file outside a transaction, one statement at a time: what
+// CREATE INDEX CONCURRENTLY and DROP INDEX CONCURRENTLY need, so that an
+// index is built on a big table without blocking its writes. Such a file
+// holds plain statements, each ending its last line with ';', and must be
+// safe to run again from its start (a failed CREATE INDEX CONCURRENTLY
+// leaves an invalid index behind, so the file drops the index IF EXISTS
+// first): a run that fails part way has recorded nothing of it.
+const noTxMarker = "-- godurable:no-transaction"
+
+// NoTransaction reports whether the migration's up file (down: its down
+// file) runs outside a transaction, one statement at a time (see Migrate).
+func (m Migration) NoTransaction(down bool) bool {
+	return strings.HasPrefix(m.file(down), noTxMarker)
+}
+
+func (m Migration) file(down bool) string {
+	if down {
+		return m.down
+	}
+	return m.up
+}
+
+// statements splits a no-transaction migration file into its statements:
+// each ends with a line ending in ';'; comment lines are dropped.
+func statements(file string) []string {
+	var out []string
+	var cur strings.Builder
+	for line := range strings.Lines(file) {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		if strings.HasSuffix(t, ";") {
+			out = append(out, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		}
+	}
+	if t := strings.TrimSpace(cur.String()); t != "" {
+		out = append(out, t)
+	}
+	return out
+}
+
+// concurrently matches the CONCURRENTLY of CREATE INDEX and DROP INDEX.
+var concurrently = regexp.MustCompile(`(?i)\s+CONCURRENTLY\b`)
+
+// Locks describes, one line per statement that locks an existing table,
+// what applying the migration's up file (down: its down file) locks and
+// for how long; `durable migrate` prints it before it applies anything.
+// A migration in a transaction holds its locks until that transaction
+// commits (see Migrate); a no-transaction one holds each only for its
+// statement.
+func (m Migration) Locks(down bool) []string {
+	var out []string
+	for _, st := range statements(m.file(down)) {
+		if l := lockOf(st); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var (
+	lockCreateIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+(CONCURRENTLY\s+)?(IF\s+NOT\s+EXISTS\s+)?(\w+)\s+ON\s+\{schema\}\.(\w+)`)
+	lockDropIndex   = regexp.MustCompile(`(?is)^DROP\s+INDEX\s+(CONCURRENTLY\s+)?(IF\s+EXISTS\s+)?\{schema\}\.(\w+)`)
+	lockTable       = regexp.MustCompile(`(?is)^(ALTER\s+TABLE|DROP\s+TABLE|UPDATE|DELETE\s+FROM|INSERT\s+INTO)\s+(IF\s+EXISTS\s+)?\{schema\}\.(\w+)`)
+)
+
+// lockOf describes the table lock statement st takes ("" when it takes
+// none on an existing table: it creates something new).
+func lockOf(st string) string {
+	if m := lockCreateIndex.FindStringSubmatch(st); m != nil {
+		if m[2] != "" {
+			return fmt.Sprintf("%s: SHARE UPDATE EXCLUSIVE while index %s builds (reads and writes go on)", m[5], m[4])
+		}
+		return fmt.Sprintf("%s: SHARE while index %s builds (writes wait)", m[5], m[4])
+	}
+	if m := lockDropIndex.FindStringSubmatch(st); m != nil {
+		if m[1] != "" {
+			return fmt.Sprintf("the table of index %s: SHARE UPDATE EXCLUSIVE while the index is dropped (reads and writes go on)", m[3])
+		}
+		return fmt.Sprintf("the table of index %s: ACCESS EXCLUSIVE (reads and writes wait)", m[3])
+	}
+	if m := lockTable.FindStringSubmatch(st); m != nil {
+		switch strings.ToUpper(strings.Fields(m[1])[0]) {
+		case "ALTER", "DROP":
+			return fmt.Sprintf("%s: ACCESS EXCLUSIVE (reads and writes wait)", m[3])
+		default:
+			return fmt.Sprintf("%s: ROW EXCLUSIVE, and the rows it writes", m[3])
+		}
+	}
+	return ""
 }
 
 var migrationName = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
@@ -82,8 +179,14 @@ func loadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 // Migrate brings schema up to the latest embedded migration and returns the
 // versions it applied (none when already current). It creates the schema if
 // needed. Concurrent calls on the same schema are serialized by an advisory
-// lock and the whole run is one transaction: either every pending migration
-// is applied and recorded, or none is.
+// lock held for the whole run. Pending migrations run in one transaction:
+// either every one is applied and recorded, or none is; except that a
+// migration marked to run without a transaction (Migration.NoTransaction:
+// an index built CONCURRENTLY on a table that may be big) commits the
+// migrations before it, then runs statement by statement and is recorded
+// after its last statement. A run that starts from an empty schema, whose
+// tables nothing uses yet, applies every migration in its one
+// transaction, building those indexes without CONCURRENTLY.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	ms, err := Migrations()
 	if err != nil {
@@ -94,7 +197,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 
 // MigrateDown reverts schema to toVersion (0 removes every table the
 // migrations created) and returns the versions it reverted, newest first.
-// Like Migrate it runs in one transaction under the schema's migration lock.
+// It runs under the schema's migration lock, in one transaction but for
+// down files marked to run without one (see Migrate).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, schema string, toVersion int) ([]int, error) {
 	ms, err := Migrations()
 	if err != nil {
@@ -130,56 +234,131 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, ms []Migr
 	if err := ValidateSchema(schema); err != nil {
 		return nil, err
 	}
-	var done []int
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlMigrationLock, lockSalt(schema, saltMigrate)); err != nil {
-			return err
+	done, err := migrateLocked(ctx, pool, schema, ms, target)
+	if err != nil {
+		return done, fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	return done, nil
+}
+
+// migrateLocked is migrateTo on one connection that holds the schema's
+// migration lock (a session lock, since a no-transaction migration
+// commits part way) for the whole run.
+func migrateLocked(ctx context.Context, pool *pgxpool.Pool, schema string, ms []Migration, target int) (done []int, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	salt := lockSalt(schema, saltMigrate)
+	if _, err := conn.Exec(ctx, sqlMigrationLock, salt); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), sqlMigrationUnlock, salt); uerr != nil {
+			// Ending the session releases its lock.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			err = errors.Join(err, uerr)
 		}
-		if _, err := tx.Exec(ctx, render(sqlMigrationsInit, schema)); err != nil {
-			return err
+	}()
+	if _, err := conn.Exec(ctx, render(sqlMigrationsInit, schema)); err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, render(sqlMigrationsApplied, schema))
+	if err != nil {
+		return nil, err
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, err
+	}
+	current := 0
+	for i, v := range applied {
+		if v != i+1 {
+			return nil, fmt.Errorf("schema %s records versions %v: not a prefix of 1..n", schema, applied)
 		}
-		rows, err := tx.Query(ctx, render(sqlMigrationsApplied, schema))
-		if err != nil {
-			return err
+		current = v
+	}
+	if current > len(ms) {
+		return nil, fmt.Errorf("schema %s is at version %d, newer than this build knows (%d)", schema, current, len(ms))
+	}
+	type step struct {
+		m    Migration
+		down bool
+	}
+	var steps []step
+	for v := current + 1; v <= target; v++ {
+		steps = append(steps, step{ms[v-1], false})
+	}
+	for v := current; v > target; v-- {
+		steps = append(steps, step{ms[v-1], true})
+	}
+	fresh := current == 0
+	apply := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, st step, sql string) error {
+		dir := "up"
+		if st.down {
+			dir = "down"
 		}
-		applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		if err != nil {
-			return err
-		}
-		current := 0
-		for i, v := range applied {
-			if v != i+1 {
-				return fmt.Errorf("schema %s records versions %v: not a prefix of 1..n", schema, applied)
-			}
-			current = v
-		}
-		if current > len(ms) {
-			return fmt.Errorf("schema %s is at version %d, newer than this build knows (%d)", schema, current, len(ms))
-		}
-		for v := current + 1; v <= target; v++ {
-			m := ms[v-1]
-			if _, err := tx.Exec(ctx, render(m.up, schema)); err != nil {
-				return fmt.Errorf("migration %d (%s) up: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, render(sqlMigrationRecord, schema), m.Version, m.Name); err != nil {
-				return err
-			}
-			done = append(done, v)
-		}
-		for v := current; v > target; v-- {
-			m := ms[v-1]
-			if _, err := tx.Exec(ctx, render(m.down, schema)); err != nil {
-				return fmt.Errorf("migration %d (%s) down: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, render(sqlMigrationForget, schema), m.Version); err != nil {
-				return err
-			}
-			done = append(done, v)
+		if _, err := q.Exec(ctx, render(sql, schema)); err != nil {
+			return fmt.Errorf("migration %d (%s) %s: %w", st.m.Version, st.m.Name, dir, err)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	record := func(q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, st step) error {
+		var err error
+		if st.down {
+			_, err = q.Exec(ctx, render(sqlMigrationForget, schema), st.m.Version)
+		} else {
+			_, err = q.Exec(ctx, render(sqlMigrationRecord, schema), st.m.Version, st.m.Name)
+		}
+		return err
+	}
+	for len(steps) > 0 {
+		if st := steps[0]; st.m.NoTransaction(st.down) && !fresh {
+			for _, sql := range statements(st.m.file(st.down)) {
+				if err := apply(conn, st, sql); err != nil {
+					return done, err
+				}
+			}
+			if err := record(conn, st); err != nil {
+				return done, err
+			}
+			done = append(done, st.m.Version)
+			steps = steps[1:]
+			continue
+		}
+		// The migrations up to the next no-transaction one, in one transaction.
+		n := 1
+		for n < len(steps) && (fresh || !steps[n].m.NoTransaction(steps[n].down)) {
+			n++
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, st := range steps[:n] {
+				sql := st.m.file(st.down)
+				if st.m.NoTransaction(st.down) {
+					// A fresh schema: nothing writes to its tables yet.
+					sql = concurrently.ReplaceAllString(sql, "")
+				}
+				if err := apply(tx, st, sql); err != nil {
+					return err
+				}
+				if err := record(tx, st); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return done, err
+		}
+		for _, st := range steps[:n] {
+			done = append(done, st.m.Version)
+		}
+		steps = steps[n:]
 	}
 	return done, nil
 }

@@ -114,39 +114,53 @@ func changedQueues(before, after []store.ConcurrencyPolicy) []string {
 // promoteBlockedIn makes ready the blocked rows of the given queues whose
 // key has room: up to one per K = 1 key with no executing row (under the
 // key's advisory lock), up to the free slots of a gate key. A row promoted
-// that still does not fit is blocked again by the next claim.
+// that still does not fit is blocked again by the next claim. The keys are
+// read reconcileKeyChunk at a time, each page's in a transaction of its
+// own, so that no transaction holds more than reconcileKeyChunk advisory
+// locks (see the reconciler's reconcileKeys).
 func (s *Store) promoteBlockedIn(ctx context.Context, queues []string, now time.Time) error {
-	rows, err := s.pool.Query(ctx, s.q(sqlBlockedKeysIn), queues)
-	if err != nil {
-		return err
-	}
-	var one, gated []string
-	var k string
-	var isGate bool
-	if _, err := pgx.ForEachRow(rows, []any{&k, &isGate}, func() error {
-		if isGate {
-			gated = append(gated, k)
-		} else {
-			one = append(one, k)
+	for after := ""; ; {
+		rows, err := s.pool.Query(ctx, s.q(sqlBlockedKeysIn), queues, after, reconcileKeyChunk)
+		if err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if len(one)+len(gated) == 0 {
-		return nil
-	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		if len(one) > 0 {
-			b.Queue(s.q(sqlKeyLock), one, s.keySalt)
-			b.Queue(s.q(sqlPromoteIfRoom), one, 1, tsArg(now), s.channel, false)
+		var keys, one, gated []string
+		var k string
+		var isGate, inQueues bool
+		if _, err := pgx.ForEachRow(rows, []any{&k, &isGate, &inQueues}, func() error {
+			keys = append(keys, k)
+			switch {
+			case !inQueues:
+			case isGate:
+				gated = append(gated, k)
+			default:
+				one = append(one, k)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
-		if len(gated) > 0 {
-			b.Queue(s.q(sqlPromoteIfRoom), gated, maxWindow, tsArg(now), s.channel, false)
+		if len(one)+len(gated) > 0 {
+			slices.Sort(one) // the lock order (see sql.go)
+			if err := s.inTx(ctx, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				if len(one) > 0 {
+					b.Queue(s.q(sqlKeyLock), one, s.keySalt)
+					b.Queue(s.q(sqlPromoteIfRoom), one, 1, tsArg(now), s.channel, false)
+				}
+				if len(gated) > 0 {
+					b.Queue(s.q(sqlPromoteIfRoom), gated, maxWindow, tsArg(now), s.channel, false)
+				}
+				return tx.SendBatch(ctx, b).Close()
+			}); err != nil {
+				return err
+			}
 		}
-		return tx.SendBatch(ctx, b).Close()
-	})
+		if len(keys) < reconcileKeyChunk {
+			return nil
+		}
+		after = keys[len(keys)-1]
+	}
 }
 
 // ListConcurrencyPolicies returns every stored policy, sorted by queue.

@@ -178,8 +178,13 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 		}
 		wait *= 2
 		next := &strandedKeys{}
-		if err := s.healOnce(ctx, keys, one, next, now); err != nil {
-			return
+		for i := 0; i < len(keys); i += healChunk {
+			j := min(i+healChunk, len(keys))
+			more := &strandedKeys{}
+			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
+				return
+			}
+			next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
 		}
 		keys, one = next.keys, next.one
 	}
@@ -475,7 +480,11 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		})
 		return err
 	})
-	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve)).Query(func(rows pgx.Rows) error {
+	workflows := h.Workflows
+	if workflows == nil {
+		workflows = []string{}
+	}
+	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve), workflows).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		var round, otherRound, freeRound *int64
 		var otherPrio, freePrio *int

@@ -68,7 +68,8 @@ package postgres
 
 // Migrator bookkeeping.
 const (
-	sqlMigrationLock = `SELECT pg_advisory_xact_lock($1::bigint)`
+	sqlMigrationLock   = `SELECT pg_advisory_lock($1::bigint)`
+	sqlMigrationUnlock = `SELECT pg_advisory_unlock($1::bigint)`
 
 	sqlMigrationsTableExists = `SELECT to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL`
 

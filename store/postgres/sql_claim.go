@@ -61,10 +61,26 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// keys' locks are left to admit. The snapshot predates the locks: the
 	// claim's update checks again that no row of the key executes
 	// (sqlClaim).
+	//
+	// A claim restricted to workflows ($3 non-empty) starts each read at
+	// its start row (pickStartFree, pickStartKeyed): the first due ready row of any of those
+	// workflows, found by one probe per workflow of
+	// instances_pick_free_workflow or instances_pick_keyed_workflow. The
+	// rows of other workflows ahead of it in claim order (a backlog no
+	// running worker can run) are not read at all; those behind it are
+	// passed over as the read meets them, so that a claim reads them only
+	// in proportion to how they interleave with its own rows. Every row the
+	// read skips comes before the first row it may claim, so the window is
+	// the same as without the start row. An unrestricted claim starts at
+	// the queue's first row (the start row is the smallest possible one).
 	sqlClaimCandidates = `
-WITH free AS (
+WITH fs AS MATERIALIZED (` + pickStartFree + `),
+ks AS MATERIALIZED (` + pickStartKeyed + `),
+free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (priority, round, run_at, seq) >= ((SELECT priority FROM fs), (SELECT round FROM fs),
+                                             (SELECT run_at FROM fs), (SELECT seq FROM fs))
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
@@ -72,6 +88,8 @@ WITH free AS (
 keyed AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
+      AND (priority, round, run_at, seq) >= ((SELECT priority FROM ks), (SELECT round FROM ks),
+                                             (SELECT run_at FROM ks), (SELECT seq FROM ks))
       AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
@@ -328,4 +346,32 @@ LEFT JOIN LATERAL (
     WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
     ORDER BY s.id LIMIT 1) sg ON true
 ORDER BY c.ord`
+)
+
+// pickStartFree and pickStartKeyed are the start rows of a claim's reads
+// of the keyless and the keyed rows of queue $1, due by $2, for the
+// workflows $3 (see sqlClaimCandidates): the smallest (priority, round,
+// run_at, seq) of the first such row of each workflow, read from that
+// half's workflow pick index, and with no workflows the smallest value the
+// columns can hold, which every row passes. Each has no row when none of
+// the workflows has such a row, and then the read it starts finds
+// nothing. Every ready row has a round (a row gets one when it becomes
+// ready), so the comparison never meets a NULL. The status check is
+// written COLLATE "C" as the workflow pick indexes' predicates are
+// (migration 017).
+const (
+	pickStartFree  = pickStartHead + `key IS NULL` + pickStartTail
+	pickStartKeyed = pickStartHead + `key IS NOT NULL` + pickStartTail
+	pickStartHead  = `
+    SELECT priority, round, run_at, seq FROM (
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[]) AS w
+        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
+                            WHERE status = 'ready' COLLATE "C" AND `
+	pickStartTail = ` AND queue = $1 AND workflow = w
+                              AND run_at <= coalesce($2::timestamptz, now())
+                            ORDER BY priority, round, run_at, seq LIMIT 1) f
+        UNION ALL
+        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
+        WHERE cardinality($3::text[]) = 0) s
+    ORDER BY priority, round, run_at, seq LIMIT 1`
 )

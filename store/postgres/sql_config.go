@@ -47,9 +47,12 @@ WHERE split_part(b.bucket, ':', 1) = d.name`
 SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 
+	// sqlLiveByName counts the live rows of each key name of $1, from
+	// instances_live_key_name (migration 018), whose predicate the
+	// condition repeats.
 	sqlLiveByName = `
 SELECT key_name, count(*) FROM {schema}.instances
-WHERE key_name = ANY ($1::text[]) AND status NOT IN ('done', 'failed', 'canceled')
+WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
 
 	sqlPoliciesAll = `
@@ -67,11 +70,28 @@ ON CONFLICT (queue) DO UPDATE SET max_active = excluded.max_active,
 WHERE queue_policies.namespace = $1 AND (queue_policies.max_active, queue_policies.max_active_per_key)
       IS DISTINCT FROM (excluded.max_active, excluded.max_active_per_key)`
 
-	// sqlBlockedKeysIn lists the distinct keys with blocked rows in the given queues.
+	// sqlBlockedKeysIn reads the first $3 distinct keys after $2 that have
+	// blocked rows (not reservations), in key order, as sqlBlockedKeys
+	// does (one entry of instances_key_blocked per key), each with whether
+	// its name has a limit and whether it has a blocked row in the queues
+	// $1 (read among the key's blocked rows).
 	sqlBlockedKeysIn = `
-SELECT DISTINCT i.key, l."limit" IS NOT NULL FROM {schema}.instances i
-LEFT JOIN {schema}.limits l ON l.name = i.key_name
-WHERE i.status = 'blocked' AND i.queue = ANY ($1::text[]) ORDER BY i.key`
+WITH RECURSIVE k AS (
+    (SELECT key, 1 AS n FROM {schema}.instances
+     WHERE key > $2 AND status = 'blocked' AND worker IS NULL
+     ORDER BY key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.key FROM {schema}.instances i
+            WHERE i.key > k.key AND i.status = 'blocked' AND i.worker IS NULL
+            ORDER BY i.key LIMIT 1), k.n + 1
+    FROM k WHERE k.key IS NOT NULL AND k.n < $3
+)
+SELECT k.key, l."limit" IS NOT NULL,
+       EXISTS (SELECT 1 FROM {schema}.instances b
+               WHERE b.key = k.key AND b.status = 'blocked' AND b.worker IS NULL AND b.queue = ANY ($1::text[]))
+FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
+WHERE k.key IS NOT NULL
+ORDER BY k.n`
 
 	// sqlBucketsCollect deletes up to $2 buckets that are full at $1 (a
 	// missing bucket starts full: deleting grants nothing unearned) or whose

@@ -131,23 +131,29 @@ WHERE s.key = ANY ($1::text[])
 	// sqlSlotsDelete deletes counters of keys whose name lost its limit.
 	sqlSlotsDelete = `DELETE FROM {schema}.key_slots WHERE key = ANY ($1::text[])`
 
-	// sqlBlockedKeys lists the distinct keys with blocked rows, skipping
-	// through the waiting index one key at a time.
+	// sqlBlockedKeys lists the first $2 distinct keys after $1 that have
+	// blocked rows (not reservations), in key order, with their limits
+	// (NULL: K = 1), skipping through instances_key_blocked one key at a
+	// time: each probe's condition is that index's predicate and its order
+	// the index's first column, so that it reads one entry per key with or
+	// without statistics (a probe whose condition is no index's predicate
+	// needs statistics to be steered to one; without them its plan may
+	// read and sort every waiting row after the key, once per key).
 	sqlBlockedKeys = `
 WITH RECURSIVE k AS (
-    (SELECT key FROM {schema}.instances
-     WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
+    (SELECT key, 1 AS n FROM {schema}.instances
+     WHERE key > $1 AND status = 'blocked' AND worker IS NULL
      ORDER BY key LIMIT 1)
     UNION ALL
     SELECT (SELECT i.key FROM {schema}.instances i
-            WHERE i.key > k.key AND i.key IS NOT NULL AND i.status IN ('ready', 'blocked')
-              AND i.status = 'blocked'
-            ORDER BY i.key LIMIT 1)
-    FROM k WHERE k.key IS NOT NULL
+            WHERE i.key > k.key AND i.status = 'blocked' AND i.worker IS NULL
+            ORDER BY i.key LIMIT 1), k.n + 1
+    FROM k WHERE k.key IS NOT NULL AND k.n < $2
 )
-SELECT k.key, l."limit", l.shards
+SELECT k.key, l."limit"
 FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
-WHERE k.key IS NOT NULL`
+WHERE k.key IS NOT NULL
+ORDER BY k.n`
 
 	// sqlStranded returns the keys of $1 still stranded after a heal
 	// attempt's promotion (see strandedWhere; $2[i]: K = 1).
@@ -221,6 +227,15 @@ p AS (
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+
+	// sqlDeleteTerminalOf deletes the $3 oldest terminal rows of workflow
+	// $1 last changed before $2, read from instances_terminal_workflow
+	// (migration 019) in its order.
+	sqlDeleteTerminalOf = `
+DELETE FROM {schema}.instances WHERE id IN (
+    SELECT id FROM {schema}.instances
+    WHERE workflow = $1 AND status IN ('done', 'failed', 'canceled') AND updated_at < $2::timestamptz
+    ORDER BY updated_at LIMIT $3)`
 
 	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
 	sqlDeleteTerminal = `

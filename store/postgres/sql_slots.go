@@ -157,8 +157,10 @@ ORDER BY h.key, s.shard`
 	// queue that a claim would take before the group's last candidate, of
 	// another key (a range of the keyed pick index that ends at the first
 	// row of another key) and without a key (one probe of the keyless
-	// pick index), from which admission.InTurn decides whether it is in
-	// turn; whether its queue has a policy and its key a rate limit. The
+	// pick index), of the workflows $3 the worker runs (none: every
+	// workflow; otherwise one such probe per workflow, of its workflow
+	// pick index, as the claim's start row is found: see pickStartFree),
+	// from which admission.InTurn decides whether it is in turn; whether its queue has a policy and its key a rate limit. The
 	// heads are read once per key, queue and priority: g is MATERIALIZED
 	// for that (inlined into the final join, its probes ran once per
 	// candidate, each walking the key's line up to the last one:
@@ -177,13 +179,32 @@ g AS MATERIALIZED (
     SELECT g.key, g.queue, g.priority, o.priority AS other_priority, o.round AS other_round,
            f.priority AS free_priority, f.round AS free_round
     FROM (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority) g
-    LEFT JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
-                       WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue
-                         AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
-                       ORDER BY r.priority, r.round LIMIT 1) o ON true
-    LEFT JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
-                       WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue AND r.priority <= g.priority
-                       ORDER BY r.priority, r.round LIMIT 1) f ON true)
+    LEFT JOIN LATERAL (
+        SELECT x.priority, x.round FROM (
+            (SELECT r.priority, r.round FROM {schema}.instances r
+             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue
+               AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
+             ORDER BY r.priority, r.round LIMIT 1)
+            UNION ALL
+            SELECT w.priority, w.round FROM unnest($3::text[]) AS wf
+            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NOT NULL AND r.queue = g.queue
+                                  AND r.workflow = wf AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
+                                ORDER BY r.priority, r.round LIMIT 1) w) x
+        ORDER BY x.priority, x.round LIMIT 1) o ON true
+    LEFT JOIN LATERAL (
+        SELECT x.priority, x.round FROM (
+            (SELECT r.priority, r.round FROM {schema}.instances r
+             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue
+               AND r.priority <= g.priority
+             ORDER BY r.priority, r.round LIMIT 1)
+            UNION ALL
+            SELECT w.priority, w.round FROM unnest($3::text[]) AS wf
+            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NULL AND r.queue = g.queue
+                                  AND r.workflow = wf AND r.priority <= g.priority
+                                ORDER BY r.priority, r.round LIMIT 1) w) x
+        ORDER BY x.priority, x.round LIMIT 1) f ON true)
 SELECT c.id::text, c.key, c.queue, c.workflow, c.priority, c.round,
        g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -102,6 +103,40 @@ var claimTests = []test{
 		}
 		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(3 * time.Second), Workflows: []string{"beta", "gamma"}}).Claimed
 		require.Equal(h.t, []string{b.ID}, claimedIDs(cs))
+	}},
+	{"claim/workflows filter keeps claim order across the workflows it names", func(h *harness) {
+		// A backlog of a workflow no worker runs, ahead of every runnable
+		// row, keyless and keyed, then rows of two workflows the worker
+		// runs at two priorities: the claims take these in claim order
+		// (priority, then insertion) whatever their workflow.
+		var backlog []string
+		for i := range 6 {
+			ni := inst("")
+			if i%2 == 0 {
+				ni.Key = fmt.Sprintf("account:next-%d", i)
+			}
+			ni.Workflow = "next"
+			backlog = append(backlog, h.insert(ni)[0])
+		}
+		mk := func(workflow string, prio int, key string) string {
+			ni := inst(key)
+			ni.Workflow, ni.Priority = workflow, prio
+			return h.insert(ni)[0]
+		}
+		a1 := mk("alpha", 1, "")
+		b0 := mk("beta", 0, "")
+		a0 := mk("alpha", 0, "account:a0")
+		b1 := mk("beta", 1, "account:b1")
+		a2 := mk("alpha", 0, "")
+		var got []string
+		for range 5 {
+			cs := h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"alpha", "beta"}}).Claimed
+			require.Len(h.t, cs, 1)
+			got = append(got, cs[0].ID)
+		}
+		require.Equal(h.t, []string{b0, a0, a2, a1, b1}, got)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 10, Now: at(time.Second), Workflows: []string{"alpha", "beta"}}).Claimed)
+		h.requireStatus(store.StatusReady, backlog...)
 	}},
 	{"claim/claimed row carries the claim", func(h *harness) {
 		id := h.insert(inst(""))[0]

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -196,6 +197,44 @@ var handOffTests = []test{
 				require.Equal(h.t, id, next.ID)
 				h.commit("w", at(4*time.Second), done(next))
 			}
+		}
+	}},
+	{"handoff/a better row of a workflow the worker does not run does not hold a slot back", func(h *harness) {
+		// As "a slot never passes along a key's line while a better-priority
+		// row waits", with the better row x of a workflow the completing
+		// worker does not run: a claim of that worker would take a[1]
+		// first, so the slot passes; a worker that runs every workflow
+		// still waits for x.
+		ho, ok := h.s.(store.HandOffer)
+		require.True(h.t, ok)
+		for i, other := range []string{"", "acct:b"} {
+			k := fmt.Sprintf("acct:a%d", i)
+			var a []string
+			for range 3 {
+				n := inst(k)
+				n.Priority = 10
+				h.insert(n)
+				a = append(a, n.ID)
+			}
+			c := h.claimOne("w", at(time.Second))
+			require.Equal(h.t, a[0], c.ID)
+			require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+			h.requireStatus(store.StatusBlocked, a[1], a[2])
+			x := inst(other)
+			x.RunAt, x.Priority, x.Workflow = at(0), 0, "next"
+			h.insert(x)
+			require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+			h.requireStatus(store.StatusReady, x.ID)
+			_, got, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(c)}), at(2*time.Second),
+				store.HandOff{Room: map[string]int{queue: 1}, Workflows: []string{"wf"}, Lease: lease})
+			require.NoError(h.t, err)
+			require.Equal(h.t, []string{a[1]}, claimedIDs(got), "key %q: x is not the worker's to run", other)
+			h.commit("w", at(3*time.Second), done(got[0]))
+			h.requireStatus(store.StatusReady, a[2])
+			c = h.claimOne("w", at(3*time.Second)) // x, the better priority, for a worker that runs it
+			require.Equal(h.t, x.ID, c.ID)
+			h.commit("w", at(3*time.Second), done(c))
+			h.commit("w", at(4*time.Second), done(h.claimOne("w", at(4*time.Second))))
 		}
 	}},
 	{"handoff/a worse-priority row of another key does not hold a slot back", func(h *harness) {

@@ -82,6 +82,34 @@ var maintenanceTests = []test{
 		h.requireStatus(store.StatusFailed, recent)
 		h.requireStatus(store.StatusReady, live)
 	}},
+	{"retention/a workflow's own retention deletes its oldest terminal rows, a chunk a call", func(h *harness) {
+		var ids []string
+		for _, wf := range []string{"a", "a", "a", "b", "a"} {
+			ni := inst("")
+			ni.Workflow = wf
+			ids = append(ids, h.insert(ni)[0])
+		}
+		for i, sec := range []int{1, 2, 3, 1} { // the last "a" stays ready
+			c := h.claimOne("w", at(0))
+			require.Equal(h.t, ids[i], c.ID)
+			h.commit("w", at(time.Duration(sec)*time.Second), done(c))
+		}
+		n, err := h.s.DeleteTerminal(h.ctx, "a", at(10*time.Second), 2)
+		require.NoError(h.t, err)
+		require.Equal(h.t, 2, n, "the chunk")
+		for _, id := range ids[:2] {
+			_, err := h.s.Get(h.ctx, id)
+			require.ErrorIs(h.t, err, store.ErrNotFound, "the oldest go first")
+		}
+		n, err = h.s.DeleteTerminal(h.ctx, "a", at(3*time.Second), 10)
+		require.NoError(h.t, err)
+		require.Zero(h.t, n, "changed at the cutoff, not before")
+		n, err = h.s.DeleteTerminal(h.ctx, "a", at(10*time.Second), 10)
+		require.NoError(h.t, err)
+		require.Equal(h.t, 1, n)
+		h.requireStatus(store.StatusDone, ids[3])
+		h.requireStatus(store.StatusReady, ids[4])
+	}},
 	{"reconcile/deletes idle counters", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2, Shards: 2})
 		h.insertKeyed("stripe:a", 1)

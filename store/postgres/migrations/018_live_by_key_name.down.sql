@@ -1,0 +1,2 @@
+-- godurable:no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_live_key_name;
