@@ -9,6 +9,7 @@ import (
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/transitions"
 )
 
@@ -64,7 +65,7 @@ func TestWorkflowRetention(t *testing.T) {
 		}
 	})
 
-	e, err := durable.New(durable.Config{Retention: time.Hour})
+	e, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Retention: time.Hour})
 	require.NoError(t, err)
 	long := durable.NewWorkflow[counter]("long", "end", durable.WorkflowOptions{Retention: 2 * time.Hour}).
 		Step("end", func(ctx steps.Context, s counter) (transitions.Transition, error) { return transitions.Done(s.N), nil })

@@ -294,18 +294,6 @@ func migrateLocked(ctx context.Context, pool *pgxpool.Pool, schema string, ms []
 		steps = append(steps, step{ms[v-1], true})
 	}
 	fresh := current == 0
-	apply := func(q interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}, st step, sql string) error {
-		dir := "up"
-		if st.down {
-			dir = "down"
-		}
-		if _, err := q.Exec(ctx, render(sql, schema)); err != nil {
-			return fmt.Errorf("migration %d (%s) %s: %w", st.m.Version, st.m.Name, dir, err)
-		}
-		return nil
-	}
 	record := func(q interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	}, st step) error {
@@ -319,8 +307,8 @@ func migrateLocked(ctx context.Context, pool *pgxpool.Pool, schema string, ms []
 	}
 	for len(steps) > 0 {
 		if st := steps[0]; st.m.NoTransaction(st.down) && !fresh {
-			for _, sql := range statements(st.m.file(st.down)) {
-				if err := apply(conn, st, sql); err != nil {
+			for _, fileStmt := range statements(st.m.file(st.down)) {
+				if err := execMigration(ctx, conn, schema, st.m, st.down, fileStmt); err != nil {
 					return done, err
 				}
 			}
@@ -338,12 +326,12 @@ func migrateLocked(ctx context.Context, pool *pgxpool.Pool, schema string, ms []
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			for _, st := range steps[:n] {
-				sql := st.m.file(st.down)
+				fileSQL := st.m.file(st.down)
 				if st.m.NoTransaction(st.down) {
 					// A fresh schema: nothing writes to its tables yet.
-					sql = concurrently.ReplaceAllString(sql, "")
+					fileSQL = concurrently.ReplaceAllString(fileSQL, "")
 				}
-				if err := apply(tx, st, sql); err != nil {
+				if err := execMigration(ctx, tx, schema, st.m, st.down, fileSQL); err != nil {
 					return err
 				}
 				if err := record(tx, st); err != nil {
@@ -385,4 +373,19 @@ func ValidateSchema(schema string) error {
 // render puts the quoted schema into a statement.
 func render(sql, schema string) string {
 	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize())
+}
+
+// execMigration runs stmt, text of migration m's file (up, or down), in
+// schema.
+func execMigration(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema string, m Migration, down bool, stmt string) error {
+	dir := "up"
+	if down {
+		dir = "down"
+	}
+	if _, err := q.Exec(ctx, render(stmt, schema)); err != nil {
+		return fmt.Errorf("migration %d (%s) %s: %w", m.Version, m.Name, dir, err)
+	}
+	return nil
 }

@@ -1,7 +1,7 @@
-DROP INDEX {schema}.instances_unique_slot;
-ALTER TABLE {schema}.instances DROP COLUMN unique_slot;
-ALTER TABLE {schema}.instances ADD COLUMN unique_slot text GENERATED ALWAYS AS (
-    CASE WHEN unique_statuses @> ARRAY['ready','scheduled','blocked','executing','awaiting','awaiting_children']
-          AND status = ANY (unique_statuses)
-         THEN unique_key END) STORED;
-CREATE UNIQUE INDEX instances_unique_slot ON {schema}.instances (unique_slot) WHERE unique_slot IS NOT NULL;
+-- godurable:no-transaction
+-- Fails while two rows hold one unique key, one of them canceled and
+-- still running: run it again once that step has returned.
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_unique_slot;
+CREATE UNIQUE INDEX CONCURRENTLY instances_unique_slot ON {schema}.instances (unique_slot)
+    WHERE unique_slot IS NOT NULL;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_unique_slot_live;
