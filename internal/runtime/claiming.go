@@ -69,9 +69,7 @@ func newQueueRunner(name string, n int) *queueRunner {
 // shortStep is the average step duration under which a queue claims a
 // whole executor's worth ahead: with steps this short, a claimed row waits
 // in the buffer about one step, and executors that finish together need
-// not wait for the next claim's round trip. Plain no-op steps ran about a
-// quarter faster with it (the godurable peers driver alone, plain, 100
-// executors: 28,837-29,283 steps/s against 23,219-23,927).
+// not wait for the next claim's round trip.
 const shortStep = time.Millisecond
 
 // free is how many rows the queue's next claim may take: one per executor
@@ -89,12 +87,10 @@ const shortStep = time.Millisecond
 //     have run, and with steps much longer than a claim nothing is claimed
 //     ahead. Rows whose outcomes wait for the flusher, beyond one per
 //     executor, count against these rows ahead: they hold their slots too,
-//     and an engine that claimed ahead while its flush fell behind held
-//     ever more of a gate's slots (make bench's scenario 4, a gate of 1,000
-//     with 200 executors and 1 ms steps, then found the gate full, took the
-//     slow path of a contended key and fell from about 18,000 to
-//     4,000-5,000 steps/s in about half its runs). Short steps do not count
-//     them: plain no-op steps ran about a fifth slower when they did.
+//     and an engine that claimed ahead while its flush fell behind would
+//     hold ever more of a gate's slots, until it found the gate full and
+//     took the slow path of a contended key. Short steps do not count
+//     them: there the flush keeps up, and counting them slows plain work.
 //
 // While an executor runs a contended row of a gate, nothing is claimed
 // ahead: such executors go on with the slot's next rows (successors,
@@ -102,12 +98,6 @@ const shortStep = time.Millisecond
 // a slot of its gate in this engine while no executor here can run it, a
 // slot an engine with idle executors could have used (a gate's slots
 // spread over the fleet).
-//
-// The peers driver alone, 500 keys K = 1, 1 ms steps, three runs each, ran
-// 15,501-15,926 steps/s without rows ahead for 1 ms steps and
-// 16,678-18,374 with them, before the flush deduction; with the deduction
-// as it is (outcomes beyond n) and the session's other key changes, two
-// runs gave 20,489 and 20,988.
 func (q *queueRunner) free() int {
 	n, busy := int64(q.n), q.busy.Load()
 	step := q.stepNanos.Load()
@@ -134,16 +124,12 @@ const aheadMax = 3
 // eighth of what it got at most) holds it; any other brings it back to n.
 //
 // With 1 ms steps a claim takes several steps' time, and executors that
-// finished their rows wait for the next one: the godurable peers driver
-// alone, 500 keys K = 1 and 100 executors, made claims of about 100 rows,
-// each 8–18 ms, with the executors idle most of it, and almost never
-// passed a row over. A bigger claim costs less per row, in its round trips and its
-// commit. But rows passed over are keys the claim could not admit (K = 1
-// keys that this engine's own rows hold, a gate's last slots): asking for
-// more would only read more of them, and wait for a flush to wake the next
-// claim. make bench's scenario 2 (500 keys, 200 executors) passed rows
-// over in most claims even with the cap at n, often hundreds, and ran
-// about a tenth slower with a cap that grew on every clean claim.
+// finished their rows wait for the next one, while a bigger claim costs
+// less per row, in its round trips and its commit. But rows passed over
+// are keys the claim could not admit (K = 1 keys that this engine's own
+// rows hold, a gate's last slots): asking for more would only read more of
+// them, and wait for a flush to wake the next claim. So the cap grows only
+// while claims come back full without passing rows over.
 func (q *queueRunner) adaptAhead(asked, got, passed int) {
 	n := int64(q.n)
 	switch {

@@ -44,10 +44,8 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 // executor waits for its flush to be handed a row, so these flushes are
 // kept apart from plain work's batch (which grows while it is in flight:
 // fewer, larger transactions, what plain throughput needs) and do not wait
-// behind it. Two of them in flight gave a hot gate no more (make bench
-// scenario 3, -n 3: 2,650-2,940 steps/s against 2,810-2,850) and cost 500
-// K = 1 keys a fifth (9,500-10,500 against 12,300-12,500): they halve the
-// batches, and each batch reads its keys' state once.
+// behind it. One is enough: a second gives a hot gate nothing and halves
+// the batches of busy K = 1 keys, each of which reads its keys' state once.
 const handFlushers = 1
 
 // flusher group-commits the outcomes of ch; withSlots says that their
@@ -57,10 +55,8 @@ func (s *Scheduler) flusher(ch chan flushItem, withSlots bool) {
 	e := s.e
 	out := newRetrier(e.outage, "flush")
 	max := e.cfg.MaxFlushBatch
-	// items is the batch, its array kept from flush to flush: grown from
-	// one item by append each time, the batches of the peers' keyed run
-	// (about 90 outcomes of 368 bytes) made a tenth of the engine's
-	// allocations, and the collector ran as often. It is cleared after
+	// items is the batch, its array kept from flush to flush, so that a
+	// busy engine does not allocate a batch per flush. It is cleared after
 	// each flush, so that it keeps no outcome's state alive.
 	var items []flushItem
 	for first := range ch {
@@ -304,9 +300,8 @@ func (s *Scheduler) ahead(step int64) int {
 func (s *Scheduler) chainEnd(id store.ClaimRef) (store.ClaimRef, int) {
 	n := 0
 	// Chains are short (depth: at most 16 reservations): the claims seen
-	// are kept in an array on the stack and searched, where a map made
-	// per call was 14 % of the bytes the engine allocated in the peers'
-	// hot gate (it runs for every outcome of a flush of contended claims).
+	// are kept in an array on the stack and searched, as this runs for
+	// every outcome of a flush of contended claims.
 	var buf [32]store.ClaimRef
 	seen := buf[:0]
 	for !slices.Contains(seen, id) {

@@ -166,14 +166,9 @@ func (s *Scheduler) WakeAll() {
 // that became ready meanwhile is claimed, and a cancel of a step this
 // engine runs, committed meanwhile, reaches the step (the heartbeat's
 // answer names it). A scheduler that listens and is not started must be
-// abandoned (Abandon). Listen does nothing the second time.
-//
-// Start used to wait for it (up to 500 ms) before the first claim. In the
-// peers' gate of 5 with 50 ms steps, Start to the first step took 38-43 ms
-// without the wait (and with the PostgreSQL store's Listen leaving the
-// pool its last idle connection) against 42-47 with it (three interleaved
-// pairs); most of what is left is PostgreSQL planning the claim's
-// statements on a backend that has not run them yet.
+// abandoned (Abandon). Listen does nothing the second time. Start does
+// not wait for it: the first claim would wait for a connection's LISTEN,
+// and the heartbeat at once covers what a late listener missed.
 func (s *Scheduler) Listen() {
 	n, ok := s.e.st.(store.Notifier)
 	if !ok || s.listening {
