@@ -25,6 +25,25 @@ type confirmData struct {
 	Children int
 }
 
+// mayChange is the gate of every action: it refuses, with a page saying
+// why, a server in read-only mode and a form whose CSRF token does not
+// match (from, the page to reload, is named in the refusal), and bounds the
+// form's size. It reports whether the action may go on.
+func (s *server) mayChange(w http.ResponseWriter, r *http.Request, from string) bool {
+	if s.opts.ReadOnly {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Read-only",
+			D: "This page is read-only: actions are turned off (durable ui -read-only)."})
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if !s.checkCSRF(r) {
+		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Refused",
+			D: "Refused: the form's CSRF token is missing or does not match this browser. Reload " + from + " and try again."})
+		return false
+	}
+	return true
+}
+
 // action runs signal, cancel or retry. A POST without confirm=yes changes
 // nothing: it shows a confirmation page whose form posts confirm=yes.
 func (s *server) action(w http.ResponseWriter, r *http.Request) {
@@ -33,15 +52,7 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if s.opts.ReadOnly {
-		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Read-only",
-			D: "This page is read-only: actions are turned off (durable ui -read-only)."})
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if !s.checkCSRF(r) {
-		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Refused",
-			D: "Refused: the form's CSRF token is missing or does not match this browser. Reload the instance page and try again."})
+	if !s.mayChange(w, r, "the instance page") {
 		return
 	}
 	id := r.PathValue("id")
@@ -167,15 +178,7 @@ func (s *server) queueAction(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if s.opts.ReadOnly {
-		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Read-only",
-			D: "This page is read-only: actions are turned off (durable ui -read-only)."})
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if !s.checkCSRF(r) {
-		s.render(w, r, http.StatusForbidden, "message", "layout.html", page{Title: "Refused",
-			D: "Refused: the form's CSRF token is missing or does not match this browser. Reload the overview and try again."})
+	if !s.mayChange(w, r, "the overview") {
 		return
 	}
 	q := r.PostFormValue("queue")
