@@ -170,24 +170,7 @@ var handOffTests = []test{
 	}},
 	{"handoff/a slot never passes along a key's line while a better-priority row waits", func(h *harness) {
 		for _, other := range []string{"", "acct:b"} {
-			k := "acct:a" + other
-			var a []string
-			for range 3 {
-				n := inst(k)
-				n.Priority = 10
-				h.insert(n)
-				a = append(a, n.ID)
-			}
-			c := h.claimOne("w", at(time.Second))
-			require.Equal(h.t, a[0], c.ID)
-			require.Empty(h.t, h.claim("w", 10, at(time.Second)))
-			h.requireStatus(store.StatusBlocked, a[1], a[2])
-			x := inst(other)
-			x.RunAt = at(0)
-			x.Priority = 0
-			h.insert(x)
-			require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
-			h.requireStatus(store.StatusReady, x.ID)
+			c, a, x := h.lineBehindABetterRow("acct:a"+other, other, "wf")
 			require.Empty(h.t, h.handOff("w", at(2*time.Second), map[string]int{queue: 1}, done(c)),
 				"key %q: a[1] (priority 10) would start before x (priority 0)", other)
 			h.requireStatus(store.StatusReady, a[1])
@@ -208,23 +191,7 @@ var handOffTests = []test{
 		ho, ok := h.s.(store.HandOffer)
 		require.True(h.t, ok)
 		for i, other := range []string{"", "acct:b"} {
-			k := fmt.Sprintf("acct:a%d", i)
-			var a []string
-			for range 3 {
-				n := inst(k)
-				n.Priority = 10
-				h.insert(n)
-				a = append(a, n.ID)
-			}
-			c := h.claimOne("w", at(time.Second))
-			require.Equal(h.t, a[0], c.ID)
-			require.Empty(h.t, h.claim("w", 10, at(time.Second)))
-			h.requireStatus(store.StatusBlocked, a[1], a[2])
-			x := inst(other)
-			x.RunAt, x.Priority, x.Workflow = at(0), 0, "next"
-			h.insert(x)
-			require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
-			h.requireStatus(store.StatusReady, x.ID)
+			c, a, x := h.lineBehindABetterRow(fmt.Sprintf("acct:a%d", i), other, "next")
 			_, got, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(c)}), at(2*time.Second),
 				store.HandOff{Room: map[string]int{queue: 1}, Workflows: []string{"wf"}, Lease: lease})
 			require.NoError(h.t, err)
@@ -264,4 +231,29 @@ var handOffTests = []test{
 		require.Equal(h.t, ids[2], h.claimOne("w", at(4*time.Second)).ID)
 		require.Zero(h.t, h.reconcile(0, at(5*time.Second)).Drift)
 	}},
+}
+
+// lineBehindABetterRow makes key k's line of three rows of priority 10,
+// the first claimed by "w" (holding k) and the others blocked behind it,
+// then a ready row x of key other ("" : none) and workflow wf, priority 0,
+// due before them. It returns the claim, the line's ids and x.
+func (h *harness) lineBehindABetterRow(k, other, wf string) (store.Claimed, []string, store.NewInstance) {
+	h.t.Helper()
+	var a []string
+	for range 3 {
+		n := inst(k)
+		n.Priority = 10
+		h.insert(n)
+		a = append(a, n.ID)
+	}
+	c := h.claimOne("w", at(time.Second))
+	require.Equal(h.t, a[0], c.ID)
+	require.Empty(h.t, h.claim("w", 10, at(time.Second)))
+	h.requireStatus(store.StatusBlocked, a[1], a[2])
+	x := inst(other)
+	x.RunAt, x.Priority, x.Workflow = at(0), 0, wf
+	h.insert(x)
+	require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+	h.requireStatus(store.StatusReady, x.ID)
+	return c, a, x
 }
