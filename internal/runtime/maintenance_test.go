@@ -3,12 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
@@ -32,11 +30,11 @@ func (h *reconcileCounter) Reconcile(context.Context) (store.ReconcileReport, er
 	return store.ReconcileReport{}, nil
 }
 
-func maintenanceRuntime(st store.Store, worker string, h Host) *Runtime {
-	c := metricnoop.Int64Counter{}
-	return New(Config{Store: st, Logger: slog.New(slog.DiscardHandler), Clock: wallClock{}, WorkerID: worker,
-		Queues: map[string]int{"q": 10}, Lease: time.Minute, MaxErrorLength: 1 << 10,
-		ReaperInterval: time.Hour, ReconcileInterval: time.Minute, StaleCounter: c, ReapedCounter: c}, h)
+// maintenanceRuntime is newTestRuntime's runtime as worker, with host h.
+func maintenanceRuntime(t *testing.T, st store.Store, worker string, h Host) *Runtime {
+	rt, _ := newTestRuntime(t, st, 0)
+	rt.cfg.WorkerID, rt.h = worker, h
+	return rt
 }
 
 // A sweep reaps expired leases even when firing timers fails, and wakes
@@ -64,8 +62,8 @@ func TestOneMaintainerReconcilesAtATime(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New(memory.Options{})
 	ha, hb := &reconcileCounter{}, &reconcileCounter{}
-	a := &maintainer{e: maintenanceRuntime(mem, "a", ha), wake: func() {}}
-	b := &maintainer{e: maintenanceRuntime(mem, "b", hb), wake: func() {}}
+	a := &maintainer{e: maintenanceRuntime(t, mem, "a", ha), wake: func() {}}
+	b := &maintainer{e: maintenanceRuntime(t, mem, "b", hb), wake: func() {}}
 	require.True(t, a.reconcile(ctx))
 	require.False(t, b.reconcile(ctx))
 	require.True(t, a.reconcile(ctx), "its holder renews the lease")

@@ -111,10 +111,10 @@ func (e *Runtime) Tick(ctx context.Context) (Round, error) {
 		// A keyed step's slot is offered to the key's next row whatever
 		// the claim's hint said, so that every store is asked the same.
 		o.Contended = handsOff && c.Key != ""
-		next, ok := succ[c.ID]
-		if !ok || !o.Contended {
+		next, chained := succ[c.ID]
+		if !o.Contended || !chained {
 			if o.Contended {
-				o.Ahead = 1
+				o.Ahead = 1 // a successor for the row its slot goes to
 			}
 			outs = append(outs, o)
 			continue
