@@ -23,6 +23,18 @@
 // At a third of the run the gate's limit changes; at half, half of the
 // engines restart without the second workflow for -deploy (a rolling
 // deploy), then with it again.
+//
+// With -compare it runs drains instead of the soak: -drain-rows instances,
+// inserted before -engines engine processes start, run to the last, the
+// rate taken between 10 % and 90 % of them done. The cases are plain
+// (keyless) rows and rows each of its own K = 1 key, on an empty table and
+// on one holding -rows terminal rows (vacuumed and analyzed, as a table of
+// that size is in production), and plain rows behind -absent-rows rows of
+// a workflow no engine registers (a rolling deploy's backlog at the head of
+// the queue). Each case runs -rounds times, the cases alternating within a
+// round; it prints every drain's rate and the ratios of the medians.
+//
+//	go run ./cmd/durable-scale -compare [-rows 10000000] [-drain-rows 100000] [-rounds 2]
 package main
 
 import (
@@ -50,6 +62,12 @@ type options struct {
 	deploy      time.Duration
 	every       time.Duration
 	dir         string
+
+	compare      bool
+	drainRows    int
+	absentRows   int
+	rounds       int
+	drainTimeout time.Duration
 }
 
 func main() {
@@ -75,9 +93,18 @@ func main() {
 	flag.DurationVar(&o.deploy, "deploy", 2*time.Minute, "how long half the engines lack the second workflow")
 	flag.DurationVar(&o.every, "every", time.Minute, "report interval")
 	flag.StringVar(&o.dir, "dir", "", "directory for the engines' logs (default: a temporary one, kept)")
+	flag.BoolVar(&o.compare, "compare", false, "run the drains instead of the soak (see the package doc)")
+	flag.IntVar(&o.drainRows, "drain-rows", 100_000, "-compare: instances a drain runs")
+	flag.IntVar(&o.absentRows, "absent-rows", 200_000, "-compare: rows of a workflow no engine registers, ahead of a drain's")
+	flag.IntVar(&o.rounds, "rounds", 2, "-compare: how many times each drain runs")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Minute, "-compare: how long a drain may take")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	run := run
+	if o.compare {
+		run = compare
+	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "durable-scale:", err)
 		os.Exit(1)

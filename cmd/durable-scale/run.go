@@ -64,7 +64,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := ctl.Register(workflows(o.step, true)...); err != nil {
+	if err := ctl.Register(workflows(o.step, true, nil)...); err != nil {
 		return err
 	}
 	fmt.Printf("durable-scale: schema %s, logs in %s\n", schema, o.dir)
@@ -128,21 +128,8 @@ func load(ctx context.Context, pool *pgxpool.Pool, ctl *durable.Engine, schema s
 	terminal := max(o.rows-backlog, 0)
 	crossing := min(terminal, int(float64(o.rate)*o.duration.Seconds()))
 	t0 := time.Now()
-	now := time.Now()
-	// Rows 1..crossing end retention-ago + (i/crossing × duration); the
-	// rest over the retention period after them.
-	_, err := pool.Exec(ctx, fmt.Sprintf(`
-INSERT INTO %[1]s.instances (id, workflow, version, queue, status, step, state, attempt, run_at,
-                             started_at, created_at, updated_at, result)
-SELECT gen_random_uuid(), CASE WHEN i %% 5 = 0 THEN '%[2]s' ELSE '%[3]s' END, 1, 'default', 'done', 'run', '{}', 0, t, t, t, t, 'true'
-FROM (SELECT i, CASE WHEN i <= $2
-                     THEN $1::timestamptz - $3 * interval '1 microsecond' + (i::float8 / $2) * $4 * interval '1 microsecond'
-                     ELSE $1::timestamptz - $3 * interval '1 microsecond' + $4 * interval '1 microsecond'
-                          + ((i - $2)::float8 / greatest($5 - $2, 1)) * ($3 - $4) * interval '1 microsecond' END AS t
-      FROM generate_series(1, $5) i) g`, schema, workflowB, workflowA),
-		now, crossing, retention.Microseconds(), o.duration.Microseconds(), terminal)
-	if err != nil {
-		return fmt.Errorf("load terminal rows: %w", err)
+	if err := loadTerminal(ctx, pool, schema, terminal, crossing, o.duration); err != nil {
+		return err
 	}
 	fmt.Printf("loaded %d terminal rows in %v\n", terminal, time.Since(t0).Round(time.Second))
 	t0 = time.Now()
@@ -170,6 +157,27 @@ FROM (SELECT i, CASE WHEN i <= $2
 	}
 	el := time.Since(t0)
 	fmt.Printf("loaded %d backlog rows over %d K = 1 keys in %v (%.0f rows/s)\n", n, o.backlogged, el.Round(time.Second), float64(n)/el.Seconds())
+	return nil
+}
+
+// loadTerminal writes n done rows in one statement, their ids random, one
+// in five of workflowB: the first crossing of them end over the span that
+// starts one retention ago (so that retention deletes them during a run of
+// that span), the rest over the retention period after them.
+func loadTerminal(ctx context.Context, pool *pgxpool.Pool, schema string, n, crossing int, span time.Duration) error {
+	_, err := pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO %[1]s.instances (id, workflow, version, queue, status, step, state, attempt, run_at,
+                             started_at, created_at, updated_at, result)
+SELECT gen_random_uuid(), CASE WHEN i %% 5 = 0 THEN '%[2]s' ELSE '%[3]s' END, 1, 'default', 'done', 'run', '{}', 0, t, t, t, t, 'true'
+FROM (SELECT i, CASE WHEN i <= $2
+                     THEN $1::timestamptz - $3 * interval '1 microsecond' + (i::float8 / $2) * $4 * interval '1 microsecond'
+                     ELSE $1::timestamptz - $3 * interval '1 microsecond' + $4 * interval '1 microsecond'
+                          + ((i - $2)::float8 / greatest($5 - $2, 1)) * ($3 - $4) * interval '1 microsecond' END AS t
+      FROM generate_series(1, $5) i) g`, schema, workflowB, workflowA),
+		time.Now(), crossing, retention.Microseconds(), span.Microseconds(), n)
+	if err != nil {
+		return fmt.Errorf("load terminal rows: %w", err)
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,11 +26,16 @@ const (
 	workflowB = "work2"
 )
 
-func workflows(step time.Duration, withB bool) []durable.Definition {
+// workflows are the load's workflows; done, if not nil, counts the steps
+// run.
+func workflows(step time.Duration, withB bool, done *atomic.Int64) []durable.Definition {
 	mk := func(name string) durable.Definition {
 		wf := durable.NewWorkflow[struct{}](name, "run", durable.WorkflowOptions{})
 		wf.Step("run", func(ctx steps.Context, s struct{}) (transitions.Transition, error) {
 			time.Sleep(step)
+			if done != nil {
+				done.Add(1)
+			}
 			return transitions.Done(true), nil
 		})
 		return wf
@@ -47,6 +53,11 @@ func workerArgs(url, schema, id string, executors int, step time.Duration, withB
 		"-executors", fmt.Sprint(executors), "-step", step.String(), fmt.Sprintf("-with-b=%t", withB)}
 }
 
+// progressEvery is how often a worker run with -progress prints its count
+// of steps run ("progress N" on stdout): how a drain (see compare.go)
+// follows the fleet without reading the table.
+const progressEvery = 50 * time.Millisecond
+
 // runWorker runs one engine with the library's defaults until SIGTERM, its
 // logs (WARN and above) on stderr.
 func runWorker(args []string) error {
@@ -57,6 +68,7 @@ func runWorker(args []string) error {
 	executors := fs.Int("executors", 10, "")
 	step := fs.Duration("step", 10*time.Millisecond, "")
 	withB := fs.Bool("with-b", true, "")
+	progress := fs.Bool("progress", false, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,7 +89,16 @@ func runWorker(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := eng.Register(workflows(*step, *withB)...); err != nil {
+	var done *atomic.Int64
+	if *progress {
+		done = new(atomic.Int64)
+		go func() {
+			for range time.Tick(progressEvery) {
+				fmt.Printf("progress %d\n", done.Load())
+			}
+		}()
+	}
+	if err := eng.Register(workflows(*step, *withB, done)...); err != nil {
 		return err
 	}
 	if err := eng.Start(ctx); err != nil {
