@@ -22,7 +22,12 @@
 // (steps of -step), reconciles every 30 s (the default), and keeps 7 days.
 // At a third of the run the gate's limit changes; at half, half of the
 // engines restart without the second workflow for -deploy (a rolling
-// deploy), then with it again.
+// deploy), then with it again. Besides the p99 of every row's insert→start
+// latency, a line gives it without the rows of the keys that started with a
+// backlog (each waits for its key's backlog, a time that shrinks as the
+// backlog drains, not one that measures the fleet), and after the limit
+// change a note compares the longest pause between two gate step starts
+// before and after it.
 //
 // With -compare it runs drains instead of the soak: -drain-rows instances,
 // inserted before -engines engine processes start, run to the last, the

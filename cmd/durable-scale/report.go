@@ -18,6 +18,7 @@ type reporter struct {
 	schema     string
 	f          *fleet
 	statements bool
+	backlogged int // keys acct:0 … acct:backlogged-1 start with a backlog
 	start      time.Time
 
 	mu        sync.Mutex
@@ -35,6 +36,7 @@ type interval struct {
 	done            int64
 	inserted        int64
 	p50, p99        float64 // insert→start, ms, of the rows created during the load that ended in it
+	p99Fresh        float64 // the same p99 without the rows of the backlogged keys
 	total, heap, ix int64   // instances: bytes
 	dead, live      int64
 	autovacuums     int64
@@ -43,8 +45,8 @@ type interval struct {
 	errors          int
 }
 
-func newReporter(pool *pgxpool.Pool, schema string, f *fleet, statements bool) *reporter {
-	return &reporter{pool: pool, schema: schema, f: f, statements: statements, start: time.Now()}
+func newReporter(pool *pgxpool.Pool, schema string, f *fleet, statements bool, backlogged int) *reporter {
+	return &reporter{pool: pool, schema: schema, f: f, statements: statements, backlogged: backlogged, start: time.Now()}
 }
 
 func (r *reporter) note(s string) {
@@ -82,7 +84,7 @@ SELECT coalesce((SELECT max(c) FROM (SELECT count(*) c FROM pg_locks
 }
 
 func (r *reporter) loop(ctx context.Context, every time.Duration, inserted *atomic.Int64) {
-	fmt.Println("  min   done/s  ins/s  p50 ms  p99 ms  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
+	fmt.Println("  min   done/s  ins/s  p50 ms  p99 ms  p99 fresh ms  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := time.Now()
@@ -100,9 +102,11 @@ SELECT count(*),
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
                 FILTER (WHERE created_at >= $3), 0),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
-                FILTER (WHERE created_at >= $3), 0)
+                FILTER (WHERE created_at >= $3), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
+                FILTER (WHERE created_at >= $3 AND NOT coalesce(key_name = 'acct' AND split_part(key, ':', 2)::int < $4, false)), 0)
 FROM %s.instances WHERE status = 'done' AND updated_at >= $1 AND updated_at < $2`, r.schema)
-		if err := r.pool.QueryRow(context.Background(), q, last, now, r.start).Scan(&iv.done, &iv.p50, &iv.p99); err != nil {
+		if err := r.pool.QueryRow(context.Background(), q, last, now, r.start, r.backlogged).Scan(&iv.done, &iv.p50, &iv.p99, &iv.p99Fresh); err != nil {
 			r.f.errorf("report: %v", err)
 		}
 		rel := r.schema + ".instances"
@@ -126,8 +130,8 @@ FROM pg_stat_user_tables s WHERE s.relid = $1::regclass`, rel).Scan(&iv.total, &
 		r.intervals = append(r.intervals, iv)
 		r.mu.Unlock()
 		secs := now.Sub(last).Seconds()
-		fmt.Printf("%5.1f  %7.0f  %5.0f  %6.1f  %6.1f  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
-			iv.at.Minutes(), float64(iv.done)/secs, float64(iv.inserted)/secs, iv.p50, iv.p99,
+		fmt.Printf("%5.1f  %7.0f  %5.0f  %6.1f  %6.1f  %12.1f  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
+			iv.at.Minutes(), float64(iv.done)/secs, float64(iv.inserted)/secs, iv.p50, iv.p99, iv.p99Fresh,
 			iv.total>>20, iv.heap>>20, iv.ix>>20, iv.dead, iv.autovacuums, iv.locks, iv.wait.Round(time.Millisecond), iv.errors)
 		for _, n := range notes {
 			fmt.Println("      " + n)
@@ -156,9 +160,10 @@ func (r *reporter) summary(ctx context.Context) {
 	r.f.mu.Unlock()
 	if n := len(ivs); n >= 10 {
 		early, late := ivs[4:min(10, n-5)], ivs[n-5:]
-		fmt.Printf("last 5 intervals against intervals 5–10: throughput %.2f×, p99 %.2f×\n",
+		fmt.Printf("last 5 intervals against intervals 5–10: throughput %.2f×, p99 %.2f×, p99 without the backlogged keys %.2f×\n",
 			mean(late, func(i interval) float64 { return float64(i.done) })/mean(early, func(i interval) float64 { return float64(i.done) }),
-			mean(late, func(i interval) float64 { return i.p99 })/mean(early, func(i interval) float64 { return i.p99 }))
+			mean(late, func(i interval) float64 { return i.p99 })/mean(early, func(i interval) float64 { return i.p99 }),
+			mean(late, func(i interval) float64 { return i.p99Fresh })/mean(early, func(i interval) float64 { return i.p99Fresh }))
 		mid := ivs[n/2-1]
 		fmt.Printf("instances + indexes over the second half: %d MB → %d MB (%+.1f%%)\n", mid.total>>20, ivs[n-1].total>>20,
 			100*float64(ivs[n-1].total-mid.total)/float64(mid.total))
@@ -190,6 +195,24 @@ ORDER BY max_exec_time DESC LIMIT 15`, r.schema)
 		q = strings.Join(strings.Fields(q), " ")
 		fmt.Printf("  %9d  %8.2f  %8.1f  %s\n", calls, meanMs, maxMs, truncate(q, 140))
 	}
+}
+
+// gatePauseWindow is how long before and after the limit change the gate's
+// step starts are compared (see gatePause).
+const gatePauseWindow = 15 * time.Second
+
+// gatePause returns the longest time between two consecutive starts of
+// steps of the gate's keys, among the rows done that started in [from, to):
+// with a few hundred gate steps a second, a pause of every gate key (its
+// counters locked) shows as a gap, read from the rows, outside the engines.
+func (r *reporter) gatePause(ctx context.Context, from, to time.Time) (time.Duration, error) {
+	var us int64
+	err := r.pool.QueryRow(ctx, fmt.Sprintf(`
+SELECT coalesce(max(extract(epoch FROM gap) * 1e6), 0)::bigint FROM (
+    SELECT started_at - lag(started_at) OVER (ORDER BY started_at) AS gap FROM %s.instances
+    WHERE status = 'done' AND updated_at >= $1 AND key_name = 'api' AND started_at >= $1 AND started_at < $2) g`, r.schema),
+		from, to).Scan(&us)
+	return time.Duration(us) * time.Microsecond, err
 }
 
 func mean(ivs []interval, f func(interval) float64) float64 {

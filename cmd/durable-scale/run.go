@@ -82,7 +82,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	r := newReporter(pool, schema, f, statements)
+	r := newReporter(pool, schema, f, statements, o.backlogged)
 	soak, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -240,6 +240,17 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 	t0 := time.Now()
 	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}})
 	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v)", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err))
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(gatePauseWindow + 5*time.Second):
+		}
+		before, err1 := r.gatePause(ctx, t0.Add(-gatePauseWindow), t0)
+		during, err2 := r.gatePause(ctx, t0, t0.Add(gatePauseWindow))
+		r.note(fmt.Sprintf("gate steps: longest pause between two starts %v in the %v before the limit change, %v in the %v from it (errors: %v, %v)",
+			before.Round(time.Millisecond), gatePauseWindow, during.Round(time.Millisecond), gatePauseWindow, err1, err2))
+	}()
 	if !at(1.0/2 - 1.0/3) {
 		return
 	}
