@@ -11,6 +11,7 @@
 package durable
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -379,14 +381,20 @@ func (e *Engine) retentions() map[string]time.Duration {
 	return out
 }
 
-func (e *Engine) workflowNames() []string {
+// workflowVersions returns every registered version of every workflow,
+// sorted: what this engine's claims and hand-offs may take.
+func (e *Engine) workflowVersions() []store.WorkflowVersion {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	out := make([]string, 0, len(e.defs))
-	for n := range e.defs {
-		out = append(out, n)
+	var out []store.WorkflowVersion
+	for n, vs := range e.defs {
+		for v := range vs {
+			out = append(out, store.WorkflowVersion{Workflow: n, Version: v})
+		}
 	}
-	sort.Strings(out)
+	slices.SortFunc(out, func(a, b store.WorkflowVersion) int {
+		return cmp.Or(strings.Compare(a.Workflow, b.Workflow), cmp.Compare(a.Version, b.Version))
+	})
 	return out
 }
 

@@ -427,22 +427,23 @@ func TestPolicyGaugesCarryQueueNamesOnly(t *testing.T) {
 	})
 }
 
-// TestHandBacksShowInHealthAndLogOnce: a worker that claims instances of a
-// workflow version it does not register hands them back; the store's
-// Health counts them per version, their wait is aged from when they first
-// became ready, and the worker logs a warning once per version, not once
-// per hand-back.
+// TestHandBacksShowInHealthAndLogOnce: a worker that claims instances at a
+// step its version of their workflow does not have (a deploy that renamed
+// it) hands them back; the store's Health counts them per version, their
+// wait is aged from when they first became ready, and the worker logs a
+// warning once per version, not once per hand-back. (Rows of a version it
+// does not register it never claims: TestUnregisteredVersionIsNeverClaimed.)
 func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
 	ctx := waitCtx(t)
 	st := memory.New(memory.Options{})
-	def := func(version int) durable.Definition {
-		wf := durable.NewWorkflow[counter]("billing", "a", durable.WorkflowOptions{Version: version})
-		wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+	def := func(step string) durable.Definition {
+		wf := durable.NewWorkflow[counter]("billing", step, durable.WorkflowOptions{})
+		wf.Step(step, func(ctx steps.Context, s counter) (transitions.Transition, error) {
 			return transitions.Done(s.N), nil
 		})
 		return wf
 	}
-	newer := newEngine(t, durable.Config{Store: st, WorkerID: "newer"}, def(2)) // never started
+	newer := newEngine(t, durable.Config{Store: st, WorkerID: "newer"}, def("b")) // never started
 	for range 3 {
 		_, err := newer.Insert(ctx, "billing", counter{}, durable.InsertOptions{})
 		require.NoError(t, err)
@@ -450,7 +451,7 @@ func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
 
 	var logs bytes.Buffer
 	older := newEngine(t, durable.Config{Store: st, WorkerID: "older",
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, def(1))
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, def("a"))
 	start(t, older)
 	var h durable.Health
 	// The worker counts a hand-back (Skipped) when its step is skipped,
@@ -461,7 +462,7 @@ func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
 		require.NoError(t, err)
 		return len(h.Skipped) == 1 && h.Skipped[0].Count == 3 && len(h.HandedBack) == 1 && h.HandedBack[0].Count == 3
 	})
-	assert.Equal(t, []store.HandBackHealth{{Workflow: "billing", Version: 2, Count: 3}}, h.HandedBack)
+	assert.Equal(t, []store.HandBackHealth{{Workflow: "billing", Version: 1, Count: 3}}, h.HandedBack)
 	assert.False(t, h.HandedBackCapped)
 	q := queueOf(h, "default")
 	assert.Equal(t, int64(3), q.Scheduled, "handed back for later")
@@ -472,5 +473,46 @@ func TestHandBacksShowInHealthAndLogOnce(t *testing.T) {
 	require.NoError(t, older.Stop(stopCtx))
 	out := logs.String()
 	assert.Equal(t, 1, strings.Count(out, "level=WARN"), "one warning per workflow version:\n%s", out)
-	assert.Contains(t, out, "workflow=billing version=2 worker=older")
+	assert.Contains(t, out, "workflow=billing version=1 step=b worker=older")
+}
+
+// TestUnregisteredVersionIsNeverClaimed: rows of a workflow version no
+// running worker registers (a newer one, inserted by a newer deploy) stay
+// ready, unclaimed and untouched, while the older worker runs its own
+// version's rows; Health shows them as ready, not handed back.
+func TestUnregisteredVersionIsNeverClaimed(t *testing.T) {
+	ctx := waitCtx(t)
+	st := memory.New(memory.Options{})
+	def := func(version int) durable.Definition {
+		wf := durable.NewWorkflow[counter]("billing", "a", durable.WorkflowOptions{Version: version})
+		wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+			return transitions.Done(s.N), nil
+		})
+		return wf
+	}
+	newer := newEngine(t, durable.Config{Store: st, WorkerID: "newer"}, def(2)) // never started
+	var v2 []string
+	for range 3 {
+		id, err := newer.Insert(ctx, "billing", counter{}, durable.InsertOptions{})
+		require.NoError(t, err)
+		v2 = append(v2, id)
+	}
+	older := newEngine(t, durable.Config{Store: st, WorkerID: "older"}, def(1))
+	mine, err := older.Insert(ctx, "billing", counter{N: 7}, durable.InsertOptions{})
+	require.NoError(t, err)
+	start(t, older)
+	in, err := older.Wait(ctx, mine)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDone, in.Status)
+	h, err := older.Health(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, h.HandedBack)
+	assert.Equal(t, int64(3), queueOf(h, "default").Ready)
+	for _, id := range v2 {
+		got, err := older.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, store.StatusReady, got.Status)
+		assert.Zero(t, got.Attempt)
+		assert.Empty(t, got.LastError, "never claimed, never handed back")
+	}
 }

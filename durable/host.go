@@ -16,7 +16,7 @@ type host struct{ e *Engine }
 var _ runtime.Host = host{}
 
 func (h host) Execute(ctx context.Context, c store.Claimed) store.Outcome { return h.e.execute(ctx, c) }
-func (h host) Workflows() []string                                        { return h.e.workflowNames() }
+func (h host) Workflows() []store.WorkflowVersion                         { return h.e.workflowVersions() }
 func (h host) StoreNow() time.Time                                        { return h.e.storeNow() }
 func (h host) Flushed()                                                   { h.e.notifyFlushed() }
 

@@ -298,6 +298,20 @@ type Instance struct {
 	ReadySince time.Time
 }
 
+// WorkflowVersion is one version of a workflow a worker registers: what a
+// claim or a hand-off restricted to a worker's workflows may take
+// (ClaimRequest.Workflows, HandOff.Workflows).
+type WorkflowVersion struct {
+	Workflow string
+	Version  int
+}
+
+// Runs reports whether a worker that runs ws runs a row of workflow at
+// version; an empty ws runs every row.
+func Runs(ws []WorkflowVersion, workflow string, version int) bool {
+	return len(ws) == 0 || slices.Contains(ws, WorkflowVersion{workflow, version})
+}
+
 // ClaimRequest asks for up to Limit rows of Queue.
 type ClaimRequest struct {
 	Queue  string
@@ -307,9 +321,11 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// Now is the current time; zero means the store's own clock.
 	Now time.Time
-	// Workflows, when non-empty, restricts the claim to workflows this
-	// worker knows (deployment skew: others are left for other workers).
-	Workflows []string
+	// Workflows, when non-empty, restricts the claim to the workflow
+	// versions this worker registers (deployment skew: rows of other
+	// workflows, or of other versions of its workflows, are left for other
+	// workers, and a backlog of them costs the claim nothing).
+	Workflows []WorkflowVersion
 	// Reserve, when positive, asks for up to that many successors for each
 	// row the claim admits of a key it finds full: rows of the key the
 	// claim would otherwise block, reserved for the worker as
@@ -1038,8 +1054,8 @@ type HandOffer interface {
 type HandOff struct {
 	// Room is how many rows the worker can start now, per queue.
 	Room map[string]int
-	// Workflows, when non-empty, are the workflows the worker runs.
-	Workflows []string
+	// Workflows, when non-empty, are the workflow versions the worker runs.
+	Workflows []WorkflowVersion
 	// Lease is the lease of the rows handed off (zero: DefaultLease).
 	Lease time.Duration
 	// Reserve asks for a successor for each row the call makes executing

@@ -34,8 +34,9 @@
 // rate taken between 10 % and 90 % of them done. The cases are plain
 // (keyless) rows and rows each of its own K = 1 key, on an empty table and
 // on one holding -rows terminal rows (vacuumed and analyzed, as a table of
-// that size is in production), and plain rows behind -absent-rows rows of
-// a workflow no engine registers (a rolling deploy's backlog at the head of
+// that size is in production), and plain rows behind -absent-rows rows no
+// engine runs, half of a workflow none registers and half of the next
+// version of the one they run (a rolling deploy's backlog at the head of
 // the queue). Each case runs -rounds times, the cases alternating within a
 // round; it prints every drain's rate and the ratios of the medians.
 //
@@ -100,7 +101,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "directory for the engines' logs (default: a temporary one, kept)")
 	flag.BoolVar(&o.compare, "compare", false, "run the drains instead of the soak (see the package doc)")
 	flag.IntVar(&o.drainRows, "drain-rows", 100_000, "-compare: instances a drain runs")
-	flag.IntVar(&o.absentRows, "absent-rows", 200_000, "-compare: rows of a workflow no engine registers, ahead of a drain's")
+	flag.IntVar(&o.absentRows, "absent-rows", 200_000, "-compare: rows no engine runs (another workflow, a newer version), ahead of a drain's")
 	flag.IntVar(&o.rounds, "rounds", 2, "-compare: how many times each drain runs")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Minute, "-compare: how long a drain may take")
 	flag.Parse()

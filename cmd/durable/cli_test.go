@@ -828,9 +828,10 @@ func TestCLIHealthHandedBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := migrated(t)
-	// "sync" version 2, ready for five minutes; the worker knows version 1.
+	// "sync" version 1 at a step it does not have (a deploy renamed it),
+	// ready for five minutes.
 	id := uuid.NewString()
-	_, err := s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 2, Queue: "default", Step: "fetch",
+	_, err := s.st.Insert(ctx, []store.NewInstance{{ID: id, Workflow: "sync", Version: 1, Queue: "default", Step: "renamed",
 		State: json.RawMessage(`{"amount": 1}`), RunAt: time.Now().Add(-5 * time.Minute)}})
 	require.NoError(t, err)
 	e := newEngine(t, s.st)
@@ -852,14 +853,14 @@ func TestCLIHealthHandedBack(t *testing.T) {
 	assert.Equal(t, []string{"default", "0", "1", "0", "0", "0", "0"}, def[:7], "handed back for later")
 	assert.Regexp(t, `^5m\d+s$`, def[7], "aged from when it became ready, not from the hand-back")
 	assert.Equal(t, []string{"HANDED", "BACK", "VERSION", "INSTANCES"}, line(t, out, "HANDED BACK"))
-	assert.Equal(t, []string{"sync", "2", "1"}, line(t, out, "sync"))
+	assert.Equal(t, []string{"sync", "1", "1"}, line(t, out, "sync"))
 
 	var h healthReport
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "-json")), &h))
-	assert.Equal(t, []store.HandBackHealth{{Workflow: "sync", Version: 2, Count: 1}}, h.HandedBack)
+	assert.Equal(t, []store.HandBackHealth{{Workflow: "sync", Version: 1, Count: 1}}, h.HandedBack)
 	require.Len(t, h.Queues, 1)
 	assert.GreaterOrEqual(t, h.Queues[0].OldestReady, 5*time.Minute)
 
 	out = s.ok(t, "show", id)
-	assert.Contains(t, strings.Join(line(t, out, "handed back"), " "), "do not register sync version 2")
+	assert.Contains(t, strings.Join(line(t, out, "handed back"), " "), "run sync version 1 without its step renamed")
 }

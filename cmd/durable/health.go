@@ -134,7 +134,8 @@ func printHealth(w io.Writer, h store.Health) {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", hb.Workflow, hb.Version, n)
 		}
 		tw.Flush()
-		fmt.Fprintln(w, "  the workers that claimed these do not register that workflow version (or a step of it);")
+		fmt.Fprintln(w, "  the workers that claimed these run that workflow version without the step these are at")
+		fmt.Fprintln(w, "  (rows of a version no running worker registers are not claimed, and are counted as ready);")
 		fmt.Fprintln(w, "  they wait, aged in OLDEST READY, until a worker that does runs them")
 	}
 

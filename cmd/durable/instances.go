@@ -205,8 +205,8 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case store.StatusReady, store.StatusBlocked:
 		row("run at", when(in.RunAt, now))
 		if !in.ReadySince.IsZero() {
-			row("handed back", fmt.Sprintf("waiting since %s: the workers that claimed it do not register %s version %d "+
-				"(or its step %s); deploy one that does", when(in.ReadySince, now), in.Workflow, in.Version, in.Step))
+			row("handed back", fmt.Sprintf("waiting since %s: the workers that claimed it run %s version %d "+
+				"without its step %s; deploy one that has it", when(in.ReadySince, now), in.Workflow, in.Version, in.Step))
 		}
 	case store.StatusExecuting:
 		row("worker", in.Worker)

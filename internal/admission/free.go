@@ -31,6 +31,7 @@ type Freed struct {
 // freeing transaction read and locked it.
 type Waiting struct {
 	ID, Key, Queue, Workflow string
+	Version                  int
 	// Turn is the row's place in its queue's claim order, and Head the
 	// first ready row of its queue in that order among those without a key
 	// or of another key (nil: none), as read: the row takes a slot only
@@ -58,8 +59,9 @@ type FreeState struct {
 	Busy map[string]bool
 	// Room is how many rows the freeing worker takes, per queue.
 	Room map[string]int
-	// Workflows, when not empty, are the workflows the worker runs.
-	Workflows []string
+	// Runs reports whether the worker runs a row of a workflow version
+	// (nil: every row).
+	Runs func(workflow string, version int) bool
 	// Reserve asks for successors (Freed.Ahead of them) for each row the
 	// plan makes executing (FreePlan.Reserved).
 	Reserve bool
@@ -69,10 +71,10 @@ type FreeState struct {
 }
 
 // NewFreeState is an empty FreeState for a worker with room in each queue
-// and the workflows it runs, ready for a store to fill.
-func NewFreeState(room map[string]int, workflows []string) FreeState {
+// and what it runs (see FreeState.Runs), ready for a store to fill.
+func NewFreeState(room map[string]int, runs func(workflow string, version int) bool) FreeState {
 	return FreeState{Limits: map[string]gate.Limit{}, Counters: map[string][]Counter{}, Count: map[string]int{},
-		Busy: map[string]bool{}, Room: room, Workflows: workflows}
+		Busy: map[string]bool{}, Room: room, Runs: runs}
 }
 
 // FreePlan is what becomes of the freed slots.
@@ -191,7 +193,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			continue
 		}
 		line := next[f.Key]
-		if len(line) == 0 || !takes(line[0], room, st.Workflows) || st.Paused[line[0].Queue] {
+		if len(line) == 0 || !takes(line[0], room, st.Runs) || st.Paused[line[0].Queue] {
 			done[f.Key] = true
 			plan.Rest = append(plan.Rest, f)
 			continue
@@ -226,7 +228,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 		for n := 0; n < h.slot.Ahead && !stopped[k]; n++ {
 			line := next[k]
-			if len(line) == 0 || !reservable(line[0], h.queue, st.Workflows) || st.Paused[h.queue] {
+			if len(line) == 0 || !reservable(line[0], h.queue, st.Runs) || st.Paused[h.queue] {
 				stopped[k] = true
 				break
 			}
@@ -242,9 +244,8 @@ func (w Waiting) inTurn() bool { return InTurn(w.Turn, w.Head) }
 
 // reservable reports whether w may be reserved as the successor of a row
 // of queue.
-func reservable(w Waiting, queue string, workflows []string) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && w.Queue == queue &&
-		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
+func reservable(w Waiting, queue string, runs func(string, int) bool) bool {
+	return w.inTurn() && !w.Policy && !w.Rated && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
 }
 
 // slotPasses reports whether the freed slot may pass to another row of its
@@ -273,7 +274,6 @@ func roomy(f Freed, st FreeState) bool {
 }
 
 // takes reports whether the worker can take w now.
-func takes(w Waiting, room map[string]int, workflows []string) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && room[w.Queue] > 0 &&
-		(len(workflows) == 0 || slices.Contains(workflows, w.Workflow))
+func takes(w Waiting, room map[string]int, runs func(string, int) bool) bool {
+	return w.inTurn() && !w.Policy && !w.Rated && room[w.Queue] > 0 && (runs == nil || runs(w.Workflow, w.Version))
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,7 +11,12 @@ import (
 )
 
 func waiting(id, key string) Waiting {
-	return Waiting{ID: id, Key: key, Queue: "q", Workflow: "wf"}
+	return Waiting{ID: id, Key: key, Queue: "q", Workflow: "wf", Version: 1}
+}
+
+// runs is a FreeState.Runs for a worker that runs version 1 of workflows.
+func runs(workflows ...string) func(string, int) bool {
+	return func(w string, v int) bool { return v == 1 && slices.Contains(workflows, w) }
 }
 
 func freeState(mut func(*FreeState)) FreeState {
@@ -59,7 +65,10 @@ func TestFree(t *testing.T) {
 		{name: "no room in the row's queue", freed: one, waiting: line,
 			st: freeState(func(st *FreeState) { st.Room = map[string]int{"other": 5} }), rest: one},
 		{name: "a workflow the worker does not run", freed: one, waiting: line,
-			st: freeState(func(st *FreeState) { st.Workflows = []string{"x"} }), rest: one},
+			st: freeState(func(st *FreeState) { st.Runs = runs("x") }), rest: one},
+		{name: "a version of its workflow the worker does not run", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Workflow: "wf", Version: 2}},
+			st:      freeState(func(st *FreeState) { st.Runs = runs("wf") }), rest: one},
 		{name: "a queue policy", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Policy: true}},
 			st: freeState(nil), rest: one},
 		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Rated: true}},
@@ -187,7 +196,7 @@ func TestFreeReservations(t *testing.T) {
 			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 3}},
 			waiting: []Waiting{waiting("r1", "a:1"),
 				{ID: "r2", Key: "a:1", Queue: "q", Workflow: "unknown"}},
-			st:     reserve(func(st *FreeState) { st.Workflows = []string{"wf"} }),
+			st:     reserve(func(st *FreeState) { st.Runs = runs("wf") }),
 			handed: []Admitted{{ID: "r1", Shard: -1}}},
 		{name: "gate slots: each row handed a slot gets its own reservations, in slot order",
 			freed:    []Freed{{Key: "g:1", Shard: 0, Ahead: 1}, {Key: "g:1", Shard: 1, Ahead: 1}},

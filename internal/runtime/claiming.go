@@ -184,7 +184,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	defer s.pickWG.Done()
 	e := s.e
 	out := newRetrier(e.outage, "claim "+q.name)
-	workflows := e.workflowNames()
+	workflows := e.workflowVersions()
 	for !s.stopping.Load() {
 		wait := e.cfg.PollInterval
 		q.starved.Store(true) // before free is read: see roomFreed

@@ -141,7 +141,7 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 	if s.handOffs && withSlots {
 		// Even when stopping: the successors that run already must be
 		// passed their slots.
-		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowNames(), Lease: e.cfg.Lease}
+		ho = &store.HandOff{Room: map[string]int{}, Workflows: e.workflowVersions(), Lease: e.cfg.Lease}
 		if !s.stopping.Load() {
 			for name, n := range room {
 				ho.Room[name] = n - attachedIn[name]

@@ -26,9 +26,9 @@ type Host interface {
 	// Execute runs one claimed step to completion and returns the outcome
 	// to commit. It never panics and never blocks beyond the step itself.
 	Execute(ctx context.Context, c store.Claimed) store.Outcome
-	// Workflows are the names of the registered workflows, sorted: a claim
-	// takes only their rows.
-	Workflows() []string
+	// Workflows are the registered versions of the registered workflows,
+	// sorted: a claim takes only their rows.
+	Workflows() []store.WorkflowVersion
 	// StoreNow is the "now" passed to the store: zero (the store's own
 	// clock) unless a fake clock is configured.
 	StoreNow() time.Time
@@ -118,7 +118,7 @@ func (e *Runtime) StaleOutcomes() int64 { return e.staleOutcomes.Load() }
 func (e *Runtime) execute(ctx context.Context, c store.Claimed) store.Outcome {
 	return e.h.Execute(ctx, c)
 }
-func (e *Runtime) workflowNames() []string                         { return e.h.Workflows() }
+func (e *Runtime) workflowVersions() []store.WorkflowVersion       { return e.h.Workflows() }
 func (e *Runtime) storeNow() time.Time                             { return e.h.StoreNow() }
 func (e *Runtime) notifyFlushed()                                  { e.h.Flushed() }
 func (e *Runtime) fireSchedules(ctx context.Context) ScheduleRound { return e.h.FireSchedules(ctx) }
@@ -128,7 +128,7 @@ func (e *Runtime) reconcile(ctx context.Context) (store.ReconcileReport, error) 
 
 // claimRequest is the claim of up to limit rows of queue, for the
 // registered workflows, by the live pick loops and by Tick alike.
-func (e *Runtime) claimRequest(queue string, limit int, workflows []string) store.ClaimRequest {
+func (e *Runtime) claimRequest(queue string, limit int, workflows []store.WorkflowVersion) store.ClaimRequest {
 	return store.ClaimRequest{Queue: queue, Worker: e.cfg.WorkerID, Limit: limit,
 		Lease: e.cfg.Lease, Now: e.storeNow(), Workflows: workflows}
 }

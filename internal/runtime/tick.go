@@ -81,7 +81,7 @@ func (e *Runtime) Tick(ctx context.Context) (Round, error) {
 		queues = append(queues, q)
 	}
 	sort.Strings(queues)
-	workflows := e.workflowNames()
+	workflows := e.workflowVersions()
 	for _, q := range queues {
 		room := e.cfg.Queues[q] - inUse[q]
 		if room <= 0 {

@@ -28,7 +28,9 @@ func (h *testHost) Execute(_ context.Context, c store.Claimed) store.Outcome {
 	return store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Step: c.Step, State: c.State,
 		Result: json.RawMessage(`"ok"`)}
 }
-func (h *testHost) Workflows() []string                         { return []string{"w"} }
+func (h *testHost) Workflows() []store.WorkflowVersion {
+	return []store.WorkflowVersion{{Workflow: "w", Version: 1}}
+}
 func (h *testHost) StoreNow() time.Time                         { return time.Time{} }
 func (h *testHost) FireSchedules(context.Context) ScheduleRound { return ScheduleRound{} }
 func (h *testHost) Reconcile(context.Context) (store.ReconcileReport, error) {

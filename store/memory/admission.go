@@ -61,7 +61,7 @@ scan:
 				break scan // the queue is at its fleet-wide budget: rows stay ready
 			}
 			r := h.popMin()
-			if len(req.Workflows) > 0 && !slices.Contains(req.Workflows, r.inst.Workflow) {
+			if !store.Runs(req.Workflows, r.inst.Workflow, r.inst.Version) {
 				skipped = append(skipped, r)
 				continue
 			}
@@ -414,7 +414,7 @@ func (s *Store) notifyReady(ks *keyState, n *notes) {
 // off, then the reservations, the slots freed so, and the successors whose
 // chains yield (admission.FreePlan.Yield).
 func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff, now time.Time, n *notes) ([]store.Claimed, []admission.Freed, []string) {
-	st := admission.NewFreeState(h.Room, h.Workflows)
+	st := admission.NewFreeState(h.Room, func(w string, v int) bool { return store.Runs(h.Workflows, w, v) })
 	st.Reserve = h.Reserve
 	st.Paused = s.pausedSet()
 	want := map[string]int{}
@@ -457,7 +457,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 			_, policy := s.policies[r.inst.Queue]
 			_, rated := s.rates.Lookup(gate.NameOf(k))
 			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
-				Workflow: r.inst.Workflow, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated})
+				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated})
 		}
 	}
 	plan := admission.Free(freed, waiting, st)
@@ -524,7 +524,7 @@ func turn(r *row) admission.Turn {
 // or a better one, of the workflows (none: every workflow) the worker runs
 // (nil: none): the row that a slot passing to r would have to wait for
 // (admission.InTurn), the one a claim of that worker would take first.
-func (s *Store) head(r *row, workflows []string) *admission.Turn {
+func (s *Store) head(r *row, workflows []store.WorkflowVersion) *admission.Turn {
 	q := s.queues[r.inst.Queue]
 	if q == nil {
 		return nil
@@ -537,7 +537,7 @@ func (s *Store) head(r *row, workflows []string) *admission.Turn {
 		if h == nil || h.Len() == 0 {
 			continue
 		}
-		runs := func(o *row) bool { return len(workflows) == 0 || slices.Contains(workflows, o.inst.Workflow) }
+		runs := func(o *row) bool { return store.Runs(workflows, o.inst.Workflow, o.inst.Version) }
 		if m := h.min(); m.inst.Key != r.inst.Key && runs(m) {
 			t := turn(m)
 			return &t

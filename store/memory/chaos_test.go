@@ -128,7 +128,7 @@ func (c *chaos) step(ctx context.Context) {
 	case 2, 3, 4:
 		req := store.ClaimRequest{Queue: c.pick(chaosQueues), Worker: worker, Limit: 1 + c.rng.IntN(5), Lease: 10 * time.Second, Now: c.now}
 		if c.rng.IntN(5) == 0 {
-			req.Workflows = []string{"a"}
+			req.Workflows = []store.WorkflowVersion{{Workflow: "a"}} // the version its rows are inserted with
 		}
 		res, err := c.s.Claim(ctx, req)
 		require.NoError(t, err)

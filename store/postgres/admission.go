@@ -205,16 +205,24 @@ func isDebitLost(err error) bool {
 // failed with deadlock detected).
 const optimisticLockWait = 50 * time.Millisecond
 
+// workflowArrays returns the names and the versions of ws, pairwise, as
+// the statements that take a worker's workflow versions read them (never
+// NULL: an empty list runs every row).
+func workflowArrays(ws []store.WorkflowVersion) (names []string, versions []int32) {
+	names, versions = make([]string, len(ws)), make([]int32, len(ws))
+	for i, w := range ws {
+		names[i], versions[i] = w.Workflow, int32(w.Version)
+	}
+	return names, versions
+}
+
 // claim is one attempt of Claim; lock makes it lock its gate counters
 // whatever their keys (see optimistic).
 func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (store.ClaimResult, error) {
 	lease := req.Lease
 	window := s.windows.size(req.Queue, req.Limit)
 	now := tsArg(req.Now)
-	workflows := req.Workflows
-	if workflows == nil {
-		workflows = []string{}
-	}
+	workflows, versions := workflowArrays(req.Workflows)
 
 	cc := &claimContext{queue: req.Queue, limit: req.Limit, reserve: min(req.Reserve, aheadMax),
 		busyOne: map[string]bool{}, tried: map[string]bool{}}
@@ -234,7 +242,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	// sqlNoSeqScanGeneric); the window and the claim's update are planned
 	// as PostgreSQL chooses: their generic plans were slower.
 	b.Queue(sqlAutoPlans)
-	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt, versions).Query(func(rows pgx.Rows) error {
 		var (
 			c              admission.Candidate
 			limit, shards  *int32

@@ -93,9 +93,9 @@ func benchClaimCompleteBehind(b *testing.B, kind string, nosync bool, backlog in
 		_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 64, Shards: 8}})
 		require.NoError(b, err)
 	}
-	var workflows []string
+	var workflows []store.WorkflowVersion
 	if backlog > 0 {
-		workflows = []string{"wf"}
+		workflows = []store.WorkflowVersion{{Workflow: "wf", Version: 1}}
 		next := make([]store.NewInstance, backlog)
 		for i := range next {
 			key := ""

@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestClaimReadsNoBacklogItCannotRun: a claim restricted to the workflows
-// its worker runs does not read the ready rows of another workflow that
-// stand ahead of its own in the queue (a rolling deploy's backlog of a
-// workflow no running worker registers yet), keyless or keyed, on a table
+// TestClaimReadsNoBacklogItCannotRun: a claim restricted to the workflow
+// versions its worker runs does not read the ready rows of another
+// workflow, or of another version of its workflow, that stand ahead of its
+// own in the queue (a rolling deploy's backlog of a workflow or version no
+// running worker registers yet), keyless or keyed, on a table
 // analyzed or not, with custom and generic plans: the window's reads of
 // the pick indexes remove no row by their filter and read no more rows
 // than the window (not every runnable row either), and the claim still
@@ -26,18 +27,21 @@ func TestClaimReadsNoBacklogItCannotRun(t *testing.T) {
 	s := newInternalStore(t)
 	const backlog, runnable, limit = 20_000, 2_000, 40
 	ins := make([]store.NewInstance, 0, backlog+runnable)
-	add := func(workflow string, n int) {
+	add := func(workflow string, version, n int) {
 		for i := range n {
 			key := ""
 			if i%2 == 0 {
-				key = fmt.Sprintf("acct:%s-%d", workflow, i) // K = 1, one row each: all ready
+				key = fmt.Sprintf("acct:%s-%d-%d", workflow, version, i) // K = 1, one row each: all ready
 			}
-			ins = append(ins, store.NewInstance{ID: store.NewInstanceID(), Workflow: workflow, Queue: "q", Step: "s",
+			ins = append(ins, store.NewInstance{ID: store.NewInstanceID(), Workflow: workflow, Version: version, Queue: "q", Step: "s",
 				State: json.RawMessage(`{}`), Key: key})
 		}
 	}
-	add("next", backlog) // ahead of every runnable row: inserted first
-	add("now", runnable)
+	// Ahead of every runnable row (inserted first): another workflow's
+	// rows and those of the next version of the worker's.
+	add("next", 1, backlog/2)
+	add("now", 2, backlog/2)
+	add("now", 1, runnable)
 	_, err := s.Insert(ctx, ins)
 	require.NoError(t, err)
 
@@ -46,7 +50,7 @@ func TestClaimReadsNoBacklogItCannotRun(t *testing.T) {
 	check := func(label string) {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			plan := explainAnalyzed(t, s, mode, sqlClaimCandidates,
-				[]any{"q", nil, []string{"now", "absent"}, 64, 32, int64(1)}, label)
+				[]any{"q", nil, []string{"now", "absent"}, 64, 32, int64(1), []int32{1, 1}}, label)
 			text := strings.Join(plan, "\n")
 			scans := 0
 			for i, l := range plan {
@@ -76,7 +80,7 @@ func TestClaimReadsNoBacklogItCannotRun(t *testing.T) {
 	require.NoError(t, err)
 	check("analyzed")
 
-	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: limit, Workflows: []string{"now"}})
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: limit, Workflows: []store.WorkflowVersion{{Workflow: "now", Version: 1}}})
 	require.NoError(t, err)
 	var got, want []string
 	for _, c := range res.Claimed {

@@ -71,8 +71,8 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 	}{
 		"promote scheduled":                {sqlPromoteScheduled, []any{"q", nil, 1000}},
 		"fire queue timers":                {sqlFireQueueTimers, []any{"q", nil, 1000}},
-		"candidates":                       {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32, int64(1)}},
-		"candidates of workflows":          {sqlClaimCandidates, []any{"q", nil, []string{"wf", "other"}, 64, 32, int64(1)}},
+		"candidates":                       {sqlClaimCandidates, []any{"q", nil, []string{}, 64, 32, int64(1), []int32{}}},
+		"candidates of workflows":          {sqlClaimCandidates, []any{"q", nil, []string{"wf", "other"}, 64, 32, int64(1), []int32{1, 1}}},
 		"key busy":                         {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
 		"next due":                         {sqlNextDue, []any{"q"}},
 		"claim":                            {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
@@ -87,8 +87,8 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"hand-off lock":                    {sqlHandOffLock, []any{ids, int64(1)}},
 		"hand-off busy":                    {sqlHandOffBusy, []any{ids}},
 		"hand-off gates":                   {sqlHandOffGates, []any{ids}},
-		"hand-off candidates":              {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{}}},
-		"hand-off candidates of workflows": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{"wf", "other"}}},
+		"hand-off candidates":              {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{}, []int32{}}},
+		"hand-off candidates of workflows": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{"wf", "other"}, []int32{1, 1}}},
 		"hand-off":                         {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil}},
 		"successors lock":                  {sqlSuccessorsLock, []any{ids, fences, "w"}},
 		"succeed":                          {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
@@ -384,11 +384,11 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 	}
 	_, err := s.Insert(ctx, ins)
 	require.NoError(t, err)
-	// Every workflow, and the workflows of a worker (one probe each of
-	// the workflow pick index).
-	for _, workflows := range [][]string{{}, {"wf", "other"}} {
+	// Every workflow, and the workflow versions of a worker (one probe
+	// each of the version pick index).
+	for _, workflows := range [][]store.WorkflowVersion{{}, {{Workflow: "wf", Version: 1}, {Workflow: "other", Version: 1}}} {
 		text := explainHandOffCandidates(t, s, []string{ins[0].ID}, []int32{100}, workflows)
-		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_keyed(?:_workflow)? on instances \w+ .*loops=(\d+)`)
+		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_keyed(?:_version)? on instances \w+ .*loops=(\d+)`)
 		m := probe.FindAllStringSubmatch(text, -1)
 		require.NotEmpty(t, m, "%v: no probe of the keyed pick index:\n%s", workflows, text)
 		for _, p := range m {
@@ -405,7 +405,7 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 // explainHandOffCandidates runs sqlHandOffCandidates under EXPLAIN ANALYZE
 // with a generic plan, in a transaction rolled back (the read locks its
 // candidates), and returns the plan's text.
-func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int32, workflows []string) string {
+func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int32, workflows []store.WorkflowVersion) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -417,7 +417,8 @@ func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int3
 	require.NoError(t, err)
 	sd, err := tx.Prepare(ctx, "", "EXPLAIN (ANALYZE, COSTS OFF) "+s.q(sqlHandOffCandidates))
 	require.NoError(t, err)
-	rows, err := tx.Query(ctx, sd.SQL, ids, wants, workflows)
+	names, versions := workflowArrays(workflows)
+	rows, err := tx.Query(ctx, sd.SQL, ids, wants, names, versions)
 	require.NoError(t, err)
 	return strings.Join(planLines(t, rows, "hand-off candidates"), "\n")
 }

@@ -359,7 +359,7 @@ func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
 	require.NoError(t, err)
 
 	window := func(tx pgx.Tx) map[string]int32 {
-		rows, err := tx.Query(ctx, s.q(sqlClaimCandidates), "q", nil, []string{}, 10, 10, s.keySalt)
+		rows, err := tx.Query(ctx, s.q(sqlClaimCandidates), "q", nil, []string{}, 10, 10, s.keySalt, []int32{})
 		require.NoError(t, err)
 		found := map[string]int32{}
 		var id, key string

@@ -436,7 +436,7 @@ type handOffReads struct {
 // counters (read, not locked: a hand-off does not write them), the paused
 // queues, and the keys' next waiting rows, locked with SKIP LOCKED.
 func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, ch outcomeChains, h *store.HandOff) *handOffReads {
-	r := &handOffReads{st: admission.NewFreeState(h.Room, h.Workflows)}
+	r := &handOffReads{st: admission.NewFreeState(h.Room, func(w string, v int) bool { return store.Runs(h.Workflows, w, v) })}
 	uids := uuidArg(ids)
 	b.Queue(s.q(sqlHandOffLock), uids, s.keySalt).Query(func(rows pgx.Rows) error {
 		var k string
@@ -480,15 +480,12 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		})
 		return err
 	})
-	workflows := h.Workflows
-	if workflows == nil {
-		workflows = []string{}
-	}
-	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve), workflows).Query(func(rows pgx.Rows) error {
+	workflows, versions := workflowArrays(h.Workflows)
+	b.Queue(s.q(sqlHandOffCandidates), uids, ch.wants(ids, outcomes, h.Reserve), workflows, versions).Query(func(rows pgx.Rows) error {
 		var w admission.Waiting
 		var round, otherRound, freeRound *int64
 		var otherPrio, freePrio *int
-		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.Turn.Priority, &round,
+		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.Version, &w.Turn.Priority, &round,
 			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated}, func() error {
 			w.Turn.Round = roundOf(round)
 			w.Head = nil

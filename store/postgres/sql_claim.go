@@ -62,14 +62,16 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// claim's update checks again that no row of the key executes
 	// (sqlClaim).
 	//
-	// A claim restricted to workflows ($3 non-empty) starts each read at
-	// its start row (pickStartFree, pickStartKeyed): the first due ready row of any of those
-	// workflows, found by one probe per workflow of
-	// instances_pick_free_workflow or instances_pick_keyed_workflow. The
-	// rows of other workflows ahead of it in claim order (a backlog no
-	// running worker can run) are not read at all; those behind it are
-	// passed over as the read meets them, so that a claim reads them only
-	// in proportion to how they interleave with its own rows. Every row the
+	// A claim restricted to workflow versions ($3 non-empty: the names,
+	// $7 the versions, pairwise) starts each read at its start row
+	// (pickStartFree, pickStartKeyed): the first due ready row of any of
+	// those versions, found by one probe per version of
+	// instances_pick_free_version or instances_pick_keyed_version. The
+	// rows of other workflows or versions ahead of it in claim order (a
+	// backlog no running worker can run) are not read at all; those behind
+	// it are passed over as the read meets them (runnableRow), so that a
+	// claim reads them only in proportion to how they interleave with its
+	// own rows. Every row the
 	// read skips comes before the first row it may claim, so the window is
 	// the same as without the start row. An unrestricted claim starts at
 	// the queue's first row (the start row is the smallest possible one).
@@ -81,7 +83,7 @@ free AS (
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM fs), (SELECT round FROM fs),
                                              (SELECT run_at FROM fs), (SELECT seq FROM fs))
-      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+      AND ` + runnableRow + `
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
@@ -90,7 +92,7 @@ keyed AS (
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM ks), (SELECT round FROM ks),
                                              (SELECT run_at FROM ks), (SELECT seq FROM ks))
-      AND (cardinality($3::text[]) = 0 OR workflow = ANY ($3::text[]))
+      AND ` + runnableRow + `
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
@@ -348,26 +350,36 @@ LEFT JOIN LATERAL (
 ORDER BY c.ord`
 )
 
+// runnableRow is true for a row of one of the workflow versions $3 (names)
+// and $7 (versions), or for every row when $3 is empty. A row's version and
+// workflow are compared as one text value, "version:workflow" (the first
+// colon ends the version), against an array the statement builds once, so
+// that the check is a filter on the row the read meets: written as a join
+// or an IN with the pairs, the planner may make it a semi-join and read
+// every ready row to sort them.
+const runnableRow = `(cardinality($3::text[]) = 0
+           OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))`
+
 // pickStartFree and pickStartKeyed are the start rows of a claim's reads
 // of the keyless and the keyed rows of queue $1, due by $2, for the
-// workflows $3 (see sqlClaimCandidates): the smallest (priority, round,
-// run_at, seq) of the first such row of each workflow, read from that
-// half's workflow pick index, and with no workflows the smallest value the
-// columns can hold, which every row passes. Each has no row when none of
-// the workflows has such a row, and then the read it starts finds
-// nothing. Every ready row has a round (a row gets one when it becomes
-// ready), so the comparison never meets a NULL. The status check is
-// written COLLATE "C" as the workflow pick indexes' predicates are
-// (migration 017).
+// workflow versions $3, $7 (see sqlClaimCandidates): the smallest
+// (priority, round, run_at, seq) of the first such row of each version,
+// read from that half's version pick index, and with no workflows the
+// smallest value the columns can hold, which every row passes. Each has
+// no row when none of the versions has such a row, and then the read it
+// starts finds nothing. Every ready row has a round (a row gets one when
+// it becomes ready), so the comparison never meets a NULL. The status
+// check is written COLLATE "C" as the version pick indexes' predicates
+// are (migration 020).
 const (
 	pickStartFree  = pickStartHead + `key IS NULL` + pickStartTail
 	pickStartKeyed = pickStartHead + `key IS NOT NULL` + pickStartTail
 	pickStartHead  = `
     SELECT priority, round, run_at, seq FROM (
-        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[]) AS w
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
         CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
                             WHERE status = 'ready' COLLATE "C" AND `
-	pickStartTail = ` AND queue = $1 AND workflow = w
+	pickStartTail = ` AND queue = $1 AND workflow = w.name AND version = w.version
                               AND run_at <= coalesce($2::timestamptz, now())
                             ORDER BY priority, round, run_at, seq LIMIT 1) f
         UNION ALL

@@ -157,9 +157,10 @@ ORDER BY h.key, s.shard`
 	// queue that a claim would take before the group's last candidate, of
 	// another key (a range of the keyed pick index that ends at the first
 	// row of another key) and without a key (one probe of the keyless
-	// pick index), of the workflows $3 the worker runs (none: every
-	// workflow; otherwise one such probe per workflow, of its workflow
-	// pick index, as the claim's start row is found: see pickStartFree),
+	// pick index), of the workflow versions the worker runs ($3 the names,
+	// $4 the versions, pairwise; none: every row; otherwise one such probe
+	// per version, of its version pick index, as the claim's start row is
+	// found: see pickStartFree),
 	// from which admission.InTurn decides whether it is in turn; whether its queue has a policy and its key a rate limit. The
 	// heads are read once per key, queue and priority: g is MATERIALIZED
 	// for that (inlined into the final join, its probes ran once per
@@ -171,7 +172,7 @@ WITH held AS (SELECT i.key, sum(w.n)::int AS n
               WHERE i.id = ANY ($1::uuid[]) AND i.key IS NOT NULL GROUP BY i.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
-    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, priority, round
+    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, version, priority, round
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
@@ -186,10 +187,10 @@ g AS MATERIALIZED (
                AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
              ORDER BY r.priority, r.round LIMIT 1)
             UNION ALL
-            SELECT w.priority, w.round FROM unnest($3::text[]) AS wf
+            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
             CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
                                 WHERE r.status = 'ready' COLLATE "C" AND r.key IS NOT NULL AND r.queue = g.queue
-                                  AND r.workflow = wf AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
+                                  AND r.workflow = wf.name AND r.version = wf.version AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
                                 ORDER BY r.priority, r.round LIMIT 1) w) x
         ORDER BY x.priority, x.round LIMIT 1) o ON true
     LEFT JOIN LATERAL (
@@ -199,13 +200,13 @@ g AS MATERIALIZED (
                AND r.priority <= g.priority
              ORDER BY r.priority, r.round LIMIT 1)
             UNION ALL
-            SELECT w.priority, w.round FROM unnest($3::text[]) AS wf
+            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
             CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
                                 WHERE r.status = 'ready' COLLATE "C" AND r.key IS NULL AND r.queue = g.queue
-                                  AND r.workflow = wf AND r.priority <= g.priority
+                                  AND r.workflow = wf.name AND r.version = wf.version AND r.priority <= g.priority
                                 ORDER BY r.priority, r.round LIMIT 1) w) x
         ORDER BY x.priority, x.round LIMIT 1) f ON true)
-SELECT c.id::text, c.key, c.queue, c.workflow, c.priority, c.round,
+SELECT c.id::text, c.key, c.queue, c.workflow, c.version, c.priority, c.round,
        g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
        EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name)

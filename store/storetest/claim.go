@@ -95,14 +95,44 @@ var claimTests = []test{
 		a, b, a2 := inst(""), inst("account:1"), inst("account:1")
 		a.Workflow, b.Workflow, a2.Workflow = "alpha", "beta", "alpha"
 		h.insertSeq(a, b, a2)
-		cs := h.claimReq(store.ClaimRequest{Worker: "old", Limit: 10, Now: at(time.Second), Workflows: []string{"alpha"}}).Claimed
+		cs := h.claimReq(store.ClaimRequest{Worker: "old", Limit: 10, Now: at(time.Second), Workflows: versionOne("alpha")}).Claimed
 		require.ElementsMatch(h.t, []string{a.ID, a2.ID}, claimedIDs(cs), "a row passed over does not take its key")
 		h.requireStatus(store.StatusReady, b.ID)
 		for _, c := range cs {
 			h.commit("old", at(2*time.Second), done(c))
 		}
-		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(3 * time.Second), Workflows: []string{"beta", "gamma"}}).Claimed
+		cs = h.claimReq(store.ClaimRequest{Worker: "new", Limit: 10, Now: at(3 * time.Second), Workflows: versionOne("beta", "gamma")}).Claimed
 		require.Equal(h.t, []string{b.ID}, claimedIDs(cs))
+	}},
+	{"claim/workflows filter leaves versions the worker does not register ready", func(h *harness) {
+		// Version 2 rows, keyless and keyed, ahead of version 1 rows of the
+		// same workflow: a worker of version 1 takes its rows in claim
+		// order and leaves the others ready, keys untaken, for a worker of
+		// version 2.
+		var v2 []string
+		for i := range 4 {
+			ni := inst("")
+			if i%2 == 0 {
+				ni.Key = fmt.Sprintf("account:v-%d", i)
+			}
+			ni.Version = 2
+			v2 = append(v2, h.insert(ni)[0])
+		}
+		a, b := inst(""), inst("account:v-0")
+		h.insertSeq(a, b)
+		var got []string
+		for range 2 {
+			cs := h.claimReq(store.ClaimRequest{Worker: "v1", Limit: 1, Now: at(time.Second), Workflows: versionOne("wf")}).Claimed
+			require.Len(h.t, cs, 1)
+			require.Equal(h.t, 1, cs[0].Version)
+			got = append(got, cs[0].ID)
+		}
+		require.Equal(h.t, []string{a.ID, b.ID}, got)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "v1", Limit: 10, Now: at(time.Second), Workflows: versionOne("wf")}).Claimed)
+		h.requireStatus(store.StatusReady, v2...)
+		cs := h.claimReq(store.ClaimRequest{Worker: "v2", Limit: 10, Now: at(time.Second),
+			Workflows: []store.WorkflowVersion{{Workflow: "wf", Version: 2}}}).Claimed
+		require.ElementsMatch(h.t, []string{v2[1], v2[2], v2[3]}, claimedIDs(cs), "account:v-0 is taken by the version 1 row")
 	}},
 	{"claim/workflows filter keeps claim order across the workflows it names", func(h *harness) {
 		// A backlog of a workflow no worker runs, ahead of every runnable
@@ -130,12 +160,12 @@ var claimTests = []test{
 		a2 := mk("alpha", 0, "")
 		var got []string
 		for range 5 {
-			cs := h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"alpha", "beta"}}).Claimed
+			cs := h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: versionOne("alpha", "beta")}).Claimed
 			require.Len(h.t, cs, 1)
 			got = append(got, cs[0].ID)
 		}
 		require.Equal(h.t, []string{b0, a0, a2, a1, b1}, got)
-		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 10, Now: at(time.Second), Workflows: []string{"alpha", "beta"}}).Claimed)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 10, Now: at(time.Second), Workflows: versionOne("alpha", "beta")}).Claimed)
 		h.requireStatus(store.StatusReady, backlog...)
 	}},
 	{"claim/claimed row carries the claim", func(h *harness) {

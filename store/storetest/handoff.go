@@ -102,16 +102,17 @@ var handOffTests = []test{
 		require.Equal(h.t, store.StatusReady, h.status(ids[0]))
 		require.NotEqual(h.t, store.StatusExecuting, h.status(ids[1]))
 	}},
-	{"handoff/no room, another queue, an unknown workflow, a policy or a rate limit: the slot goes the claim's way", func(h *harness) {
+	{"handoff/no room, another queue, an unknown workflow or version, a policy or a rate limit: the slot goes the claim's way", func(h *harness) {
 		type setup struct {
 			name      string
 			room      map[string]int
-			workflows []string
+			workflows []store.WorkflowVersion
 			prepare   func(h *harness)
 		}
 		for _, s := range []setup{
 			{name: "room in another queue only", room: map[string]int{"elsewhere": 5}},
-			{name: "an unknown workflow", room: map[string]int{queue: 5}, workflows: []string{"other"}},
+			{name: "an unknown workflow", room: map[string]int{queue: 5}, workflows: versionOne("other")},
+			{name: "an unknown version", room: map[string]int{queue: 5}, workflows: []store.WorkflowVersion{{Workflow: "wf", Version: 2}}},
 			{name: "a queue policy", room: map[string]int{queue: 5}, prepare: func(h *harness) {
 				h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 10})
 			}},
@@ -160,7 +161,7 @@ var handOffTests = []test{
 		h.insert(b)
 		// A claim of no known workflow makes b ready (with the queue's
 		// current round, 0) and claims nothing.
-		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: versionOne("none")}).Claimed)
 		h.requireStatus(store.StatusReady, b.ID)
 		require.Empty(h.t, h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(c)),
 			"a[1] (round 1) would run before b (round 0)")
@@ -193,7 +194,7 @@ var handOffTests = []test{
 		for i, other := range []string{"", "acct:b"} {
 			c, a, x := h.lineBehindABetterRow(fmt.Sprintf("acct:a%d", i), other, "next")
 			_, got, err := ho.CompleteHandOff(h.ctx, "w", contended([]store.Outcome{done(c)}), at(2*time.Second),
-				store.HandOff{Room: map[string]int{queue: 1}, Workflows: []string{"wf"}, Lease: lease})
+				store.HandOff{Room: map[string]int{queue: 1}, Workflows: versionOne("wf"), Lease: lease})
 			require.NoError(h.t, err)
 			require.Equal(h.t, []string{a[1]}, claimedIDs(got), "key %q: x is not the worker's to run", other)
 			h.commit("w", at(3*time.Second), done(got[0]))
@@ -212,7 +213,7 @@ var handOffTests = []test{
 		y.RunAt = at(0)
 		y.Priority = 5
 		h.insert(y)
-		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: versionOne("none")}).Claimed)
 		h.requireStatus(store.StatusReady, y.ID)
 		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 1}, done(c))
 		require.Equal(h.t, []string{a[1]}, claimedIDs(got), "a[1] has the better priority: the slot passes")
@@ -253,7 +254,7 @@ func (h *harness) lineBehindABetterRow(k, other, wf string) (store.Claimed, []st
 	x := inst(other)
 	x.RunAt, x.Priority, x.Workflow = at(0), 0, wf
 	h.insert(x)
-	require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: []string{"none"}}).Claimed)
+	require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(time.Second), Workflows: versionOne("none")}).Claimed)
 	h.requireStatus(store.StatusReady, x.ID)
 	return c, a, x
 }

@@ -275,7 +275,7 @@ var reserveTests = append(perKey([]reserveRule{
 		x.RunAt = at(0)
 		x.Priority = -1
 		h.insert(x)
-		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(3 * time.Second), Workflows: []string{"none"}}).Claimed)
+		require.Empty(h.t, h.claimReq(store.ClaimRequest{Worker: "w", Limit: 1, Now: at(3 * time.Second), Workflows: versionOne("none")}).Claimed)
 		h.requireStatus(store.StatusReady, x.ID)
 
 		o := successor(done(first), reserved[0])

@@ -79,6 +79,16 @@ func inst(k string) store.NewInstance {
 	}
 }
 
+// versionOne is version 1 (inst's) of each workflow: what a worker that
+// registers those workflows runs.
+func versionOne(workflows ...string) []store.WorkflowVersion {
+	out := make([]store.WorkflowVersion, len(workflows))
+	for i, w := range workflows {
+		out[i] = store.WorkflowVersion{Workflow: w, Version: 1}
+	}
+	return out
+}
+
 // insert inserts instances, requires that none is a duplicate, and returns their ids.
 func (h *harness) insert(nis ...store.NewInstance) []string {
 	h.t.Helper()
