@@ -562,8 +562,12 @@ type HistoryEntry struct {
 // KeyInfo is who holds a key's slots and who waits for them.
 type KeyInfo struct {
 	Key string
-	// K is the key's concurrency (its name's limit, or 1).
+	// K is the key's concurrency: its own limit (a per-key limit), else
+	// its name's limit, else 1 (see gate.Limits.For).
 	K int
+	// LimitName names the stored limit K comes from: the key itself for a
+	// per-key limit, the key's name for its name's limit, "" for K = 1.
+	LimitName string
 	// Shards is the number of counter rows (0 for K = 1 keys).
 	Shards int
 	// Holders are the executing rows of the key.

@@ -58,7 +58,10 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	next := s.limits
 	if limits != nil {
 		nextLs := desired(s.limits.All(), wantLs.All(), s.limitOwner, namespace, o.KeepOmitted, func(l gate.Limit) string { return l.Name })
-		if next, err = gate.NewLimits(nextLs); err != nil {
+		if next, err = gate.NewLimits(nextLs); err == nil {
+			err = next.Validate()
+		}
+		if err != nil {
 			return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 		}
 	}
@@ -84,6 +87,9 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 		if _, ok := res.Live[gate.NameOf(k)]; ok {
 			res.Live[gate.NameOf(k)] += int64(len(s.keys[k].rows))
 		}
+		if _, ok := res.Live[k]; ok { // a per-key limit's change
+			res.Live[k] += int64(len(s.keys[k].rows))
+		}
 	}
 	if o.DryRun {
 		return res, nil
@@ -103,13 +109,12 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 		s.adjustBuckets(c)
 	}
 	for _, k := range keys {
-		name := gate.NameOf(k)
 		ks := s.keys[k]
-		if !changed[name] || ks == nil {
+		if !changed[gate.NameOf(k)] && !changed[k] || ks == nil {
 			continue
 		}
 		if ks.counters != nil {
-			if lim, ok := s.limits.Lookup(name); ok {
+			if lim, ok := s.limits.For(k); ok {
 				s.repairCounters(ks, lim)
 			} else {
 				ks.counters = nil

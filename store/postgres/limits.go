@@ -23,9 +23,11 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 }
 
 // SyncKeyLimits makes the key limits namespace owns equal to want, in one
-// transaction (see store.Store). Existing counters of a changed name are
-// resized in the same transaction, keeping the slots in use: a key never
-// has more free slots than its new limit minus the rows its counters hold.
+// transaction (see store.Store). Existing counters of a changed name, or of
+// a key whose own limit changed, are resized in the same transaction,
+// keeping the slots in use: a key never has more free slots than its new
+// limit minus the rows its counters hold; a key left with free slots has
+// as many of its blocked rows promoted in that transaction.
 // Counters of a name that lost its limit are deleted (its keys run at K = 1
 // from the next claim on). Buckets of a name whose rate limit changed keep
 // their tokens; they are deleted when it lost its rate limit or changed
@@ -77,6 +79,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			return fmt.Errorf("stored limits: %w", err)
 		}
 		after, err := gate.NewLimits(limitsOf(nextLs))
+		if err == nil {
+			err = after.Validate()
+		}
 		if err != nil {
 			return err
 		}
@@ -280,15 +285,19 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 	return out
 }
 
-// applyLimitChanges re-shapes the counters of keys whose limit changed,
-// adjusts the buckets of names whose rate limit changed, and counts the
-// live instances of every changed name.
+// applyLimitChanges re-shapes the counters of keys whose limit changed (a
+// name's or a key's own), promotes the blocked rows of those keys that
+// have free slots after it, adjusts the buckets of names whose rate limit
+// changed, and counts the live instances of every changed name and key.
 func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult) error {
 	counters := map[string]map[int]slotTarget{}
 	res.Live = map[string]int64{}
-	var changed, allChanged []string
+	var changed, allChanged, keys, keyNames []string
 	for _, c := range res.Changes {
 		changed = append(changed, c.Name)
+		if strings.Contains(c.Name, ":") {
+			keys, keyNames = append(keys, c.Name), append(keyNames, gate.NameOf(c.Name))
+		}
 	}
 	var drop, rescale []string
 	var oldTC, newTC, caps []int64
@@ -319,6 +328,14 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
 		return err
 	})
+	if len(keys) > 0 {
+		b.Queue(s.q(sqlLiveByKey), keys, keyNames).Query(func(rows pgx.Rows) error {
+			var key string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { res.Live[key] = n; return nil })
+			return err
+		})
+	}
 	if len(changed) > 0 {
 		b.Queue(s.q(sqlSlotsOfNames), changed).Query(scanCounters(counters))
 	}
@@ -337,9 +354,11 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		setKeys                   []string
 		setShards, setCaps, setAv []int32
 		dropKeys                  []string
+		promoteKeys               []string
+		promoteNs                 []int32
 	)
 	for k, byShard := range counters {
-		l, limited := newLs.Lookup(gate.NameOf(k))
+		l, limited := newLs.For(k)
 		if !limited {
 			dropKeys = append(dropKeys, k)
 			continue
@@ -353,14 +372,25 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 			}
 		}
 		target := resizeShards(l.ShardCapacities(), used, existing)
+		free := 0
 		for sh, t := range target {
+			free += t.available
 			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
 			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
+		}
+		if free > 0 {
+			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(free))
 		}
 	}
 	b = &pgx.Batch{}
 	if len(setKeys) > 0 {
 		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
+	}
+	if len(promoteKeys) > 0 {
+		// A raised limit admits the key's blocked rows now, not at the
+		// reconciler's next sweep; the rows are locked after the counters,
+		// SKIP LOCKED, as a freeing transaction promotes them.
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys)))
 	}
 	if len(dropKeys) > 0 {
 		b.Queue(s.q(sqlSlotsDelete), dropKeys)
