@@ -674,6 +674,13 @@ type SyncOptions struct {
 	// DryRun reports what the sync would change (and its errors) and stores
 	// nothing.
 	DryRun bool
+	// RemoveLimits names concurrency limits (key names, or keys for
+	// per-key limits) the namespace owns that the sync deletes, whatever
+	// KeepOmitted says; a name not stored is ignored, one another namespace
+	// owns is ErrNamespaceConflict. It applies when the sync's Limits is
+	// not nil. With KeepOmitted and an empty Limits it deletes one entry
+	// and leaves the rest, as `durable limits unset` does.
+	RemoveLimits []string
 }
 
 // MergeSyncOptions folds a variadic option list into one.
@@ -682,6 +689,7 @@ func MergeSyncOptions(opts []SyncOptions) SyncOptions {
 	for _, x := range opts {
 		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
 		o.DryRun = o.DryRun || x.DryRun
+		o.RemoveLimits = append(o.RemoveLimits, x.RemoveLimits...)
 	}
 	return o
 }

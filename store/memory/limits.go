@@ -49,6 +49,11 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 			return store.LimitsResult{}, fmt.Errorf("sync limits: limit %q: %w %q", l.Name, store.ErrNamespaceConflict, owner)
 		}
 	}
+	for _, name := range o.RemoveLimits {
+		if owner, ok := s.limitOwner[name]; ok && owner != namespace {
+			return store.LimitsResult{}, fmt.Errorf("sync limits: limit %q: %w %q", name, store.ErrNamespaceConflict, owner)
+		}
+	}
 	for _, r := range wantRs.All() {
 		if owner, ok := s.rateOwner[r.Name]; ok && owner != namespace {
 			return store.LimitsResult{}, fmt.Errorf("sync limits: rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, owner)
@@ -58,6 +63,7 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	next := s.limits
 	if limits != nil {
 		nextLs := desired(s.limits.All(), wantLs.All(), s.limitOwner, namespace, o.KeepOmitted, func(l gate.Limit) string { return l.Name })
+		nextLs = slices.DeleteFunc(nextLs, func(l gate.Limit) bool { return slices.Contains(o.RemoveLimits, l.Name) })
 		if next, err = gate.NewLimits(nextLs); err == nil {
 			err = next.Validate()
 		}

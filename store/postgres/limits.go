@@ -58,7 +58,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, err
 	}
 
-	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o.KeepOmitted) {
+	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o) {
 		return store.LimitsResult{}, nil
 	}
 	var res store.LimitsResult
@@ -70,7 +70,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if err != nil {
 			return err
 		}
-		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o.KeepOmitted)
+		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o)
 		if err != nil {
 			return err
 		}
@@ -149,10 +149,15 @@ var errDryRun = errors.New("dry run")
 // wanted limits (or those stored, unless syncLimits) and rate limits (or
 // those stored, unless syncRates), merged by desired; or the conflict of a
 // wanted name that another namespace owns.
-func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates, keep bool) ([]ownedLimit, []ownedRate, error) {
+func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates bool, o store.SyncOptions) ([]ownedLimit, []ownedRate, error) {
+	keep := o.KeepOmitted
+	names := slices.Clone(o.RemoveLimits)
 	for _, l := range wantLs {
-		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
-			return nil, nil, fmt.Errorf("limit %q: %w %q", l.Name, store.ErrNamespaceConflict, oldLs[i].namespace)
+		names = append(names, l.Name)
+	}
+	for _, name := range names {
+		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == name }); i >= 0 && oldLs[i].namespace != namespace {
+			return nil, nil, fmt.Errorf("limit %q: %w %q", name, store.ErrNamespaceConflict, oldLs[i].namespace)
 		}
 	}
 	for _, r := range wantRs {
@@ -165,6 +170,7 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 		nextLs = desired(oldLs, wantLs, namespace, keep,
 			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
 			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		nextLs = slices.DeleteFunc(nextLs, func(l ownedLimit) bool { return slices.Contains(o.RemoveLimits, l.Name) })
 	}
 	if syncRates {
 		nextRs = desired(oldRs, wantRs, namespace, keep,
@@ -182,12 +188,12 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 // commit) before the first claim. A sync that changes something, or finds
 // a name owned by another namespace, or cannot read, takes the locked
 // path.
-func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, keep bool) bool {
+func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) bool {
 	oldLs, oldRs, err := s.readOwned(ctx, s.pool)
 	if err != nil {
 		return false
 	}
-	nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs, wantRs, namespace, syncLimits, syncRates, keep)
+	nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs, wantRs, namespace, syncLimits, syncRates, o)
 	if err != nil {
 		return false
 	}
