@@ -243,6 +243,9 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func printChanges(stdout io.Writer, res store.LimitsResult) {
 	for _, c := range res.Changes {
 		from, to := "K = 1 (no limit)", "K = 1 (no limit)"
+		if strings.Contains(c.Name, ":") { // a per-key limit: without one, the key has its name's K
+			from, to = fmt.Sprintf("K = %d (its name's limit)", c.OldK), fmt.Sprintf("K = %d (its name's limit)", c.NewK)
+		}
 		if c.OldSet {
 			from = fmt.Sprintf("K = %d", c.OldK)
 		}
