@@ -22,6 +22,10 @@
 //   - A row with no key is always admitted.
 //   - A key whose name has no limit (see SyncLimits) has K = 1: at most one
 //     executing row per key.
+//   - A key may have a limit of its own (a gate.Limit named by the full key,
+//     allowed only while its name has a limit): it then has that limit's K
+//     and shards instead of its name's. gate.Limits.For is the rule: the
+//     key's own limit, else its name's, else none (K = 1).
 //   - A key whose name has a limit L with S shards has K = L: each key has S
 //     slot counters whose capacities sum to L; an admitted row debits one slot
 //     of a shard with room and remembers the shard; every outcome that takes
@@ -839,7 +843,12 @@ type Store interface {
 	// KeepOmitted). A name whose limit of that kind another namespace owns
 	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,
 	// whoever owns them; every claim reads them, so every engine enforces
-	// the same numbers.
+	// the same numbers. A per-key limit (named by a full key) may be owned
+	// by another namespace than its name's; a sync that would store one
+	// without its name's limit is refused with gate.ErrPerKeyWithoutGate
+	// and stores nothing. A change of a key's limit reshapes its counters
+	// as SyncLimits says, and a key left with free slots has that many of
+	// its blocked rows promoted at once.
 	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts ...SyncOptions) (LimitsResult, error)
 	// RateLimits returns the stored rate limits of every namespace, sorted by name.
 	RateLimits(ctx context.Context) ([]gate.RateLimit, error)
