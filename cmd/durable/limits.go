@@ -19,7 +19,8 @@ import (
 // limitsFile is the file `durable limits sync` reads: either this object
 // or a bare JSON array of limits (limitsShape).
 type limitsFile struct {
-	// Limits are the named key limits (gates): {"name", "limit", "shards"}.
+	// Limits are the named key limits (gates): {"name", "limit", "shards"};
+	// a "name" that is a full key ("stripe:acct_big") is a per-key limit.
 	Limits []gate.Limit `json:"limits"`
 	// RateLimits are the rate limits by key name: {"name", "limit",
 	// "period" ("1s", "1m"), "burst", "per_key"}. When the file has this
