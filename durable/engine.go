@@ -74,7 +74,9 @@ type Config struct {
 	// same namespace; another namespace cannot take over what this one owns.
 	Namespace string
 	// Limits are the named key limits (gates). A key whose name has no limit
-	// runs at K = 1. They are the namespace's desired state, stored with
+	// runs at K = 1. A limit named by a full key ("stripe:acct_big") is a
+	// per-key limit: that key's K over its name's, which needs a limit for
+	// its name too (see gate.Limits.For). They are the namespace's desired state, stored with
 	// SyncKeyLimits at Start (limits the namespace owned and the
 	// configuration no longer names are removed), so every engine sharing
 	// the store enforces the last synced numbers. Syncing is deliberate: nil

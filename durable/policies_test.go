@@ -44,3 +44,8 @@ func TestCancelOfAReservationMeansItNeverStarts(t *testing.T) {
 	st := memory.New(memory.Options{})
 	enginetest.CancelOfAReservationMeansItNeverStarts(t, func() store.Store { return st })
 }
+
+func TestPerKeyLimitLive(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.PerKeyLimitLive(t, func() store.Store { return st })
+}

@@ -5,13 +5,15 @@
 //
 // A key is "name:id". The name is the text before the first ':'. A key whose
 // name has no configured Limit has K = 1 (strict mutual exclusion per key); a
-// key whose name has a Limit is a gate of size Limit.Limit per key.
+// key whose name has a Limit is a gate of size Limit.Limit per key, unless
+// the key has a Limit of its own (a per-key limit, see Limits.For).
 package gate
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -182,11 +184,23 @@ func NameOf(key string) string {
 	return name
 }
 
+// ErrPerKeyWithoutGate is wrapped by the error for a per-key limit whose
+// key name has no limit of its own: such a name is K = 1 for every key (its
+// keys' exclusion is a unique index, not counters), so one of its keys
+// cannot be given a different K. Configure the name's limit first.
+var ErrPerKeyWithoutGate = errors.New("per-key limit on a key name without a limit")
+
 // Limit configures a gate: every key named Name may have at most Limit
 // instances executing at once. Shards splits each key's slot counter into
 // that many rows so that completions do not serialize on one row lock.
+//
+// A Limit whose Name is a full key ("stripe:acct_big") is a per-key limit:
+// it sets K and the shards of that one key, over its name's limit, which
+// the other keys of the name keep. It is valid only while its name has a
+// limit (see Limits.Validate).
 type Limit struct {
-	// Name is the key name the limit applies to (the part before ':').
+	// Name is the key name the limit applies to (the part before ':'), or
+	// a full key "name:id" for a per-key limit.
 	Name string `json:"name"`
 	// Limit is K, the most instances of one key executing at once. At least 1.
 	Limit int `json:"limit"`
@@ -194,9 +208,14 @@ type Limit struct {
 	Shards int `json:"shards,omitempty"`
 }
 
-// Validate checks the limit and fills in defaults (Shards = 1).
+// Validate checks the limit and fills in defaults (Shards = 1). Name must
+// be a valid key name or, for a per-key limit, a valid key.
 func (l *Limit) Validate() error {
-	if err := ValidateName(l.Name); err != nil {
+	if l.PerKey() {
+		if _, err := Parse(l.Name); err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+	} else if err := ValidateName(l.Name); err != nil {
 		return fmt.Errorf("limit: %w", err)
 	}
 	if l.Limit < 1 {
@@ -210,6 +229,9 @@ func (l *Limit) Validate() error {
 	}
 	return nil
 }
+
+// PerKey reports whether l is a per-key limit: its Name is a full key.
+func (l Limit) PerKey() bool { return strings.Contains(l.Name, ":") }
 
 // ShardCapacities splits a limit across its shards: the capacities sum to
 // Limit and differ by at most one.
@@ -242,12 +264,16 @@ func ShardsFor(limit int, commitLatency, stepDuration time.Duration) int {
 	return max(1, min(n, limit))
 }
 
-// Limits is a validated set of limits indexed by name.
+// Limits is a validated set of limits indexed by name (a key name, or a
+// full key for a per-key limit).
 type Limits struct {
 	byName map[string]Limit
 }
 
-// NewLimits validates ls and indexes them by name. Duplicate names are an error.
+// NewLimits validates each of ls and indexes them by name. Duplicate names
+// are an error. A per-key limit whose name has no limit in ls is not: a
+// namespace may own a key's limit while another owns its name's; the set a
+// store keeps must pass Validate.
 func NewLimits(ls []Limit) (Limits, error) {
 	m := make(map[string]Limit, len(ls))
 	for _, l := range ls {
@@ -262,18 +288,58 @@ func NewLimits(ls []Limit) (Limits, error) {
 	return Limits{byName: m}, nil
 }
 
-// Lookup returns the limit configured for a key name.
+// Validate reports a per-key limit whose key name has no limit in ls,
+// wrapping ErrPerKeyWithoutGate: every set of limits a store keeps passes
+// it, so that a K = 1 name stays K = 1 for all its keys.
+func (ls Limits) Validate() error {
+	for _, l := range ls.All() {
+		if !l.PerKey() {
+			continue
+		}
+		if _, ok := ls.byName[NameOf(l.Name)]; !ok {
+			return fmt.Errorf("limit %q: %w: add a limit for %q first, or remove this one", l.Name, ErrPerKeyWithoutGate, NameOf(l.Name))
+		}
+	}
+	return nil
+}
+
+// Lookup returns the limit stored under exactly name (a key name, or a
+// full key for a per-key limit). To find the limit a key runs under, use
+// For.
 func (ls Limits) Lookup(name string) (Limit, bool) {
 	l, ok := ls.byName[name]
 	return l, ok
 }
 
-// K returns the concurrency of the key string: its name's limit, or 1.
+// For returns the limit a key runs under: the key's own limit if it has
+// one, else its name's, else none (K = 1). This is the one statement of
+// the rule; the PostgreSQL store's SQL form is its keyLimitJoin. A key
+// with a limit of its own always has a name limit too (see Validate), so
+// whether a key is a gate depends on its name alone. For of a bare key
+// name is that name's limit.
+func (ls Limits) For(key string) (Limit, bool) {
+	if l, ok := ls.byName[key]; ok {
+		return l, true
+	}
+	l, ok := ls.byName[NameOf(key)]
+	return l, ok
+}
+
+// K returns the concurrency of the key string: its own limit, else its
+// name's limit, else 1 (see For).
 func (ls Limits) K(key string) int {
-	if l, ok := ls.byName[NameOf(key)]; ok {
+	if l, ok := ls.For(key); ok {
 		return l.Limit
 	}
 	return 1
+}
+
+// Gates returns the limits of key names, without the per-key ones, sorted
+// by name: what health and metrics report per gate (they name key names,
+// never a key's id).
+func (ls Limits) Gates() []Limit {
+	out := ls.All()
+	return slices.DeleteFunc(out, Limit.PerKey)
 }
 
 // All returns the limits sorted by name.

@@ -56,12 +56,54 @@ func TestLimitsLookupAndK(t *testing.T) {
 	assert.Equal(t, []string{"openai", "stripe"}, []string{ls.All()[0].Name, ls.All()[1].Name})
 
 	for _, bad := range [][]Limit{
-		{{Name: "", Limit: 1}}, {{Name: "a:b", Limit: 1}}, {{Name: "a", Limit: 0}},
+		{{Name: "", Limit: 1}}, {{Name: "a:", Limit: 1}}, {{Name: ":b", Limit: 1}}, {{Name: "a", Limit: 0}},
+		{{Name: "a:b", Limit: 2, Shards: 3}}, {{Name: "a:b", Limit: 1}, {Name: "a:b", Limit: 2}},
 		{{Name: "a", Limit: 2, Shards: 3}}, {{Name: "a", Limit: 1}, {Name: "a", Limit: 2}},
 	} {
 		_, err := NewLimits(bad)
 		assert.Error(t, err, "%+v", bad)
 	}
+}
+
+// TestLimitsFor: a key runs under its own limit, else its name's, else
+// none; a per-key limit needs its name's in a stored set.
+func TestLimitsFor(t *testing.T) {
+	ls, err := NewLimits([]Limit{{Name: "stripe", Limit: 5}, {Name: "stripe:big", Limit: 50, Shards: 5}, {Name: "stripe:big:eu", Limit: 7}})
+	require.NoError(t, err)
+	require.NoError(t, ls.Validate())
+	for _, c := range []struct {
+		key, from string
+		k         int
+	}{
+		{"stripe:big", "stripe:big", 50},
+		{"stripe:big:eu", "stripe:big:eu", 7},
+		{"stripe:small", "stripe", 5},
+		{"stripe:bigger", "stripe", 5},
+		{"stripe", "stripe", 5},
+		{"account:1", "", 1},
+	} {
+		l, ok := ls.For(c.key)
+		assert.Equal(t, c.from != "", ok, c.key)
+		assert.Equal(t, c.from, l.Name, c.key)
+		assert.Equal(t, c.k, ls.K(c.key), c.key)
+	}
+	l, _ := ls.For("stripe:big")
+	assert.True(t, l.PerKey())
+	assert.Equal(t, []int{10, 10, 10, 10, 10}, l.ShardCapacities(), "shards follow the per-key limit")
+	assert.Equal(t, []Limit{{Name: "stripe", Limit: 5, Shards: 1}}, ls.Gates(), "gates are names only")
+	_, ok := ls.Lookup("stripe:small")
+	assert.False(t, ok, "Lookup is the exact entry")
+
+	orphan, err := NewLimits([]Limit{{Name: "account:1", Limit: 3}})
+	require.NoError(t, err, "one namespace may own a key's limit and another its name's")
+	assert.ErrorIs(t, orphan.Validate(), ErrPerKeyWithoutGate)
+
+	w, _ := NewLimits([]Limit{{Name: "stripe", Limit: 5}})
+	assert.Equal(t, []Change{{Name: "stripe:big", OldK: 5, NewK: 50, NewSet: true}, {Name: "stripe:big:eu", OldK: 5, NewK: 7, NewSet: true}},
+		Diff(w, ls), "a per-key change compares the key's K: its name's before")
+	assert.Equal(t, []Change{{Name: "stripe:big", OldK: 50, NewK: 5, OldSet: true}, {Name: "stripe:big:eu", OldK: 7, NewK: 5, OldSet: true}},
+		Diff(ls, w))
+	assert.Contains(t, Change{Name: "stripe:big", OldK: 5, NewK: 50}.LiveWarning(3).Message, `for key "stripe:big"`)
 }
 
 func TestShardCapacities(t *testing.T) {

@@ -57,7 +57,11 @@ func (ls Limits) Check(k ConcurrencyKey) (Warning, bool) {
 	return Warning{}, false
 }
 
-// Change is how one key name's K differs between two configurations.
+// Change is how one key name's K differs between two configurations, or,
+// for a per-key limit (Name is a full key), how that key's K does: OldK
+// and NewK are then the key's K under each (its own limit, else its
+// name's, else 1), and OldSet and NewSet say whether the key had a limit
+// of its own.
 type Change struct {
 	Name   string `json:"name"`
 	OldK   int    `json:"old_k"`
@@ -66,8 +70,9 @@ type Change struct {
 	NewSet bool   `json:"new_set"`
 }
 
-// Diff returns, sorted by name, the names whose K or shard count differs
-// between old and new (a name without a limit has K = 1).
+// Diff returns, sorted by name, the names and per-key limits whose K or
+// shard count differs between old and new (a name without a limit has
+// K = 1; a key without a limit of its own has its name's K).
 func Diff(old, new Limits) []Change {
 	names := map[string]struct{}{}
 	for n := range old.byName {
@@ -78,15 +83,11 @@ func Diff(old, new Limits) []Change {
 	}
 	var out []Change
 	for n := range names {
-		o, oset := old.Lookup(n)
-		w, nset := new.Lookup(n)
-		ok, nk := 1, 1
-		if oset {
-			ok = o.Limit
-		}
-		if nset {
-			nk = w.Limit
-		}
+		_, oset := old.Lookup(n)
+		_, nset := new.Lookup(n)
+		o, _ := old.For(n)
+		w, _ := new.For(n)
+		ok, nk := old.K(n), new.K(n)
 		if ok != nk || oset != nset || o.Shards != w.Shards {
 			out = append(out, Change{Name: n, OldK: ok, NewK: nk, OldSet: oset, NewSet: nset})
 		}
@@ -97,8 +98,12 @@ func Diff(old, new Limits) []Change {
 
 // LiveWarning describes a change that affects live instances.
 func (c Change) LiveWarning(live int64) Warning {
+	what := "key name"
+	if strings.Contains(c.Name, ":") {
+		what = "key"
+	}
 	return Warning{Kind: LiveKeysChanged, Name: c.Name, Live: live, Message: fmt.Sprintf(
-		"limit change for key name %q alters K from %d to %d for %d live instance(s)", c.Name, c.OldK, c.NewK, live)}
+		"limit change for %s %q alters K from %d to %d for %d live instance(s)", what, c.Name, c.OldK, c.NewK, live)}
 }
 
 func sortLimits(ls []Limit) {

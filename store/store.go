@@ -22,6 +22,10 @@
 //   - A row with no key is always admitted.
 //   - A key whose name has no limit (see SyncLimits) has K = 1: at most one
 //     executing row per key.
+//   - A key may have a limit of its own (a gate.Limit named by the full key,
+//     allowed only while its name has a limit): it then has that limit's K
+//     and shards instead of its name's. gate.Limits.For is the rule: the
+//     key's own limit, else its name's, else none (K = 1).
 //   - A key whose name has a limit L with S shards has K = L: each key has S
 //     slot counters whose capacities sum to L; an admitted row debits one slot
 //     of a shard with room and remembers the shard; every outcome that takes
@@ -578,8 +582,12 @@ type HistoryEntry struct {
 // KeyInfo is who holds a key's slots and who waits for them.
 type KeyInfo struct {
 	Key string
-	// K is the key's concurrency (its name's limit, or 1).
+	// K is the key's concurrency: its own limit (a per-key limit), else
+	// its name's limit, else 1 (see gate.Limits.For).
 	K int
+	// LimitName names the stored limit K comes from: the key itself for a
+	// per-key limit, the key's name for its name's limit, "" for K = 1.
+	LimitName string
 	// Shards is the number of counter rows (0 for K = 1 keys).
 	Shards int
 	// Holders are the executing rows of the key.
@@ -686,6 +694,13 @@ type SyncOptions struct {
 	// DryRun reports what the sync would change (and its errors) and stores
 	// nothing.
 	DryRun bool
+	// RemoveLimits names concurrency limits (key names, or keys for
+	// per-key limits) the namespace owns that the sync deletes, whatever
+	// KeepOmitted says; a name not stored is ignored, one another namespace
+	// owns is ErrNamespaceConflict. It applies when the sync's Limits is
+	// not nil. With KeepOmitted and an empty Limits it deletes one entry
+	// and leaves the rest, as `durable limits unset` does.
+	RemoveLimits []string
 }
 
 // MergeSyncOptions folds a variadic option list into one.
@@ -694,6 +709,7 @@ func MergeSyncOptions(opts []SyncOptions) SyncOptions {
 	for _, x := range opts {
 		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
 		o.DryRun = o.DryRun || x.DryRun
+		o.RemoveLimits = append(o.RemoveLimits, x.RemoveLimits...)
 	}
 	return o
 }
@@ -843,7 +859,12 @@ type Store interface {
 	// KeepOmitted). A name whose limit of that kind another namespace owns
 	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,
 	// whoever owns them; every claim reads them, so every engine enforces
-	// the same numbers.
+	// the same numbers. A per-key limit (named by a full key) may be owned
+	// by another namespace than its name's; a sync that would store one
+	// without its name's limit is refused with gate.ErrPerKeyWithoutGate
+	// and stores nothing. A change of a key's limit reshapes its counters
+	// as SyncLimits says, and a key left with free slots has that many of
+	// its blocked rows promoted at once.
 	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts ...SyncOptions) (LimitsResult, error)
 	// RateLimits returns the stored rate limits of every namespace, sorted by name.
 	RateLimits(ctx context.Context) ([]gate.RateLimit, error)

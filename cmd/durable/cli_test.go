@@ -532,6 +532,38 @@ func TestCLILimits(t *testing.T) {
 	assert.Equal(t, 2, code)
 }
 
+// TestCLILimitsSetUnset: set and unset change one limit, a key's own
+// among them, and leave the others; a per-key limit needs its name's.
+func TestCLILimitsSetUnset(t *testing.T) {
+	t.Parallel()
+	s := seed(t)
+	out := s.ok(t, "limits", "set", "stripe:acct_big", "50", "-shards", "5")
+	assert.Contains(t, out, "stripe:acct_big: K = 2 (its name's limit) -> K = 50")
+	out = s.ok(t, "limits", "ls")
+	assert.Equal(t, []string{"stripe", "2", "1"}, line(t, out, "stripe "), "the name's limit is left alone")
+	assert.Equal(t, []string{"stripe:acct_big", "(this", "key", "only)", "50", "5"}, line(t, out, "stripe:acct_big"))
+	assert.Contains(t, s.ok(t, "explain", "stripe:acct_big"), `per-key limit of "stripe:acct_big": K = 50`)
+
+	_, errOut, code := s.cli(t, "limits", "unset", "stripe")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "per-key limit on a key name without a limit", "a name keeps its limit while a key of it has its own")
+	_, errOut, code = s.cli(t, "limits", "set", "account:7", "3")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `add a limit for "account" first`, "a K = 1 name stays K = 1 for every key")
+	_, errOut, code = s.cli(t, "limits", "set", "stripe:acct_big", "5", "-namespace", "ops")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `owned by another namespace "default"`)
+
+	assert.Contains(t, s.ok(t, "limits", "unset", "stripe:acct_big", "-dry-run"), "would change")
+	assert.Contains(t, s.ok(t, "limits", "ls"), "stripe:acct_big", "a dry run stores nothing")
+	out = s.ok(t, "limits", "unset", "stripe:acct_big")
+	assert.Contains(t, out, "stripe:acct_big: K = 50 -> K = 2 (its name's limit)")
+	assert.NotContains(t, s.ok(t, "limits", "ls"), "stripe:acct_big")
+	assert.Contains(t, s.ok(t, "limits", "unset", "stripe:acct_big"), "0 changed", "unset of what is not stored changes nothing")
+	_, _, code = s.cli(t, "limits", "set", "stripe:x")
+	assert.Equal(t, 2, code)
+}
+
 func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	out := s.ok(t, "explain", "account:7")
 	t.Log("\n" + out)

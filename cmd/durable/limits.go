@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/godurable/godurable/gate"
@@ -18,7 +19,8 @@ import (
 // limitsFile is the file `durable limits sync` reads: either this object
 // or a bare JSON array of limits (limitsShape).
 type limitsFile struct {
-	// Limits are the named key limits (gates): {"name", "limit", "shards"}.
+	// Limits are the named key limits (gates): {"name", "limit", "shards"};
+	// a "name" that is a full key ("stripe:acct_big") is a per-key limit.
 	Limits []gate.Limit `json:"limits"`
 	// RateLimits are the rate limits by key name: {"name", "limit",
 	// "period" ("1s", "1m"), "burst", "per_key"}. When the file has this
@@ -27,9 +29,105 @@ type limitsFile struct {
 	RateLimits []gate.RateLimit `json:"rate_limits,omitempty"`
 }
 
-// limits dispatches `limits ls` and `limits sync FILE`.
+// limits dispatches `limits ls`, `limits sync FILE`, `limits set NAME
+// LIMIT` and `limits unset NAME`.
 func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return lsOrSync(ctx, "limits", args, stdout, stderr, limitsList, limitsSync)
+	const want = "ls, sync FILE, set NAME LIMIT or unset NAME"
+	if len(args) == 0 {
+		return usagef("limits: want a subcommand: %s", want)
+	}
+	switch args[0] {
+	case "set":
+		return limitsSet(ctx, args[1:], stdout, stderr)
+	case "unset":
+		return limitsUnset(ctx, args[1:], stdout, stderr)
+	case "ls", "sync":
+		return lsOrSync(ctx, "limits", args, stdout, stderr, limitsList, limitsSync)
+	}
+	return usagef("limits: unknown subcommand %q: want %s", args[0], want)
+}
+
+// limitsOneHelp is the help of `limits set` and `limits unset`: what they
+// change and how that meets namespace ownership.
+const limitsOneHelp = `
+set and unset change one stored limit and leave every other as it is (a sync
+with KeepOmitted). NAME is a key name ("stripe": K for each of its keys) or a
+full key ("stripe:acct_big": a per-key limit, that key's K over its name's;
+its name must have a limit). The entry belongs to -namespace (default
+"default", as for limits sync): an entry another namespace owns is refused,
+name that namespace instead. An engine whose Config.Limits is set syncs its
+namespace's limits at Start and deletes that namespace's entries it omits:
+set a per-key limit under a namespace no engine syncs (-namespace ops), or
+put it in the engines' Config.Limits. A name's limit cannot be unset while
+per-key limits of its keys remain: unset those first.`
+
+// withOneHelp prints limitsOneHelp after the flags when err answers -h.
+func withOneHelp(err error, stderr io.Writer) error {
+	if strings.Contains(err.Error(), "usage: durable") {
+		fmt.Fprintln(stderr, limitsOneHelp)
+	}
+	return err
+}
+
+// limitsSet stores one limit: `limits set NAME LIMIT [-shards N]`.
+func limitsSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("limits set", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	namespace := fs.String("namespace", store.DefaultNamespace, "the namespace that owns the limit")
+	shards := fs.Int("shards", 1, "counter rows per key (at most LIMIT; see gate.ShardsFor)")
+	dry := fs.Bool("dry-run", false, "report the change, store nothing")
+	pos, err := parse(fs, args, 2, 0, "NAME|KEY LIMIT")
+	if err != nil {
+		return withOneHelp(err, stderr)
+	}
+	n, err := strconv.Atoi(pos[1])
+	if err != nil {
+		return usagef("limits set: LIMIT %q is not a number", pos[1])
+	}
+	l := gate.Limit{Name: pos[0], Limit: n, Shards: *shards}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("limits set: %w", err)
+	}
+	return limitsChange(ctx, db, "limits set", *namespace, []gate.Limit{l}, store.SyncOptions{KeepOmitted: true, DryRun: *dry}, stdout)
+}
+
+// limitsUnset deletes one limit: `limits unset NAME`.
+func limitsUnset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("limits unset", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := addDBFlags(fs)
+	namespace := fs.String("namespace", store.DefaultNamespace, "the namespace that owns the limit")
+	dry := fs.Bool("dry-run", false, "report the change, store nothing")
+	pos, err := parse(fs, args, 1, 0, "NAME|KEY")
+	if err != nil {
+		return withOneHelp(err, stderr)
+	}
+	if err := (&gate.Limit{Name: pos[0], Limit: 1}).Validate(); err != nil {
+		return fmt.Errorf("limits unset: %w", err)
+	}
+	o := store.SyncOptions{KeepOmitted: true, DryRun: *dry, RemoveLimits: []string{pos[0]}}
+	return limitsChange(ctx, db, "limits unset", *namespace, []gate.Limit{}, o, stdout)
+}
+
+// limitsChange syncs want into namespace with o and prints what changed.
+func limitsChange(ctx context.Context, db *dbFlags, cmd, namespace string, want []gate.Limit, o store.SyncOptions, stdout io.Writer) error {
+	st, closeStore, err := db.open(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	defer closeStore()
+	res, err := st.SyncKeyLimits(ctx, namespace, store.KeyLimits{Limits: want}, o)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	verb := "changed"
+	if o.DryRun {
+		verb = "would change (dry run, nothing stored)"
+	}
+	fmt.Fprintf(stdout, "%s: %d %s\n", cmd, len(res.Changes), verb)
+	printChanges(stdout, res)
+	return nil
 }
 
 func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -64,10 +162,18 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		tw := table(stdout)
 		fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
+		perKey := false
 		for _, l := range ls {
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", l.Name, l.Limit, l.Shards)
+			name := l.Name
+			if l.PerKey() {
+				name, perKey = "  "+name+" (this key only)", true
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", name, l.Limit, l.Shards)
 		}
 		tw.Flush()
+		if perKey {
+			fmt.Fprintln(stdout, "a key with its own limit runs at it; the other keys of its name at the name's")
+		}
 		fmt.Fprintln(stdout, "keys of any other name run at K = 1")
 	}
 	if len(rates) > 0 {
@@ -128,8 +234,19 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("limits sync: %w", err)
 	}
 	fmt.Fprintf(stdout, "limits synced: %d stored, %d changed\n", len(want), len(res.Changes))
+	printChanges(stdout, res)
+	fmt.Fprintln(stdout, "note: an engine started with Config.Limits stores its own limits at Start, replacing these")
+	return nil
+}
+
+// printChanges prints a sync's changes, one line each, with a warning
+// where live instances hold the keys whose K changed.
+func printChanges(stdout io.Writer, res store.LimitsResult) {
 	for _, c := range res.Changes {
 		from, to := "K = 1 (no limit)", "K = 1 (no limit)"
+		if strings.Contains(c.Name, ":") { // a per-key limit: without one, the key has its name's K
+			from, to = fmt.Sprintf("K = %d (its name's limit)", c.OldK), fmt.Sprintf("K = %d (its name's limit)", c.NewK)
+		}
 		if c.OldSet {
 			from = fmt.Sprintf("K = %d", c.OldK)
 		}
@@ -138,7 +255,11 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		line := fmt.Sprintf("  %s: %s -> %s", c.Name, from, to)
 		if n := res.Live[c.Name]; n > 0 {
-			line += fmt.Sprintf("  WARNING: %d live instance(s) hold keys of this name and change semantics", n)
+			what := "keys of this name"
+			if strings.Contains(c.Name, ":") {
+				what = "this key"
+			}
+			line += fmt.Sprintf("  WARNING: %d live instance(s) hold %s and change semantics", n, what)
 		}
 		fmt.Fprintln(stdout, line)
 	}
@@ -150,8 +271,6 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(stdout, line)
 	}
-	fmt.Fprintln(stdout, "note: an engine started with Config.Limits stores its own limits at Start, replacing these")
-	return nil
 }
 
 // limitsShape and policiesShape are the JSON shapes the sync commands

@@ -11,6 +11,8 @@
 //	durable retry    ID                         run a failed or canceled instance again
 //	durable limits   ls [-json]                 the stored key limits
 //	durable limits   sync FILE [-namespace NS]  replace the stored key (and rate) limits (FILE "-" is stdin)
+//	durable limits   set NAME|KEY LIMIT [-shards N] [-namespace NS]  store one limit (a KEY: a per-key limit)
+//	durable limits   unset NAME|KEY [-namespace NS]                  delete one limit
 //	durable policies ls [-json]                 the stored queue policies (fleet-wide MaxActive)
 //	durable policies sync FILE -namespace NS    replace a namespace's queue policies (FILE: an object or a bare array)
 //	durable explain  KEY [-json]                who holds a key, who waits, which limit blocks it
@@ -70,6 +72,9 @@ commands:
   limits ls            list the stored key limits
   limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
                        with "rate_limits", the rate limits too; -namespace NS)
+  limits set NAME LIMIT  store one limit, leaving the others (-shards N, -namespace NS, -dry-run);
+                       NAME "stripe:acct_big" is a per-key limit: that key's K over its name's
+  limits unset NAME    delete one limit (-namespace NS, -dry-run)
   policies ls          list the stored queue policies (fleet-wide MaxActive, MaxActivePerKey)
   policies sync FILE   replace a namespace's queue policies (-namespace NS, -keep-omitted, -dry-run)
   explain KEY          who holds the key's slots, who waits, which limit blocks it

@@ -129,12 +129,16 @@ type keyView struct {
 	due bool
 }
 
-// concurrencyCheck is the key's semaphore: its name's limit, or K = 1.
+// concurrencyCheck is the key's semaphore: its own limit, its name's
+// limit, or K = 1 (store.KeyInfo.LimitName says which).
 func concurrencyCheck(k keyView) LimitCheck {
 	info := k.info
 	name := gate.NameOf(info.Key)
 	c := LimitCheck{Kind: "concurrency", Applies: true, Limit: info.K, InUse: len(info.Holders)}
-	if info.Shards > 0 {
+	if info.LimitName == info.Key {
+		c.Detail = fmt.Sprintf("per-key limit of %q: K = %d over %d shard(s), over the limit of %q; %d held, %d free",
+			info.Key, info.K, info.Shards, name, len(info.Holders), info.Available)
+	} else if info.Shards > 0 {
 		c.Detail = fmt.Sprintf("gate %q: K = %d per key over %d shard(s); %d held, %d free",
 			name, info.K, info.Shards, len(info.Holders), info.Available)
 	} else {

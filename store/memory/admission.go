@@ -153,10 +153,9 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 	}
 	var ks *keyState
 	if c.Key != "" {
-		name := gate.NameOf(c.Key)
 		ks = s.key(c.Key)
 		st.KeyActive = map[string]int{c.Key: q.keyExec[c.Key]}
-		if lim, gated := s.limits.Lookup(name); gated {
+		if lim, gated := s.limits.For(c.Key); gated {
 			s.ensureCounters(ks, lim)
 			c.Gate = &lim
 			g := admission.GateState{Counters: make([]admission.Counter, len(ks.counters))}
@@ -173,7 +172,7 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 				st.InSight = map[string]int{c.Key: seen[c.Key] + ks.countReady(2-seen[c.Key])}
 			}
 		}
-		if rate, limited := s.rates.Lookup(name); limited {
+		if rate, limited := s.rates.Lookup(gate.NameOf(c.Key)); limited {
 			c.Rate = &rate
 			bucket := rate.BucketFor(c.Key)
 			if b, ok := s.buckets[bucket]; ok {
@@ -381,7 +380,7 @@ func (s *Store) freeSlot(k string, shard int, credit bool, n *notes) {
 		i := shard % len(ks.counters)
 		c := &ks.counters[i]
 		var lim *gate.Limit
-		if l, ok := s.limits.Lookup(gate.NameOf(k)); ok {
+		if l, ok := s.limits.For(k); ok {
 			lim = &l
 		}
 		next, _ := admission.Credit(admission.Counter{Shard: i, Capacity: c.capacity, Available: c.available}, 1, lim)
@@ -442,7 +441,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if ks == nil {
 			continue
 		}
-		if lim, ok := s.limits.Lookup(gate.NameOf(k)); ok {
+		if lim, ok := s.limits.For(k); ok {
 			st.Limits[k] = lim
 		}
 		st.Busy[k] = ks.executing-succs[k] > 0
@@ -561,7 +560,7 @@ func (s *Store) head(r *row, workflows []store.WorkflowVersion) *admission.Turn 
 // holds back the free slots of the others until the key is under its
 // limit again.
 func (s *Store) room(k string, ks *keyState) int {
-	lim, gated := s.limits.Lookup(gate.NameOf(k))
+	lim, gated := s.limits.For(k)
 	if !gated {
 		return max(0, 1-ks.executing)
 	}

@@ -36,7 +36,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 		return q
 	}
 	gates := map[string]*store.GateHealth{}
-	for _, l := range s.limits.All() {
+	for _, l := range s.limits.Gates() {
 		gates[l.Name] = &store.GateHealth{Name: l.Name, Limit: l.Limit, Shards: l.Shards}
 	}
 	handedBack := map[store.HandBackHealth]int{} // by workflow and version
@@ -126,7 +126,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			}
 		}
 	}
-	for _, l := range s.limits.All() {
+	for _, l := range s.limits.Gates() {
 		h.Gates = append(h.Gates, *gates[l.Name])
 	}
 	for _, w := range warnings {

@@ -49,6 +49,11 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 			return store.LimitsResult{}, fmt.Errorf("sync limits: limit %q: %w %q", l.Name, store.ErrNamespaceConflict, owner)
 		}
 	}
+	for _, name := range o.RemoveLimits {
+		if owner, ok := s.limitOwner[name]; ok && owner != namespace {
+			return store.LimitsResult{}, fmt.Errorf("sync limits: limit %q: %w %q", name, store.ErrNamespaceConflict, owner)
+		}
+	}
 	for _, r := range wantRs.All() {
 		if owner, ok := s.rateOwner[r.Name]; ok && owner != namespace {
 			return store.LimitsResult{}, fmt.Errorf("sync limits: rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, owner)
@@ -58,7 +63,11 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 	next := s.limits
 	if limits != nil {
 		nextLs := desired(s.limits.All(), wantLs.All(), s.limitOwner, namespace, o.KeepOmitted, func(l gate.Limit) string { return l.Name })
-		if next, err = gate.NewLimits(nextLs); err != nil {
+		nextLs = slices.DeleteFunc(nextLs, func(l gate.Limit) bool { return slices.Contains(o.RemoveLimits, l.Name) })
+		if next, err = gate.NewLimits(nextLs); err == nil {
+			err = next.Validate()
+		}
+		if err != nil {
 			return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 		}
 	}
@@ -84,6 +93,9 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 		if _, ok := res.Live[gate.NameOf(k)]; ok {
 			res.Live[gate.NameOf(k)] += int64(len(s.keys[k].rows))
 		}
+		if _, ok := res.Live[k]; ok { // a per-key limit's change
+			res.Live[k] += int64(len(s.keys[k].rows))
+		}
 	}
 	if o.DryRun {
 		return res, nil
@@ -103,13 +115,12 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 		s.adjustBuckets(c)
 	}
 	for _, k := range keys {
-		name := gate.NameOf(k)
 		ks := s.keys[k]
-		if !changed[name] || ks == nil {
+		if !changed[gate.NameOf(k)] && !changed[k] || ks == nil {
 			continue
 		}
 		if ks.counters != nil {
-			if lim, ok := s.limits.Lookup(name); ok {
+			if lim, ok := s.limits.For(k); ok {
 				s.repairCounters(ks, lim)
 			} else {
 				ks.counters = nil

@@ -120,7 +120,7 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	var rep store.ReconcileReport
 	for _, k := range s.sortedKeys() {
 		ks := s.keys[k]
-		lim, gated := s.limits.Lookup(gate.NameOf(k))
+		lim, gated := s.limits.For(k)
 		if ks.counters != nil && gated {
 			fixed, drift := s.repairCounters(ks, lim)
 			rep.CountersRepaired += fixed

@@ -242,7 +242,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 
 // isOne reports whether key k is a K = 1 key: its name has no limit.
 func (s *Store) isOne(k string) bool {
-	_, gated := s.limits.Lookup(gate.NameOf(k))
+	_, gated := s.limits.For(k)
 	return !gated
 }
 

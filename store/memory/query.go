@@ -146,8 +146,9 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	}
 	defer s.unlock(nil)
 	info := store.KeyInfo{Key: key, K: 1}
-	lim, gated := s.limits.Lookup(gate.NameOf(key))
+	lim, gated := s.limits.For(key)
 	if gated {
+		info.LimitName = lim.Name
 		info.K, info.Shards = lim.Limit, lim.Shards
 	}
 	ks := s.keys[key]

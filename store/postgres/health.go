@@ -233,7 +233,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	if err != nil {
 		return store.Health{}, fmt.Errorf("health: stored limits: %w", err)
 	}
-	for _, l := range ls.All() {
+	for _, l := range ls.Gates() {
 		g := gates[l.Name]
 		h.Gates = append(h.Gates, store.GateHealth{
 			Name: l.Name, Limit: l.Limit, Shards: l.Shards, Active: g.active, BlockedReady: blocked[l.Name],

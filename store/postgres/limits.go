@@ -23,9 +23,11 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 }
 
 // SyncKeyLimits makes the key limits namespace owns equal to want, in one
-// transaction (see store.Store). Existing counters of a changed name are
-// resized in the same transaction, keeping the slots in use: a key never
-// has more free slots than its new limit minus the rows its counters hold.
+// transaction (see store.Store). Existing counters of a changed name, or of
+// a key whose own limit changed, are resized in the same transaction,
+// keeping the slots in use: a key never has more free slots than its new
+// limit minus the rows its counters hold; a key left with free slots has
+// as many of its blocked rows promoted in that transaction.
 // Counters of a name that lost its limit are deleted (its keys run at K = 1
 // from the next claim on). Buckets of a name whose rate limit changed keep
 // their tokens; they are deleted when it lost its rate limit or changed
@@ -56,7 +58,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, err
 	}
 
-	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o.KeepOmitted) {
+	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o) {
 		return store.LimitsResult{}, nil
 	}
 	var res store.LimitsResult
@@ -68,7 +70,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if err != nil {
 			return err
 		}
-		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o.KeepOmitted)
+		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o)
 		if err != nil {
 			return err
 		}
@@ -77,6 +79,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			return fmt.Errorf("stored limits: %w", err)
 		}
 		after, err := gate.NewLimits(limitsOf(nextLs))
+		if err == nil {
+			err = after.Validate()
+		}
 		if err != nil {
 			return err
 		}
@@ -144,10 +149,15 @@ var errDryRun = errors.New("dry run")
 // wanted limits (or those stored, unless syncLimits) and rate limits (or
 // those stored, unless syncRates), merged by desired; or the conflict of a
 // wanted name that another namespace owns.
-func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates, keep bool) ([]ownedLimit, []ownedRate, error) {
+func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates bool, o store.SyncOptions) ([]ownedLimit, []ownedRate, error) {
+	keep := o.KeepOmitted
+	names := slices.Clone(o.RemoveLimits)
 	for _, l := range wantLs {
-		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == l.Name }); i >= 0 && oldLs[i].namespace != namespace {
-			return nil, nil, fmt.Errorf("limit %q: %w %q", l.Name, store.ErrNamespaceConflict, oldLs[i].namespace)
+		names = append(names, l.Name)
+	}
+	for _, name := range names {
+		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == name }); i >= 0 && oldLs[i].namespace != namespace {
+			return nil, nil, fmt.Errorf("limit %q: %w %q", name, store.ErrNamespaceConflict, oldLs[i].namespace)
 		}
 	}
 	for _, r := range wantRs {
@@ -160,6 +170,7 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 		nextLs = desired(oldLs, wantLs, namespace, keep,
 			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
 			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
+		nextLs = slices.DeleteFunc(nextLs, func(l ownedLimit) bool { return slices.Contains(o.RemoveLimits, l.Name) })
 	}
 	if syncRates {
 		nextRs = desired(oldRs, wantRs, namespace, keep,
@@ -177,12 +188,12 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 // commit) before the first claim. A sync that changes something, or finds
 // a name owned by another namespace, or cannot read, takes the locked
 // path.
-func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, keep bool) bool {
+func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) bool {
 	oldLs, oldRs, err := s.readOwned(ctx, s.pool)
 	if err != nil {
 		return false
 	}
-	nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs, wantRs, namespace, syncLimits, syncRates, keep)
+	nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs, wantRs, namespace, syncLimits, syncRates, o)
 	if err != nil {
 		return false
 	}
@@ -280,15 +291,19 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 	return out
 }
 
-// applyLimitChanges re-shapes the counters of keys whose limit changed,
-// adjusts the buckets of names whose rate limit changed, and counts the
-// live instances of every changed name.
+// applyLimitChanges re-shapes the counters of keys whose limit changed (a
+// name's or a key's own), promotes the blocked rows of those keys that
+// have free slots after it, adjusts the buckets of names whose rate limit
+// changed, and counts the live instances of every changed name and key.
 func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult) error {
 	counters := map[string]map[int]slotTarget{}
 	res.Live = map[string]int64{}
-	var changed, allChanged []string
+	var changed, allChanged, keys, keyNames []string
 	for _, c := range res.Changes {
 		changed = append(changed, c.Name)
+		if strings.Contains(c.Name, ":") {
+			keys, keyNames = append(keys, c.Name), append(keyNames, gate.NameOf(c.Name))
+		}
 	}
 	var drop, rescale []string
 	var oldTC, newTC, caps []int64
@@ -319,6 +334,14 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
 		return err
 	})
+	if len(keys) > 0 {
+		b.Queue(s.q(sqlLiveByKey), keys, keyNames).Query(func(rows pgx.Rows) error {
+			var key string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { res.Live[key] = n; return nil })
+			return err
+		})
+	}
 	if len(changed) > 0 {
 		b.Queue(s.q(sqlSlotsOfNames), changed).Query(scanCounters(counters))
 	}
@@ -337,9 +360,11 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		setKeys                   []string
 		setShards, setCaps, setAv []int32
 		dropKeys                  []string
+		promoteKeys               []string
+		promoteNs                 []int32
 	)
 	for k, byShard := range counters {
-		l, limited := newLs.Lookup(gate.NameOf(k))
+		l, limited := newLs.For(k)
 		if !limited {
 			dropKeys = append(dropKeys, k)
 			continue
@@ -353,14 +378,25 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 			}
 		}
 		target := resizeShards(l.ShardCapacities(), used, existing)
+		free := 0
 		for sh, t := range target {
+			free += t.available
 			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
 			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
+		}
+		if free > 0 {
+			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(free))
 		}
 	}
 	b = &pgx.Batch{}
 	if len(setKeys) > 0 {
 		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
+	}
+	if len(promoteKeys) > 0 {
+		// A raised limit admits the key's blocked rows now, not at the
+		// reconciler's next sweep; the rows are locked after the counters,
+		// SKIP LOCKED, as a freeing transaction promotes them.
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys)))
 	}
 	if len(dropKeys) > 0 {
 		b.Queue(s.q(sqlSlotsDelete), dropKeys)

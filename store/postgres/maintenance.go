@@ -299,7 +299,7 @@ var reconcileChunk = 500
 func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
-	limits := map[string]gate.Limit{}
+	var stored []gate.Limit
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlSlotsLockAll), after, upto).Query(scanCounters(counters))
 	b.Queue(s.q(sqlGateHolders), after, upto).Query(func(rows pgx.Rows) error {
@@ -318,7 +318,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
 		var l gate.Limit
 		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
-			limits[l.Name] = l
+			stored = append(stored, l)
 			return nil
 		})
 		return err
@@ -326,13 +326,17 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
+	limits, err := gate.NewLimits(stored)
+	if err != nil {
+		return fmt.Errorf("stored limits: %w", err)
+	}
 
 	keys := map[string]bool{}
 	for k := range counters {
 		keys[k] = true
 	}
 	for k := range inUse {
-		if _, ok := limits[gate.NameOf(k)]; ok {
+		if _, ok := limits.For(k); ok {
 			keys[k] = true
 		}
 	}
@@ -350,7 +354,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		promoteNs                 []int32
 	)
 	for _, k := range mapKeys(keys) {
-		l, limited := limits[gate.NameOf(k)]
+		l, limited := limits.For(k)
 		if !limited {
 			if len(inUse[k]) == 0 {
 				orphan = append(orphan, k)
@@ -397,7 +401,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		if upto != nil {
 			break
 		}
-		if l, ok := limits[gate.NameOf(k)]; ok {
+		if l, ok := limits.For(k); ok {
 			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(l.Limit))
 		}
 	}

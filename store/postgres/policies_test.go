@@ -252,3 +252,7 @@ func TestPauseAcrossEngines(t *testing.T) {
 func TestDebounceAcrossEngines(t *testing.T) {
 	enginetest.DebounceAcrossEngines(t, newEnv(t).stores())
 }
+
+func TestPerKeyLimitLive(t *testing.T) {
+	enginetest.PerKeyLimitLive(t, newEnv(t).stores())
+}

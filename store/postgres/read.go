@@ -223,8 +223,8 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		next, oldest  []store.Instance
 	)
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlLimitOf), gate.NameOf(key)).Query(func(rows pgx.Rows) error {
-		_, err := pgx.ForEachRow(rows, []any{&limit, &shards}, func() error { return nil })
+	b.Queue(s.q(sqlLimitOf), key).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&limit, &shards, &info.LimitName}, func() error { return nil })
 		return err
 	})
 	b.Queue(s.q(sqlKeyHolders), key, maxHolders).Query(func(rows pgx.Rows) error {

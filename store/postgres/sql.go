@@ -88,6 +88,23 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 	sqlMigrationForget = `DELETE FROM {schema}.schema_migrations WHERE version = $1`
 )
 
+// The limit a key runs under, gate.Limits.For's SQL form: the key's own
+// limit (a per-key limit, named by the full key) if it has one, else its
+// name's, else none (K = 1). A statement writes
+//
+//	LEFT JOIN ` + "`" + ` + keyLimit + ` + "`" + `k.key, split_part(k.key, ':', 1)` + "`" + ` + keyLimitEnd + ` + "`" + ` ON true
+//
+// (the key, then its name) and reads l.name, l."limit" and l.shards. Both
+// are primary-key probes of limits; of the two, the key's own entry is the
+// longer name (a key is its name, ':' and a non-empty id). A key has a
+// limit of its own only while its name has one (gate.Limits.Validate), so
+// whether a key is a gate (K = 1 or not) still depends on its name alone,
+// and the statements that ask only that join limits on the name.
+const (
+	keyLimit    = `LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (`
+	keyLimitEnd = `) ORDER BY length(lk.name) DESC LIMIT 1) l`
+)
+
 // instanceColumns is the column list every Instance is scanned from (see scanInstance).
 const instanceColumns = `id::text, workflow, version, queue, priority, status, step, state, attempt,
 	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,

@@ -103,7 +103,7 @@ SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period
             WHEN pg_try_advisory_xact_lock(hashtextextended(c.key, $6::bigint)) THEN 2
             ELSE 3 END
 FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
-LEFT JOIN {schema}.limits l ON l.name = c.key_name
+LEFT JOIN ` + keyLimit + `c.key, c.key_name` + keyLimitEnd + ` ON true
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
@@ -190,7 +190,7 @@ SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP 
 	// counter in one transaction, so the two agree.
 	sqlSlotsRead = `
 SELECT s.key, s.shard, s.capacity, s.available, s.epoch, l."limit", l.shards
-FROM {schema}.key_slots s LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+FROM {schema}.key_slots s LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
 WHERE s.key = ANY ($1::text[])
 ORDER BY s.key, s.shard`
 

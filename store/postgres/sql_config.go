@@ -42,10 +42,12 @@ SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigin
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
 WHERE split_part(b.bucket, ':', 1) = d.name`
 
-	// sqlSlotsOfNames locks the counters of keys with the given names, in order.
+	// sqlSlotsOfNames locks the counters of keys with the given names, and
+	// of the given keys (per-key limits: a name never contains ':', so the
+	// two never meet), in order.
 	sqlSlotsOfNames = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
-WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
+WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 
 	// sqlLiveByName counts the live rows of each key name of $1, from
 	// instances_live_key_name (migration 018), whose predicate the
@@ -54,6 +56,15 @@ WHERE split_part(key, ':', 1) = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 SELECT key_name, count(*) FROM {schema}.instances
 WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
+
+	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
+	// whose names are $2, among the live rows of those names
+	// (instances_live_key_name, as sqlLiveByName).
+	sqlLiveByKey = `
+SELECT key, count(*) FROM {schema}.instances
+WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
+  AND status NOT IN ('done', 'failed', 'canceled')
+GROUP BY key`
 
 	sqlPoliciesAll = `
 SELECT queue, namespace, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies ORDER BY queue`

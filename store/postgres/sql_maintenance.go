@@ -207,7 +207,7 @@ WITH fl AS (
 ),
 d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
-    LEFT JOIN {schema}.limits l ON l.name = split_part(k, ':', 1)
+    LEFT JOIN ` + keyLimit + `k, split_part(k, ':', 1)` + keyLimitEnd + ` ON true
     CROSS JOIN LATERAL (
         SELECT CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
                                        WHERE x.key = k AND x.status = 'ready'

@@ -121,7 +121,9 @@ FROM {schema}.rate_limits r
 LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
 WHERE r.name = split_part($1, ':', 1)`
 
-	sqlLimitOf = `SELECT "limit", shards FROM {schema}.limits WHERE name = $1`
+	// sqlLimitOf is the limit key $1 runs under (see keyLimit) and its
+	// name (the key's own or its name's).
+	sqlLimitOf = `SELECT l."limit", l.shards, l.name FROM (SELECT 1) one CROSS JOIN ` + keyLimit + `$1, split_part($1, ':', 1)` + keyLimitEnd
 )
 
 // Health: every statement reads through a partial index, so terminal rows
@@ -197,7 +199,7 @@ WITH e AS (
 r AS (
     SELECT e.key_name, e.active,
            CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
-    FROM e JOIN {schema}.limits l ON l.name = e.key_name
+    FROM e CROSS JOIN ` + keyLimit + `e.key, e.key_name` + keyLimitEnd + `
     CROSS JOIN LATERAL (SELECT count(*) AS n,
                                coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
                                coalesce(sum(capacity - available), 0) AS used

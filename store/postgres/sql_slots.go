@@ -36,7 +36,7 @@ WITH x AS (
            END AS share
     FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
     JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
-    LEFT JOIN {schema}.limits l ON l.name = split_part(s.key, ':', 1)
+    LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
 )
 UPDATE {schema}.key_slots s
 SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
@@ -140,7 +140,7 @@ SELECT k FROM (SELECT key AS k FROM one) o WHERE ` + keyExecutes
 	sqlHandOffGates = `
 WITH ` + heldKeys + `
 SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
-FROM held h JOIN {schema}.limits l ON l.name = split_part(h.key, ':', 1)
+FROM held h CROSS JOIN ` + keyLimit + `h.key, split_part(h.key, ':', 1)` + keyLimitEnd + `
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 

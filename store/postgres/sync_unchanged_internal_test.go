@@ -42,7 +42,7 @@ func TestSyncUnchangedTakesNoLock(t *testing.T) {
 	}
 	wantLs, wantRs, err := store.ValidateKeyLimits("svc", want.Limits, want.RateLimits)
 	require.NoError(t, err)
-	require.True(t, s.unchanged(ctx, "svc", true, true, wantLs.All(), wantRs.All(), false))
+	require.True(t, s.unchanged(ctx, "svc", true, true, wantLs.All(), wantRs.All(), store.SyncOptions{}))
 	require.NoError(t, sync("svc", want), "unchanged: no lock taken")
 	require.NoError(t, sync("svc", store.KeyLimits{Limits: want.Limits}), "unchanged, rate limits not synced")
 	require.NoError(t, sync("svc", store.KeyLimits{RateLimits: want.RateLimits}), "unchanged, limits not synced")

@@ -35,7 +35,7 @@ import (
 // Run runs every conformance test against stores made by newStore, which
 // must return a fresh, empty store and arrange its cleanup with t.Cleanup.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
-	groups := [][]test{insertTests, normalizeTests, claimTests, keyTests, insertBlockedTests, handOffTests, signalTests, scheduleTests,
+	groups := [][]test{insertTests, normalizeTests, claimTests, keyTests, perKeyTests, insertBlockedTests, handOffTests, signalTests, scheduleTests,
 		spawnTests, claimLifeTests, reserveTests, maintenanceTests, queryTests, healthTests, queueTests, pauseTests, cancelTreeTests, conflictTests, debounceTests, policyTests, scheduleDefTests, raceTests, randomTests}
 	for _, g := range groups {
 		for _, tc := range g {
