@@ -896,16 +896,12 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 // parent spawns no more children, and it stays canceled as its children
 // are. The instance being terminal already is then no error: its live
 // descendants are canceled all the same.
-func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) error {
+func (e *Engine) Cancel(ctx context.Context, id string, opts CancelOptions) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	var o CancelOptions
-	for _, opt := range opts {
-		o.Children = o.Children || opt.Children
-	}
 	ids := []string{id}
-	if o.Children {
+	if opts.Children {
 		var err error
 		ids, err = store.CancelTree(ctx, e.st, id, e.storeNow())
 		if err != nil {
@@ -926,7 +922,8 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) e
 	return nil
 }
 
-// CancelOptions are the options of Engine.Cancel.
+// CancelOptions are the options of Engine.Cancel; the zero CancelOptions
+// cancels the one instance.
 type CancelOptions struct {
 	// Children cancels the instance's descendants too, each by Cancel's
 	// rules (see Engine.Cancel).

@@ -109,7 +109,7 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 			return fmt.Errorf("durable: start: %w", w.Error())
 		}
 	}
-	res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want)
+	res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want, store.SyncOptions{})
 	if err != nil {
 		return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 	}
@@ -122,16 +122,16 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 
 // SyncConcurrencyPolicies stores defs as the queue policies of the
 // engine's namespace (see store.Store): policies the namespace owned that
-// defs omits are removed unless opts say KeepOmitted, and a queue owned by
+// defs omits are removed unless opts.KeepOmitted (the zero opts are the defaults), and a queue owned by
 // another namespace is an error wrapping store.ErrNamespaceConflict. Every
 // engine sharing the store applies a change from its next claim on: no
 // restart, no matching configuration needed. It returns the namespace's
 // stored policies.
-func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts ...store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
+func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	out, err := e.st.SyncConcurrencyPolicies(ctx, e.cfg.Namespace, defs, opts...)
+	out, err := e.st.SyncConcurrencyPolicies(ctx, e.cfg.Namespace, defs, opts)
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}

@@ -138,7 +138,7 @@ func (e *Engine) SyncSchedules(ctx context.Context) ([]store.Schedule, error) {
 		}
 		defs = append(defs, s.stored())
 	}
-	out, err := e.st.SyncSchedules(ctx, e.cfg.Namespace, defs)
+	out, err := e.st.SyncSchedules(ctx, e.cfg.Namespace, defs, store.SyncOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("durable: sync schedules of namespace %q: %w", e.cfg.Namespace, err)
 	}

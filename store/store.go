@@ -662,7 +662,9 @@ const DefaultNamespace = "default"
 // name owned by another namespace; nothing of that sync is stored.
 var ErrNamespaceConflict = errors.New("owned by another namespace")
 
-// SyncOptions modify a desired-state sync.
+// SyncOptions modify a desired-state sync; every sync takes one value, and
+// the zero SyncOptions is the default (delete what is omitted, store the
+// result).
 type SyncOptions struct {
 	// KeepOmitted keeps what the namespace owns but the sync omits
 	// (default: omitted entries are deleted).
@@ -670,16 +672,6 @@ type SyncOptions struct {
 	// DryRun reports what the sync would change (and its errors) and stores
 	// nothing.
 	DryRun bool
-}
-
-// MergeSyncOptions folds a variadic option list into one.
-func MergeSyncOptions(opts []SyncOptions) SyncOptions {
-	var o SyncOptions
-	for _, x := range opts {
-		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
-		o.DryRun = o.DryRun || x.DryRun
-	}
-	return o
 }
 
 // KeyLimits is the desired state of the key limits one namespace owns. A
@@ -828,7 +820,7 @@ type Store interface {
 	// is ErrNamespaceConflict. Limits apply to keys by name in every queue,
 	// whoever owns them; every claim reads them, so every engine enforces
 	// the same numbers.
-	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts ...SyncOptions) (LimitsResult, error)
+	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts SyncOptions) (LimitsResult, error)
 	// RateLimits returns the stored rate limits of every namespace, sorted by name.
 	RateLimits(ctx context.Context) ([]gate.RateLimit, error)
 	// SyncConcurrencyPolicies makes the queue policies namespace owns equal
@@ -836,7 +828,7 @@ type Store interface {
 	// sorted by queue. Policies the namespace owns and defs omits are
 	// deleted (unless KeepOmitted). A queue another namespace owns is
 	// ErrNamespaceConflict. A change applies from the next claim on.
-	SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []ConcurrencyPolicy, opts ...SyncOptions) ([]ConcurrencyPolicy, error)
+	SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []ConcurrencyPolicy, opts SyncOptions) ([]ConcurrencyPolicy, error)
 	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
 	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
@@ -848,7 +840,7 @@ type Store interface {
 	// it updates (Paused, LastTick, LastInstance, Anchor) and moves its
 	// Epoch only when its definition changed; a new schedule is anchored at
 	// now (its first tick is the first after the sync).
-	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts ...SyncOptions) ([]Schedule, error)
+	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts SyncOptions) ([]Schedule, error)
 	// ListSchedules returns every stored schedule, of every namespace, sorted by name.
 	ListSchedules(ctx context.Context) ([]Schedule, error)
 	// PauseSchedule pauses (paused true) or resumes a schedule and returns

@@ -166,7 +166,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		t.Fatalf("durabletest: %v", err)
 	}
 	if _, err := st.SyncKeyLimits(context.Background(), store.DefaultNamespace,
-		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
+		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}, store.SyncOptions{}); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
 	if _, err := eng.SyncSchedules(context.Background()); err != nil {
@@ -248,11 +248,11 @@ func (e *Env) SignalAfter(d time.Duration, id, name string, payload any) {
 	sort.SliceStable(e.delayed, func(i, j int) bool { return e.delayed[i].at.Before(e.delayed[j].at) })
 }
 
-// Cancel cancels an instance (and its descendants, with
-// durable.CancelOptions{Children: true}).
-func (e *Env) Cancel(id string, opts ...durable.CancelOptions) {
+// Cancel cancels an instance as Engine.Cancel does (and its descendants,
+// with durable.CancelOptions{Children: true}).
+func (e *Env) Cancel(id string, opts durable.CancelOptions) {
 	e.t.Helper()
-	if err := e.Engine.Cancel(context.Background(), id, opts...); err != nil {
+	if err := e.Engine.Cancel(context.Background(), id, opts); err != nil {
 		e.t.Fatalf("durabletest: cancel: %v", err)
 	}
 }

@@ -99,7 +99,7 @@ func TestCancelOfARowHandedToTheNextTick(t *testing.T) {
 		require.Equal(t, []string{"a1"}, ran)
 		require.Equal(t, store.StatusExecuting, env.Get(ids[1]).Status, "a2 was handed the slot")
 		require.NotEmpty(t, env.Get(ids[2]).Worker, "a3 was reserved behind it")
-		env.Cancel(ids[1])
+		env.Cancel(ids[1], durable.CancelOptions{})
 		assert.Equal(t, store.StatusCanceled, env.Get(ids[1]).Status)
 		env.RunUntilIdle()
 		assert.Equal(t, store.StatusCanceled, env.Get(ids[1]).Status)
