@@ -319,7 +319,10 @@ func (e *Engine) gaugeHealth(ctx context.Context) (Health, bool) {
 	return e.healthCache.get(ctx, e.cfg.HealthInterval, e.Health)
 }
 
-// Store returns the engine's store.
+// Store returns the engine's store: the operator's view, for tools such as
+// cmd/durable and package ui that read rows with their claims (worker,
+// fence, lease, key shard), keys' holders and step histories. A program
+// that starts, signals and waits for instances does not need it.
 func (e *Engine) Store() store.Store { return e.st }
 
 // WorkerID returns the id this engine claims under.

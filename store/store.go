@@ -4,9 +4,33 @@
 // a Store, and every rule of admission is enforced by the Store inside the
 // claim, so that two engines sharing one store can never over-admit.
 //
-// The conformance suite in store/storetest states the rules as tests; a
-// backend is correct when it passes the suite. docs/backends.md in the
-// repository maps each method to the rules that pin it.
+// The package doc reads in two parts: first what a user of package durable
+// meets of a store and the rules a store keeps for them (admission, order,
+// cancel, pause); then, from "Implementing a backend" on, the protocol
+// between the engine and a backend, which only a backend's author needs.
+//
+// # Using a store
+//
+// A program hands an engine one Store (durable.Config.Store): memory.New for
+// tests and demos, postgres.New in production. It does not call the Store
+// itself; what it meets of this package is:
+//
+//   - Status and its constants (an instance's status), and the errors
+//     ErrNotFound, ErrTerminal, ErrDuplicate, ErrInvalid, ErrClosed and the
+//     others, which durable's calls wrap;
+//   - the insert options Conflict (with ConflictError, ErrStarted) and
+//     Debounce;
+//   - the desired-state syncs: ConcurrencyPolicy, SyncOptions (one value,
+//     its zero value the defaults) and ErrNamespaceConflict;
+//   - durable.Health's parts: QueueHealth, GateHealth, RateHealth,
+//     HandBackHealth, ScheduleHealth, UnworkedQueue, PausedQueue, and
+//     QueuePause and ReconcileReport.
+//
+// durable shows instances and schedules in types of its own
+// (durable.Instance, durable.StoredSchedule, durable.TickReport) that leave
+// the claim out. The stored rows, claim included (Instance, KeyInfo,
+// HistoryEntry, Schedule), are the operator's view: Engine.Store() reads
+// them, as cmd/durable and package ui do.
 //
 // # Admission
 //
@@ -82,6 +106,79 @@
 // theirs. The rule is internal/admission.Rounds for both backends
 // (PostgreSQL's insert statement is its SQL form, pinned equal to it).
 //
+// # Cancel
+//
+// A step that is still running holds its slot, whatever happens to its row.
+// Cancel of an executing row therefore does not free its slot: it marks the
+// claim cancel-requested (Instance.CancelRequested), tells the worker (a
+// Notification, and the next Heartbeat), and the row stays executing until
+// it leaves executing by one of the usual ways, each of which then makes it
+// canceled instead: a Complete whose outcome is not terminal (its state
+// and step are kept, children are not spawned, nothing is parked), a
+// Release, or the reaper when the lease expires. A done or failed outcome
+// commits as it is: the step finished first. Only then is the slot freed
+// and, for a child, the parent's join counted. A row whose cancel is
+// requested holds its unique key no more (see ConflictCancelOlder).
+//
+// # Pause
+//
+// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
+// or reserved, while everything else about it goes on (see PauseQueue);
+// its claims say so (ClaimResult.Paused), so that an engine starts none of
+// the rows it holds for it either.
+//
+// # Implementing a backend
+//
+// A backend implements Store, and may implement HandOffer (slot hand-off),
+// TxInserter (inserts in a caller's SQL transaction) and Notifier (wake-ups
+// without polling); it is correct when it passes the conformance suite,
+// storetest.Run, whose subtests are named after the rule they pin ("keys/...",
+// "handoff/..."). docs/backends.md in the repository maps each method to
+// the rules that pin it. The decisions are pure functions in
+// internal/admission that both backends call with the state they read and
+// locked; NormalizeNewInstance and NormalizeClaim give every request's
+// defaults and error classes.
+//
+// The engine and a backend speak through these types, which no user of
+// package durable sees:
+//
+//   - NewInstance, InsertResult, TxInserter: Insert. Pinned by insert/,
+//     normalize/, keys/, conflict/ and debounce/.
+//   - ClaimRequest (Worker, Lease, Reserve), ClaimResult, Claimed
+//     (Contended, After): Claim. Pinned by claim/, keys/, policies/, rate/,
+//     fairness/, pause/, races/ and random/.
+//   - Outcome (Fence, Successor, Ahead, Contended, HandBack,
+//     ConsumeSignal), OutcomeKind, OutcomeResult (Stale, Unwaited, Yield),
+//     ClaimRef, HeartbeatResult: Complete, Heartbeat, Release. Pinned by
+//     fences/, prefetch/, cancel/, spawn/ and signals/ (see Fences below).
+//   - HandOffer, HandOff (Room, Reserve, Claiming): CompleteHandOff, the
+//     optional hand-off. Pinned by handoff/ and reserve/ (see Hand-off
+//     below).
+//   - Notification, Notifier: wake-ups; internal/enginetest's
+//     WakesWithoutPolling checks them.
+//   - SignalRequest, SignalResult, Signal: Signal and Inbox. Pinned by
+//     signals/ and inbox/.
+//   - Schedule (Epoch), FireRequest, FireResult: SyncSchedules and
+//     FireSchedule. Pinned by schedule/ and schedules/.
+//   - KeyLimits, LimitsResult: SyncKeyLimits and SyncLimits. Pinned by
+//     limits/ and sync/.
+//   - WorkedQueue, QueuePause: MarkQueuesWorked, WorkedQueues, PauseQueue.
+//     Pinned by queues/ and pause/.
+//   - Instance (Worker, Fence, LeaseExpiresAt, KeyShard, ReadySince),
+//     KeyInfo, HistoryEntry, ListFilter, Page, Health: the reads. Pinned by
+//     list/, history/, keyinfo/ and health/.
+//
+// A backend without HandOffer is correct: every freed slot is credited
+// and its key's next row promoted, and an engine claims it; it is slower on
+// a busy key, not different in what it admits.
+//
+// # Fences
+//
+// Each claim gives the row a new fence token. Every outcome, heartbeat and
+// release names the worker and the fence; one that does not match the row's
+// current claim (the lease was reaped, the instance was cancelled) commits
+// nothing and is reported stale.
+//
 // # Hand-off
 //
 // A store that implements HandOffer may give the slot an outcome frees
@@ -110,34 +207,6 @@
 //
 // Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
 // rows (awaiting a signal, a timer or children) hold none.
-//
-// # Fences
-//
-// Each claim gives the row a new fence token. Every outcome, heartbeat and
-// release names the worker and the fence; one that does not match the row's
-// current claim (the lease was reaped, the instance was cancelled) commits
-// nothing and is reported stale.
-//
-// # Cancel
-//
-// A step that is still running holds its slot, whatever happens to its row.
-// Cancel of an executing row therefore does not free its slot: it marks the
-// claim cancel-requested (Instance.CancelRequested), tells the worker (a
-// Notification, and the next Heartbeat), and the row stays executing until
-// it leaves executing by one of the usual ways, each of which then makes it
-// canceled instead: a Complete whose outcome is not terminal (its state
-// and step are kept, children are not spawned, nothing is parked), a
-// Release, or the reaper when the lease expires. A done or failed outcome
-// commits as it is: the step finished first. Only then is the slot freed
-// and, for a child, the parent's join counted. A row whose cancel is
-// requested holds its unique key no more (see ConflictCancelOlder).
-//
-// # Pause
-//
-// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
-// or reserved, while everything else about it goes on (see PauseQueue);
-// its claims say so (ClaimResult.Paused), so that an engine starts none of
-// the rows it holds for it either.
 package store
 
 import (
