@@ -170,12 +170,30 @@ GROUP BY workflow, version ORDER BY workflow, version`
 	// read that runs often and must not take cores from the claims.
 	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
 
-	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	// sqlHealthStatuses counts blocked, parked and executing rows per queue.
 	sqlHealthStatuses = `
 SELECT queue, status, count(*) FROM {schema}.instances
-WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children') GROUP BY queue, status
 UNION ALL
 SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthFailed counts, per queue with failed rows, at most $1 + 1 of
+	// them (the caller caps the count at $1): failed rows stay for the
+	// retention window, so an uncapped count would grow with it. The
+	// queues are found by a loose index scan (one probe per queue) of
+	// instances_queue_status, whose entries of other statuses are live
+	// rows; each count reads at most $1 + 1 entries of the same index.
+	sqlHealthFailed = `
+WITH RECURSIVE q AS (
+    (SELECT queue FROM {schema}.instances WHERE status = 'failed' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.queue FROM {schema}.instances i
+            WHERE i.status = 'failed' AND i.queue > q.queue ORDER BY i.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT q.queue, (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances f
+                                       WHERE f.status = 'failed' AND f.queue = q.queue LIMIT $1 + 1) x)
+FROM q WHERE q.queue IS NOT NULL`
 
 	// sqlHealthBlockedByName counts blocked rows per key name (through the
 	// waiting index: the name is computed from the key).
