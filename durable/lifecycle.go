@@ -122,11 +122,12 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 
 // SyncConcurrencyPolicies stores defs as the queue policies of the
 // engine's namespace (see store.Store): policies the namespace owned that
-// defs omits are removed unless opts.KeepOmitted (the zero opts are the defaults), and a queue owned by
-// another namespace is an error wrapping store.ErrNamespaceConflict. Every
-// engine sharing the store applies a change from its next claim on: no
-// restart, no matching configuration needed. It returns the namespace's
-// stored policies.
+// defs omits are removed unless opts.KeepOmitted (the zero SyncOptions are
+// the defaults; DryRun stores nothing), and a queue owned by another
+// namespace is an error wrapping store.ErrNamespaceConflict. Every engine
+// sharing the store applies a change from its next claim on: no restart,
+// no matching configuration needed. It returns the namespace's stored
+// policies.
 func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
