@@ -182,7 +182,11 @@ SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'exec
 	// retention window, so an uncapped count would grow with it. The
 	// queues are found by a loose index scan (one probe per queue) of
 	// instances_queue_status, whose entries of other statuses are live
-	// rows; each count reads at most $1 + 1 entries of the same index.
+	// rows. Each queue's count reads the first $1 + 1 failed entries from
+	// the queue on, in index order: a range read in the index's order,
+	// which only the index serves without sorting, where an equality on
+	// the queue would let the planner scan the table for a queue with few
+	// failed rows.
 	sqlHealthFailed = `
 WITH RECURSIVE q AS (
     (SELECT queue FROM {schema}.instances WHERE status = 'failed' ORDER BY queue LIMIT 1)
@@ -191,8 +195,9 @@ WITH RECURSIVE q AS (
             WHERE i.status = 'failed' AND i.queue > q.queue ORDER BY i.queue LIMIT 1)
     FROM q WHERE q.queue IS NOT NULL
 )
-SELECT q.queue, (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances f
-                                       WHERE f.status = 'failed' AND f.queue = q.queue LIMIT $1 + 1) x)
+SELECT q.queue, (SELECT count(*) FILTER (WHERE f.queue = q.queue)
+                 FROM (SELECT i.queue FROM {schema}.instances i
+                       WHERE i.status = 'failed' AND i.queue >= q.queue ORDER BY i.queue LIMIT $1 + 1) f)
 FROM q WHERE q.queue IS NOT NULL`
 
 	// sqlHealthBlockedByName counts blocked rows per key name (through the
