@@ -99,7 +99,7 @@ func TestCancelTreeCancelsTheParentAndEveryChild(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		assert.Zero(t, joined.Load(), "a canceled parent never joins")
 		require.NoError(t, e.Cancel(ctx, pid, durable.CancelOptions{Children: true}), "a canceled tree: nothing to do, no error")
-		err = e.Cancel(ctx, pid)
+		err = e.Cancel(ctx, pid, durable.CancelOptions{})
 		assert.ErrorIs(t, err, store.ErrTerminal, "without Children, Cancel of a terminal instance is an error as before")
 	})
 }
@@ -125,7 +125,7 @@ func TestParentSeesACanceledChild(t *testing.T) {
 		require.NoError(t, e.Signal(ctx, kids[0].ID, "go", nil, durable.SignalOptions{}))
 		_, err = e.Wait(ctx, kids[0].ID)
 		require.NoError(t, err)
-		require.NoError(t, e.Cancel(ctx, kids[1].ID))
+		require.NoError(t, e.Cancel(ctx, kids[1].ID, durable.CancelOptions{}))
 
 		got := <-seen
 		require.Len(t, got, 2)

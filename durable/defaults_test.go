@@ -25,8 +25,8 @@ func TestStoreIsRequired(t *testing.T) {
 	assert.Contains(t, err.Error(), "memory.New")
 }
 
-// Mistakes in a definition are errors at Register: a step defined twice,
-// and more than one steps.Options for a step.
+// A step defined twice is an error at Register; StepWith's options are one
+// value, so there is no second Options to refuse.
 func TestDefinitionMistakesFailRegister(t *testing.T) {
 	run := func(ctx steps.Context, c counter) (transitions.Transition, error) { return transitions.Done(c.N), nil }
 	twice := durable.NewWorkflow[counter]("twice", "a", durable.WorkflowOptions{}).Step("a", run).Step("a", run)
@@ -35,14 +35,14 @@ func TestDefinitionMistakesFailRegister(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `step "a" is defined twice`)
 
-	opts := durable.NewWorkflow[counter]("opts", "a", durable.WorkflowOptions{}).
-		Step("a", run, steps.Options{Retry: new(fastRetry(2))}, steps.Options{Retry: new(fastRetry(5))})
-	err = e.Register(opts)
+	with := durable.NewWorkflow[counter]("with", "a", durable.WorkflowOptions{}).
+		Step("a", run).StepWith("a", run, steps.Options{Retry: new(fastRetry(2))})
+	err = e.Register(with)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "2 steps.Options given; pass one")
+	assert.Contains(t, err.Error(), `step "a" is defined twice`)
 
 	require.NoError(t, e.Register(durable.NewWorkflow[counter]("fine", "a", durable.WorkflowOptions{}).
-		Step("a", run, steps.Options{Retry: new(fastRetry(2))})))
+		StepWith("a", run, steps.Options{Retry: new(fastRetry(2))})))
 }
 
 // A key built from bad user data (an empty id) does not panic: Insert, a

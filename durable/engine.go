@@ -323,7 +323,10 @@ func (e *Engine) gaugeHealth(ctx context.Context) (Health, bool) {
 	return e.healthCache.get(ctx, e.cfg.HealthInterval, e.Health)
 }
 
-// Store returns the engine's store.
+// Store returns the engine's store: the operator's view, for tools such as
+// cmd/durable and package ui that read rows with their claims (worker,
+// fence, lease, key shard), keys' holders and step histories. A program
+// that starts, signals and waits for instances does not need it.
 func (e *Engine) Store() store.Store { return e.st }
 
 // WorkerID returns the id this engine claims under.
@@ -906,16 +909,12 @@ func (e *Engine) Signal(ctx context.Context, id, name string, payload any, opts 
 // parent spawns no more children, and it stays canceled as its children
 // are. The instance being terminal already is then no error: its live
 // descendants are canceled all the same.
-func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) error {
+func (e *Engine) Cancel(ctx context.Context, id string, opts CancelOptions) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	var o CancelOptions
-	for _, opt := range opts {
-		o.Children = o.Children || opt.Children
-	}
 	ids := []string{id}
-	if o.Children {
+	if opts.Children {
 		var err error
 		ids, err = store.CancelTree(ctx, e.st, id, e.storeNow())
 		if err != nil {
@@ -936,7 +935,8 @@ func (e *Engine) Cancel(ctx context.Context, id string, opts ...CancelOptions) e
 	return nil
 }
 
-// CancelOptions are the options of Engine.Cancel.
+// CancelOptions are the options of Engine.Cancel; the zero CancelOptions
+// cancels the one instance.
 type CancelOptions struct {
 	// Children cancels the instance's descendants too, each by Cancel's
 	// rules (see Engine.Cancel).

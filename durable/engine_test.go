@@ -233,7 +233,7 @@ func TestSignalErrors(t *testing.T) {
 	require.NoError(t, err)
 	err = e.Signal(ctx, id, "x", nil, durable.SignalOptions{})
 	assert.ErrorIs(t, err, store.ErrTerminal)
-	assert.ErrorIs(t, e.Cancel(ctx, id), store.ErrTerminal)
+	assert.ErrorIs(t, e.Cancel(ctx, id, durable.CancelOptions{}), store.ErrTerminal)
 }
 
 func TestAwaitSignalAndTimeout(t *testing.T) {
@@ -370,10 +370,10 @@ type slowSyncStore struct {
 	entered, release chan struct{}
 }
 
-func (s *slowSyncStore) SyncKeyLimits(ctx context.Context, ns string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
+func (s *slowSyncStore) SyncKeyLimits(ctx context.Context, ns string, want store.KeyLimits, opts store.SyncOptions) (store.LimitsResult, error) {
 	close(s.entered)
 	<-s.release
-	return s.Store.SyncKeyLimits(ctx, ns, want, opts...)
+	return s.Store.SyncKeyLimits(ctx, ns, want, opts)
 }
 
 func TestStopDuringStartWins(t *testing.T) {
@@ -467,7 +467,7 @@ func TestInstanceErrorsSayOpAndIDOnce(t *testing.T) {
 	_, err := e.Get(ctx, missing)
 	require.ErrorIs(t, err, store.ErrNotFound)
 	assert.EqualError(t, err, "durable: get "+missing+": instance not found")
-	assert.EqualError(t, e.Cancel(ctx, missing), "durable: cancel "+missing+": instance not found")
+	assert.EqualError(t, e.Cancel(ctx, missing, durable.CancelOptions{}), "durable: cancel "+missing+": instance not found")
 	assert.EqualError(t, e.Retry(ctx, missing), "durable: retry "+missing+": instance not found")
 	err = e.Signal(ctx, missing, "paid", nil, durable.SignalOptions{})
 	require.ErrorIs(t, err, store.ErrNotFound)

@@ -34,7 +34,7 @@ func Example_defineWorkflow() {
 			return transitions.Done(fmt.Sprintf("order %s: %d items shipped", o.ID, o.Items)), nil
 		})
 
-	// No Store configured: an in-memory store (use store/postgres in production).
+	// An in-memory store: nothing survives the process (use store/postgres in production).
 	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
@@ -196,4 +196,48 @@ func ExampleWorkflow_Insert() {
 	}
 	fmt.Println(msg)
 	// Output: sent INV-7 for 990 cents
+}
+
+// A step with its own settings takes them as one steps.Options value:
+// here a timeout per attempt and a retry policy of its own, which replaces
+// the workflow's for this step only.
+func ExampleWorkflow_StepWith() {
+	type Fetch struct {
+		URL string `json:"url"`
+	}
+	tries := 0
+	wf := durable.NewWorkflow[Fetch]("fetch", "get", durable.WorkflowOptions{}).
+		StepWith("get", func(ctx steps.Context, f Fetch) (transitions.Transition, error) {
+			if tries++; tries < 3 {
+				return transitions.Transition{}, fmt.Errorf("fetch %s: unavailable", f.URL)
+			}
+			return transitions.Done(fmt.Sprintf("fetched %s on attempt %d", f.URL, ctx.Attempt()+1)), nil
+		}, steps.Options{
+			Timeout: 5 * time.Second,
+			Retry:   &steps.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Millisecond, RandomizationFactor: -1},
+		})
+	eng, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if err := eng.Register(wf); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	id, err := eng.Insert(ctx, "fetch", Fetch{URL: "https://example.com"}, durable.InsertOptions{})
+	if err != nil {
+		panic(err)
+	}
+	msg, err := durable.Result[string](ctx, eng, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(msg)
+	// Output: fetched https://example.com on attempt 3
 }

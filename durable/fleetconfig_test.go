@@ -50,7 +50,7 @@ func TestEngineWithoutLimitsLeavesTheFleetsGatesAlone(t *testing.T) {
 func TestStrictChecksTheStoredLimits(t *testing.T) {
 	backends(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}}})
+		_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}}}, store.SyncOptions{})
 		require.NoError(t, err)
 		e := newEngine(t, durable.Config{Store: st, Strict: true}, counterWorkflow())
 		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("order", "42")})

@@ -381,7 +381,7 @@ func TestNegativeHealthIntervalRegistersNoGauges(t *testing.T) {
 func TestPolicyGaugesCarryQueueNamesOnly(t *testing.T) {
 	backends(t, func(t *testing.T, st store.Store) {
 		ctx := waitCtx(t)
-		_, err := st.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: durable.DefaultQueue, MaxActive: 2, MaxActivePerKey: 1}})
+		_, err := st.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: durable.DefaultQueue, MaxActive: 2, MaxActivePerKey: 1}}, store.SyncOptions{})
 		require.NoError(t, err)
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

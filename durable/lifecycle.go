@@ -109,7 +109,7 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 			return fmt.Errorf("durable: start: %w", w.Error())
 		}
 	}
-	res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want)
+	res, err := e.st.SyncKeyLimits(ctx, e.cfg.Namespace, want, store.SyncOptions{})
 	if err != nil {
 		return fmt.Errorf("durable: start: sync limits of namespace %q: %w", e.cfg.Namespace, err)
 	}
@@ -122,16 +122,17 @@ func (e *Engine) syncLimits(ctx context.Context) error {
 
 // SyncConcurrencyPolicies stores defs as the queue policies of the
 // engine's namespace (see store.Store): policies the namespace owned that
-// defs omits are removed unless opts say KeepOmitted, and a queue owned by
-// another namespace is an error wrapping store.ErrNamespaceConflict. Every
-// engine sharing the store applies a change from its next claim on: no
-// restart, no matching configuration needed. It returns the namespace's
-// stored policies.
-func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts ...store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
+// defs omits are removed unless opts.KeepOmitted (the zero SyncOptions are
+// the defaults; DryRun stores nothing), and a queue owned by another
+// namespace is an error wrapping store.ErrNamespaceConflict. Every engine
+// sharing the store applies a change from its next claim on: no restart,
+// no matching configuration needed. It returns the namespace's stored
+// policies.
+func (e *Engine) SyncConcurrencyPolicies(ctx context.Context, defs []store.ConcurrencyPolicy, opts store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	out, err := e.st.SyncConcurrencyPolicies(ctx, e.cfg.Namespace, defs, opts...)
+	out, err := e.st.SyncConcurrencyPolicies(ctx, e.cfg.Namespace, defs, opts)
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
@@ -194,16 +195,16 @@ type TickReport struct {
 	// slot an outcome freed, given straight to its key's next row), then
 	// those claimed, in claim order, across queues (sorted by queue name).
 	// They all held their slots at once.
-	Claimed []store.Claimed
+	Claimed []TickStep
 	// Chained are the rows that ran after a row of Claimed, in its slot:
 	// each was reserved as that row's successor, and that row's outcome
 	// passed the slot to it.
-	Chained []store.Claimed
+	Chained []TickStep
 	// Outcomes are the committed outcomes, in the order the steps ran (an
 	// outcome the store refused for its data is replaced by the failure it
 	// became; one refused even so is left out, its claim left to the
 	// reaper).
-	Outcomes []store.Outcome
+	Outcomes []TickOutcome
 	// Stale counts outcomes that did not commit.
 	Stale int
 	// Fired counts await timeouts that fired before the claim.
@@ -233,8 +234,64 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 		return TickReport{}, fmt.Errorf("durable: tick: engine is started or stopped")
 	}
 	// The round is the runtime's (claim, run, commit as the live scheduler
-	// does); runtime.Round has TickReport's fields.
+	// does); the report shows its rows and outcomes without the claims'
+	// fences and hints, which are the store's and the runtime's business.
 	e.markQueuesIfDue(ctx)
-	rep, err := e.rt.Tick(ctx)
-	return TickReport(rep), err
+	rnd, err := e.rt.Tick(ctx)
+	rep := TickReport{Stale: rnd.Stale, Fired: rnd.Fired, Scheduled: rnd.Scheduled, NextDue: rnd.NextDue,
+		Claimed: tickSteps(rnd.Claimed), Chained: tickSteps(rnd.Chained)}
+	for _, o := range rnd.Outcomes {
+		rep.Outcomes = append(rep.Outcomes, tickOutcomeOf(o))
+	}
+	return rep, err
+}
+
+// TickStep is a step a Tick ran: the instance, the step, and the key whose
+// slot it held ("" : none).
+type TickStep struct {
+	ID       string
+	Workflow string
+	Version  int
+	Queue    string
+	Step     string
+	// Attempt is 0 on the step's first run and grows by one per retry.
+	Attempt int
+	Key     string
+}
+
+// TickOutcome is the committed outcome of a step a Tick ran.
+type TickOutcome struct {
+	// ID is the instance and Step the step that ran.
+	ID   string
+	Step string
+	// Outcome is what the run came to, as the step history records it:
+	// the transition's kind ("next", "done", "await", ...), "error" or
+	// "panic" for a step error, or OutcomeInvalidTransition.
+	Outcome string
+	// Next is the step the instance runs next ("" when it ended).
+	Next string
+	// Error is the step's error, or why the instance stopped or failed.
+	Error string
+}
+
+func tickSteps(cs []store.Claimed) []TickStep {
+	var out []TickStep
+	for _, c := range cs {
+		out = append(out, TickStep{ID: c.ID, Workflow: c.Workflow, Version: c.Version, Queue: c.Queue,
+			Step: c.Step, Attempt: c.Attempt, Key: c.Key})
+	}
+	return out
+}
+
+func tickOutcomeOf(o store.Outcome) TickOutcome {
+	t := TickOutcome{ID: o.ID, Outcome: o.Kind.String(), Error: o.Error}
+	if !o.Kind.Terminal() {
+		t.Next = o.Step
+	}
+	// Every outcome an engine's step makes carries its history entry;
+	// without one the kind is all there is to say.
+	if h := o.History; h != nil {
+		t.Step, t.Outcome = h.Step, h.Outcome
+	}
+	return t
 }

@@ -121,7 +121,7 @@ func validateSchedules(namespace string, scs []Schedule) (map[string]Schedule, e
 // Config.Schedules syncs nothing: an engine that does not mention
 // schedules leaves the stored ones alone (it returns nil). A schedule of a
 // workflow that is not registered is an error wrapping ErrUnknownWorkflow.
-func (e *Engine) SyncSchedules(ctx context.Context) ([]store.Schedule, error) {
+func (e *Engine) SyncSchedules(ctx context.Context) ([]StoredSchedule, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -138,35 +138,88 @@ func (e *Engine) SyncSchedules(ctx context.Context) ([]store.Schedule, error) {
 		}
 		defs = append(defs, s.stored())
 	}
-	out, err := e.st.SyncSchedules(ctx, e.cfg.Namespace, defs)
+	out, err := e.st.SyncSchedules(ctx, e.cfg.Namespace, defs, store.SyncOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("durable: sync schedules of namespace %q: %w", e.cfg.Namespace, err)
 	}
-	return out, nil
+	return storedSchedules(out), nil
 }
 
 // PauseSchedule pauses (paused true) or resumes a stored schedule, of any
 // namespace, fleet-wide and at once: no tick fires while it is paused, and
 // a resumed schedule fires from the next tick after now (the ticks of the
 // pause are not missed ticks). A missing name is store.ErrScheduleNotFound.
-func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (store.Schedule, error) {
+func (e *Engine) PauseSchedule(ctx context.Context, name string, paused bool) (StoredSchedule, error) {
 	if err := e.checkOpen(); err != nil {
-		return store.Schedule{}, err
+		return StoredSchedule{}, err
 	}
 	sc, err := e.st.PauseSchedule(ctx, name, paused, e.storeNow())
 	if err != nil {
-		return store.Schedule{}, fmt.Errorf("durable: %w", err)
+		return StoredSchedule{}, fmt.Errorf("durable: %w", err)
 	}
-	return sc, nil
+	return storedSchedule(sc), nil
 }
 
 // ListSchedules returns every stored schedule, of every namespace, sorted by name.
-func (e *Engine) ListSchedules(ctx context.Context) ([]store.Schedule, error) {
+func (e *Engine) ListSchedules(ctx context.Context) ([]StoredSchedule, error) {
 	out, err := e.st.ListSchedules(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
-	return out, nil
+	return storedSchedules(out), nil
+}
+
+// StoredSchedule is a schedule as the store keeps it for every engine: its
+// definition as last synced (see Schedule) and the state the fleet shares
+// (pause, last tick). The compare-and-set token engines fire ticks with
+// (store.Schedule.Epoch) is the store's and is not shown.
+type StoredSchedule struct {
+	// Name identifies the schedule; Namespace is the namespace that owns it.
+	Name      string
+	Namespace string
+	// Workflow, Cron, TimeZone ("" is UTC), Queue ("" is the workflow's),
+	// Priority, Key and KeyIntent, UniqueStatuses, Overlap, CatchUp and
+	// Grace are the definition as synced (see Schedule).
+	Workflow       string
+	Cron           string
+	TimeZone       string
+	Queue          string
+	Priority       int
+	Key            string
+	KeyIntent      gate.Intent
+	UniqueStatuses []store.Status
+	Overlap        periodic.Overlap
+	CatchUp        periodic.CatchUp
+	Grace          time.Duration
+	// Paused schedules fire nothing; a sync never changes it.
+	Paused bool
+	// Anchor is when ticks start counting when LastTick is older: when the
+	// schedule was first stored, or last resumed.
+	Anchor time.Time
+	// LastTick is the last tick recorded, fired or skipped (zero: none).
+	LastTick time.Time
+	// LastInstance is the instance of the last fired tick ("" : none) and
+	// LastFiredAt when it was recorded (zero: never).
+	LastInstance string
+	LastFiredAt  time.Time
+}
+
+func storedSchedule(sc store.Schedule) StoredSchedule {
+	return StoredSchedule{Name: sc.Name, Namespace: sc.Namespace, Workflow: sc.Workflow, Cron: sc.Cron, TimeZone: sc.TimeZone,
+		Queue: sc.Queue, Priority: sc.Priority, Key: sc.Key, KeyIntent: sc.KeyIntent, UniqueStatuses: sc.UniqueStatuses,
+		Overlap: sc.Overlap, CatchUp: sc.CatchUp, Grace: sc.Grace, Paused: sc.Paused, Anchor: sc.Anchor,
+		LastTick: sc.LastTick, LastInstance: sc.LastInstance, LastFiredAt: sc.LastFiredAt}
+}
+
+func storedSchedules(scs []store.Schedule) []StoredSchedule {
+	if scs == nil {
+		return nil
+	}
+	out := make([]StoredSchedule, len(scs))
+	for i, sc := range scs {
+		out[i] = storedSchedule(sc)
+	}
+	return out
 }
 
 // scheduleRound is what one fireSchedules did.

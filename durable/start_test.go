@@ -50,7 +50,7 @@ func stop(t *testing.T, e *durable.Engine) {
 func TestStartListensWhileItSyncsAndStopsListeningWhenRefused(t *testing.T) {
 	ctx := waitCtx(t)
 	st := &startCounting{Store: memory.New(memory.Options{})}
-	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 2}}})
+	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 2}}}, store.SyncOptions{})
 	require.NoError(t, err)
 	_, err = st.Insert(ctx, []store.NewInstance{{ID: "6f1c1f8e-8a7e-4c41-9d5a-0b3a1b7f3c12", Workflow: "count", Version: 1,
 		Queue: "other", Step: "inc", State: json.RawMessage(`{}`), Key: "api:1"}})

@@ -228,7 +228,7 @@ func (t *telemetry) endStep(ctx context.Context, span trace.Span, c store.Claime
 func (t *telemetry) observeHealth(snapshot func(context.Context) (Health, bool)) error {
 	m := t.meter
 	depth, err := m.Int64ObservableGauge("durable.queue.depth",
-		metric.WithDescription("Rows of a queue by state: ready, scheduled, blocked, executing, awaiting, failed."), metric.WithUnit("{instance}"))
+		metric.WithDescription("Rows of a queue by state: ready, scheduled, blocked, executing, awaiting, failed (counted up to store.HealthScanLimit)."), metric.WithUnit("{instance}"))
 	if err != nil {
 		return err
 	}

@@ -72,16 +72,17 @@ func NewWorkflow[S any](name, initial string, opts WorkflowOptions) *Workflow[S]
 	}}
 }
 
-// Step adds a step, with at most one steps.Options. A name added twice,
-// or more than one Options, is an error at Engine.Register.
-func (w *Workflow[S]) Step(name string, fn steps.Func[S], opts ...steps.Options) *Workflow[S] {
-	var o steps.Options
-	switch {
-	case len(opts) > 1:
-		w.def.errs = append(w.def.errs, fmt.Errorf("step %q: %d steps.Options given; pass one (set every field in it)", name, len(opts)))
-	case len(opts) == 1:
-		o = opts[0]
-	}
+// Step adds a step with the workflow's defaults: no timeout, and the retry
+// policy and error handler of WorkflowOptions. StepWith adds one with its
+// own steps.Options. A name added twice is an error at Engine.Register.
+func (w *Workflow[S]) Step(name string, fn steps.Func[S]) *Workflow[S] {
+	return w.StepWith(name, fn, steps.Options{})
+}
+
+// StepWith adds a step with its own settings (see steps.Options); the zero
+// Options is Step's defaults. A name added twice is an error at
+// Engine.Register.
+func (w *Workflow[S]) StepWith(name string, fn steps.Func[S], o steps.Options) *Workflow[S] {
 	if _, dup := w.def.steps[name]; dup {
 		w.def.errs = append(w.def.errs, fmt.Errorf("step %q is defined twice", name))
 	}

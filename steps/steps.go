@@ -74,7 +74,9 @@ type Child struct {
 // Decode unmarshals the child's result into v.
 func (c Child) Decode(v any) error { return json.Unmarshal(c.Result, v) }
 
-// Options are per-step settings.
+// Options are one step's settings, passed as one value to
+// durable.Workflow.StepWith; the zero Options is what durable.Workflow.Step
+// gives a step (no timeout, the workflow's retry policy).
 type Options struct {
 	// Timeout cancels the step's context after this long (0: no timeout).
 	// A step that overruns its timeout is handled like an error.

@@ -9,7 +9,9 @@ import (
 // HealthScanLimit bounds the per-key work of a Health call: saturated keys
 // are counted up to this many (SaturatedKeysCapped tells when more exist),
 // and warnings are looked for among at most this many waiting rows, so
-// Health costs the same with 10 keys or 10 million.
+// Health costs the same with 10 keys or 10 million. A queue's failed rows
+// are counted up to this many too (QueueHealth.FailedCapped), so that the
+// failed rows a long retention keeps do not make Health slower.
 const HealthScanLimit = 1000
 
 // BlockedReadyLimit bounds QueueHealth.BlockedReady: the ready rows a full
@@ -95,8 +97,11 @@ type QueueHealth struct {
 	// Awaiting counts rows parked on a signal or a timer's timeout, and on
 	// children (awaiting_children).
 	Awaiting int64 `json:"awaiting"`
-	// Failed counts failed rows not yet removed by retention.
-	Failed int64 `json:"failed"`
+	// Failed counts failed rows not yet removed by retention, up to
+	// HealthScanLimit; FailedCapped is true when the queue has more (read
+	// Failed as "HealthScanLimit or more"). List them with ListPage.
+	Failed       int64 `json:"failed"`
+	FailedCapped bool  `json:"failed_capped"`
 	// OldestReady is how long the oldest ready row has been eligible: from
 	// its run time, or for a row handed back by workers that cannot run it
 	// (see Health.HandedBack) from when it first became ready, whether it

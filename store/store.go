@@ -4,9 +4,33 @@
 // a Store, and every rule of admission is enforced by the Store inside the
 // claim, so that two engines sharing one store can never over-admit.
 //
-// The conformance suite in store/storetest states the rules as tests; a
-// backend is correct when it passes the suite. docs/backends.md in the
-// repository maps each method to the rules that pin it.
+// The package doc reads in two parts: first what a user of package durable
+// meets of a store and the rules a store keeps for them (admission, order,
+// cancel, pause); then, from "Implementing a backend" on, the protocol
+// between the engine and a backend, which only a backend's author needs.
+//
+// # Using a store
+//
+// A program hands an engine one Store (durable.Config.Store): memory.New for
+// tests and demos, postgres.New in production. It does not call the Store
+// itself; what it meets of this package is:
+//
+//   - Status and its constants (an instance's status), and the errors
+//     ErrNotFound, ErrTerminal, ErrDuplicate, ErrInvalid, ErrClosed and the
+//     others, which durable's calls wrap;
+//   - the insert options Conflict (with ConflictError, ErrStarted) and
+//     Debounce;
+//   - the desired-state syncs: ConcurrencyPolicy, SyncOptions (one value,
+//     its zero value the defaults) and ErrNamespaceConflict;
+//   - durable.Health's parts: QueueHealth, GateHealth, RateHealth,
+//     HandBackHealth, ScheduleHealth, UnworkedQueue, PausedQueue, and
+//     QueuePause and ReconcileReport.
+//
+// durable shows instances and schedules in types of its own
+// (durable.Instance, durable.StoredSchedule, durable.TickReport) that leave
+// the claim out. The stored rows, claim included (Instance, KeyInfo,
+// HistoryEntry, Schedule), are the operator's view: Engine.Store() reads
+// them, as cmd/durable and package ui do.
 //
 // # Admission
 //
@@ -86,6 +110,79 @@
 // theirs. The rule is internal/admission.Rounds for both backends
 // (PostgreSQL's insert statement is its SQL form, pinned equal to it).
 //
+// # Cancel
+//
+// A step that is still running holds its slot, whatever happens to its row.
+// Cancel of an executing row therefore does not free its slot: it marks the
+// claim cancel-requested (Instance.CancelRequested), tells the worker (a
+// Notification, and the next Heartbeat), and the row stays executing until
+// it leaves executing by one of the usual ways, each of which then makes it
+// canceled instead: a Complete whose outcome is not terminal (its state
+// and step are kept, children are not spawned, nothing is parked), a
+// Release, or the reaper when the lease expires. A done or failed outcome
+// commits as it is: the step finished first. Only then is the slot freed
+// and, for a child, the parent's join counted. A row whose cancel is
+// requested holds its unique key no more (see ConflictCancelOlder).
+//
+// # Pause
+//
+// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
+// or reserved, while everything else about it goes on (see PauseQueue);
+// its claims say so (ClaimResult.Paused), so that an engine starts none of
+// the rows it holds for it either.
+//
+// # Implementing a backend
+//
+// A backend implements Store, and may implement HandOffer (slot hand-off),
+// TxInserter (inserts in a caller's SQL transaction) and Notifier (wake-ups
+// without polling); it is correct when it passes the conformance suite,
+// storetest.Run, whose subtests are named after the rule they pin ("keys/...",
+// "handoff/..."). docs/backends.md in the repository maps each method to
+// the rules that pin it. The decisions are pure functions in
+// internal/admission that both backends call with the state they read and
+// locked; NormalizeNewInstance and NormalizeClaim give every request's
+// defaults and error classes.
+//
+// The engine and a backend speak through these types, which no user of
+// package durable sees:
+//
+//   - NewInstance, InsertResult, TxInserter: Insert. Pinned by insert/,
+//     normalize/, keys/, conflict/ and debounce/.
+//   - ClaimRequest (Worker, Lease, Reserve), ClaimResult, Claimed
+//     (Contended, After): Claim. Pinned by claim/, keys/, policies/, rate/,
+//     fairness/, pause/, races/ and random/.
+//   - Outcome (Fence, Successor, Ahead, Contended, HandBack,
+//     ConsumeSignal), OutcomeKind, OutcomeResult (Stale, Unwaited, Yield),
+//     ClaimRef, HeartbeatResult: Complete, Heartbeat, Release. Pinned by
+//     fences/, prefetch/, cancel/, spawn/ and signals/ (see Fences below).
+//   - HandOffer, HandOff (Room, Reserve, Claiming): CompleteHandOff, the
+//     optional hand-off. Pinned by handoff/ and reserve/ (see Hand-off
+//     below).
+//   - Notification, Notifier: wake-ups; internal/enginetest's
+//     WakesWithoutPolling checks them.
+//   - SignalRequest, SignalResult, Signal: Signal and Inbox. Pinned by
+//     signals/ and inbox/.
+//   - Schedule (Epoch), FireRequest, FireResult: SyncSchedules and
+//     FireSchedule. Pinned by schedule/ and schedules/.
+//   - KeyLimits, LimitsResult: SyncKeyLimits and SyncLimits. Pinned by
+//     limits/ and sync/.
+//   - WorkedQueue, QueuePause: MarkQueuesWorked, WorkedQueues, PauseQueue.
+//     Pinned by queues/ and pause/.
+//   - Instance (Worker, Fence, LeaseExpiresAt, KeyShard, ReadySince),
+//     KeyInfo, HistoryEntry, ListFilter, Page, Health: the reads. Pinned by
+//     list/, history/, keyinfo/ and health/.
+//
+// A backend without HandOffer is correct: every freed slot is credited
+// and its key's next row promoted, and an engine claims it; it is slower on
+// a busy key, not different in what it admits.
+//
+// # Fences
+//
+// Each claim gives the row a new fence token. Every outcome, heartbeat and
+// release names the worker and the fence; one that does not match the row's
+// current claim (the lease was reaped, the instance was cancelled) commits
+// nothing and is reported stale.
+//
 // # Hand-off
 //
 // A store that implements HandOffer may give the slot an outcome frees
@@ -114,34 +211,6 @@
 //
 // Rows claimed and not yet run (a prefetch buffer) hold their slots. Parked
 // rows (awaiting a signal, a timer or children) hold none.
-//
-// # Fences
-//
-// Each claim gives the row a new fence token. Every outcome, heartbeat and
-// release names the worker and the fence; one that does not match the row's
-// current claim (the lease was reaped, the instance was cancelled) commits
-// nothing and is reported stale.
-//
-// # Cancel
-//
-// A step that is still running holds its slot, whatever happens to its row.
-// Cancel of an executing row therefore does not free its slot: it marks the
-// claim cancel-requested (Instance.CancelRequested), tells the worker (a
-// Notification, and the next Heartbeat), and the row stays executing until
-// it leaves executing by one of the usual ways, each of which then makes it
-// canceled instead: a Complete whose outcome is not terminal (its state
-// and step are kept, children are not spawned, nothing is parked), a
-// Release, or the reaper when the lease expires. A done or failed outcome
-// commits as it is: the step finished first. Only then is the slot freed
-// and, for a child, the parent's join counted. A row whose cancel is
-// requested holds its unique key no more (see ConflictCancelOlder).
-//
-// # Pause
-//
-// A paused queue (PauseQueue) has none of its rows claimed, handed a slot
-// or reserved, while everything else about it goes on (see PauseQueue);
-// its claims say so (ClaimResult.Paused), so that an engine starts none of
-// the rows it holds for it either.
 package store
 
 import (
@@ -686,7 +755,9 @@ const DefaultNamespace = "default"
 // name owned by another namespace; nothing of that sync is stored.
 var ErrNamespaceConflict = errors.New("owned by another namespace")
 
-// SyncOptions modify a desired-state sync.
+// SyncOptions modify a desired-state sync; every sync takes one value, and
+// the zero SyncOptions is the default (delete what is omitted, store the
+// result).
 type SyncOptions struct {
 	// KeepOmitted keeps what the namespace owns but the sync omits
 	// (default: omitted entries are deleted).
@@ -701,17 +772,6 @@ type SyncOptions struct {
 	// not nil. With KeepOmitted and an empty Limits it deletes one entry
 	// and leaves the rest, as `durable limits unset` does.
 	RemoveLimits []string
-}
-
-// MergeSyncOptions folds a variadic option list into one.
-func MergeSyncOptions(opts []SyncOptions) SyncOptions {
-	var o SyncOptions
-	for _, x := range opts {
-		o.KeepOmitted = o.KeepOmitted || x.KeepOmitted
-		o.DryRun = o.DryRun || x.DryRun
-		o.RemoveLimits = append(o.RemoveLimits, x.RemoveLimits...)
-	}
-	return o
 }
 
 // KeyLimits is the desired state of the key limits one namespace owns. A
@@ -865,7 +925,7 @@ type Store interface {
 	// and stores nothing. A change of a key's limit reshapes its counters
 	// as SyncLimits says, and a key left with free slots has that many of
 	// its blocked rows promoted at once.
-	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts ...SyncOptions) (LimitsResult, error)
+	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts SyncOptions) (LimitsResult, error)
 	// RateLimits returns the stored rate limits of every namespace, sorted by name.
 	RateLimits(ctx context.Context) ([]gate.RateLimit, error)
 	// SyncConcurrencyPolicies makes the queue policies namespace owns equal
@@ -873,7 +933,7 @@ type Store interface {
 	// sorted by queue. Policies the namespace owns and defs omits are
 	// deleted (unless KeepOmitted). A queue another namespace owns is
 	// ErrNamespaceConflict. A change applies from the next claim on.
-	SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []ConcurrencyPolicy, opts ...SyncOptions) ([]ConcurrencyPolicy, error)
+	SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []ConcurrencyPolicy, opts SyncOptions) ([]ConcurrencyPolicy, error)
 	// ListConcurrencyPolicies returns every stored policy, sorted by queue.
 	ListConcurrencyPolicies(ctx context.Context) ([]ConcurrencyPolicy, error)
 
@@ -885,7 +945,7 @@ type Store interface {
 	// it updates (Paused, LastTick, LastInstance, Anchor) and moves its
 	// Epoch only when its definition changed; a new schedule is anchored at
 	// now (its first tick is the first after the sync).
-	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts ...SyncOptions) ([]Schedule, error)
+	SyncSchedules(ctx context.Context, namespace string, want []Schedule, opts SyncOptions) ([]Schedule, error)
 	// ListSchedules returns every stored schedule, of every namespace, sorted by name.
 	ListSchedules(ctx context.Context) ([]Schedule, error)
 	// PauseSchedule pauses (paused true) or resumes a schedule and returns

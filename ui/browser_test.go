@@ -52,9 +52,9 @@ func newScene(t *testing.T) *scene {
 	_, err = st.SyncKeyLimits(ctx, "payments", store.KeyLimits{
 		Limits:     []gate.Limit{{Name: "stripe", Limit: 2, Shards: 1}},
 		RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1}},
-	})
+	}, store.SyncOptions{})
 	require.NoError(t, err)
-	_, err = st.SyncConcurrencyPolicies(ctx, "billing", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 4}})
+	_, err = st.SyncConcurrencyPolicies(ctx, "billing", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 4}}, store.SyncOptions{})
 	require.NoError(t, err)
 
 	ni := func(workflow, queue, key string, intent gate.Intent, state string) store.NewInstance {

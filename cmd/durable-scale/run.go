@@ -57,7 +57,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if _, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: o.gateLimit}}}); err != nil {
+	if _, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: o.gateLimit}}}, store.SyncOptions{}); err != nil {
 		return err
 	}
 	ctl, err := durable.New(durable.Config{Store: st, WorkerID: "scale-controller"})
@@ -238,7 +238,7 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 		return
 	}
 	t0 := time.Now()
-	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}})
+	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}}, store.SyncOptions{})
 	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v)", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err))
 	go func() {
 		select {

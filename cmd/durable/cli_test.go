@@ -724,9 +724,9 @@ func TestCLIExplainRateAndFleet(t *testing.T) {
 	s := migrated(t)
 	_, err := s.st.SyncKeyLimits(ctx, "billing", store.KeyLimits{
 		Limits:     []gate.Limit{{Name: "api", Limit: 5}, {Name: "tenant", Limit: 10}},
-		RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
+		RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}}, store.SyncOptions{})
 	require.NoError(t, err)
-	_, err = s.st.SyncConcurrencyPolicies(ctx, "billing", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}})
+	_, err = s.st.SyncConcurrencyPolicies(ctx, "billing", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}}, store.SyncOptions{})
 	require.NoError(t, err)
 	idle := newEngine(t, s.st)
 	for range 3 {
@@ -766,7 +766,7 @@ func TestCLIHealthPolicyPressure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := migrated(t)
-	_, err := s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}})
+	_, err := s.st.SyncConcurrencyPolicies(ctx, "mailers", []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 2, MaxActivePerKey: 1}}, store.SyncOptions{})
 	require.NoError(t, err)
 	idle := newEngine(t, s.st)
 	insert := func(k gate.ConcurrencyKey) {

@@ -72,6 +72,15 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
+// failedCount is a queue's failed rows as Health counts them: up to
+// store.HealthScanLimit, with a "+" when the queue has more.
+func failedCount(q store.QueueHealth) string {
+	if q.FailedCapped {
+		return fmt.Sprintf("%d+", q.Failed)
+	}
+	return fmt.Sprint(q.Failed)
+}
+
 func printHealth(w io.Writer, h store.Health) {
 	tw := table(w)
 	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tBLOCKED\tEXECUTING\tAWAITING\tFAILED\tOLDEST READY\tACTIVE/MAX")
@@ -80,8 +89,8 @@ func printHealth(w io.Writer, h store.Health) {
 		if q.MaxActive > 0 {
 			maxActive = fmt.Sprint(q.MaxActive)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d/%s\n", q.Queue, q.Ready, q.Scheduled, q.Blocked,
-			q.Executing, q.Awaiting, q.Failed, age(q.OldestReady), q.Active, maxActive)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d/%s\n", q.Queue, q.Ready, q.Scheduled, q.Blocked,
+			q.Executing, q.Awaiting, failedCount(q), age(q.OldestReady), q.Active, maxActive)
 	}
 	if len(h.Queues) == 0 {
 		fmt.Fprintln(tw, "(no live rows)")

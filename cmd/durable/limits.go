@@ -226,7 +226,7 @@ func limitsSync(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if rates == nil {
 			rates = []gate.RateLimit{}
 		}
-		res, err = st.SyncKeyLimits(ctx, *namespace, store.KeyLimits{Limits: want, RateLimits: rates})
+		res, err = st.SyncKeyLimits(ctx, *namespace, store.KeyLimits{Limits: want, RateLimits: rates}, store.SyncOptions{})
 	} else {
 		res, err = st.SyncLimits(ctx, want)
 	}

@@ -76,8 +76,8 @@ func queuesList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if q.Paused {
 			state = "paused " + when(*q.PausedAt, now)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, state, q.Ready, q.Scheduled, q.Blocked,
-			q.Executing, q.Awaiting, q.Failed, age(q.OldestReady))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, state, q.Ready, q.Scheduled, q.Blocked,
+			q.Executing, q.Awaiting, failedCount(q.QueueHealth), age(q.OldestReady))
 	}
 	tw.Flush()
 	for _, q := range entries {

@@ -101,7 +101,7 @@ func (svc *Service) Workflow() *durable.Workflow[Charge] {
 			c.Currency = strings.ToLower(c.Currency)
 			return transitions.Next("charge", c, transitions.SwitchKey(StripeKey(c.StripeAccount))), nil
 		}).
-		Step("charge", func(ctx steps.Context, c Charge) (transitions.Transition, error) {
+		StepWith("charge", func(ctx steps.Context, c Charge) (transitions.Transition, error) {
 			defer svc.enter(ctx)()
 			id, err := svc.Stripe.CreateCharge(ctx, "charge-"+ctx.InstanceID(), c.StripeAccount, c.AmountCents, c.Currency)
 			switch {

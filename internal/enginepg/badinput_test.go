@@ -483,7 +483,7 @@ func TestStopTwiceAndCallsAfterStop(t *testing.T) {
 	_, err = e.Insert(ctx, "count", num{}, durable.InsertOptions{})
 	assert.ErrorIs(t, err, durable.ErrStopped)
 	assert.ErrorIs(t, e.Signal(ctx, id, "x", nil, durable.SignalOptions{}), durable.ErrStopped)
-	assert.ErrorIs(t, e.Cancel(ctx, id), durable.ErrStopped)
+	assert.ErrorIs(t, e.Cancel(ctx, id, durable.CancelOptions{}), durable.ErrStopped)
 	assert.ErrorIs(t, e.Start(ctx), durable.ErrStopped)
 	assert.Equal(t, before, count(t, st), "nothing was inserted after Stop")
 

@@ -123,7 +123,7 @@ func PerKeyLimitLive(t *testing.T, newStore func() store.Store) {
 	ops := newStore()
 	setBig := func(k int) {
 		t.Helper()
-		_, err := ops.SyncKeyLimits(ctx, "ops", store.KeyLimits{Limits: []gate.Limit{{Name: big, Limit: k, Shards: min(k, 5)}}})
+		_, err := ops.SyncKeyLimits(ctx, "ops", store.KeyLimits{Limits: []gate.Limit{{Name: big, Limit: k, Shards: min(k, 5)}}}, store.SyncOptions{})
 		require.NoError(t, err)
 	}
 	waitFor := func(within time.Duration, what string, ok func() bool) time.Duration {

@@ -165,7 +165,7 @@ func MaxActiveAcrossEngines(t *testing.T, newStore func() store.Store) {
 	engines := fleet(t, newStore, 3, 10, durable.Config{Namespace: "mailers", PollInterval: 5 * time.Millisecond,
 		ReconcileInterval: time.Hour, Limits: []gate.Limit{{Name: "tenant", Limit: 10}}}, g, 15*time.Millisecond, nil)
 	ctx := context.Background()
-	_, err := engines[0].SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 4, MaxActivePerKey: 2}})
+	_, err := engines[0].SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 4, MaxActivePerKey: 2}}, store.SyncOptions{})
 	require.NoError(t, err)
 	keys := []gate.ConcurrencyKey{gate.Gate("tenant", "a"), gate.Gate("tenant", "b"), gate.Gate("tenant", "c"), {}}
 	ids := insertWork(t, engines[0], keys, 60)
@@ -186,7 +186,7 @@ func MaxActiveAcrossEngines(t *testing.T, newStore func() store.Store) {
 
 	// A raised budget applies from the next claim, fleet-wide.
 	g.Reset()
-	_, err = engines[1].SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 9}})
+	_, err = engines[1].SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 9}}, store.SyncOptions{})
 	require.NoError(t, err)
 	ids = insertWork(t, engines[2], keys, 90)
 	waitDone(t, engines[0], ids, 60*time.Second)
@@ -197,7 +197,7 @@ func MaxActiveAcrossEngines(t *testing.T, newStore func() store.Store) {
 	// Another namespace cannot take the queue over.
 	other, err := durable.New(durable.Config{Store: newStore(), Namespace: "intruders", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	_, err = other.SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 100}})
+	_, err = other.SyncConcurrencyPolicies(ctx, []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 100}}, store.SyncOptions{})
 	require.ErrorIs(t, err, store.ErrNamespaceConflict)
 }
 

@@ -151,7 +151,7 @@ func CancelOfAReservationMeansItNeverStarts(t *testing.T, newStore func() store.
 	ctx := context.Background()
 	canceledAt := map[string]time.Time{}
 	cancel := func(id string) {
-		err := canceler.Cancel(ctx, id)
+		err := canceler.Cancel(ctx, id, durable.CancelOptions{})
 		if errors.Is(err, store.ErrTerminal) {
 			return // it ran to its end since the list was read
 		}

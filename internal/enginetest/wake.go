@@ -125,7 +125,7 @@ func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
 			st := newStore()
 			e := wakeEngine(t, st, c.executors, durable.Config{Namespace: "wake", Limits: []gate.Limit{{Name: "tenant", Limit: 1}}})
 			if c.policy {
-				_, err := e.SyncConcurrencyPolicies(context.Background(), []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}})
+				_, err := e.SyncConcurrencyPolicies(context.Background(), []store.ConcurrencyPolicy{{Queue: "mail", MaxActive: 1}}, store.SyncOptions{})
 				require.NoError(t, err)
 			}
 			reqs := make([]durable.InsertRequest, c.rows)

@@ -219,7 +219,7 @@ func wallClockCancel(t *testing.T, o WallClockOptions, k gate.ConcurrencyKey, li
 		other = engines[1]
 	}
 	canceledAt := time.Now()
-	require.NoError(t, other.Cancel(ctx, a))
+	require.NoError(t, other.Cancel(ctx, a, durable.CancelOptions{}))
 	in, err = engines[0].Store().Get(ctx, a)
 	require.NoError(t, err)
 	if _, ended := h.when(h.ended, "a"); !ended {

@@ -11,7 +11,7 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
-// Round is what one Tick did (durable.TickReport has the same fields).
+// Round is what one Tick did (durable.TickReport shows it to a user).
 type Round struct {
 	// Claimed are the rows that ran in this round each in a slot of its
 	// own: first those the previous round's commit handed to this worker

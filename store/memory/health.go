@@ -82,7 +82,12 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 		case store.StatusAwaiting, store.StatusChildren:
 			qh(in.Queue).Awaiting++
 		case store.StatusFailed:
-			qh(in.Queue).Failed++
+			// Counted up to HealthScanLimit, as PostgreSQL counts them.
+			if q := qh(in.Queue); q.Failed < store.HealthScanLimit {
+				q.Failed++
+			} else {
+				q.FailedCapped = true
+			}
 		}
 		if in.Key == "" {
 			continue

@@ -28,8 +28,8 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 // rows of keys that gained room are promoted, and the buckets of a name
 // whose rate limit changed keep their tokens (dropped when the limit or
 // its scope went away).
-func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
-	return s.syncKeyLimits(namespace, want.Limits, want.RateLimits, store.MergeSyncOptions(opts))
+func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, o store.SyncOptions) (store.LimitsResult, error) {
+	return s.syncKeyLimits(namespace, want.Limits, want.RateLimits, o)
 }
 
 // syncKeyLimits syncs namespace's limits unless limits is nil, and its
@@ -208,11 +208,10 @@ func (s *Store) RateLimits(ctx context.Context) ([]gate.RateLimit, error) {
 // defs (see store.Store). Blocked rows of the queues whose policy changed
 // are promoted where their key has room, so that a raised per-key budget
 // admits them at the next claim.
-func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []store.ConcurrencyPolicy, opts ...store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
+func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []store.ConcurrencyPolicy, o store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
 	if err := store.ValidatePolicies(namespace, defs); err != nil {
 		return nil, fmt.Errorf("sync concurrency policies: %w", err)
 	}
-	o := store.MergeSyncOptions(opts)
 	if err := s.lock(); err != nil {
 		return nil, err
 	}

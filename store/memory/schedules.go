@@ -12,12 +12,11 @@ import (
 )
 
 // SyncSchedules makes the schedules namespace owns equal to want (see store.Store).
-func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []store.Schedule, opts ...store.SyncOptions) ([]store.Schedule, error) {
+func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []store.Schedule, o store.SyncOptions) ([]store.Schedule, error) {
 	defs, err := store.ValidateSchedules(namespace, want)
 	if err != nil {
 		return nil, fmt.Errorf("sync schedules: %w", err)
 	}
-	o := store.MergeSyncOptions(opts)
 	if err := s.lock(); err != nil {
 		return nil, err
 	}

@@ -19,7 +19,8 @@ import (
 // ones) are never read; per-key work is bounded by the executing rows and
 // store.HealthScanLimit waiting rows (see store.Health). A queue policy's
 // BlockedReady comes from the queue's Ready count (capped at
-// store.BlockedReadyLimit); its SaturatedKeys from the queue's executing
+// store.BlockedReadyLimit), its failed rows are counted up to
+// store.HealthScanLimit per queue; its SaturatedKeys from the queue's executing
 // rows grouped by key, each key at its budget probed for one waiting row.
 // Handed-back rows (their oldest per queue, their count per workflow
 // version) are read from their own partial index.
@@ -116,12 +117,22 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 					q.Blocked += n
 				case "awaiting", "awaiting_children":
 					q.Awaiting += n
-				case "failed":
-					q.Failed += n
 				case "executing":
 					q.Executing += n
 					q.Active += n
 				}
+				return nil
+			})
+			return err
+		})
+		b.Queue(s.q(sqlHealthFailed), store.HealthScanLimit).Query(func(rows pgx.Rows) error {
+			var (
+				name string
+				n    int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+				q := qh(name)
+				q.Failed, q.FailedCapped = min(n, store.HealthScanLimit), n > store.HealthScanLimit
 				return nil
 			})
 			return err

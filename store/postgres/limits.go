@@ -32,8 +32,8 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 // from the next claim on). Buckets of a name whose rate limit changed keep
 // their tokens; they are deleted when it lost its rate limit or changed
 // scope.
-func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, opts ...store.SyncOptions) (store.LimitsResult, error) {
-	return s.syncKeyLimits(ctx, namespace, want.Limits, want.RateLimits, store.MergeSyncOptions(opts))
+func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, o store.SyncOptions) (store.LimitsResult, error) {
+	return s.syncKeyLimits(ctx, namespace, want.Limits, want.RateLimits, o)
 }
 
 // ownedLimit and ownedRate are stored limits with their namespace.

@@ -116,6 +116,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"health: handed back oldest", sqlHealthHandedBackOldest, nil},
 		{"health: handed back", sqlHealthHandedBack, []any{1000}},
 		{"health: statuses", sqlHealthStatuses, nil},
+		{"health: failed", sqlHealthFailed, []any{1000}},
 		{"health: blocked by name", sqlHealthBlockedByName, nil},
 		{"health: gates", sqlHealthGates, nil},
 		{"health: policy keys", sqlHealthPolicyKeys, []any{nil, 1000}},

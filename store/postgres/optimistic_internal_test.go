@@ -389,7 +389,7 @@ func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 
 	// A queue with a policy takes its queue's lock before its keys' (admit).
-	_, err = s.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}})
+	_, err = s.SyncConcurrencyPolicies(ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}}, store.SyncOptions{})
 	require.NoError(t, err)
 	tx, err = s.pool.Begin(ctx)
 	require.NoError(t, err)

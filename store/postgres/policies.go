@@ -16,14 +16,13 @@ import (
 // advisory lock (see store.Store). Queues whose policy changed are
 // notified, and their blocked rows whose key has room are promoted, so
 // that a raised per-key budget admits them at the next claim.
-func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []store.ConcurrencyPolicy, opts ...store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
+func (s *Store) SyncConcurrencyPolicies(ctx context.Context, namespace string, defs []store.ConcurrencyPolicy, o store.SyncOptions) ([]store.ConcurrencyPolicy, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	if err := store.ValidatePolicies(namespace, defs); err != nil {
 		return nil, fmt.Errorf("sync concurrency policies: %w", err)
 	}
-	o := store.MergeSyncOptions(opts)
 	n := len(defs)
 	queues, maxes, perKey := make([]string, n), make([]int32, n), make([]int32, n)
 	for i, d := range defs {

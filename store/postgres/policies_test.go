@@ -110,9 +110,9 @@ func TestConcurrentClaimersUnderPoliciesAndRates(t *testing.T) {
 		RateLimits: []gate.RateLimit{
 			{Name: "api", Limit: 2000, PerKey: true},
 			{Name: "slow", Limit: 300, Burst: 3},
-		}})
+		}}, store.SyncOptions{})
 	require.NoError(t, err)
-	_, err = e.s.SyncConcurrencyPolicies(e.ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: maxActive, MaxActivePerKey: keyBudget}})
+	_, err = e.s.SyncConcurrencyPolicies(e.ctx, "ns", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: maxActive, MaxActivePerKey: keyBudget}}, store.SyncOptions{})
 	require.NoError(t, err)
 	var ins []store.NewInstance
 	for _, k := range []string{"acct:0", "acct:1", "api:x", "api:y", "slow:a", "slow:b", ""} {

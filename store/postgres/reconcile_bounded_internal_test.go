@@ -130,7 +130,7 @@ func TestPolicyChangePromotesInBoundedTransactions(t *testing.T) {
 		SELECT gen_random_uuid(), 'wf', 'other', 'blocked', 's', now(), 0, 'elsewhere:' || k, now(), now()
 		FROM generate_series(0, 5) k`)
 	require.NoError(t, err)
-	_, err = s.SyncConcurrencyPolicies(ctx, "default", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}})
+	_, err = s.SyncConcurrencyPolicies(ctx, "default", []store.ConcurrencyPolicy{{Queue: "q", MaxActive: 100}}, store.SyncOptions{})
 	require.NoError(t, err)
 	count := func(queue, status string) (n int) {
 		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE queue = $1 AND status = $2`, queue, status).Scan(&n))

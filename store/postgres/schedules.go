@@ -16,7 +16,7 @@ import (
 // SyncSchedules makes the schedules namespace owns equal to want in one
 // transaction, serialized with every other schedule sync by an advisory
 // lock (see store.Store).
-func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []store.Schedule, opts ...store.SyncOptions) ([]store.Schedule, error) {
+func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []store.Schedule, o store.SyncOptions) ([]store.Schedule, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -24,7 +24,6 @@ func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []stor
 	if err != nil {
 		return nil, fmt.Errorf("sync schedules: %w", err)
 	}
-	o := store.MergeSyncOptions(opts)
 	var out []store.Schedule
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltSchedules)); err != nil {

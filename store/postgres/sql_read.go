@@ -172,12 +172,35 @@ GROUP BY workflow, version ORDER BY workflow, version`
 	// read that runs often and must not take cores from the claims.
 	sqlHealthSerial = `SET LOCAL max_parallel_workers_per_gather = 0`
 
-	// sqlHealthStatuses counts blocked, parked, failed and executing rows per queue.
+	// sqlHealthStatuses counts blocked, parked and executing rows per queue.
 	sqlHealthStatuses = `
 SELECT queue, status, count(*) FROM {schema}.instances
-WHERE status IN ('blocked', 'awaiting', 'awaiting_children', 'failed') GROUP BY queue, status
+WHERE status IN ('blocked', 'awaiting', 'awaiting_children') GROUP BY queue, status
 UNION ALL
 SELECT queue, 'executing', count(*) FROM {schema}.instances WHERE status = 'executing' GROUP BY queue`
+
+	// sqlHealthFailed counts, per queue with failed rows, at most $1 + 1 of
+	// them (the caller caps the count at $1): failed rows stay for the
+	// retention window, so an uncapped count would grow with it. The
+	// queues are found by a loose index scan (one probe per queue) of
+	// instances_queue_status, whose entries of other statuses are live
+	// rows. Each queue's count reads the first $1 + 1 failed entries from
+	// the queue on, in index order: a range read in the index's order,
+	// which only the index serves without sorting, where an equality on
+	// the queue would let the planner scan the table for a queue with few
+	// failed rows.
+	sqlHealthFailed = `
+WITH RECURSIVE q AS (
+    (SELECT queue FROM {schema}.instances WHERE status = 'failed' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.queue FROM {schema}.instances i
+            WHERE i.status = 'failed' AND i.queue > q.queue ORDER BY i.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT q.queue, (SELECT count(*) FILTER (WHERE f.queue = q.queue)
+                 FROM (SELECT i.queue FROM {schema}.instances i
+                       WHERE i.status = 'failed' AND i.queue >= q.queue ORDER BY i.queue LIMIT $1 + 1) f)
+FROM q WHERE q.queue IS NOT NULL`
 
 	// sqlHealthBlockedByName counts blocked rows per key name (through the
 	// waiting index: the name is computed from the key).

@@ -22,9 +22,9 @@ func TestSyncUnchangedTakesNoLock(t *testing.T) {
 		Limits:     []gate.Limit{{Name: "stripe", Limit: 5, Shards: 2}, {Name: "tenant", Limit: 1}},
 		RateLimits: []gate.RateLimit{{Name: "mail", Limit: 20, Period: time.Second, Burst: 10, PerKey: true}},
 	}
-	_, err := s.SyncKeyLimits(ctx, "svc", want)
+	_, err := s.SyncKeyLimits(ctx, "svc", want, store.SyncOptions{})
 	require.NoError(t, err)
-	_, err = s.SyncKeyLimits(ctx, "other", store.KeyLimits{Limits: []gate.Limit{{Name: "theirs", Limit: 3}}})
+	_, err = s.SyncKeyLimits(ctx, "other", store.KeyLimits{Limits: []gate.Limit{{Name: "theirs", Limit: 3}}}, store.SyncOptions{})
 	require.NoError(t, err)
 
 	// Another sync holds the lock.
@@ -37,7 +37,7 @@ func TestSyncUnchangedTakesNoLock(t *testing.T) {
 	sync := func(ns string, w store.KeyLimits) error {
 		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		_, err := s.SyncKeyLimits(c, ns, w)
+		_, err := s.SyncKeyLimits(c, ns, w, store.SyncOptions{})
 		return err
 	}
 	wantLs, wantRs, err := store.ValidateKeyLimits("svc", want.Limits, want.RateLimits)

@@ -118,7 +118,7 @@ var handOffTests = []test{
 			}},
 			{name: "a rate limit", room: map[string]int{queue: 5}, prepare: func(h *harness) {
 				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{
-					{Name: "acct", Limit: 100, Period: time.Second, Burst: 100}}})
+					{Name: "acct", Limit: 100, Period: time.Second, Burst: 100}}}, store.SyncOptions{})
 			}},
 		} {
 			k := "acct:" + s.name
@@ -147,7 +147,7 @@ var handOffTests = []test{
 			}
 			if s.prepare != nil { // back to no policy and no rate limit
 				h.syncPolicies("ns")
-				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})
+				h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}}, store.SyncOptions{})
 			}
 		}
 	}},

@@ -143,11 +143,11 @@ var healthTests = []test{
 		var fields map[string]any
 		require.NoError(h.t, json.Unmarshal(b, &fields))
 		for _, f := range []string{"queue", "ready", "scheduled", "blocked", "executing", "awaiting", "failed",
-			"oldest_ready_ns", "max_active", "max_active_per_key", "active", "blocked_ready", "saturated_keys",
+			"failed_capped", "oldest_ready_ns", "max_active", "max_active_per_key", "active", "blocked_ready", "saturated_keys",
 			"saturated_keys_capped"} {
 			require.Contains(h.t, fields, f, "queue health JSON field")
 		}
-		require.Len(h.t, fields, 14, "no undocumented queue field: %s", b)
+		require.Len(h.t, fields, 15, "no undocumented queue field: %s", b)
 	}},
 	{"health/ready and scheduled split at now, with the oldest ready age", func(h *harness) {
 		old := inst("")
@@ -240,6 +240,35 @@ var healthTests = []test{
 		require.Len(h.t, hl.Queues, 1, "a queue with only failed rows is listed")
 		q := h.queueHealth(hl, queue)
 		require.Equal(h.t, store.QueueHealth{Queue: queue, Failed: 1}, q)
+	}},
+	{"health/failed rows are counted up to HealthScanLimit per queue", func(h *harness) {
+		// Failed rows stay for the retention window: a count over all of
+		// them would grow with it, so Health stops one past the bound.
+		fail := func(q string, n int) {
+			nis := make([]store.NewInstance, n)
+			for i := range nis {
+				nis[i] = onQueue(q, "")
+			}
+			h.insert(nis...)
+			for left := n; left > 0; {
+				cs := h.claimReq(store.ClaimRequest{Queue: q, Worker: "w", Limit: min(left, 500), Now: at(0)}).Claimed
+				require.NotEmpty(h.t, cs)
+				outs := make([]store.Outcome, len(cs))
+				for i, c := range cs {
+					outs[i] = store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeFailed, Error: "boom"}
+				}
+				h.commit("w", at(time.Second), outs...)
+				left -= len(cs)
+			}
+		}
+		fail("many", store.HealthScanLimit+1)
+		fail("few", 2)
+		hl := h.health(at(time.Second))
+		many, few := h.queueHealth(hl, "many"), h.queueHealth(hl, "few")
+		require.Equal(h.t, int64(store.HealthScanLimit), many.Failed)
+		require.True(h.t, many.FailedCapped, "more failed rows than counted")
+		require.Equal(h.t, int64(2), few.Failed)
+		require.False(h.t, few.FailedCapped)
 	}},
 	{"health/queues are listed separately, sorted by name", func(h *harness) {
 		h.insertSeq(onQueue("zeta", ""), onQueue("alpha", ""), onQueue("alpha", ""), onQueue("mid", ""))

@@ -120,23 +120,23 @@ var perKeyTests = []test{
 		require.Equal(h.t, ids[:1], claimedIDs(h.claim("w", 10, at(time.Second))))
 
 		// Owners may differ: the name's limit is one namespace's, the key's another's.
-		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}}})
-		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe:big", Limit: 4}}})
-		_, err = h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{}})
+		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}}}, store.SyncOptions{})
+		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe:big", Limit: 4}}}, store.SyncOptions{})
+		_, err = h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, gate.ErrPerKeyWithoutGate, "the name's limit stays while a key of it has its own")
 		_, err = h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{DryRun: true})
 		require.ErrorIs(h.t, err, gate.ErrPerKeyWithoutGate, "a dry run reports it too")
 		require.Equal(h.t, []string{"stripe", "stripe:big"}, limitNames(h.limits()))
-		_, err = h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe:big", Limit: 9}}})
+		_, err = h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe:big", Limit: 9}}}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict)
 
-		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{}})
-		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{}})
+		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{})
+		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{})
 		require.Empty(h.t, h.limits(), "removed key first, then name")
 	}},
 	{"limits/a sync's RemoveLimits deletes the named entries of its namespace and keeps the rest", func(h *harness) {
-		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "stripe:big", Limit: 4}, {Name: "openai", Limit: 3}}})
-		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 5}}})
+		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "stripe:big", Limit: 4}, {Name: "openai", Limit: 3}}}, store.SyncOptions{})
+		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 5}}}, store.SyncOptions{})
 		_, err := h.s.SyncKeyLimits(h.ctx, "app", store.KeyLimits{Limits: []gate.Limit{}},
 			store.SyncOptions{KeepOmitted: true, RemoveLimits: []string{"stripe:big"}})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict, "another namespace's entry")

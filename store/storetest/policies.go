@@ -13,7 +13,7 @@ import (
 
 func (h *harness) syncPolicies(ns string, defs ...store.ConcurrencyPolicy) []store.ConcurrencyPolicy {
 	h.t.Helper()
-	got, err := h.s.SyncConcurrencyPolicies(h.ctx, ns, defs)
+	got, err := h.s.SyncConcurrencyPolicies(h.ctx, ns, defs, store.SyncOptions{})
 	require.NoError(h.t, err)
 	return got
 }
@@ -25,9 +25,9 @@ func (h *harness) policies() []store.ConcurrencyPolicy {
 	return got
 }
 
-func (h *harness) syncKeyLimits(ns string, want store.KeyLimits, opts ...store.SyncOptions) store.LimitsResult {
+func (h *harness) syncKeyLimits(ns string, want store.KeyLimits, opts store.SyncOptions) store.LimitsResult {
 	h.t.Helper()
-	res, err := h.s.SyncKeyLimits(h.ctx, ns, want, opts...)
+	res, err := h.s.SyncKeyLimits(h.ctx, ns, want, opts)
 	require.NoError(h.t, err)
 	return res
 }
@@ -67,10 +67,10 @@ var policyTests = []test{
 			{{Queue: "x", MaxActive: 1, MaxActivePerKey: -1}},
 			{{Queue: "x", MaxActive: 1}, {Queue: "x", MaxActive: 2}},
 		} {
-			_, err := h.s.SyncConcurrencyPolicies(h.ctx, "workers", bad)
+			_, err := h.s.SyncConcurrencyPolicies(h.ctx, "workers", bad, store.SyncOptions{})
 			require.Error(h.t, err, "%+v", bad)
 		}
-		_, err = h.s.SyncConcurrencyPolicies(h.ctx, "", []store.ConcurrencyPolicy{{Queue: "x", MaxActive: 1}})
+		_, err = h.s.SyncConcurrencyPolicies(h.ctx, "", []store.ConcurrencyPolicy{{Queue: "x", MaxActive: 1}}, store.SyncOptions{})
 		require.Error(h.t, err, "a namespace is required")
 		require.Equal(h.t, []string{"invoices", "mail", "push"}, policyQueues(h.policies()))
 
@@ -81,7 +81,7 @@ var policyTests = []test{
 	{"policies/a namespace cannot take over a queue another owns", func(h *harness) {
 		h.syncPolicies("a", store.ConcurrencyPolicy{Queue: "mail", MaxActive: 2})
 		_, err := h.s.SyncConcurrencyPolicies(h.ctx, "b", []store.ConcurrencyPolicy{
-			{Queue: "sms", MaxActive: 1}, {Queue: "mail", MaxActive: 100}})
+			{Queue: "sms", MaxActive: 1}, {Queue: "mail", MaxActive: 100}}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict)
 		require.Contains(h.t, err.Error(), `"mail"`)
 		require.Contains(h.t, err.Error(), `"a"`, "the error names the owner")
@@ -288,7 +288,7 @@ var policyTests = []test{
 			RateLimits: []gate.RateLimit{
 				{Name: "api", Limit: 1, Period: time.Minute, Burst: 1, PerKey: true},
 				{Name: "mail", Limit: 5},
-			}})
+			}}, store.SyncOptions{})
 		require.Equal(h.t, []store.RateHealth{
 			{Limit: gate.RateLimit{Name: "api", Limit: 1, Period: time.Minute, Burst: 1, PerKey: true}},
 			{Limit: gate.RateLimit{Name: "mail", Limit: 5, Period: time.Second, Burst: 5}},
@@ -306,16 +306,16 @@ var policyTests = []test{
 	{"limits/namespaces own their key limits", func(h *harness) {
 		res := h.syncKeyLimits("a", store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "stripe", Limit: 3}},
-			RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 10}}})
+			RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 10}}}, store.SyncOptions{})
 		require.Len(h.t, res.Changes, 1)
 		require.Len(h.t, res.RateChanges, 1)
-		_, err := h.s.SyncKeyLimits(h.ctx, "b", store.KeyLimits{Limits: []gate.Limit{{Name: "openai", Limit: 2}, {Name: "stripe", Limit: 9}}})
+		_, err := h.s.SyncKeyLimits(h.ctx, "b", store.KeyLimits{Limits: []gate.Limit{{Name: "openai", Limit: 2}, {Name: "stripe", Limit: 9}}}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict)
-		_, err = h.s.SyncKeyLimits(h.ctx, "b", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 1}}})
+		_, err = h.s.SyncKeyLimits(h.ctx, "b", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 1}}}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict)
 		_, err = h.s.SyncLimits(h.ctx, []gate.Limit{{Name: "stripe", Limit: 1}})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict, "SyncLimits is the default namespace")
-		h.syncKeyLimits("b", store.KeyLimits{Limits: []gate.Limit{{Name: "openai", Limit: 2}}})
+		h.syncKeyLimits("b", store.KeyLimits{Limits: []gate.Limit{{Name: "openai", Limit: 2}}}, store.SyncOptions{})
 		h.syncLimits(gate.Limit{Name: "account", Limit: 4})
 
 		got, err := h.s.Limits(h.ctx)
@@ -328,14 +328,14 @@ var policyTests = []test{
 		// KeepOmitted keeps; a plain sync prunes the namespace's own only.
 		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{{Name: "twilio", Limit: 1}}}, store.SyncOptions{KeepOmitted: true})
 		require.Len(h.t, h.limits(), 4)
-		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{}, RateLimits: []gate.RateLimit{}})
+		h.syncKeyLimits("a", store.KeyLimits{Limits: []gate.Limit{}, RateLimits: []gate.RateLimit{}}, store.SyncOptions{})
 		require.Equal(h.t, []string{"account", "openai"}, limitNames(h.limits()))
 		rates, err = h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
 		require.Empty(h.t, rates)
 		// SyncLimits leaves the default namespace's rate limits alone.
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
-			Limits: []gate.Limit{{Name: "account", Limit: 4}}, RateLimits: []gate.RateLimit{{Name: "account", Limit: 1}}})
+			Limits: []gate.Limit{{Name: "account", Limit: 4}}, RateLimits: []gate.RateLimit{{Name: "account", Limit: 1}}}, store.SyncOptions{})
 		h.syncLimits()
 		rates, err = h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
@@ -366,17 +366,17 @@ var policyTests = []test{
 	}},
 	{"sync/a nil kind of limits is left as stored, an empty one is removed", func(h *harness) {
 		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 3}},
-			RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}})
-		res := h.syncKeyLimits("ns", store.KeyLimits{})
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}}, store.SyncOptions{})
+		res := h.syncKeyLimits("ns", store.KeyLimits{}, store.SyncOptions{})
 		require.Empty(h.t, res.Changes)
 		require.Empty(h.t, res.RateChanges)
 		require.Equal(h.t, []string{"api"}, limitNames(h.limits()), "nil limits: left alone")
-		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{}})
+		h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{})
 		require.Empty(h.t, h.limits(), "an empty set removes the namespace's limits")
 		rates, err := h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
 		require.Len(h.t, rates, 1, "nil rate limits: left alone")
-		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}})
+		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{}}, store.SyncOptions{})
 		rates, err = h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
 		require.Empty(h.t, rates)
@@ -386,7 +386,7 @@ var policyTests = []test{
 		h.insertKeyed("order:2", 1)
 		h.insertKeyed("idle:1", 1)
 		res := h.syncKeyLimits("ns", store.KeyLimits{Limits: []gate.Limit{{Name: "order", Limit: 5}, {Name: "spare", Limit: 2}},
-			RateLimits: []gate.RateLimit{{Name: "order", Limit: 10, Period: time.Second}}})
+			RateLimits: []gate.RateLimit{{Name: "order", Limit: 10, Period: time.Second}}}, store.SyncOptions{})
 		require.Equal(h.t, int64(3), res.Live["order"])
 		var live []gate.Warning
 		for _, w := range h.health(time.Time{}).Warnings {
@@ -409,13 +409,13 @@ var policyTests = []test{
 	{"rate/sync reports changes and the live instances they affect", func(h *harness) {
 		h.insertKeyed("api:1", 2)
 		h.insertKeyed("other:1", 1)
-		res := h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}})
+		res := h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}}, store.SyncOptions{})
 		require.Empty(h.t, res.Changes)
 		require.Equal(h.t, []gate.RateChange{{Name: "api", New: gate.RateLimit{Name: "api", Limit: 5, Period: time.Minute, Burst: 5}, NewSet: true}}, res.RateChanges)
 		require.Equal(h.t, map[string]int64{"api": 2}, res.Live, "a new rate limit captures a name in use")
-		res = h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}})
+		res = h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 5, Period: time.Minute}}}, store.SyncOptions{})
 		require.Empty(h.t, res.RateChanges, "the same limits again change nothing")
-		_, err := h.s.SyncKeyLimits(h.ctx, "ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 0}}})
+		_, err := h.s.SyncKeyLimits(h.ctx, "ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 0}}}, store.SyncOptions{})
 		require.Error(h.t, err)
 		rates, err := h.s.RateLimits(h.ctx)
 		require.NoError(h.t, err)
@@ -423,7 +423,7 @@ var policyTests = []test{
 	}},
 	{"rate/a bucket per name admits its burst, then one token per interval", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "api", Limit: 100})
-		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 2, Period: time.Second, Burst: 3}}})
+		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 2, Period: time.Second, Burst: 3}}}, store.SyncOptions{})
 		var ids []string
 		for i := range 6 {
 			ids = append(ids, h.insertKeyed(fmt.Sprintf("api:%d", i), 1)...)
@@ -443,7 +443,7 @@ var policyTests = []test{
 	}},
 	{"rate/a bucket per key limits each key separately", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "api", Limit: 100})
-		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Minute, Burst: 2, PerKey: true}}})
+		h.syncKeyLimits("ns", store.KeyLimits{RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Minute, Burst: 2, PerKey: true}}}, store.SyncOptions{})
 		a := h.insertKeyed("api:a", 3)
 		b := h.insertKeyed("api:b", 3)
 		cs := h.claim("w", 10, at(time.Second))
@@ -454,7 +454,7 @@ var policyTests = []test{
 	{"rate/limits compose: no debit for a row another limit refused", func(h *harness) {
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "stripe", Limit: 1}},
-			RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 1, Period: time.Hour, Burst: 2}}})
+			RateLimits: []gate.RateLimit{{Name: "stripe", Limit: 1, Period: time.Hour, Burst: 2}}}, store.SyncOptions{})
 		a := h.insertKeyed("stripe:a", 2)
 		b := h.insertKeyed("stripe:b", 1)
 		cs := h.claim("w", 10, at(time.Second))
@@ -481,7 +481,7 @@ var policyTests = []test{
 	{"rate/a queue at MaxActive takes no token", func(h *harness) {
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "api", Limit: 100}},
-			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 2}}})
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 2}}}, store.SyncOptions{})
 		h.syncPolicies("ns", store.ConcurrencyPolicy{Queue: queue, MaxActive: 1})
 		h.insertKeyed("api:x", 3)
 		for i := range 2 {
@@ -495,7 +495,7 @@ var policyTests = []test{
 	{"rate/idle buckets are collected without an unearned burst", func(h *harness) {
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "api", Limit: 100}},
-			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: 10 * time.Second, Burst: 2}}})
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: 10 * time.Second, Burst: 2}}}, store.SyncOptions{})
 		h.insertKeyed("api:x", 6)
 		require.Len(h.t, h.claim("w", 10, at(0)), 2)
 		require.Zero(h.t, h.reconcile(0, at(5*time.Second)).BucketsDeleted, "a bucket that is not full is kept")
@@ -506,10 +506,10 @@ var policyTests = []test{
 	{"rate/a removed rate limit stops throttling and its buckets are collected", func(h *harness) {
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "api", Limit: 100}},
-			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}})
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: 1, Period: time.Hour, Burst: 1, PerKey: true}}}, store.SyncOptions{})
 		h.insertKeyed("api:x", 3)
 		require.Len(h.t, h.claim("w", 10, at(0)), 1)
-		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}, RateLimits: []gate.RateLimit{}})
+		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 100}}, RateLimits: []gate.RateLimit{}}, store.SyncOptions{})
 		require.Len(h.t, h.claim("w", 10, at(2*time.Hour)), 2, "rescheduled rows run once due, unthrottled")
 		require.Zero(h.t, h.reconcile(0, at(time.Hour)).BucketsDeleted, "the sync already dropped the name's buckets")
 	}},
@@ -522,7 +522,7 @@ var policyTests = []test{
 		)
 		h.syncKeyLimits(store.DefaultNamespace, store.KeyLimits{
 			Limits:     []gate.Limit{{Name: "api", Limit: 1000}},
-			RateLimits: []gate.RateLimit{{Name: "api", Limit: rate, Burst: burst}}})
+			RateLimits: []gate.RateLimit{{Name: "api", Limit: rate, Burst: burst}}}, store.SyncOptions{})
 		nis := make([]store.NewInstance, 400)
 		for i := range nis {
 			nis[i] = inst(fmt.Sprintf("api:%d", i%7))

@@ -13,7 +13,7 @@ import (
 
 func (h *harness) syncSchedules(ns string, defs ...store.Schedule) []store.Schedule {
 	h.t.Helper()
-	got, err := h.s.SyncSchedules(h.ctx, ns, defs)
+	got, err := h.s.SyncSchedules(h.ctx, ns, defs, store.SyncOptions{})
 	require.NoError(h.t, err)
 	return got
 }
@@ -104,7 +104,7 @@ var scheduleDefTests = []test{
 	}},
 	{"schedules/another namespace cannot take a schedule over", func(h *harness) {
 		h.syncSchedules("billing", every5("invoices"))
-		_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{every5("mine"), every5("invoices")})
+		_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{every5("mine"), every5("invoices")}, store.SyncOptions{})
 		require.ErrorIs(h.t, err, store.ErrNamespaceConflict)
 		all, err := h.s.ListSchedules(h.ctx)
 		require.NoError(h.t, err)
@@ -120,10 +120,10 @@ var scheduleDefTests = []test{
 			{Name: "x", Workflow: "wf", Cron: "@daily", Overlap: "sometimes"},
 			{Name: "x", Workflow: "wf", Cron: "@daily", CatchUp: "all"},
 		} {
-			_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{bad})
+			_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{bad}, store.SyncOptions{})
 			require.Error(h.t, err, "%+v", bad)
 		}
-		_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{every5("a"), every5("a")})
+		_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{every5("a"), every5("a")}, store.SyncOptions{})
 		require.Error(h.t, err, "a name twice")
 		all, err := h.s.ListSchedules(h.ctx)
 		require.NoError(h.t, err)

@@ -117,7 +117,7 @@ func TestACrashThatNeverHappensFailsTheTest(t *testing.T) {
 	assert.Contains(t, rec.errs[0], `CrashDuring("chrage"): 1 crash(es) never happened`)
 }
 
-func holders(info store.KeyInfo) []string {
+func holders(info durabletest.KeyInfo) []string {
 	var ids []string
 	for _, h := range info.Holders {
 		ids = append(ids, h.ID)

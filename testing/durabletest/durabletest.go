@@ -166,7 +166,7 @@ func New(t testing.TB, opts Options, defs ...durable.Definition) *Env {
 		t.Fatalf("durabletest: %v", err)
 	}
 	if _, err := st.SyncKeyLimits(context.Background(), store.DefaultNamespace,
-		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}); err != nil {
+		store.KeyLimits{Limits: limits.All(), RateLimits: opts.RateLimits}, store.SyncOptions{}); err != nil {
 		t.Fatalf("durabletest: %v", err)
 	}
 	if _, err := eng.SyncSchedules(context.Background()); err != nil {
@@ -194,17 +194,17 @@ func newStore(opts Options, clock *Clock) (store.Store, error) {
 
 // Scheduled returns the instances the schedule named name started so far,
 // oldest tick first.
-func (e *Env) Scheduled(name string) []store.Instance {
+func (e *Env) Scheduled(name string) []durable.Instance {
 	e.t.Helper()
 	all, err := e.Store.List(context.Background(), store.ListFilter{})
 	if err != nil {
 		e.t.Fatalf("durabletest: %v", err)
 	}
 	prefix := "schedule:" + name + ":"
-	var out []store.Instance
+	var out []durable.Instance
 	for _, in := range all {
 		if strings.HasPrefix(in.UniqueKey, prefix) {
-			out = append(out, in)
+			out = append(out, e.Get(in.ID))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UniqueKey < out[j].UniqueKey })
@@ -248,11 +248,11 @@ func (e *Env) SignalAfter(d time.Duration, id, name string, payload any) {
 	sort.SliceStable(e.delayed, func(i, j int) bool { return e.delayed[i].at.Before(e.delayed[j].at) })
 }
 
-// Cancel cancels an instance (and its descendants, with
-// durable.CancelOptions{Children: true}).
-func (e *Env) Cancel(id string, opts ...durable.CancelOptions) {
+// Cancel cancels an instance as Engine.Cancel does (and its descendants,
+// with durable.CancelOptions{Children: true}).
+func (e *Env) Cancel(id string, opts durable.CancelOptions) {
 	e.t.Helper()
-	if err := e.Engine.Cancel(context.Background(), id, opts...); err != nil {
+	if err := e.Engine.Cancel(context.Background(), id, opts); err != nil {
 		e.t.Fatalf("durabletest: cancel: %v", err)
 	}
 }
@@ -285,8 +285,8 @@ func (e *Env) runIdle() (int, time.Time) {
 			// A transition the engine cannot carry out (an unknown step, a
 			// state that cannot be encoded) is a bug in the workflow: the
 			// instance failed without retries, and the test fails too.
-			if h := o.History; h != nil && h.Outcome == durable.OutcomeInvalidTransition {
-				e.t.Errorf("durabletest: instance %s failed at step %q with a programming error: %s", o.ID, h.Step, o.Error)
+			if o.Outcome == durable.OutcomeInvalidTransition {
+				e.t.Errorf("durabletest: instance %s failed at step %q with a programming error: %s", o.ID, o.Step, o.Error)
 			}
 		}
 		total += len(rep.Claimed) + len(rep.Chained)
@@ -301,7 +301,7 @@ func (e *Env) runIdle() (int, time.Time) {
 // rows that ran each in a slot of its own, and held: the crashed claims
 // not yet reaped; a successor runs in its predecessor's slot), and fails
 // the test if that exceeds the key's K.
-func (e *Env) record(held map[string]int, claimed []store.Claimed) {
+func (e *Env) record(held map[string]int, claimed []durable.TickStep) {
 	e.t.Helper()
 	per := held
 	for _, c := range claimed {
@@ -376,7 +376,7 @@ func (e *Env) sendDue() {
 // RunUntilDone runs, jumping the fake clock to the next timer whenever
 // everything is parked, until the instance is terminal. It fails the test if
 // the instance can never finish (parked with no timer and no scheduled signal).
-func (e *Env) RunUntilDone(id string) store.Instance {
+func (e *Env) RunUntilDone(id string) durable.Instance {
 	e.t.Helper()
 	for jumps := 0; ; jumps++ {
 		if jumps >= e.opts.MaxRounds {
@@ -399,13 +399,13 @@ func (e *Env) RunUntilDone(id string) store.Instance {
 	}
 }
 
-// Get returns an instance as the store holds it, with the claim that runs
-// it (worker, fence) where durable.Engine.Get leaves that out.
-func (e *Env) Get(id string) store.Instance {
+// Get returns an instance as durable.Engine.Get shows it. The claim that
+// runs it (worker, fence, lease) is the store's: Env.Store.Get reads it.
+func (e *Env) Get(id string) durable.Instance {
 	e.t.Helper()
-	in, err := e.Store.Get(context.Background(), id)
+	in, err := e.Engine.Get(context.Background(), id)
 	if err != nil {
-		e.t.Fatalf("durabletest: get %s: %v", id, err)
+		e.t.Fatalf("durabletest: %v", err)
 	}
 	return in
 }
@@ -436,14 +436,35 @@ func Result[T any](e *Env, id string) T {
 	return out
 }
 
+// StepRun is one committed run of a step, as an instance's step history
+// records it.
+type StepRun struct {
+	Step    string
+	Attempt int
+	// Key is the concurrency key the step ran under ("" : none).
+	Key        string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Outcome is what the run came to: the transition's kind ("next",
+	// "retry", "await", ...), "error" or "panic" (see
+	// durable.TickOutcome.Outcome).
+	Outcome string
+	Error   string
+}
+
 // History returns the steps an instance ran, oldest first.
-func (e *Env) History(id string) []store.HistoryEntry {
+func (e *Env) History(id string) []StepRun {
 	e.t.Helper()
 	h, err := e.Store.History(context.Background(), id)
 	if err != nil {
 		e.t.Fatalf("durabletest: %v", err)
 	}
-	return h
+	out := make([]StepRun, len(h))
+	for i, r := range h {
+		out[i] = StepRun{Step: r.Step, Attempt: r.Attempt, Key: r.Key, StartedAt: r.StartedAt,
+			FinishedAt: r.FinishedAt, Outcome: r.Outcome, Error: r.Error}
+	}
+	return out
 }
 
 // StepNames returns the names of the steps an instance ran, in order.
@@ -456,14 +477,52 @@ func (e *Env) StepNames(id string) []string {
 	return out
 }
 
+// KeyInfo is who holds a key's slots and who waits for them (see
+// store.KeyInfo, whose rows it shows as durable.Engine.Get does).
+type KeyInfo struct {
+	Key string
+	// K is the key's concurrency (its name's limit, or 1), and Shards the
+	// number of slot counters K is split into (0 for a K = 1 key).
+	K      int
+	Shards int
+	// Holders are the executing rows of the key.
+	Holders []durable.Instance
+	// Waiting counts ready and blocked rows of the key, Blocked the blocked
+	// ones; NextInLine is the first of them in admission order and
+	// OldestWaiting the one that has waited longest (nil when none).
+	Waiting       int
+	Blocked       int
+	NextInLine    *durable.Instance
+	OldestWaiting *durable.Instance
+	// Available is how many more rows of the key a claim could admit now.
+	Available int
+	// RateLimit is the rate limit of the key's name (nil: none), and Bucket
+	// the stored bucket the key draws from (nil: none stored, a full one).
+	RateLimit *gate.RateLimit
+	Bucket    *gate.Bucket
+}
+
 // Key explains a key now: who holds its slots and who waits.
-func (e *Env) Key(key string) store.KeyInfo {
+func (e *Env) Key(key string) KeyInfo {
 	e.t.Helper()
 	info, err := e.Store.KeyInfo(context.Background(), key)
 	if err != nil {
 		e.t.Fatalf("durabletest: %v", err)
 	}
-	return info
+	out := KeyInfo{Key: info.Key, K: info.K, Shards: info.Shards, Waiting: info.Waiting, Blocked: info.Blocked,
+		Available: info.Available, RateLimit: info.RateLimit, Bucket: info.Bucket}
+	for _, h := range info.Holders {
+		out.Holders = append(out.Holders, e.Get(h.ID))
+	}
+	view := func(in *store.Instance) *durable.Instance {
+		if in == nil {
+			return nil
+		}
+		v := e.Get(in.ID)
+		return &v
+	}
+	out.NextInLine, out.OldestWaiting = view(info.NextInLine), view(info.OldestWaiting)
+	return out
 }
 
 // MaxConcurrency is the most instances that ever held key at once.
