@@ -222,13 +222,20 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}
-		} else if time.Since(q.pausedRead) >= e.cfg.PollInterval/2 {
+		} else if since := time.Since(q.pausedRead); since >= e.cfg.PollInterval/2 {
 			// No room to claim (its executors run chains of a busy key's
 			// steps, say): a look at the paused queues stands in for the
 			// claim's answer. The loop comes here at least once per poll
 			// interval (its timer), and looks at most twice per interval
 			// however often it is woken.
 			s.readPaused(q)
+		} else {
+			// Woken too soon after the last look: the next one is due at
+			// half an interval after it, not a whole interval after this
+			// wake, so that looks are never more than an interval apart
+			// (a successor reserved before a pause starts only until the
+			// engine has seen it).
+			wait = e.cfg.PollInterval/2 - since
 		}
 		t := time.NewTimer(wait)
 		select {
