@@ -54,9 +54,12 @@ func compare(ctx context.Context, o options) error {
 	}
 	defer done()
 	if o.dir == "" {
-		if o.dir, err = os.MkdirTemp("", "durable-scale-"); err != nil {
-			return err
-		}
+		o.dir, err = os.MkdirTemp("", "durable-scale-")
+	} else {
+		err = os.MkdirAll(o.dir, 0o755)
+	}
+	if err != nil {
+		return err
 	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {

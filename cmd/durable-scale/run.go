@@ -35,9 +35,12 @@ func run(ctx context.Context, o options) error {
 	}
 	defer done()
 	if o.dir == "" {
-		if o.dir, err = os.MkdirTemp("", "durable-scale-"); err != nil {
-			return err
-		}
+		o.dir, err = os.MkdirTemp("", "durable-scale-")
+	} else {
+		err = os.MkdirAll(o.dir, 0o755)
+	}
+	if err != nil {
+		return err
 	}
 	schema := fmt.Sprintf("scale_%d", time.Now().Unix())
 	pool, err := pgxpool.New(ctx, url)
