@@ -425,7 +425,7 @@ func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int3
 
 // TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
 // live rows of each changed name (sqlLiveByName) while it holds the
-// name's counters; the count reads instances_live_key_name, not the
+// name's counters; the count reads instances_live_key_name_c, not the
 // table, analyzed or not, with custom and generic plans.
 func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 	ctx := context.Background()
@@ -443,7 +443,7 @@ func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			plan := explainPrepared(t, s, mode, false, sqlLiveByName, []any{[]string{"api", "other"}}, "live by name")
 			text := strings.Join(plan, "\n")
-			require.Contains(t, text, "instances_live_key_name", "analyzed %v (%s):\n%s", analyze, mode, text)
+			require.Contains(t, text, "instances_live_key_name_c", "analyzed %v (%s):\n%s", analyze, mode, text)
 			require.NotContains(t, text, "Seq Scan on instances", "analyzed %v (%s):\n%s", analyze, mode, text)
 		}
 	}

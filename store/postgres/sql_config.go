@@ -50,20 +50,20 @@ SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 
 	// sqlLiveByName counts the live rows of each key name of $1, from
-	// instances_live_key_name (migration 018), whose predicate the
+	// instances_live_key_name_c (migration 021), whose predicate the
 	// condition repeats.
 	sqlLiveByName = `
 SELECT key_name, count(*) FROM {schema}.instances
-WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status NOT IN ('done', 'failed', 'canceled')
+WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
 GROUP BY key_name`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
 	// whose names are $2, among the live rows of those names
-	// (instances_live_key_name, as sqlLiveByName).
+	// (instances_live_key_name_c, as sqlLiveByName).
 	sqlLiveByKey = `
 SELECT key, count(*) FROM {schema}.instances
 WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
-  AND status NOT IN ('done', 'failed', 'canceled')
+  AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
 GROUP BY key`
 
 	sqlPoliciesAll = `
