@@ -175,7 +175,14 @@ func DebounceAcrossEngines(t *testing.T, newStore func() store.Store) {
 		if capped := first[k].Add(maxWait); capped.Before(due) {
 			due = capped
 			longs++
-			require.True(t, began.Before(last[k].Add(period)), "key %s: MaxWait did not bind", k)
+			// MaxWait shows binding when the key started before its last
+			// event's quiet period ended; a start late by the claim lag
+			// (allowed above) may pass that end when the last event came
+			// within the lag of the cap, so only a key whose quiet period
+			// ends beyond it can tell.
+			if quiet := last[k].Add(period); quiet.After(capped.Add(claimLag)) {
+				require.True(t, began.Before(quiet), "key %s: MaxWait did not bind", k)
+			}
 		}
 		require.False(t, began.Before(due), "key %s started %s before its time", k, due.Sub(began))
 		require.LessOrEqual(t, began.Sub(due), claimLag+(last[k].Sub(lastBefore[k])), "key %s started %s after its time", k, began.Sub(due))

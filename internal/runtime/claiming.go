@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,9 +53,11 @@ type queueRunner struct {
 	// (store.ClaimResult.Paused) or, while no claim can be made, the last
 	// look at the paused queues said: no row of it this engine holds
 	// claimed or reserved starts then; each is released (see begin and
-	// takeSuccessor). pausedRead is when the pick loop last looked.
+	// takeSuccessor). pausedRead is when it was last read (unix nanos);
+	// pausedMu lets one executor at a time read it again (freshPaused).
 	paused     atomic.Bool
-	pausedRead time.Time
+	pausedRead atomic.Int64
+	pausedMu   sync.Mutex
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -211,7 +214,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 				out.ok()
 				q.claimed(time.Since(sent))
 				q.paused.Store(res.Paused)
-				q.pausedRead = time.Now()
+				q.pausedRead.Store(time.Now().UnixNano())
 				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
 				q.adaptAhead(free, got, res.PassedOver)
 				q.full.Store(got == free)
@@ -222,20 +225,19 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 					wait = min(wait, max(time.Millisecond, nextDue.Sub(e.cfg.Clock.Now())))
 				}
 			}
-		} else if since := time.Since(q.pausedRead); since >= e.cfg.PollInterval/2 {
+		} else {
 			// No room to claim (its executors run chains of a busy key's
 			// steps, say): a look at the paused queues stands in for the
-			// claim's answer. The loop comes here at least once per poll
-			// interval (its timer), and looks at most twice per interval
-			// however often it is woken.
-			s.readPaused(q)
-		} else {
-			// Woken too soon after the last look: the next one is due at
-			// half an interval after it, not a whole interval after this
-			// wake, so that looks are never more than an interval apart
-			// (a successor reserved before a pause starts only until the
-			// engine has seen it).
-			wait = e.cfg.PollInterval/2 - since
+			// claim's answer, every half interval however often the loop
+			// is woken, so that a successor reserved before a pause starts
+			// at most about half an interval after the pause committed
+			// (the README promises one interval).
+			if since := time.Since(time.Unix(0, q.pausedRead.Load())); since >= e.cfg.PollInterval/2 {
+				s.readPaused(q)
+				wait = e.cfg.PollInterval / 2
+			} else {
+				wait = e.cfg.PollInterval/2 - since
+			}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -251,7 +253,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 // pick loop that cannot claim. A failed read keeps what q knew: the next
 // claim or look tells.
 func (s *Scheduler) readPaused(q *queueRunner) {
-	q.pausedRead = time.Now()
+	q.pausedRead.Store(time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(s.bgCtx, s.e.cfg.PollInterval+time.Second)
 	defer cancel()
 	list, err := s.e.st.PausedQueues(ctx)
@@ -259,6 +261,19 @@ func (s *Scheduler) readPaused(q *queueRunner) {
 		return
 	}
 	q.paused.Store(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }))
+}
+
+// freshPaused reads whether q is paused again when the last read is half
+// a poll interval old and no other executor is reading it: a successor is
+// about to start in q, and one reserved before a pause must not start more
+// than about half an interval after the pause committed, however the pick
+// loop was woken.
+func (s *Scheduler) freshPaused(q *queueRunner) {
+	if time.Since(time.Unix(0, q.pausedRead.Load())) < s.e.cfg.PollInterval/2 || !q.pausedMu.TryLock() {
+		return
+	}
+	defer q.pausedMu.Unlock()
+	s.readPaused(q)
 }
 
 // took takes the rows a claim returned: it tracks them all, queues each

@@ -187,6 +187,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		// the flush of its outcome, as the slot the outcome frees will
 		// likely be handed straight back to this engine (see commit).
 		out.Contended = true
+		s.freshPaused(q)
 		if next := s.takeSuccessor(r.st, toRelease); next != nil {
 			next.gate = r.gate // it runs in the same slot
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
