@@ -44,23 +44,15 @@ type drainCase struct {
 
 // compare runs the drains of -compare: plain and keyed rows on an empty
 // table and on one holding -rows terminal rows, and plain rows behind a
-// backlog of a workflow the engines do not register, each -rounds times,
+// backlog no engine runs, each -rounds times,
 // the cases alternating within a round; it prints each drain's rate and
 // the ratios of the cases' medians.
 func compare(ctx context.Context, o options) error {
-	url, done, err := server(ctx, o)
+	url, done, err := prepare(ctx, &o)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if o.dir == "" {
-		o.dir, err = os.MkdirTemp("", "durable-scale-")
-	} else {
-		err = os.MkdirAll(o.dir, 0o755)
-	}
-	if err != nil {
-		return err
-	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err

@@ -29,19 +29,11 @@ import (
 const retention = 7 * 24 * time.Hour
 
 func run(ctx context.Context, o options) error {
-	url, done, err := server(ctx, o)
+	url, done, err := prepare(ctx, &o)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if o.dir == "" {
-		o.dir, err = os.MkdirTemp("", "durable-scale-")
-	} else {
-		err = os.MkdirAll(o.dir, 0o755)
-	}
-	if err != nil {
-		return err
-	}
 	schema := fmt.Sprintf("scale_%d", time.Now().Unix())
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -102,6 +94,20 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("reconcile sweep after the load: %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
 	r.summary(context.Background())
 	return nil
+}
+
+// prepare returns the server to run on (see server) and makes o.dir, the
+// engines' log directory (a temporary one when empty).
+func prepare(ctx context.Context, o *options) (url string, done func(), err error) {
+	if o.dir == "" {
+		o.dir, err = os.MkdirTemp("", "durable-scale-")
+	} else {
+		err = os.MkdirAll(o.dir, 0o755)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return server(ctx, *o)
 }
 
 // server returns the URL of the server to run on: -database-url, or a

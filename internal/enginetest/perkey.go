@@ -74,7 +74,7 @@ func (r *keyRecorder) afterMark(key string) int {
 	return r.sinceMark[key]
 }
 
-// PerKeyLimitLive is the per-key limit check of issue 39 on engines: two
+// PerKeyLimitLive checks a per-key limit changed live on engines: two
 // engines of 40 executors each run a backlog of the gate key stripe:big
 // (the name's limit 5, owned by the engines' namespace) and of
 // stripe:small. Saturated at 5, stripe:big's own limit is set to 50 by

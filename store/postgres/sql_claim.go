@@ -354,9 +354,8 @@ ORDER BY c.ord`
 // and $7 (versions), or for every row when $3 is empty. A row's version and
 // workflow are compared as one text value, "version:workflow" (the first
 // colon ends the version), against an array the statement builds once, so
-// that the check is a filter on the row the read meets: written as a join
-// or an IN with the pairs, the planner may make it a semi-join and read
-// every ready row to sort them.
+// that the check stays a scalar filter on each row the ordered read meets,
+// with nothing for the planner to join.
 const runnableRow = `(cardinality($3::text[]) = 0
            OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))`
 

@@ -16,13 +16,13 @@ import (
 // TestInsertRoundsHoldOnStaleStatistics: an insert's probe of a key's last
 // round reads instances_key_round, the key's own rows, also when the
 // table's statistics were taken before it held keyed rows (a table
-// analyzed while only keyless work ran, then a keyed workload). On a table
-// of 10M terminal rows in that state the planner read the name's live rows
-// through instances_live_key_name as migration 018 wrote it, once per
-// inserted key (28 ms a key at 75,000 live rows of the name); migration 021
-// makes that index unprovable here. This table is too small to bring that
-// plan back on 018's index: the test guards the probe's index, it does not
-// reproduce the 10M-row plan.
+// analyzed while only keyless work ran, then a keyed workload). On a big
+// table in that state the planner can answer the probe from an index of
+// the key's name instead, reading every live row of the name per inserted
+// key; migration 021 puts instances_live_key_name out of the probe's
+// reach. A table this small does not bring that plan back on migration
+// 018's index: the test guards the probe's index, it does not reproduce
+// the big table's plan.
 func TestInsertRoundsHoldOnStaleStatistics(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
