@@ -290,7 +290,7 @@ func TestScanListReadsAtMostScanLimitRows(t *testing.T) {
 // for: on a table never analyzed (the benchmark's and the peers' case, and
 // any table whose statistics lag), the probes of a key's blocked and ready
 // rows that freeing transactions, inserts and claim backlogs run read
-// instances_key_blocked and instances_key_ready, whose predicates are their
+// instances_key_blocked_posix and instances_key_ready_posix, whose predicates are their
 // conditions, with custom and generic plans, and never instances_key_round.
 // Before 011, auto_explain caught live runs (the peers' keyed scenario, 100
 // rows per key) taking instances_key_round and a sort for these probes; a

@@ -82,7 +82,7 @@ func TestReconcileStepsFailOnTheirOwn(t *testing.T) {
 
 // TestBlockedKeysReadOneEntryPerKeyWithoutStatistics: the reconciler's read
 // of the blocked keys, on a table never analyzed (a bulk insert before
-// autoanalyze) with deep backlogs, skips through instances_key_blocked one
+// autoanalyze) with deep backlogs, skips through instances_key_blocked_posix one
 // entry per key, with custom and generic plans: no sort but the page's
 // own, no other index, and at most one row read per key it returns.
 func TestBlockedKeysReadOneEntryPerKeyWithoutStatistics(t *testing.T) {
@@ -103,7 +103,7 @@ func TestBlockedKeysReadOneEntryPerKeyWithoutStatistics(t *testing.T) {
 			m := scan.FindAllStringSubmatch(text, -1)
 			require.NotEmpty(t, m, "%s (%q):\n%s", mode, after, text)
 			for _, sc := range m {
-				require.Equal(t, "instances_key_blocked", sc[1], "%s (%q):\n%s", mode, after, text)
+				require.Equal(t, "instances_key_blocked_posix", sc[1], "%s (%q):\n%s", mode, after, text)
 				rows, _ := strconv.Atoi(sc[2])
 				require.LessOrEqual(t, rows, 1, "%s (%q): a probe read more than the key's first entry:\n%s", mode, after, text)
 			}

@@ -38,11 +38,22 @@ package postgres
 //   - Conditions on status (and on key IS [NOT] NULL) in the reads of the
 //     claim and of freeing slots repeat the predicates of the partial
 //     indexes those reads are meant to use (instances_pick_*,
-//     instances_key_ready, instances_key_blocked, instances_key_gate,
-//     instances_lease):
+//     instances_key_ready_posix, instances_key_blocked_posix,
+//     instances_key_gate, instances_lease):
 //     PostgreSQL uses a partial index only when the query implies its
 //     predicate, so they are not redundant even where the rest of the
 //     condition already pins the rows.
+//   - A status condition's collation names the family of indexes a read
+//     may use, as their predicates are written the same way: COLLATE "C"
+//     the version pick indexes (the claim's start rows and the hand-off's
+//     turn probes), COLLATE "POSIX" one key's ready and blocked rows
+//     (instances_key_ready_posix, instances_key_blocked_posix), and the
+//     plain comparison the rest. The comparison is the same; the planner
+//     proves a predicate only with the collation it is written in. On a
+//     table whose statistics predate its keyed rows every partial index
+//     of ready or blocked rows is estimated at one row, and a probe of one
+//     key that could prove a queue-wide index's predicate read that one,
+//     filtering on the key (TestKeyProbesHoldOnStaleStatistics).
 //   - The outcome batch (sqlCompleteApply) drives a LATERAL primary-key
 //     lookup per batch row, locking in id order; with an extra
 //     `id = ANY ($ids)` conjunct the planner re-ran the array for every row

@@ -257,7 +257,7 @@ WITH d AS MATERIALIZED (
     SELECT b.id FROM (SELECT k FROM unnest($1::text[]) AS k
                       WHERE (SELECT ` + keyWaitedOn + ` FROM (SELECT k, $5::text[] AS one) x)) s
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = s.k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
+                        WHERE key = s.k AND status = 'ready' COLLATE "POSIX" AND run_at <= coalesce($3::timestamptz, now())
                         ORDER BY priority, run_at, seq OFFSET $4 LIMIT $2 FOR UPDATE SKIP LOCKED) b)
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($3::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`

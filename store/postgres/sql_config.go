@@ -83,23 +83,23 @@ WHERE queue_policies.namespace = $1 AND (queue_policies.max_active, queue_polici
 
 	// sqlBlockedKeysIn reads the first $3 distinct keys after $2 that have
 	// blocked rows (not reservations), in key order, as sqlBlockedKeys
-	// does (one entry of instances_key_blocked per key), each with whether
+	// does (one entry of instances_key_blocked_posix per key), each with whether
 	// its name has a limit and whether it has a blocked row in the queues
 	// $1 (read among the key's blocked rows).
 	sqlBlockedKeysIn = `
 WITH RECURSIVE k AS (
     (SELECT key, 1 AS n FROM {schema}.instances
-     WHERE key > $2 AND status = 'blocked' AND worker IS NULL
+     WHERE key > $2 AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
      ORDER BY key LIMIT 1)
     UNION ALL
     SELECT (SELECT i.key FROM {schema}.instances i
-            WHERE i.key > k.key AND i.status = 'blocked' AND i.worker IS NULL
+            WHERE i.key > k.key AND i.status = 'blocked' COLLATE "POSIX" AND i.worker IS NULL
             ORDER BY i.key LIMIT 1), k.n + 1
     FROM k WHERE k.key IS NOT NULL AND k.n < $3
 )
 SELECT k.key, l."limit" IS NOT NULL,
        EXISTS (SELECT 1 FROM {schema}.instances b
-               WHERE b.key = k.key AND b.status = 'blocked' AND b.worker IS NULL AND b.queue = ANY ($1::text[]))
+               WHERE b.key = k.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL AND b.queue = ANY ($1::text[]))
 FROM k LEFT JOIN {schema}.limits l ON l.name = split_part(k.key, ':', 1)
 WHERE k.key IS NOT NULL
 ORDER BY k.n`

@@ -124,7 +124,7 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// counts the key's ready
 	// rows, up to admission.ReadyCap (a parameter of each statement). Each
 	// reads at most that many index entries (instances_key_one,
-	// instances_key_ready), written as scalar subqueries with LIMIT so that
+	// instances_key_ready_posix), written as scalar subqueries with LIMIT so that
 	// the planner can neither turn them into hashed subplans that read
 	// every executing row nor walk the key's waiting rows on another index.
 	keyBusy = `((SELECT true FROM ` + oneHolder + `
@@ -137,7 +137,7 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// keyHasBlocked is true when key k has a blocked row waiting for a
 	// promotion (not a reservation), read as keyBusy reads its holder.
 	keyHasBlocked = `((SELECT true FROM {schema}.instances b
-            WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL
+            WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
             LIMIT 1) IS NOT NULL)`
 	// keyExecutes is true when any row of key k executes: keyBusy's K = 1
 	// holder, or a row a gate admitted (key_shard set; its limit may have
@@ -179,7 +179,7 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
          ORDER BY r.round DESC LIMIT 1)`
 
 	// keyReady is completed by the cap's parameter and ") r)".
-	keyReady = `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready'
+	keyReady = `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
             ORDER BY r.priority, r.run_at, r.seq LIMIT `
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys

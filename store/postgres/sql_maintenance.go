@@ -133,7 +133,7 @@ WHERE s.key = ANY ($1::text[])
 
 	// sqlBlockedKeys lists the first $2 distinct keys after $1 that have
 	// blocked rows (not reservations), in key order, with their limits
-	// (NULL: K = 1), skipping through instances_key_blocked one key at a
+	// (NULL: K = 1), skipping through instances_key_blocked_posix one key at a
 	// time: each probe's condition is that index's predicate and its order
 	// the index's first column, so that it reads one entry per key with or
 	// without statistics (a probe whose condition is no index's predicate
@@ -142,11 +142,11 @@ WHERE s.key = ANY ($1::text[])
 	sqlBlockedKeys = `
 WITH RECURSIVE k AS (
     (SELECT key, 1 AS n FROM {schema}.instances
-     WHERE key > $1 AND status = 'blocked' AND worker IS NULL
+     WHERE key > $1 AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
      ORDER BY key LIMIT 1)
     UNION ALL
     SELECT (SELECT i.key FROM {schema}.instances i
-            WHERE i.key > k.key AND i.status = 'blocked' AND i.worker IS NULL
+            WHERE i.key > k.key AND i.status = 'blocked' COLLATE "POSIX" AND i.worker IS NULL
             ORDER BY i.key LIMIT 1), k.n + 1
     FROM k WHERE k.key IS NOT NULL AND k.n < $2
 )
@@ -171,8 +171,8 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// stranded too: that outcome frees the key without promoting, and the
 	// heal's next attempt finds the key free.
 	//
-	// The probes for a waiting row of the key read instances_key_blocked
-	// and instances_key_ready, one row each: their conditions are those
+	// The probes for a waiting row of the key read instances_key_blocked_posix
+	// and instances_key_ready_posix, one row each: their conditions are those
 	// indexes' predicates. Without fresh statistics, PostgreSQL chose
 	// instances_key_round for the earlier forms (key first, the status a
 	// filter) and walked every waiting row of a hot key, about 19,000 rows
@@ -180,9 +180,9 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	// null, when the key has no blocked row (most freed keys), so that the
 	// others are not evaluated.
 	strandedWhere = `
-    coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' AND b.worker IS NULL
+    coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
               ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
-    AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready'
+    AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
          ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
     AND CASE WHEN f.one
              THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
@@ -210,7 +210,7 @@ d AS MATERIALIZED (
     LEFT JOIN ` + keyLimit + `k, split_part(k, ':', 1)` + keyLimitEnd + ` ON true
     CROSS JOIN LATERAL (
         SELECT CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
-                                       WHERE x.key = k AND x.status = 'ready'
+                                       WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
                                        ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
                     WHEN l.name IS NULL THEN
                     CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
@@ -218,7 +218,7 @@ d AS MATERIALIZED (
                ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = k AND status = 'blocked' AND worker IS NULL
+                        WHERE key = k AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
                         ORDER BY priority, run_at, seq LIMIT least(r.room, $2) FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())

@@ -83,8 +83,9 @@ WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
 	// KeyInfo's waiting rows: the ready and blocked rows of the key (counted
 	// through instances_key_round, whose predicate is theirs; the next one
-	// read from instances_key_ready and instances_key_blocked, each in
-	// admission order, with reserved rows apart), and its scheduled rows
+	// read from instances_key_ready_posix and instances_key_blocked_posix,
+	// each in admission order, with reserved rows apart, read among the
+	// key's waiting rows of instances_key_round), and its scheduled rows
 	// apart (the key indexes do not hold them; they are found among the
 	// scheduled rows alone), so that explaining a key never scans the table.
 	sqlKeyWaiting = `
@@ -94,12 +95,13 @@ SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('r
 
 	sqlKeyNext = `
 SELECT ` + instanceColumns + ` FROM (
-    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' ORDER BY priority, run_at, seq LIMIT 1)
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' COLLATE "POSIX" ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
-    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' AND worker IS NULL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
      ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
-    (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' AND worker IS NOT NULL
+    (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked' COLLATE "POSIX"
+       AND worker IS NOT NULL
      ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)

@@ -53,11 +53,14 @@ WHERE (key, shard) IN (SELECT * FROM unnest($1::text[], $2::int[])) AND capacity
 	// sqlKeysWaiting returns a row when a key of $1 has a row waiting for
 	// a slot: a ready row, or a blocked one that is not a reservation (see
 	// store.OutcomeResult.Unwaited); it stops at the first. It runs after
-	// the freeing transaction's promotions, in its snapshot of them.
+	// the freeing transaction's promotions, in its snapshot of them. The
+	// probes are scalar subqueries, one key's index entry each: written as
+	// EXISTS, a plan may hash one of them instead, reading every blocked row
+	// of the table once.
 	sqlKeysWaiting = `
 SELECT 1 FROM unnest($1::text[]) AS k
-WHERE EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'ready')
-   OR EXISTS (SELECT 1 FROM {schema}.instances WHERE key = k AND status = 'blocked' AND worker IS NULL)
+WHERE (SELECT true FROM {schema}.instances WHERE key = k AND status = 'ready' COLLATE "POSIX" LIMIT 1)
+   OR (SELECT true FROM {schema}.instances WHERE key = k AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL LIMIT 1)
 LIMIT 1`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
@@ -83,7 +86,7 @@ WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, 
 d AS MATERIALIZED (
     SELECT f.key, b.id FROM f
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
-                        WHERE key = f.key AND status = 'blocked' AND worker IS NULL
+                        WHERE key = f.key AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
                         ORDER BY priority, run_at, seq LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
 p AS (
     UPDATE {schema}.instances i SET status = 'ready', updated_at = coalesce($3::timestamptz, now())
@@ -96,7 +99,7 @@ UNION ALL
 SELECT r.queue, 0, '' FROM (
     SELECT DISTINCT r.queue FROM f
     CROSS JOIN LATERAL (SELECT queue FROM {schema}.instances
-                        WHERE key = f.key AND status = 'ready' AND key IS NOT NULL
+                        WHERE key = f.key AND status = 'ready' COLLATE "POSIX" AND key IS NOT NULL
                         ORDER BY priority, run_at, seq LIMIT 1) r
     WHERE f.one AND NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)) r
 CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x

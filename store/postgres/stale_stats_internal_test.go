@@ -57,3 +57,103 @@ func TestInsertRoundsHoldOnStaleStatistics(t *testing.T) {
 		require.Contains(t, text, "instances_key_round", "%s:\n%s", mode, text)
 	}
 }
+
+// TestKeyProbesHoldOnStaleStatistics is the plan guard of every probe of
+// one key's ready or blocked rows (inserts, claims' backlogs, freeing
+// slots, the reconciler, limit changes, the CLI's key view) on a table
+// whose statistics predate its keyed rows: analyzed while it held only
+// keyless rows, then given a keyed workload before autoanalyze. There
+// every partial index of ready or blocked rows is estimated at one row, and
+// a probe that can prove an index's predicate other than its key's own
+// may read that one, filtering on the key: every ready (or blocked) row of
+// the queue, per key probed. Each statement here, with custom and generic
+// plans, must read a bounded number of buffers per key, however many rows
+// other keys have.
+func TestKeyProbesHoldOnStaleStatistics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a table of 300,000 rows")
+	}
+	ctx := context.Background()
+	s := newInternalStore(t)
+	load := func(sql string, n int) {
+		_, err := s.pool.Exec(ctx, `INSERT INTO `+s.schema+`.instances (id, workflow, version, queue, status, step, state,
+    attempt, run_at, started_at, created_at, updated_at, result, key, round) `+sql, n)
+		require.NoError(t, err)
+	}
+	load(`SELECT gen_random_uuid(), 'wf', 1, 'q', 'done', 's', '{}', 0, now(), now(), now(), now(), 'true', NULL, 0
+FROM generate_series(1, $1)`, 300_000)
+	_, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	// Never analyzed: 20,000 keys with a ready row each, and 200 keys with
+	// 100 blocked rows each (and their ready row).
+	load(`SELECT gen_random_uuid(), 'wf', 1, 'q', 'ready', 's', '{}', 0, now(), NULL, now(), now(), NULL, 'acct:r-' || i, 0
+FROM generate_series(1, $1) i`, 20_000)
+	load(`SELECT gen_random_uuid(), 'wf', 1, 'q', CASE WHEN i <= 200 THEN 'ready' ELSE 'blocked' END, 's', '{}', 0, now(), NULL,
+    now(), now(), NULL, 'acct:b-' || (i % 200), i / 200
+FROM generate_series(1, $1) i`, 20_200)
+
+	keys := []string{"acct:r-5", "acct:b-7", "acct:new"}
+	one := []bool{true, true, true}
+	n := len(keys)
+	qs, prios, runAts, delays := make([]string, n), make([]int32, n), make([]*time.Time, n), make([]int64, n)
+	for i := range qs {
+		qs[i] = "q"
+	}
+	ins := make([]store.NewInstance, n)
+	for i := range ins {
+		ins[i] = store.NewInstance{ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: keys[i]}
+	}
+	p, err := prepareInsert(ins)
+	require.NoError(t, err)
+	for _, q := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"insert", sqlInsert, s.insertArgs(p.rows, true)},
+		{"insert rounds", sqlInsertRounds, []any{nil, qs, prios, keys, runAts, delays, s.channel, true, 64}},
+		{"block backlog", sqlBlockBacklog, []any{keys, 1000, nil, 64, []string{}}},
+		{"promote", sqlPromote, []any{keys, []int32{1, 1, 1}, nil, "c", one}},
+		{"stranded", sqlStranded, []any{keys, one}},
+		{"promote if room", sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}},
+		{"keys waiting", sqlKeysWaiting, []any{[]string{"acct:new", "acct:none"}}},
+		{"key next", sqlKeyNext, []any{"acct:b-7"}},
+		{"slots delete idle", sqlSlotsDeleteIdle, []any{keys}},
+	} {
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			if b := explainBuffers(t, s, mode, q.sql, q.args, q.name); b > 40*n {
+				plan := strings.Join(explainAnalyzed(t, s, mode, q.sql, q.args, q.name), "\n")
+				t.Errorf("%s (%s) reads %d buffers for %d keys:\n%s", q.name, mode, b, n, plan)
+			}
+		}
+	}
+}
+
+// explainBuffers runs sql with args under EXPLAIN (ANALYZE, BUFFERS),
+// prepared with plan_cache_mode = mode, in a transaction rolled back, and
+// returns the shared buffers its plan's root read or hit.
+func explainBuffers(t *testing.T, s *Store, mode, sql string, args []any, name string) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, sqlNoSeqScan)
+	require.NoError(t, err)
+	sd, err := tx.Prepare(ctx, "", "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.q(sql))
+	require.NoError(t, err, name)
+	var out string
+	require.NoError(t, tx.QueryRow(ctx, sd.SQL, args...).Scan(&out), name)
+	var p []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &p), name)
+	require.Len(t, p, 1, name)
+	return p[0].Plan.Hit + p[0].Plan.Read
+}
