@@ -133,7 +133,7 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// row named e: instances_key_one's predicate (keyBusy, and the waiters
 	// mark of migration 013: markHolder, keyWaitedOn, strandedWhere).
 	oneHolder = `{schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL`
+            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL`
 	// keyHasBlocked is true when key k has a blocked row waiting for a
 	// promotion (not a reservation), read as keyBusy reads its holder.
 	keyHasBlocked = `((SELECT true FROM {schema}.instances b
@@ -148,7 +148,7 @@ SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN 
 	// as EXISTS, PostgreSQL turned them into hashed subplans that read every
 	// executing row of the table.
 	keyExecutes = `(` + keyBusy + ` OR (SELECT true FROM {schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
             LIMIT 1) IS NOT NULL)`
 	// freshRound is the round of one row of key fr.k (NULL: none) made
 	// ready in queue fr.q at priority fr.p: the queue's current round

@@ -92,11 +92,11 @@ SELECT max(key), count(*) FROM (SELECT DISTINCT key FROM {schema}.key_slots WHER
 	// of limited names admitted at K = 1 (shard -1).
 	sqlGateHolders = `
 SELECT key, key_shard, count(*) FROM {schema}.instances
-WHERE status = 'executing' AND key_shard IS NOT NULL AND key > $1 AND ($2::text IS NULL OR key <= $2::text)
+WHERE status = 'executing' COLLATE "POSIX" AND key_shard IS NOT NULL AND key > $1 AND ($2::text IS NULL OR key <= $2::text)
 GROUP BY key, key_shard
 UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
-WHERE i.status = 'executing' AND i.key IS NOT NULL AND i.key_shard IS NULL
+WHERE i.status = 'executing' COLLATE "POSIX" AND i.key IS NOT NULL AND i.key_shard IS NULL
   AND i.key > $1 AND ($2::text IS NULL OR i.key <= $2::text)
 GROUP BY i.key`
 
@@ -185,7 +185,12 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
     AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
          ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
     AND CASE WHEN f.one
-             THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+             THEN ((SELECT true FROM {schema}.instances e
+                    WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                    LIMIT 1) IS NULL
+                   AND (SELECT true FROM {schema}.instances e
+                        WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                        LIMIT 1) IS NULL)
                   OR (SELECT (SELECT true FROM ` + oneHolder + ` AND NOT e.waiters LIMIT 1) IS NOT NULL
                       FROM (SELECT f.key AS k) x)
              ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
@@ -213,8 +218,7 @@ d AS MATERIALIZED (
                                        WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
                                        ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
                     WHEN l.name IS NULL THEN
-                    CASE WHEN EXISTS (SELECT 1 FROM {schema}.instances e
-                                      WHERE e.key = k AND e.status = 'executing') THEN 0 ELSE 1 END
+                    CASE WHEN ` + keyExecutes + ` THEN 0 ELSE 1 END
                ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances

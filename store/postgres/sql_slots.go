@@ -234,10 +234,10 @@ c AS (
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
       AND CASE WHEN a.shard >= 0 THEN true
                ELSE (SELECT true FROM {schema}.instances e
-                     WHERE e.key = i.key AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+                     WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                      LIMIT 1) IS NULL
                 AND (SELECT true FROM {schema}.instances e
-                     WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL
+                     WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
     RETURNING i.*, a.ord
 )` + claimedRows

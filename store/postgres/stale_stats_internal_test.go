@@ -59,19 +59,20 @@ func TestInsertRoundsHoldOnStaleStatistics(t *testing.T) {
 }
 
 // TestKeyProbesHoldOnStaleStatistics is the plan guard of every probe of
-// one key's ready or blocked rows (inserts, claims' backlogs, freeing
-// slots, the reconciler, limit changes, the CLI's key view) on a table
-// whose statistics predate its keyed rows: analyzed while it held only
-// keyless rows, then given a keyed workload before autoanalyze. There
-// every partial index of ready or blocked rows is estimated at one row, and
-// a probe that can prove an index's predicate other than its key's own
-// may read that one, filtering on the key: every ready (or blocked) row of
-// the queue, per key probed. Each statement here, with custom and generic
+// one key's ready, blocked or executing rows (inserts, claims and their
+// backlogs, hand-offs, freeing slots, the reconciler, limit changes, the
+// CLI's key view) on a table whose statistics predate its keyed rows:
+// analyzed while it held only keyless rows, then given a keyed workload
+// before autoanalyze. There every partial index of ready, blocked or
+// executing rows is estimated at one row, and a probe that can prove the
+// predicate of an index other than its key's own may read that one,
+// filtering on the key: every ready, blocked or executing row of the
+// queue, per key probed. Each statement here, with custom and generic
 // plans, must read a bounded number of buffers per key, however many rows
 // other keys have.
 func TestKeyProbesHoldOnStaleStatistics(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a table of 300,000 rows")
+		t.Skip("builds a table of 360,000 rows")
 	}
 	ctx := context.Background()
 	s := newInternalStore(t)
@@ -91,6 +92,28 @@ FROM generate_series(1, $1) i`, 20_000)
 	load(`SELECT gen_random_uuid(), 'wf', 1, 'q', CASE WHEN i <= 200 THEN 'ready' ELSE 'blocked' END, 's', '{}', 0, now(), NULL,
     now(), now(), NULL, 'acct:b-' || (i % 200), i / 200
 FROM generate_series(1, $1) i`, 20_200)
+	// And executing: 20,000 K = 1 holders and 2,000 rows of 50 gate keys.
+	hold := func(key, shard string, n int) {
+		_, err := s.pool.Exec(ctx, `INSERT INTO `+s.schema+`.instances (id, workflow, version, queue, status, step, state,
+    attempt, run_at, started_at, created_at, updated_at, key, key_shard, round, worker, fence, lease_expires_at)
+SELECT gen_random_uuid(), 'wf', 1, 'q', 'executing', 's', '{}', 1, now(), now(), now(), now(), `+key+`, `+shard+`, 0, 'w', 1,
+    now() + interval '1 hour'
+FROM generate_series(1, $1) i`, n)
+		require.NoError(t, err)
+	}
+	hold(`'acct:x-' || i`, "NULL", 20_000)
+	hold(`'api:g-' || (i % 50)`, "0", 2_000)
+	var ready []string
+	rows, err := s.pool.Query(ctx, `SELECT id::text FROM `+s.schema+`.instances WHERE key IN ('acct:r-5', 'acct:r-6')`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ready = append(ready, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ready, 2)
+	shards := []int32{-1, -1}
 
 	keys := []string{"acct:r-5", "acct:b-7", "acct:new"}
 	one := []bool{true, true, true}
@@ -120,6 +143,10 @@ FROM generate_series(1, $1) i`, 20_200)
 		{"keys waiting", sqlKeysWaiting, []any{[]string{"acct:new", "acct:none"}}},
 		{"key next", sqlKeyNext, []any{"acct:b-7"}},
 		{"slots delete idle", sqlSlotsDeleteIdle, []any{keys}},
+		{"key busy", sqlKeyBusy, []any{keys}},
+		{"claim", sqlClaim, []any{ready, "w", int64(60e6), shards, nil}},
+		{"hand-off", sqlHandOff, []any{ready, "w", int64(60e6), shards, nil}},
+		{"gate holders", sqlGateHolders, []any{"api:g-1", "api:g-10"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
 			if b := explainBuffers(t, s, mode, q.sql, q.args, q.name); b > 40*n {

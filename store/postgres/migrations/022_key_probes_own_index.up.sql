@@ -17,3 +17,16 @@ CREATE INDEX CONCURRENTLY instances_key_blocked_posix ON {schema}.instances (key
     WHERE status = 'blocked' COLLATE "POSIX" AND worker IS NULL;
 DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_ready;
 DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_blocked;
+-- The same for a key's executing rows: its K = 1 holder (still unique) and
+-- its gate holders. Written plainly, their predicates are implied by
+-- instances_active's, and a probe of one key that took that index read
+-- every entry of it, dead ones included: on a big table, which autovacuum
+-- visits rarely, tens of thousands per probe.
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_one_posix;
+CREATE UNIQUE INDEX CONCURRENTLY instances_key_one_posix ON {schema}.instances (key)
+    WHERE status = 'executing' COLLATE "POSIX" AND key IS NOT NULL AND key_shard IS NULL;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_gate_posix;
+CREATE INDEX CONCURRENTLY instances_key_gate_posix ON {schema}.instances (key, key_shard)
+    WHERE status = 'executing' COLLATE "POSIX" AND key_shard IS NOT NULL;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_one;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_key_gate;
