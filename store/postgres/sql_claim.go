@@ -15,12 +15,20 @@ WITH d AS MATERIALIZED (
     WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
     ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
 h AS MATERIALIZED (
-    SELECT g.priority, (SELECT ` + queueHead + ` FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
+    SELECT g.priority, (SELECT coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0) FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT priority FROM d WHERE round IS NULL) g
 ),
 b AS (
     SELECT g.priority, g.key,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1) FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
     FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
     JOIN h ON h.priority = g.priority
 ),
@@ -41,7 +49,15 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+    round = (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
     updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
@@ -76,14 +92,35 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 	// the same as without the start row. An unrestricted claim starts at
 	// the queue's first row (the start row is the smallest possible one).
 	sqlClaimCandidates = `
-WITH fs AS MATERIALIZED (` + pickStartFree + `),
-ks AS MATERIALIZED (` + pickStartKeyed + `),
+WITH fs AS MATERIALIZED (
+    SELECT priority, round, run_at, seq FROM (
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
+        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
+                            WHERE status = 'ready' COLLATE "C" AND key IS NULL AND queue = $1 AND workflow = w.name AND version = w.version
+                              AND run_at <= coalesce($2::timestamptz, now())
+                            ORDER BY priority, round, run_at, seq LIMIT 1) f
+        UNION ALL
+        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
+        WHERE cardinality($3::text[]) = 0) s
+    ORDER BY priority, round, run_at, seq LIMIT 1),
+ks AS MATERIALIZED (
+    SELECT priority, round, run_at, seq FROM (
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
+        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
+                            WHERE status = 'ready' COLLATE "C" AND key IS NOT NULL AND queue = $1 AND workflow = w.name AND version = w.version
+                              AND run_at <= coalesce($2::timestamptz, now())
+                            ORDER BY priority, round, run_at, seq LIMIT 1) f
+        UNION ALL
+        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
+        WHERE cardinality($3::text[]) = 0) s
+    ORDER BY priority, round, run_at, seq LIMIT 1),
 free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM fs), (SELECT round FROM fs),
                                              (SELECT run_at FROM fs), (SELECT seq FROM fs))
-      AND ` + runnableRow + `
+      AND (cardinality($3::text[]) = 0
+           OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
@@ -92,18 +129,21 @@ keyed AS (
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM ks), (SELECT round FROM ks),
                                              (SELECT run_at FROM ks), (SELECT seq FROM ks))
-      AND ` + runnableRow + `
+      AND (cardinality($3::text[]) = 0
+           OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
        CASE WHEN c.key IS NULL OR l.name IS NOT NULL THEN 0
-            WHEN ` + keyBusy + ` THEN 1
+            WHEN ((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) THEN 1
             WHEN EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = $1) THEN 4
             WHEN pg_try_advisory_xact_lock(hashtextextended(c.key, $6::bigint)) THEN 2
             ELSE 3 END
 FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
-LEFT JOIN ` + keyLimit + `c.key, c.key_name` + keyLimitEnd + ` ON true
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (c.key, c.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
@@ -158,7 +198,11 @@ WHERE i.id = d.id AND i.status = 'ready'`
 	// sqlKeyBusy returns the keys that have an executing row (keyExecutes).
 	// It must run as its own statement after sqlKeyTryLock so that its
 	// snapshot is taken while the locks are held.
-	sqlKeyBusy = `SELECT k FROM unnest($1::text[]) AS k WHERE ` + keyExecutes
+	sqlKeyBusy = `SELECT k FROM unnest($1::text[]) AS k WHERE (((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+            LIMIT 1) IS NOT NULL)`
 
 	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
 	// list (sorted by the caller). Existing counters are neither changed nor
@@ -190,7 +234,7 @@ SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP 
 	// counter in one transaction, so the two agree.
 	sqlSlotsRead = `
 SELECT s.key, s.shard, s.capacity, s.available, s.epoch, l."limit", l.shards
-FROM {schema}.key_slots s LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
+FROM {schema}.key_slots s LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 WHERE s.key = ANY ($1::text[])
 ORDER BY s.key, s.shard`
 
@@ -219,7 +263,10 @@ SELECT {schema}.debit_check((SELECT count(*) FROM d), cardinality($1::text[]))`
 	// sees the mark. A holder this claim made executing is its own to mark.
 	sqlFlagHolders = `
 UPDATE {schema}.instances i SET waiters = true
-WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `))`
+WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k 
+    CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters
+                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h))`
 
 	// markHolder, after a FROM that names keys k, is the unmarked K = 1
 	// holder of each as h, locked, skipping one another transaction holds
@@ -234,7 +281,8 @@ WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder 
 	sqlBlock = `
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
-  AND (SELECT ` + keyWaitedOn + ` FROM (SELECT i.key AS k, $3::text[] AS one) x)`
+  AND (SELECT (NOT (k = ANY (one)) OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL) FROM (SELECT i.key AS k, $3::text[] AS one) x)`
 
 	// keyWaitedOn is true when a row of key k may be blocked: k is not one
 	// of the K = 1 keys one, or its holder is marked as having waiters
@@ -255,7 +303,8 @@ WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
 	sqlBlockBacklog = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM (SELECT k FROM unnest($1::text[]) AS k
-                      WHERE (SELECT ` + keyWaitedOn + ` FROM (SELECT k, $5::text[] AS one) x)) s
+                      WHERE (SELECT (NOT (k = ANY (one)) OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL) FROM (SELECT k, $5::text[] AS one) x)) s
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = s.k AND status = 'ready' AND run_at <= coalesce($3::timestamptz, now())
                         ORDER BY priority, run_at, seq OFFSET $4 LIMIT $2 FOR UPDATE SKIP LOCKED) b)
@@ -284,12 +333,36 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + claimSet + `
+    UPDATE {schema}.instances i 
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
+        waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ((SELECT true FROM {schema}.instances b
+            WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL
+            LIMIT 1) IS NOT NULL) FROM (SELECT i.key AS k) x)
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
-      AND (i.key IS NULL OR a.shard >= 0 OR NOT (SELECT ` + keyExecutes + ` FROM (SELECT i.key AS k) x))
+      AND (i.key IS NULL OR a.shard >= 0 OR NOT (SELECT (((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+            LIMIT 1) IS NOT NULL) FROM (SELECT i.key AS k) x))
     RETURNING i.*, a.ord
-)` + claimedRows
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
 	// sqlClaimReserve reserves rows of the window ($1, locked by
 	// sqlClaimCandidates) for worker $2 as successors of the rows $5 that
@@ -304,14 +377,33 @@ c AS (
 	sqlClaimReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + reserveSet + `
+    UPDATE {schema}.instances i 
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
     FROM (SELECT a.id, a.ord
-          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a` + probeReservable + `
+          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a
+          CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
+                              WHERE r.id = a.id AND r.status IN ('ready', 'blocked') AND r.worker IS NULL
+                              FOR NO KEY UPDATE) r
           WHERE EXISTS (SELECT 1 FROM {schema}.instances h
                         WHERE h.id = a.after AND h.status = 'executing' COLLATE "C" AND h.worker = $2)) a, t
     WHERE i.id = a.id AND i.status = 'ready' AND i.worker IS NULL
     RETURNING i.*, a.ord
-)` + claimedRows
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
 	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
 	sqlNextDue = `

@@ -124,9 +124,13 @@ const (
     unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
     last_fired_at, epoch`
 
-	sqlSchedulesAll = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules ORDER BY name`
+	sqlSchedulesAll = `SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch FROM {schema}.schedules ORDER BY name`
 
-	sqlScheduleLock = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
+	sqlScheduleLock = `SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
 
 	// sqlSchedulesDeleteOmitted deletes the namespace's ($1) schedules not in $2.
 	sqlSchedulesDeleteOmitted = `DELETE FROM {schema}.schedules WHERE namespace = $1 AND name <> ALL ($2::text[])`
@@ -150,7 +154,9 @@ UPDATE {schema}.schedules SET paused = $2, epoch = epoch + (paused <> $2)::int,
     anchor = CASE WHEN paused AND NOT $2 THEN coalesce($3::timestamptz, now()) ELSE anchor END,
     updated_at = now()
 WHERE name = $1
-RETURNING ` + sqlSchedulesCols
+RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch`
 
 	// sqlScheduleRecord records a tick ($2) and, unless $3 is NULL, the
 	// instance it started at $4 (NULL: now).
@@ -160,7 +166,9 @@ UPDATE {schema}.schedules SET last_tick = $2, epoch = epoch + 1,
     last_fired_at = CASE WHEN $3::uuid IS NULL THEN last_fired_at ELSE coalesce($4::timestamptz, now()) END,
     updated_at = now()
 WHERE name = $1
-RETURNING ` + sqlSchedulesCols
+RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+    last_fired_at, epoch`
 
 	// sqlInstanceRunning says whether an instance exists and is not terminal.
 	sqlInstanceRunning = `

@@ -31,19 +31,30 @@ x AS (
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
-    SELECT g.queue, g.priority, (SELECT ` + queueHead + ` FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
+    SELECT g.queue, g.priority, (SELECT coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0) FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM x WHERE due) g
 ),
 b AS (
     SELECT g.queue, g.priority, g.key,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr)) AS base
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1) FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr)) AS base
     FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
 ),
 k AS MATERIALIZED (
-    SELECT g.k, g.n, ` + keyBusy + ` AS busy, ` + keyReady + `$19) r) AS ready
+    SELECT g.k, g.n, ((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) AS busy, (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready'
+            ORDER BY r.priority, r.run_at, r.seq LIMIT $19) r) AS ready
     FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' GROUP BY key) g
-    WHERE $18::bool AND ` + oneKeyWhere + `
+    WHERE $18::bool AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
 ),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
@@ -95,16 +106,27 @@ d AS MATERIALIZED (
     WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
 ),
 h AS MATERIALIZED (
-    SELECT g.queue, g.priority, (SELECT ` + queueHead + ` FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
+    SELECT g.queue, g.priority, (SELECT coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0) FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM d) g
 ),
 g AS MATERIALIZED (
     SELECT (g.ord - 1)::int AS i, g.queue,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr)) AS base,
-           o.one, o.one AND ` + keyBusy + ` AS busy, CASE WHEN o.one THEN ` + keyReady + `$9) r) ELSE 0 END AS ready
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1) FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr)) AS base,
+           o.one, o.one AND ((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) AS busy, CASE WHEN o.one THEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready'
+            ORDER BY r.priority, r.run_at, r.seq LIMIT $9) r) ELSE 0 END AS ready
     FROM d g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
-    CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> '' AND ` + oneKeyWhere + ` AS one) o
+    CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> '' AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1)) AS one) o
 ),
 n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.busy) q)
 SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`

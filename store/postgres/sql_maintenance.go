@@ -15,7 +15,15 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($1::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
@@ -35,7 +43,15 @@ r AS MATERIALIZED (
     SELECT id, NULL::text AS old_key, NULL::int AS old_shard FROM {schema}.instances
     WHERE status = 'blocked' AND worker IS NOT NULL AND lease_expires_at < coalesce($1::timestamptz, now())
     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
-o AS (SELECT * FROM e UNION ALL SELECT * FROM r)` + takeBackApply
+o AS (SELECT * FROM e UNION ALL SELECT * FROM r)
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlReclaimWorker takes back every claim and reservation of worker
 	// $2, like sqlReap. Its condition names the predicates of
@@ -47,7 +63,15 @@ WITH o AS MATERIALIZED (
     SELECT id, CASE WHEN status = 'executing' THEN key END AS old_key, key_shard AS old_shard
     FROM {schema}.instances
     WHERE (status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL)) AND worker = $2
-    ORDER BY id FOR UPDATE)` + takeBackApply
+    ORDER BY id FOR UPDATE)
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// takeBackApply is how a claim taken back (sqlReap, sqlReclaimWorker:
 	// the rows of o, at $1) ends: ready with attempt + 1, or canceled when
@@ -158,7 +182,17 @@ ORDER BY k.n`
 	// sqlStranded returns the keys of $1 still stranded after a heal
 	// attempt's promotion (see strandedWhere; $2[i]: K = 1).
 	sqlStranded = `
-SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strandedWhere
+SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE 
+    coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' AND b.worker IS NULL
+              ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
+    AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready'
+         ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+    AND CASE WHEN f.one
+             THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+                  OR (SELECT (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters LIMIT 1) IS NOT NULL
+                      FROM (SELECT f.key AS k) x)
+             ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// strandedWhere is the condition on f(key, one) of sqlStranded and
 	// sqlPromote: the key has a blocked row, no ready row, and room (for a
@@ -202,12 +236,17 @@ SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strand
 	sqlPromoteIfRoom = `
 WITH fl AS (
     UPDATE {schema}.instances i SET waiters = true
-    WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `
-                            WHERE ` + keyHasBlocked + `))
+    WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k 
+    CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters
+                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h
+                            WHERE ((SELECT true FROM {schema}.instances b
+            WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL
+            LIMIT 1) IS NOT NULL)))
 ),
 d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
-    LEFT JOIN ` + keyLimit + `k, split_part(k, ':', 1)` + keyLimitEnd + ` ON true
+    LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
     CROSS JOIN LATERAL (
         SELECT CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
                                        WHERE x.key = k AND x.status = 'ready'

@@ -49,7 +49,15 @@ UPDATE {schema}.instances i SET
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
     round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
-                 THEN (SELECT ` + freshRound + `
+                 THEN (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1))
                        FROM (SELECT i.queue AS q, i.priority AS p,
                                     CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k) fr)
                       + o.key_rank
@@ -135,7 +143,15 @@ w AS (
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN p.pending_children - d.n <= 0
-                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
+                     THEN (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
     WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
@@ -154,7 +170,15 @@ w AS (
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0
-                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
+                     THEN (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
     WHERE p.id = d.id AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
@@ -168,7 +192,15 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
@@ -266,7 +298,15 @@ WITH w AS (
         ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT queue AS q, priority AS p, key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT queue AS q, priority AS p, key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING queue, parent_id, join_gen
@@ -305,7 +345,15 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1),
+            (SELECT r.round FROM {schema}.instances r
+             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+             ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM {schema}.instances r
+         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+         ORDER BY r.round DESC LIMIT 1)) FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s

@@ -6,10 +6,20 @@ package postgres
 
 // Reads.
 const (
-	sqlGet = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE id = $1`
+	sqlGet = `SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM {schema}.instances WHERE id = $1`
 
 	sqlList = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
   AND ($3 = '' OR key = $3)
@@ -23,7 +33,12 @@ ORDER BY instances.id LIMIT $6`
 	// table's column: plain "id" would be the output column id::text, a
 	// sort of every matching row.
 	sqlListNewest = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
   AND ($3 = '' OR key = $3)
@@ -41,7 +56,12 @@ ORDER BY instances.id DESC LIMIT $6`
 	// page that finds $6 matches early stops there. The extra row ($6 + 1)
 	// is the $7-th row coming after $6 matches.
 	sqlListScan = `
-SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -53,7 +73,12 @@ SELECT ` + instanceColumns + `, s.hit, s.n FROM (
 ORDER BY s.id LIMIT $6 + 1`
 
 	sqlListScanNewest = `
-SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id DESC) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -70,7 +95,12 @@ SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at
 FROM {schema}.signals WHERE instance_id = $1 AND consumed_at IS NULL
 ORDER BY id LIMIT $2`
 
-	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
+	sqlChildren = `SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
 	sqlHistory = `
 SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, ''), started_at,
@@ -78,7 +108,12 @@ SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, '')
 FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 
 	sqlKeyHolders = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
 	// KeyInfo's waiting rows: the ready and blocked rows of the key (counted
@@ -93,7 +128,12 @@ SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('r
        (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
 
 	sqlKeyNext = `
-SELECT ` + instanceColumns + ` FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' AND worker IS NULL
@@ -106,7 +146,12 @@ SELECT ` + instanceColumns + ` FROM (
 ) w ORDER BY priority, run_at, seq LIMIT 1`
 
 	sqlKeyOldest = `
-SELECT ` + instanceColumns + ` FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY run_at, seq LIMIT 1)
@@ -123,7 +168,7 @@ WHERE r.name = split_part($1, ':', 1)`
 
 	// sqlLimitOf is the limit key $1 runs under (see keyLimit) and its
 	// name (the key's own or its name's).
-	sqlLimitOf = `SELECT l."limit", l.shards, l.name FROM (SELECT 1) one CROSS JOIN ` + keyLimit + `$1, split_part($1, ':', 1)` + keyLimitEnd
+	sqlLimitOf = `SELECT l."limit", l.shards, l.name FROM (SELECT 1) one CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN ($1, split_part($1, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l`
 )
 
 // Health: every statement reads through a partial index, so terminal rows
@@ -222,7 +267,7 @@ WITH e AS (
 r AS (
     SELECT e.key_name, e.active,
            CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
-    FROM e CROSS JOIN ` + keyLimit + `e.key, e.key_name` + keyLimitEnd + `
+    FROM e CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (e.key, e.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l
     CROSS JOIN LATERAL (SELECT count(*) AS n,
                                coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
                                coalesce(sum(capacity - available), 0) AS used

@@ -36,7 +36,7 @@ WITH x AS (
            END AS share
     FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
     JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
-    LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
+    LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 )
 UPDATE {schema}.key_slots s
 SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
@@ -102,7 +102,17 @@ SELECT r.queue, 0, '' FROM (
 CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x
 UNION ALL
 SELECT '', 0, f.key FROM f
-WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
+WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND 
+    coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' AND b.worker IS NULL
+              ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
+    AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready'
+         ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+    AND CASE WHEN f.one
+             THEN NOT EXISTS (SELECT 1 FROM {schema}.instances e WHERE e.key = f.key AND e.status = 'executing')
+                  OR (SELECT (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters LIMIT 1) IS NOT NULL
+                      FROM (SELECT f.key AS k) x)
+             ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 )
 
 // Handing freed slots off (see slots.go, handOff). The reads run in the
@@ -120,7 +130,8 @@ const (
 	// sqlHandOffBusy then returns the ones that still have an executing row
 	// (keyExecutes), read after the locks, once per K = 1 key.
 	sqlHandOffLock = `
-WITH ` + heldKeys + `,
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+                 WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
 one AS MATERIALIZED (
     SELECT k.key, pg_advisory_xact_lock(hashtextextended(k.key, $2::bigint))
     FROM (SELECT h.key FROM held h
@@ -128,19 +139,25 @@ one AS MATERIALIZED (
           ORDER BY h.key OFFSET 0) k)
 SELECT key FROM one`
 	sqlHandOffBusy = `
-WITH ` + heldKeys + `,
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+                 WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
 one AS MATERIALIZED (
     SELECT h.key FROM held h
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
-SELECT k FROM (SELECT key AS k FROM one) o WHERE ` + keyExecutes
+SELECT k FROM (SELECT key AS k FROM one) o WHERE (((SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+            LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
+            WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+            LIMIT 1) IS NOT NULL)`
 
 	// sqlHandOffGates returns, for each held key whose name has a limit,
 	// the limit and every counter of the key (read, not locked: a hand-off
 	// does not write them).
 	sqlHandOffGates = `
-WITH ` + heldKeys + `
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+                 WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)
 SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
-FROM held h CROSS JOIN ` + keyLimit + `h.key, split_part(h.key, ':', 1)` + keyLimitEnd + `
+FROM held h CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (h.key, split_part(h.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 
@@ -226,7 +243,13 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 	sqlHandOff = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + claimSet + `
+    UPDATE {schema}.instances i 
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
+        waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ((SELECT true FROM {schema}.instances b
+            WHERE b.key = k AND b.status = 'blocked' AND b.worker IS NULL
+            LIMIT 1) IS NOT NULL) FROM (SELECT i.key AS k) x)
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
       AND CASE WHEN a.shard >= 0 THEN true
@@ -237,7 +260,21 @@ c AS (
                      WHERE e.key = i.key AND e.status = 'executing' AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
     RETURNING i.*, a.ord
-)` + claimedRows
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
 	// sqlSuccessorsLock locks, in id order, the reservations of worker $3
 	// that outcomes name as their successors ($1, fences $2), and returns
@@ -283,12 +320,31 @@ SELECT * FROM c`
 	sqlReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + reserveSet + `
+    UPDATE {schema}.instances i 
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
     FROM (SELECT a.id, a.ord
-          FROM (SELECT * FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord) ORDER BY a.id) a` + probeReservable + `) a, t
+          FROM (SELECT * FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord) ORDER BY a.id) a
+          CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
+                              WHERE r.id = a.id AND r.status IN ('ready', 'blocked') AND r.worker IS NULL
+                              FOR NO KEY UPDATE) r) a, t
     WHERE i.id = a.id AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
     RETURNING i.*, a.ord
-)` + claimedRows
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
 	// probeReservable, after a batch a of ids ordered by id, looks each row
 	// up by a LATERAL primary-key probe, as the outcome does (see
