@@ -74,17 +74,18 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
 	// queue in claim order (none while the queue is paused: one probe of
-	// paused_queues, which PostgreSQL runs once per statement), with their key's limit (NULL: K = 1) and rate
-	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
-	// capacity) and keyed rows ($4) are read from their own indexes and
-	// merged, so that keyed rows waiting for their keys never push keyless
-	// rows out of the window. The last column is, for a row of a K = 1 key,
-	// what the statement found of the key (see oneLocked): busy when it had
-	// an executing row in this statement's snapshot (the K = 1 busy check,
-	// as in sqlInsert; a hint only, read before any lock), and otherwise, in a queue
-	// without a policy, whether the key's advisory lock ($6: the salt) was
-	// had, tried here so that the claim needs no round trip of its own for
-	// it. A policy's queue takes its queue lock first (see admit), so its
+	// paused_queues, which PostgreSQL runs once per statement), with their
+	// key's limit (NULL: K = 1) and rate limit (NULL: none). Keyless rows
+	// ($5 of them: each needs only queue capacity) and keyed rows ($4) are
+	// read from their own indexes (instances_pick_free, instances_pick_keyed)
+	// and merged, so that keyed rows waiting for their keys never push
+	// keyless rows out of the window. The last column is, for a row of a
+	// K = 1 key, what the statement found of the key (see oneLocked): busy
+	// when it had an executing row in this statement's snapshot (the K = 1
+	// busy check, as in sqlInsert; a hint only, read before any lock), and
+	// otherwise, in a queue without a policy, whether the key's advisory
+	// lock ($6: the salt) was had, tried here so that the claim needs no
+	// round trip of its own for it. A policy's queue takes its queue lock first (see admit), so its
 	// keys' locks are left to admit. The snapshot predates the locks: the
 	// claim's update checks again that no row of the key executes
 	// (sqlClaim). The limit comes from the key-limit lookup (see sql.go).
@@ -226,16 +227,18 @@ WHERE i.id = d.id AND i.status = 'ready'`
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
 
-	// sqlKeyBusy returns the keys that have an executing row (the executing
-	// check, as in sqlClaim and sqlHandOffBusy; see sql.go).
-	// It must run as its own statement after sqlKeyTryLock so that its
+	// sqlKeyBusy returns the keys of $1 that have an executing row (the
+	// executing check, as in sqlClaim and sqlHandOffBusy; see sql.go). It
+	// must run as its own statement after sqlKeyTryLock so that its
 	// snapshot is taken while the locks are held.
-	sqlKeyBusy = `SELECT k FROM unnest($1::text[]) AS k WHERE (((SELECT true FROM {schema}.instances e
-                                                               WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
-                                                               LIMIT 1) IS NOT NULL)
-                                                            OR (SELECT true FROM {schema}.instances e
-                                                                WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
-                                                                LIMIT 1) IS NOT NULL)`
+	sqlKeyBusy = `
+SELECT k FROM unnest($1::text[]) AS k
+WHERE (((SELECT true FROM {schema}.instances e
+         WHERE e.key = k AND e.status = 'executing' AND e.key IS NOT NULL AND e.key_shard IS NULL
+         LIMIT 1) IS NOT NULL)
+       OR (SELECT true FROM {schema}.instances e
+           WHERE e.key = k AND e.status = 'executing' AND e.key_shard IS NOT NULL
+           LIMIT 1) IS NOT NULL)`
 
 	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
 	// list (sorted by the caller). Existing counters are neither changed nor
@@ -270,8 +273,9 @@ SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP 
 	// the key-limit lookup (see sql.go).
 	sqlSlotsRead = `
 SELECT s.key, s.shard, s.capacity, s.available, s.epoch, l."limit", l.shards
-FROM {schema}.key_slots s LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
-                                             WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
+FROM {schema}.key_slots s
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 WHERE s.key = ANY ($1::text[])
 ORDER BY s.key, s.shard`
 

@@ -296,8 +296,9 @@ WITH e AS (
 r AS (
     SELECT e.key_name, e.active,
            CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
-    FROM e CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
-                               WHERE lk.name IN (e.key, e.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l
+    FROM e
+    CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                        WHERE lk.name IN (e.key, e.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l
     CROSS JOIN LATERAL (SELECT count(*) AS n,
                                coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
                                coalesce(sum(capacity - available), 0) AS used

@@ -165,8 +165,9 @@ WHERE (((SELECT true FROM {schema}.instances e
 WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
               WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)
 SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
-FROM held h CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
-                                WHERE lk.name IN (h.key, split_part(h.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l
+FROM held h
+CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                    WHERE lk.name IN (h.key, split_part(h.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 
@@ -242,16 +243,17 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 
 	// sqlHandOff moves the rows a hand-off chose from ready or blocked to
 	// executing for worker $2, each with the freed shard it takes ($4[i];
-	// -1: a K = 1 key), by the move to executing, as sqlClaim does, and
-	// returns the claimed rows, as sqlClaim does (see sql.go). A K = 1 row
-	// moves only while no row of its key executes (the executing check of
-	// sqlKeyBusy, written out with the key read as i.key):
-	// the freeing transaction holds the key's lock and checked that, so
-	// this only keeps a flaw from meeting the unique index, which would
-	// refuse the whole outcome batch. The redundant id = ANY gives the
+	// -1: a K = 1 key), and returns them; its SET (the move to executing)
+	// and its final SELECT (the claimed rows) are sqlClaim's (see sql.go).
+	// A K = 1 row moves only while no row of its key executes (the
+	// executing check of sqlKeyBusy, written out with the key read as
+	// i.key): the freeing transaction holds the key's lock and checked
+	// that, so this only keeps a flaw from meeting the unique index, which
+	// would refuse the whole outcome batch. The redundant id = ANY gives the
 	// generic plan (hand-off transactions run generic plans) an index
 	// condition: without it, it read the whole primary key, filtering on
-	// status, and hash-joined the ids to it.
+	// status, and hash-joined the ids to it. The rows are locked already
+	// (sqlHandOffCandidates).
 	sqlHandOff = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
