@@ -313,7 +313,8 @@ func (ls Limits) Lookup(name string) (Limit, bool) {
 
 // For returns the limit a key runs under: the key's own limit if it has
 // one, else its name's, else none (K = 1). This is the one statement of
-// the rule; the PostgreSQL store's SQL form is its keyLimitJoin. A key
+// the rule; the PostgreSQL store's SQL form is its key-limit lookup (see
+// store/postgres/sql.go). A key
 // with a limit of its own always has a name limit too (see Validate), so
 // whether a key is a gate depends on its name alone. For of a bare key
 // name is that name's limit.

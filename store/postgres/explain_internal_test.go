@@ -24,6 +24,18 @@ import (
 // statements to. Statements that run in the store's batch transactions are
 // explained under the setting those transactions carry (sqlNoSeqScan); the
 // others (heartbeat and the signal's implicit transaction) as they run.
+// insertKeyState is the K = 1 busy check and the ready count (cap $2) of
+// keys $1, as sqlInsert and sqlInsertRounds write them (see sql.go), for
+// plans of those probes alone.
+const insertKeyState = `
+SELECT k,
+       ((SELECT true FROM {schema}.instances e
+         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+         LIMIT 1) IS NOT NULL),
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
+                              ORDER BY r.priority, r.run_at, r.seq LIMIT $2) r)
+FROM unnest($1::text[]) AS k`
+
 func TestHotPathPlansUseIndexes(t *testing.T) {
 	t.Run("analyzed", func(t *testing.T) { checkHotPathPlans(t, true, 32) })
 	// A table PostgreSQL has no statistics of yet (a fresh schema, before
@@ -119,7 +131,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// The round query of the COPY insert path (fresh_round is inlined
 		// or not; either way no scan of the table).
 		// The state of an insert's K = 1 keys (sqlInsert, sqlInsertRounds).
-		"insert busy keys": {`SELECT k, ` + keyBusy + `, ` + keyReady + `$2) r) FROM unnest($1::text[]) AS k`,
+		"insert busy keys": {insertKeyState,
 			[]any{[]string{"acct:abcd"}, 16}},
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
@@ -316,7 +328,7 @@ func TestKeyProbesReadTheirIndexWithoutStatistics(t *testing.T) {
 		"stranded":        {sqlStranded, []any{keys, one}, []string{"instances_key_blocked", "instances_key_ready"}},
 		"promote if room": {sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}, []string{"instances_key_blocked", "instances_key_ready"}},
 		"block backlog":   {sqlBlockBacklog, []any{keys, 1000, nil, 64, []string{}}, []string{"instances_key_ready"}},
-		"insert key state": {`SELECT k, ` + keyBusy + `, ` + keyReady + `$2) r) FROM unnest($1::text[]) AS k`,
+		"insert key state": {insertKeyState,
 			[]any{keys, 64}, []string{"instances_key_ready"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {

@@ -14,7 +14,8 @@ import (
 )
 
 // TestFreshRoundInlineMatchesTheFunction: the statements read a row's fresh
-// round inline (freshRound); it is the value migration 003's fresh_round
+// round inline (the fresh round of sql.go, written here as they write it);
+// it is the value migration 003's fresh_round
 // gives, over queues and priorities with keyless, keyed, blocked and
 // executing rows at several rounds, for keys with and without rows and for
 // no key.
@@ -41,7 +42,17 @@ func TestFreshRoundInlineMatchesTheFunction(t *testing.T) {
 
 	rows, err := s.pool.Query(ctx, s.q(`
 SELECT q, p, coalesce(k, '-'), {schema}.fresh_round(q, p, k),
-       (SELECT `+freshRound+` FROM (SELECT q AS q, p AS p, k AS k) fr)
+       (SELECT greatest(coalesce(least(
+                            (SELECT r.round FROM {schema}.instances r
+                             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                             ORDER BY r.round LIMIT 1),
+                            (SELECT r.round FROM {schema}.instances r
+                             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                             ORDER BY r.round LIMIT 1)), 0),
+                        (SELECT r.round + 1 FROM {schema}.instances r
+                         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                         ORDER BY r.round DESC LIMIT 1))
+        FROM (SELECT q AS q, p AS p, k AS k) fr)
 FROM unnest(ARRAY['a', 'b', 'c']) AS q, generate_series(0, 3) AS p,
      unnest(ARRAY[NULL, 'acct:0', 'acct:1', 'acct:2', 'acct:3', 'acct:4', 'acct:9']) AS k`))
 	require.NoError(t, err)

@@ -10,8 +10,9 @@ import (
 	"github.com/godurable/godurable/gate"
 )
 
-// TestKeyLimitMatchesGate pins keyLimit, the SQL form of the rule every
-// statement uses to find the limit a key runs under, to gate.Limits.For:
+// TestKeyLimitMatchesGate pins the key-limit lookup (see sql.go), the SQL
+// form of the rule every statement uses to find the limit a key runs
+// under, written here as the statements write it, to gate.Limits.For:
 // over keys with their own limit, keys whose id extends a key that has one,
 // keys of a limited name and keys of an unlimited name, both give the same
 // limit (or none).
@@ -32,7 +33,9 @@ func TestKeyLimitMatchesGate(t *testing.T) {
 		"openai:x", "openai:stripe:big", "account:1", "account:stripe"}
 	rows, err := s.pool.Query(ctx, s.q(`SELECT k, coalesce(l.name, ''), coalesce(l."limit", 0), coalesce(l.shards, 0)
 FROM unnest($1::text[]) WITH ORDINALITY AS x(k, ord)
-LEFT JOIN `+keyLimit+`k, split_part(k, ':', 1)`+keyLimitEnd+` ON true ORDER BY x.ord`), keys)
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
+ORDER BY x.ord`), keys)
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gate.Limit, error) {
 		var k string

@@ -318,13 +318,13 @@ type instanceRow struct {
 	timedOut bool
 }
 
-// scanInstance scans the columns of instanceColumns.
+// scanInstance scans the instance columns (see sql.go).
 func scanInstance(row pgx.Row) (store.Instance, error) {
 	r, err := scanInstanceRow(row)
 	return r.Instance, err
 }
 
-// scanInstanceRow scans the columns of instanceColumns, then extra.
+// scanInstanceRow scans the instance columns (see sql.go), then extra.
 func scanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 	var rs rowScan
 	return rs.scan(row, extra...)

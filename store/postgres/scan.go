@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// instanceColumnCount is the number of columns of instanceColumns.
+// instanceColumnCount is the number of the instance columns (see sql.go).
 const instanceColumnCount = 29
 
 // rowScan is what scanInstanceRow scans one row into. Every destination
@@ -27,7 +27,7 @@ type rowScan struct {
 	dest                                      [instanceColumnCount + 8]any
 }
 
-// scan scans the columns of instanceColumns, then extra.
+// scan scans the instance columns (see sql.go), then extra.
 func (rs *rowScan) scan(row pgx.Row, extra ...any) (instanceRow, error) {
 	in := &rs.r.Instance
 	rs.dest = [len(rs.dest)]any{&in.ID, &rs.workflow, &in.Version, &rs.queue, &in.Priority, &rs.status, &rs.step, &rs.state,

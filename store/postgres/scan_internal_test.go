@@ -16,6 +16,16 @@ import (
 	"github.com/godurable/godurable/store"
 )
 
+// instanceColumns is the column list scanInstance scans (the instance
+// columns of sql.go), as every statement that reads instances writes it
+// (TestRulesAreWrittenAlike), for the scan tests' own queries.
+const instanceColumns = `id::text, workflow, version, queue, priority, status, step, state, attempt,
+	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since`
+
 // oldScanInstanceRow is scanInstanceRow as it was before rowScan: every
 // destination on its own, nullable times through *time.Time, JSON copied
 // after the scan. The new scan must give the same values.

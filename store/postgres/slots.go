@@ -101,9 +101,9 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 // migration 013), so that their freeing takes no advisory lock and reads
 // no waiting row. Every transaction that leaves a row of such a key
 // waiting marks the holder first, under a row lock the outcome read the
-// mark under, or does not leave it waiting (sqlFlagHolders, keyWaitedOn);
+// mark under, or does not leave it waiting (sqlFlagHolders, and sqlBlock's waited-on check);
 // a heal that found a holder it could not mark tries again once the
-// holder's outcome has committed (strandedWhere). Other paths that free
+// holder's outcome has committed (the stranded check of sqlStranded). Other paths that free
 // slots (release, cancel, reap) free them all, marked or not.
 func skipUnwaited(freed []freedSlot) []freedSlot {
 	return slices.DeleteFunc(freed, func(f freedSlot) bool {
@@ -191,9 +191,10 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 }
 
 // healInserted heals the K = 1 keys a committed insert put blocked rows
-// behind (see keyBusy and keyReady), and marks them hot (the outcome of their
-// holders can hand off: see recentKeys): one healOnce at once, then heal's retries for
-// the keys it left stranded. Errors are dropped: the rows are in, and the
+// behind (see sqlInsert: the K = 1 busy check and the ready count), and
+// marks them hot (the outcome of their holders can hand off: see
+// recentKeys): one healOnce at once, then heal's retries for the keys it
+// left stranded. Errors are dropped: the rows are in, and the
 // reconciler's sweep is the safety net.
 //
 // This closes the lost wakeup of an insert racing the end of its key's
@@ -206,7 +207,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // An outcome whose holder was not marked as having waiters does not free
 // the key at all (see skipUnwaited): the heal marks the holder it finds
 // (sqlPromoteIfRoom), and one it cannot mark, locked by that outcome,
-// leaves the key stranded (strandedWhere), to be tried again after the
+// leaves the key stranded (the stranded check of sqlStranded), to be tried again after the
 // outcome committed.
 // healOnce runs after the insert committed and takes the same lock, so the
 // two serialize on it: a freeing transaction that took the lock first has
@@ -216,7 +217,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // that takes the lock after the heal reads the key after the insert's
 // commit, so it sees the blocked row and promotes it or hands the slot to
 // it. A key held only by a gate-admitted row (its limit was removed since)
-// frees without the advisory lock: keyBusy does not count such a
+// frees without the advisory lock: the K = 1 busy check does not count such a
 // holder, so the insert puts its rows in ready, as before.
 func (s *Store) healInserted(ctx context.Context, keys []string) {
 	if len(keys) == 0 {

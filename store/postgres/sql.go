@@ -39,7 +39,7 @@ package postgres
 //     claim and of freeing slots repeat the predicates of the partial
 //     indexes those reads are meant to use (instances_pick_*,
 //     instances_key_ready_posix, instances_key_blocked_posix,
-//     instances_key_gate, instances_lease):
+//     instances_key_one_posix, instances_key_gate_posix, instances_lease):
 //     PostgreSQL uses a partial index only when the query implies its
 //     predicate, so they are not redundant even where the rest of the
 //     condition already pins the rows.
@@ -79,11 +79,19 @@ package postgres
 
 // Migrator bookkeeping.
 const (
-	sqlMigrationLock   = `SELECT pg_advisory_lock($1::bigint)`
+	// sqlMigrationLock takes the schema's migration lock ($1: its salt), a
+	// session lock held for the whole run (a no-transaction migration
+	// commits part way; see migrateLocked), waiting for another migrator.
+	sqlMigrationLock = `SELECT pg_advisory_lock($1::bigint)`
+	// sqlMigrationUnlock releases the lock sqlMigrationLock took.
 	sqlMigrationUnlock = `SELECT pg_advisory_unlock($1::bigint)`
 
+	// sqlMigrationsTableExists says whether schema $1 has its migration
+	// table, without creating anything.
 	sqlMigrationsTableExists = `SELECT to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL`
 
+	// sqlMigrationsInit creates the schema and its migration table when
+	// they are missing.
 	sqlMigrationsInit = `
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
@@ -92,34 +100,156 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )`
 
+	// sqlMigrationsApplied lists the versions applied, in order.
 	sqlMigrationsApplied = `SELECT version FROM {schema}.schema_migrations ORDER BY version`
 
+	// sqlMigrationRecord records version $1 (named $2) as applied.
 	sqlMigrationRecord = `INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)`
 
+	// sqlMigrationForget removes version $1 from the applied ones (its down
+	// migration ran).
 	sqlMigrationForget = `DELETE FROM {schema}.schema_migrations WHERE version = $1`
 )
 
-// The limit a key runs under, gate.Limits.For's SQL form: the key's own
-// limit (a per-key limit, named by the full key) if it has one, else its
-// name's, else none (K = 1). A statement writes
+// Rules that several statements apply. Every statement is one literal,
+// so a rule is written out in each statement that applies it; the
+// statement's comment names the rule, and this list says what the rule is
+// and which statements carry it, so that a change to one reaches them all.
 //
-//	LEFT JOIN ` + "`" + ` + keyLimit + ` + "`" + `k.key, split_part(k.key, ':', 1)` + "`" + ` + keyLimitEnd + ` + "`" + ` ON true
+//   - The key-limit lookup (gate.Limits.For's SQL form): the limit a key
+//     runs under is its own (a per-key limit, named by the full key) if it
+//     has one, else its name's, else none (K = 1). Written
+//     LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+//     WHERE lk.name IN (<key>, <its name>) ORDER BY length(lk.name) DESC
+//     LIMIT 1) l, and read as l.name, l."limit" and l.shards: two
+//     primary-key probes of limits, of which the key's own entry is the
+//     longer name (a key is its name, ':' and a non-empty id). A key has a
+//     limit of its own only while its name has one (gate.Limits.Validate),
+//     so whether a key is a gate still depends on its name alone, and the
+//     statements that ask only that join limits on the name. In
+//     sqlClaimCandidates, sqlSlotsRead, sqlCredit, sqlHandOffGates,
+//     sqlPromoteIfRoom, sqlLimitOf and sqlHealthGates;
+//     TestKeyLimitMatchesGate pins it to gate.Limits.For.
+//   - The K = 1 holder probe: the executing row admitted under K = 1 that
+//     holds key k, read as e.key = k AND e.status = 'executing' COLLATE
+//     "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL,
+//     instances_key_one_posix's predicate,
+//     one index entry (a row a gate admitted, key_shard set, is not the
+//     key's K = 1 holder: its end frees without the key's advisory lock).
+//     It is the core of the next four rules and of the stranded check's
+//     unmarked-holder test.
+//   - The K = 1 busy check: ((SELECT true FROM <the holder probe> LIMIT 1)
+//     IS NOT NULL), a scalar subquery with LIMIT so that the planner can
+//     neither turn it into a hashed subplan that reads every executing row
+//     nor walk the key's waiting rows on another index. In sqlInsert and
+//     sqlInsertRounds (whether an insert blocks the key's rows), and in
+//     sqlClaimCandidates (a hint, read before any lock, of which keys not
+//     to lock).
+//   - The executing check: the busy check, or any executing row of key k
+//     a gate admitted (key_shard IS NOT NULL; its limit may have been
+//     removed since, making the key K = 1), each a scalar subquery with
+//     LIMIT (written as EXISTS, PostgreSQL turned them into hashed
+//     subplans that read every executing row of the table). A claim or a
+//     hand-off that would make a row of the key executing under K = 1
+//     reads it after taking the key's lock (sqlKeyBusy, sqlHandOffBusy) or
+//     in its update (sqlClaim, and sqlHandOff with the key read as i.key).
+//   - The marked-holder mark: CROSS JOIN LATERAL (SELECT e.id FROM <the
+//     holder probe> AND NOT e.waiters LIMIT 1 FOR NO KEY UPDATE SKIP
+//     LOCKED) h, after a FROM naming keys k: the unmarked holder of each,
+//     locked, skipping one another transaction holds (migration 013). In
+//     sqlFlagHolders and sqlPromoteIfRoom.
+//   - The waited-on check: (NOT (k = ANY (one)) OR (SELECT true FROM <the
+//     holder probe> AND e.waiters LIMIT 1) IS NOT NULL): a row of key k may
+//     be blocked when k is not one of the K = 1 keys one, or its holder is
+//     marked as having waiters (sqlFlagHolders), so that the holder's end
+//     promotes the row. In sqlBlock and sqlBlockBacklog.
+//   - The ready count: how many ready rows key k has, up to
+//     admission.ReadyCap (a parameter), read as (SELECT count(*) FROM
+//     (SELECT 1 FROM instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
+//     ORDER BY r.priority, r.run_at, r.seq LIMIT $cap) r): at most that
+//     many entries of instances_key_ready_posix. With the K = 1 key test (NOT
+//     EXISTS (SELECT 1 FROM limits l WHERE l.name = split_part(k, ':',
+//     1)): rows of a gate key go in ready, and the claim that finds the
+//     gate full blocks them), in sqlInsert and sqlInsertRounds.
+//   - The stranded check, on f(key, one) (sqlStranded, sqlPromote): the
+//     key has a blocked row, no ready row, and room (for a K = 1 key no
+//     executing row, for a gate key a free slot on its counters or no
+//     counters). Its blocked rows were skipped (locked by someone), and
+//     nothing else would promote them before the reconciler's sweep. A
+//     gate whose slots are all taken is saturated, not stranded. A K = 1
+//     key whose holder is not marked as having waiters (the holder probe
+//     with NOT e.waiters; see migration 013: a heal could not mark it, its
+//     outcome holding it locked) counts as stranded too: that outcome
+//     frees the key without promoting, and the heal's next attempt finds
+//     the key free. The probes for a waiting row of the key read
+//     instances_key_blocked_posix and instances_key_ready_posix, one row each: their
+//     conditions are those indexes' predicates. Without fresh statistics,
+//     PostgreSQL chose instances_key_round for the forms that put the key
+//     first and the status in a filter, and walked every waiting row of a
+//     hot key, about 19,000 rows per probe in make bench's scenario 4. The
+//     first probe is false, not null, when the key has no blocked row (most
+//     freed keys), so that the others are not evaluated.
+//   - The blocked check: ((SELECT true FROM instances b WHERE b.key = k AND
+//     b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL LIMIT 1)
+//     IS NOT NULL): key
+//     k has a blocked row waiting for a promotion (not a reservation), read
+//     as the busy check reads its holder. In sqlClaim and sqlHandOff (a row
+//     that takes a K = 1 key with blocked rows is marked as having
+//     waiters) and sqlPromoteIfRoom.
+//   - The fresh round of one row of key fr.k (NULL: none) made ready in
+//     queue fr.q at priority fr.p: greatest(<the queue head>, <the key's
+//     next round>). The queue head is the lowest round among the queue's
+//     ready rows of that priority, keyless and keyed (one entry of each
+//     pick index), 0 when none; the key's next round is one past the key's
+//     highest round among its ready and blocked rows there. A statement
+//     reads it in its own snapshot as (SELECT greatest(...) FROM (SELECT q
+//     AS q, p AS p, k AS k) fr), so that the probes run inline: in
+//     sqlFireQueueTimers, sqlFireTimers, sqlCompleteApply, sqlJoinParents,
+//     sqlSetPending, sqlRecheckInbox, sqlRetry and sqlSignalWake. A
+//     statement that gives rounds to many keys of few queues reads the
+//     queue head once per queue and priority and takes the greater of it
+//     and each key's next round: sqlInsert, sqlInsertRounds,
+//     sqlPromoteScheduled. Migration 003 defines the same as the SQL
+//     function fresh_round, which no statement calls: PostgreSQL cannot
+//     inline a function whose body has subqueries, and a call cost 35-54
+//     µs (2,000 calls for one queue in psql: 69-108 ms, against 1.7 ms for
+//     the same probes inline with the queue's head read once), on every
+//     outcome that makes a row ready for its next step and every key group
+//     of an insert. TestFreshRoundInlineMatchesTheFunction pins the two
+//     equal.
+//   - The move to executing (sqlClaim, sqlHandOff): the SET of the
+//     caller's UPDATE of instances i, given t.now, a.shard and a.ord: a new
+//     fence, a lease of $3 µs, the shard (-1: K = 1, stored NULL), and
+//     waiters set when the row takes a K = 1 key that has blocked rows
+//     (the blocked check; see migration 013): the claim or hand-off holds
+//     the key's advisory lock, so no claim blocks more of them meanwhile,
+//     and a row an insert blocks later is flagged by its heal. The
+//     reservation's SET (sqlClaimReserve, sqlReserve) makes the row
+//     blocked for worker $2 with a new fence and a lease of $3 µs.
+//   - The claimed rows: the final SELECT of sqlClaim, sqlClaimReserve,
+//     sqlHandOff and sqlReserve, each updated row's instance columns (the
+//     list scanInstance scans, as in sqlGet) with the oldest unconsumed
+//     signal its await was woken by, in batch order (c.ord).
+//   - The reservable-row probe (sqlClaimReserve, sqlReserve): after a batch
+//     a of ids ordered by id, CROSS JOIN LATERAL (SELECT r.id FROM
+//     instances r WHERE r.id = a.id AND r.status IN ('ready', 'blocked')
+//     AND r.worker IS NULL FOR NO KEY UPDATE) r, a primary-key probe per
+//     row, as the outcome does (sqlCompleteApply); the UPDATE still checks
+//     the row's status. The lock, which the transaction holds on those
+//     rows already (sqlHandOffCandidates, sqlClaimCandidates), keeps the
+//     probe from being flattened into a join the planner may order. Joined
+//     to the batch instead, on the generic plan of a hand-off transaction
+//     (the batch estimated at 10 rows), the batch was read again for every
+//     row found by id = ANY: quadratic, 231.7 ms in 97 calls during one
+//     1.02 s run of the peers' hot gate (5,000 steps), against 159.9 ms in
+//     113 calls with the probe.
+//   - The instance columns: the column list every Instance is scanned from
+//     (scanInstance, instanceColumnCount columns), in sqlGet, sqlList,
+//     sqlListNewest, sqlListScan, sqlListScanNewest, sqlChildren,
+//     sqlKeyHolders, sqlKeyNext, sqlKeyOldest and the claimed rows;
+//     the schedule columns, likewise, are the list scanSchedule scans, in
+//     sqlSchedulesAll, sqlScheduleLock, sqlSchedulePause and
+//     sqlScheduleRecord.
 //
-// (the key, then its name) and reads l.name, l."limit" and l.shards. Both
-// are primary-key probes of limits; of the two, the key's own entry is the
-// longer name (a key is its name, ':' and a non-empty id). A key has a
-// limit of its own only while its name has one (gate.Limits.Validate), so
-// whether a key is a gate (K = 1 or not) still depends on its name alone,
-// and the statements that ask only that join limits on the name.
-const (
-	keyLimit    = `LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (`
-	keyLimitEnd = `) ORDER BY length(lk.name) DESC LIMIT 1) l`
-)
-
-// instanceColumns is the column list every Instance is scanned from (see scanInstance).
-const instanceColumns = `id::text, workflow, version, queue, priority, status, step, state, attempt,
-	coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
-	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
-	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
-	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since`
+// TestRulesAreWrittenAlike checks that every statement that applies one of
+// these rules writes it the same, whitespace aside.

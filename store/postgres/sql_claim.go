@@ -8,19 +8,34 @@ package postgres
 const (
 	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick
 	// path, giving each a round unless it kept one (a row rescheduled for a
-	// rate limit token): rows of one key take consecutive rounds.
+	// rate limit token): rows of one key take consecutive rounds from the
+	// key's fresh round, the queue head read once per priority (h) and
+	// each key's next round per key (b; see sql.go). It locks the rows it
+	// moves SKIP LOCKED (lock order (1)), read through instances_scheduled.
 	sqlPromoteScheduled = `
 WITH d AS MATERIALIZED (
     SELECT id, priority, key, run_at, seq, round FROM {schema}.instances
     WHERE status = 'scheduled' AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
     ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
 h AS MATERIALIZED (
-    SELECT g.priority, (SELECT ` + queueHead + ` FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
+    SELECT g.priority,
+           (SELECT coalesce(least(
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1),
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1)), 0)
+            FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT priority FROM d WHERE round IS NULL) g
 ),
 b AS (
     SELECT g.priority, g.key,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                       AND r.status IN ('ready', 'blocked')
+                                     ORDER BY r.round DESC LIMIT 1)
+                             FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
     FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
     JOIN h ON h.priority = g.priority
 ),
@@ -32,7 +47,9 @@ r AS (
 UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
 FROM r WHERE i.id = r.id`
 
-	// sqlFireQueueTimers makes awaits of a queue whose timeout passed ready.
+	// sqlFireQueueTimers makes awaits of a queue whose timeout passed
+	// ready, each at its fresh round (see sql.go), locking them SKIP LOCKED
+	// (lock order (1)).
 	sqlFireQueueTimers = `
 WITH d AS MATERIALIZED (
     SELECT id FROM {schema}.instances
@@ -41,49 +58,99 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+    round = (SELECT greatest(coalesce(least(
+                                 (SELECT r.round FROM {schema}.instances r
+                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                  ORDER BY r.round LIMIT 1),
+                                 (SELECT r.round FROM {schema}.instances r
+                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                  ORDER BY r.round LIMIT 1)), 0),
+                             (SELECT r.round + 1 FROM {schema}.instances r
+                              WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                              ORDER BY r.round DESC LIMIT 1))
+             FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
     updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 
 	// sqlClaimCandidates locks the window: the first due ready rows of the
 	// queue in claim order (none while the queue is paused: one probe of
-	// paused_queues, which PostgreSQL runs once per statement), with their key's limit (NULL: K = 1) and rate
-	// limit (NULL: none). Keyless rows ($5 of them: each needs only queue
-	// capacity) and keyed rows ($4) are read from their own indexes and
-	// merged, so that keyed rows waiting for their keys never push keyless
-	// rows out of the window. The last column is, for a row of a K = 1 key,
-	// what the statement found of the key (see oneLocked): busy when it had
-	// an executing row in this statement's snapshot (keyBusy, the insert's
-	// probe; a hint only, read before any lock), and otherwise, in a queue
-	// without a policy, whether the key's advisory lock ($6: the salt) was
-	// had, tried here so that the claim needs no round trip of its own for
-	// it. A policy's queue takes its queue lock first (see admit), so its
+	// paused_queues, which PostgreSQL runs once per statement), with their
+	// key's limit (NULL: K = 1) and rate limit (NULL: none). Keyless rows
+	// ($5 of them: each needs only queue capacity) and keyed rows ($4) are
+	// read from their own indexes (instances_pick_free, instances_pick_keyed)
+	// and merged, so that keyed rows waiting for their keys never push
+	// keyless rows out of the window. The last column is, for a row of a
+	// K = 1 key, what the statement found of the key (see oneLocked): busy
+	// when it had an executing row in this statement's snapshot (the K = 1
+	// busy check, as in sqlInsert; a hint only, read before any lock), and
+	// otherwise, in a queue without a policy, whether the key's advisory
+	// lock ($6: the salt) was had, tried here so that the claim needs no
+	// round trip of its own for it. A policy's queue takes its queue lock first (see admit), so its
 	// keys' locks are left to admit. The snapshot predates the locks: the
 	// claim's update checks again that no row of the key executes
-	// (sqlClaim).
+	// (sqlClaim). The limit comes from the key-limit lookup (see sql.go).
+	// Lock order: the window's rows, SKIP LOCKED (1), then the tried key
+	// locks (2), which never wait.
 	//
 	// A claim restricted to workflow versions ($3 non-empty: the names,
-	// $7 the versions, pairwise) starts each read at its start row
-	// (pickStartFree, pickStartKeyed): the first due ready row of any of
-	// those versions, found by one probe per version of
-	// instances_pick_free_version or instances_pick_keyed_version. The
-	// rows of other workflows or versions ahead of it in claim order (a
-	// backlog no running worker can run) are not read at all; those behind
-	// it are passed over as the read meets them (runnableRow), so that a
-	// claim reads them only in proportion to how they interleave with its
-	// own rows. Every row the
-	// read skips comes before the first row it may claim, so the window is
-	// the same as without the start row. An unrestricted claim starts at
-	// the queue's first row (the start row is the smallest possible one).
+	// $7 the versions, pairwise) starts each read at its start row (fs for
+	// the keyless read, ks for the keyed one): the smallest (priority,
+	// round, run_at, seq) of the first due ready row of each of those
+	// versions, found by one probe per version of
+	// instances_pick_free_version or instances_pick_keyed_version, whose
+	// predicates the probes' status check repeats COLLATE "C" (migration
+	// 020). The rows of other workflows or versions ahead of it in claim
+	// order (a backlog no running worker can run) are not read at all;
+	// those behind it are passed over as the read meets them (the
+	// runnable-row filter), so that a claim reads them only in proportion
+	// to how they interleave with its own rows. Every row the read skips
+	// comes before the first row it may claim, so the window is the same
+	// as without the start row. A start row has no row when none of the
+	// versions has such a row, and then the read it starts finds nothing.
+	// An unrestricted claim starts at the queue's first row: the start row
+	// is then the smallest value the columns can hold, which every row
+	// passes. Every ready row has a round (a row gets one when it becomes
+	// ready), so the comparison never meets a NULL.
+	//
+	// The runnable-row filter is true for a row of one of the workflow
+	// versions, or for every row when $3 is empty. A row's version and
+	// workflow are compared as one text value, "version:workflow" (the
+	// first colon ends the version), against an array the statement builds
+	// once, so that the check stays a scalar filter on each row the ordered
+	// read meets, with nothing for the planner to join.
 	sqlClaimCandidates = `
-WITH fs AS MATERIALIZED (` + pickStartFree + `),
-ks AS MATERIALIZED (` + pickStartKeyed + `),
+WITH fs AS MATERIALIZED (
+    SELECT priority, round, run_at, seq FROM (
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
+        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
+                            WHERE status = 'ready' COLLATE "C" AND key IS NULL AND queue = $1
+                              AND workflow = w.name AND version = w.version
+                              AND run_at <= coalesce($2::timestamptz, now())
+                            ORDER BY priority, round, run_at, seq LIMIT 1) f
+        UNION ALL
+        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
+        WHERE cardinality($3::text[]) = 0) s
+    ORDER BY priority, round, run_at, seq LIMIT 1),
+ks AS MATERIALIZED (
+    SELECT priority, round, run_at, seq FROM (
+        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
+        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
+                            WHERE status = 'ready' COLLATE "C" AND key IS NOT NULL AND queue = $1
+                              AND workflow = w.name AND version = w.version
+                              AND run_at <= coalesce($2::timestamptz, now())
+                            ORDER BY priority, round, run_at, seq LIMIT 1) f
+        UNION ALL
+        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
+        WHERE cardinality($3::text[]) = 0) s
+    ORDER BY priority, round, run_at, seq LIMIT 1),
 free AS (
     SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM fs), (SELECT round FROM fs),
                                              (SELECT run_at FROM fs), (SELECT seq FROM fs))
-      AND ` + runnableRow + `
+      AND (cardinality($3::text[]) = 0
+           OR version::text || ':' || workflow
+              = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
@@ -92,18 +159,23 @@ keyed AS (
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM ks), (SELECT round FROM ks),
                                              (SELECT run_at FROM ks), (SELECT seq FROM ks))
-      AND ` + runnableRow + `
+      AND (cardinality($3::text[]) = 0
+           OR version::text || ':' || workflow
+              = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))
       AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues pq WHERE pq.queue = $1)
     ORDER BY priority, round, run_at, seq
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
        CASE WHEN c.key IS NULL OR l.name IS NOT NULL THEN 0
-            WHEN ` + keyBusy + ` THEN 1
+            WHEN ((SELECT true FROM {schema}.instances e
+                    WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                    LIMIT 1) IS NOT NULL) THEN 1
             WHEN EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = $1) THEN 4
             WHEN pg_try_advisory_xact_lock(hashtextextended(c.key, $6::bigint)) THEN 2
             ELSE 3 END
 FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
-LEFT JOIN ` + keyLimit + `c.key, c.key_name` + keyLimitEnd + ` ON true
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (c.key, c.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
@@ -155,10 +227,18 @@ WHERE i.id = d.id AND i.status = 'ready'`
 	// sqlKeyTryLock tries the advisory lock of each K = 1 key without waiting.
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
 
-	// sqlKeyBusy returns the keys that have an executing row (keyExecutes).
-	// It must run as its own statement after sqlKeyTryLock so that its
+	// sqlKeyBusy returns the keys of $1 that have an executing row (the
+	// executing check, as in sqlClaim and sqlHandOffBusy; see sql.go). It
+	// must run as its own statement after sqlKeyTryLock so that its
 	// snapshot is taken while the locks are held.
-	sqlKeyBusy = `SELECT k FROM unnest($1::text[]) AS k WHERE ` + keyExecutes
+	sqlKeyBusy = `
+SELECT k FROM unnest($1::text[]) AS k
+WHERE (((SELECT true FROM {schema}.instances e
+         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+         LIMIT 1) IS NOT NULL)
+       OR (SELECT true FROM {schema}.instances e
+           WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+           LIMIT 1) IS NOT NULL)`
 
 	// sqlSlotsEnsure creates the missing counters of the given (key, shard)
 	// list (sorted by the caller). Existing counters are neither changed nor
@@ -176,10 +256,12 @@ ON CONFLICT (key, shard) DO NOTHING`
 	// each key has: a key with fewer rows locked than it has is held by a
 	// transaction that frees or takes its slots, and is left for a later
 	// claim. The count is a second statement's snapshot, so it sees any
-	// counter created before the locks were taken.
+	// counter created before the locks were taken. Lock order (3).
 	sqlSlotsTryLock = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED`
+	// sqlSlotsCount counts the counters of each key of $1 (see
+	// sqlSlotsTryLock).
 	sqlSlotsCount = `
 SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
 
@@ -187,10 +269,13 @@ SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP 
 	// keys with their epochs and, from the same snapshot, the limit of
 	// each key's name (NULL: none): what an optimistic claim plans with
 	// (see admission.go). A limit change rewrites the limit and every
-	// counter in one transaction, so the two agree.
+	// counter in one transaction, so the two agree. The limit comes from
+	// the key-limit lookup (see sql.go).
 	sqlSlotsRead = `
 SELECT s.key, s.shard, s.capacity, s.available, s.epoch, l."limit", l.shards
-FROM {schema}.key_slots s LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
+FROM {schema}.key_slots s
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 WHERE s.key = ANY ($1::text[])
 ORDER BY s.key, s.shard`
 
@@ -217,34 +302,34 @@ SELECT {schema}.debit_check((SELECT count(*) FROM d), cardinality($1::text[]))`
 	// row only behind a marked holder), in the same transaction, so that
 	// the holder's end, which waits for this transaction's lock on it,
 	// sees the mark. A holder this claim made executing is its own to mark.
+	// The holders are found by the marked-holder mark, as in
+	// sqlPromoteIfRoom (see sql.go): one entry of instances_key_one_posix per
+	// key. Lock order (4): holders, SKIP LOCKED.
 	sqlFlagHolders = `
 UPDATE {schema}.instances i SET waiters = true
-WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `))`
-
-	// markHolder, after a FROM that names keys k, is the unmarked K = 1
-	// holder of each as h, locked, skipping one another transaction holds
-	// locked (see sqlFlagHolders).
-	markHolder = `
-    CROSS JOIN LATERAL (SELECT e.id FROM ` + oneHolder + ` AND NOT e.waiters
-                        LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h`
+WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k
+                        CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+                                            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL
+                                              AND e.key_shard IS NULL AND NOT e.waiters
+                                            LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h))`
 
 	// sqlBlock takes rows of saturated keys off the pick path: a row of a
-	// K = 1 key of $3 only behind a holder marked as having waiters
-	// (keyWaitedOn), and otherwise it stays ready.
+	// K = 1 key of $3 only behind a holder marked as having waiters (the
+	// waited-on check, as in sqlBlockBacklog; see sql.go), and otherwise it
+	// stays ready. The rows are the claim's window, locked already.
 	sqlBlock = `
 UPDATE {schema}.instances i SET status = 'blocked', updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
-  AND (SELECT ` + keyWaitedOn + ` FROM (SELECT i.key AS k, $3::text[] AS one) x)`
-
-	// keyWaitedOn is true when a row of key k may be blocked: k is not one
-	// of the K = 1 keys one, or its holder is marked as having waiters
-	// (sqlFlagHolders), so that the holder's end promotes the row.
-	keyWaitedOn = `(NOT (k = ANY (one)) OR (SELECT true FROM ` + oneHolder + ` AND e.waiters LIMIT 1) IS NOT NULL)`
+  AND (SELECT (NOT (k = ANY (one))
+               OR (SELECT true FROM {schema}.instances e
+                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                     AND e.waiters LIMIT 1) IS NOT NULL)
+       FROM (SELECT i.key AS k, $3::text[] AS one) x)`
 
 	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
 	// key the claim admitted none of ($1: admission.Plan.Backlog; one of
-	// the K = 1 keys $5 only behind a marked holder: see
-	// keyWaitedOn) off the pick path, past the key's first $4
+	// the K = 1 keys $5 only behind a marked holder: the waited-on check,
+	// as in sqlBlock) off the pick path, past the key's first $4
 	// (admission.ReadyCap) ready rows, so that a key's deep backlog does
 	// not keep filling the window. A key with fewer rows waiting keeps them
 	// ready, as an insert leaves them (see admission.InsertBlocked): taking
@@ -255,7 +340,11 @@ WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
 	sqlBlockBacklog = `
 WITH d AS MATERIALIZED (
     SELECT b.id FROM (SELECT k FROM unnest($1::text[]) AS k
-                      WHERE (SELECT ` + keyWaitedOn + ` FROM (SELECT k, $5::text[] AS one) x)) s
+                      WHERE (SELECT (NOT (k = ANY (one))
+                                     OR (SELECT true FROM {schema}.instances e
+                                         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL
+                                           AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL)
+                             FROM (SELECT k, $5::text[] AS one) x)) s
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = s.k AND status = 'ready' COLLATE "POSIX" AND run_at <= coalesce($3::timestamptz, now())
                         ORDER BY priority, run_at, seq OFFSET $4 LIMIT $2 FOR UPDATE SKIP LOCKED) b)
@@ -274,8 +363,12 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// moved only while no row of its key executes: the window read the key
 	// before the claim held its lock (sqlClaimCandidates), and a
 	// transaction that made one of the key's rows executing may have
-	// committed in between (keyExecutes, read in the update's own
-	// snapshot). Such a row stays ready. The rows are also found by id =
+	// committed in between (the executing check, as in sqlKeyBusy, read in
+	// the update's own snapshot). Such a row stays ready. Its SET is the
+	// move to executing, as in sqlHandOff (a row that takes a K = 1 key
+	// with blocked rows is marked as having waiters), and it returns the
+	// claimed rows, as sqlClaimReserve, sqlHandOff and sqlReserve do (see
+	// sql.go). The rows are also found by id =
 	// ANY ($1), as the hand-off's are: joined only to the batch, on a table
 	// without statistics (fresh, before its first ANALYZE) the planner read
 	// every ready row of the primary key into a hash, 3.5–5.4 ms a claim of
@@ -284,62 +377,34 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	sqlClaim = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + claimSet + `
-    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
-    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
-      AND (i.key IS NULL OR a.shard >= 0 OR NOT (SELECT ` + keyExecutes + ` FROM (SELECT i.key AS k) x))
-    RETURNING i.*, a.ord
-)` + claimedRows
-
-	// sqlClaimReserve reserves rows of the window ($1, locked by
-	// sqlClaimCandidates) for worker $2 as successors of the rows $5 that
-	// this claim made executing (admission.Plan.Reserved), as sqlReserve
-	// does for a hand-off; a row whose predecessor sqlClaim left ready (a
-	// K = 1 key taken meanwhile) is not reserved, and stays ready. The
-	// rows are looked up as sqlReserve's are (probeReservable: a join with
-	// the batch went quadratic on a table without statistics), and each
-	// predecessor by id: its status check is written COLLATE "C" (see
-	// sql.go) so that no plan reads instances_active whole instead, as an
-	// analyzed table's custom plan did.
-	sqlClaimReserve = `
-WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
-c AS (
-    UPDATE {schema}.instances i ` + reserveSet + `
-    FROM (SELECT a.id, a.ord
-          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a` + probeReservable + `
-          WHERE EXISTS (SELECT 1 FROM {schema}.instances h
-                        WHERE h.id = a.after AND h.status = 'executing' COLLATE "C" AND h.worker = $2)) a, t
-    WHERE i.id = a.id AND i.status = 'ready' AND i.worker IS NULL
-    RETURNING i.*, a.ord
-)` + claimedRows
-
-	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
-	sqlNextDue = `
-SELECT least(
-    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
-    (SELECT min(timeout_at) FROM {schema}.instances
-     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
-)
-
-// The move of a row to executing, shared by the claim and the hand-off (the
-// caller's UPDATE names the table i and provides t.now, a.shard and a.ord),
-// and the rows it returns. A row that takes a K = 1 key is marked as having
-// waiters when the key has blocked rows (see migration 013): the claim or
-// hand-off holds the key's advisory lock, so no claim blocks more of them
-// meanwhile, and a row an insert blocks later is flagged by its heal.
-const (
-	claimSet = `
+    UPDATE {schema}.instances i
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
-        waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ` + keyHasBlocked + ` FROM (SELECT i.key AS k) x)`
-	// reserveSet makes a row a reservation for worker $2 (see sqlReserve),
-	// for the claim's and the hand-off's reservations alike.
-	reserveSet = `
-    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
-        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now`
-	claimedRows = `
-SELECT ` + instanceColumns + `, sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+        waiters = a.shard < 0 AND i.key IS NOT NULL
+                  AND (SELECT ((SELECT true FROM {schema}.instances b
+                                WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                                LIMIT 1) IS NOT NULL)
+                       FROM (SELECT i.key AS k) x)
+    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+    WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
+      AND (i.key IS NULL OR a.shard >= 0
+           OR NOT (SELECT (((SELECT true FROM {schema}.instances e
+                             WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                             LIMIT 1) IS NOT NULL)
+                           OR (SELECT true FROM {schema}.instances e
+                               WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                               LIMIT 1) IS NOT NULL)
+                   FROM (SELECT i.key AS k) x))
+    RETURNING i.*, a.ord
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (
     SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
@@ -348,41 +413,54 @@ LEFT JOIN LATERAL (
     WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
     ORDER BY s.id LIMIT 1) sg ON true
 ORDER BY c.ord`
+
+	// sqlClaimReserve reserves rows of the window ($1, locked by
+	// sqlClaimCandidates) for worker $2 as successors of the rows $5 that
+	// this claim made executing (admission.Plan.Reserved), as sqlReserve
+	// does for a hand-off; a row whose predecessor sqlClaim left ready (a
+	// K = 1 key taken meanwhile) is not reserved, and stays ready. The
+	// rows are looked up as sqlReserve's are (the reservable-row probe: a
+	// join with the batch went quadratic on a table without statistics),
+	// and made reservations by the same SET; each
+	// predecessor by id: its status check is written COLLATE "C" (see
+	// sql.go) so that no plan reads instances_active whole instead, as an
+	// analyzed table's custom plan did.
+	sqlClaimReserve = `
+WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
+c AS (
+    UPDATE {schema}.instances i
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
+    FROM (SELECT a.id, a.ord
+          FROM (SELECT * FROM unnest($1::uuid[], $5::uuid[]) WITH ORDINALITY AS a(id, after, ord) ORDER BY a.id) a
+          CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
+                              WHERE r.id = a.id AND r.status IN ('ready', 'blocked') AND r.worker IS NULL
+                              FOR NO KEY UPDATE) r
+          WHERE EXISTS (SELECT 1 FROM {schema}.instances h
+                        WHERE h.id = a.after AND h.status = 'executing' COLLATE "C" AND h.worker = $2)) a, t
+    WHERE i.id = a.id AND i.status = 'ready' AND i.worker IS NULL
+    RETURNING i.*, a.ord
 )
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
-// runnableRow is true for a row of one of the workflow versions $3 (names)
-// and $7 (versions), or for every row when $3 is empty. A row's version and
-// workflow are compared as one text value, "version:workflow" (the first
-// colon ends the version), against an array the statement builds once, so
-// that the check stays a scalar filter on each row the ordered read meets,
-// with nothing for the planner to join.
-const runnableRow = `(cardinality($3::text[]) = 0
-           OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text || ':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))`
-
-// pickStartFree and pickStartKeyed are the start rows of a claim's reads
-// of the keyless and the keyed rows of queue $1, due by $2, for the
-// workflow versions $3, $7 (see sqlClaimCandidates): the smallest
-// (priority, round, run_at, seq) of the first such row of each version,
-// read from that half's version pick index, and with no workflows the
-// smallest value the columns can hold, which every row passes. Each has
-// no row when none of the versions has such a row, and then the read it
-// starts finds nothing. Every ready row has a round (a row gets one when
-// it becomes ready), so the comparison never meets a NULL. The status
-// check is written COLLATE "C" as the version pick indexes' predicates
-// are (migration 020).
-const (
-	pickStartFree  = pickStartHead + `key IS NULL` + pickStartTail
-	pickStartKeyed = pickStartHead + `key IS NOT NULL` + pickStartTail
-	pickStartHead  = `
-    SELECT priority, round, run_at, seq FROM (
-        SELECT f.priority, f.round, f.run_at, f.seq FROM unnest($3::text[], $7::int[]) AS w(name, version)
-        CROSS JOIN LATERAL (SELECT priority, round, run_at, seq FROM {schema}.instances
-                            WHERE status = 'ready' COLLATE "C" AND `
-	pickStartTail = ` AND queue = $1 AND workflow = w.name AND version = w.version
-                              AND run_at <= coalesce($2::timestamptz, now())
-                            ORDER BY priority, round, run_at, seq LIMIT 1) f
-        UNION ALL
-        SELECT (-2147483648)::int, (-9223372036854775808)::bigint, '-infinity'::timestamptz, (-9223372036854775808)::bigint
-        WHERE cardinality($3::text[]) = 0) s
-    ORDER BY priority, round, run_at, seq LIMIT 1`
+	// sqlNextDue is the earliest time a delayed row or an await timeout of the queue falls due.
+	sqlNextDue = `
+SELECT least(
+    (SELECT min(run_at) FROM {schema}.instances WHERE status = 'scheduled' AND queue = $1),
+    (SELECT min(timeout_at) FROM {schema}.instances
+     WHERE status = 'awaiting' AND queue = $1 AND timeout_at IS NOT NULL))`
 )

@@ -6,10 +6,16 @@ package postgres
 
 // Limits, rate limits and queue policies: desired state per namespace.
 const (
+	// sqlLimitsLock serializes the syncs of one part of the desired state
+	// ($1: the schema's salt for limits, policies or schedules), for the
+	// rest of the transaction, so that each reads what the one before it
+	// committed.
 	sqlLimitsLock = `SELECT pg_advisory_xact_lock($1::bigint)`
 
+	// sqlLimitsAll reads every key limit, by name.
 	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
 
+	// sqlLimitsOwned reads every key limit with the namespace that owns it.
 	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
 
 	// sqlLimitsReplace makes the stored limits exactly the given list.
@@ -19,6 +25,7 @@ INSERT INTO {schema}.limits (name, "limit", shards, namespace)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
 ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
 
+	// sqlRatesAll reads every rate limit with the namespace that owns it.
 	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
 
 	// sqlRatesReplace makes the stored rate limits exactly the given list.
@@ -66,6 +73,8 @@ WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
   AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
 GROUP BY key`
 
+	// sqlPoliciesAll reads every queue policy with the namespace that owns
+	// it (a policy without a per-key budget reads 0).
 	sqlPoliciesAll = `
 SELECT queue, namespace, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies ORDER BY queue`
 
@@ -120,13 +129,22 @@ DELETE FROM {schema}.rate_buckets WHERE bucket IN (
 
 // Schedules: definitions per namespace, and the ticks they recorded.
 const (
-	sqlSchedulesCols = `name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
-    unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
-    last_fired_at, epoch`
+	// sqlSchedulesAll reads every schedule, by name, as the schedule columns
+	// (the list scanSchedule scans, as in sqlScheduleLock, sqlSchedulePause
+	// and sqlScheduleRecord).
+	sqlSchedulesAll = `
+SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+       unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+       last_fired_at, epoch
+FROM {schema}.schedules ORDER BY name`
 
-	sqlSchedulesAll = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules ORDER BY name`
-
-	sqlScheduleLock = `SELECT ` + sqlSchedulesCols + ` FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
+	// sqlScheduleLock locks schedule $1 and reads it (the schedule columns,
+	// as in sqlSchedulesAll).
+	sqlScheduleLock = `
+SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+       unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+       last_fired_at, epoch
+FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
 
 	// sqlSchedulesDeleteOmitted deletes the namespace's ($1) schedules not in $2.
 	sqlSchedulesDeleteOmitted = `DELETE FROM {schema}.schedules WHERE namespace = $1 AND name <> ALL ($2::text[])`
@@ -144,23 +162,29 @@ ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, cron = excluded.c
     catch_up = excluded.catch_up, grace_us = excluded.grace_us, epoch = schedules.epoch + 1, updated_at = now()`
 
 	// sqlSchedulePause sets paused ($2); a change moves the epoch, and a
-	// resume anchors the schedule at $3 (NULL: now).
+	// resume anchors the schedule at $3 (NULL: now). It returns the
+	// schedule (the schedule columns, as in sqlSchedulesAll).
 	sqlSchedulePause = `
 UPDATE {schema}.schedules SET paused = $2, epoch = epoch + (paused <> $2)::int,
     anchor = CASE WHEN paused AND NOT $2 THEN coalesce($3::timestamptz, now()) ELSE anchor END,
     updated_at = now()
 WHERE name = $1
-RETURNING ` + sqlSchedulesCols
+RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+          unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+          last_fired_at, epoch`
 
 	// sqlScheduleRecord records a tick ($2) and, unless $3 is NULL, the
-	// instance it started at $4 (NULL: now).
+	// instance it started at $4 (NULL: now), and returns the schedule (the
+	// schedule columns, as in sqlSchedulesAll).
 	sqlScheduleRecord = `
 UPDATE {schema}.schedules SET last_tick = $2, epoch = epoch + 1,
     last_instance = coalesce($3::uuid, last_instance),
     last_fired_at = CASE WHEN $3::uuid IS NULL THEN last_fired_at ELSE coalesce($4::timestamptz, now()) END,
     updated_at = now()
 WHERE name = $1
-RETURNING ` + sqlSchedulesCols
+RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+          unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
+          last_fired_at, epoch`
 
 	// sqlInstanceRunning says whether an instance exists and is not terminal.
 	sqlInstanceRunning = `

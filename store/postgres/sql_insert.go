@@ -11,13 +11,18 @@ const (
 	// clock (Options.Clock; null: the database's). With $18, due rows of K =
 	// 1 keys go in as admission.InsertBlocked decides (this is its SQL form;
 	// $19 is admission.ReadyCap): blocked, with the rounds they would have
-	// had ready, when the key is busy (see keyBusy) or already has $19 rows
-	// ready (see keyReady), counting the batch's rows in (priority, run_at,
-	// input) order. The statement returns a row ('', 1, key) per key that
-	// received blocked rows behind rows already there, for the caller to
-	// heal once it has committed (see healInserted), a row ('', 0, key) per
-	// key blocked only behind the batch's own rows (no race to close: they
-	// commit together), and a row (queue, n, '') per notified queue.
+	// had ready, when the key is busy (the K = 1 busy check) or already has
+	// $19 rows ready (the ready count), counting the batch's rows in
+	// (priority, run_at, input) order; a key is K = 1 when its name has no
+	// limit (the K = 1 key test). The rounds are fresh rounds, the queue head
+	// read once per queue and priority (h) and each key's next round per
+	// key (b); sql.go describes these rules. The statement returns a row
+	// ('', 1, key) per key that received blocked rows behind rows already
+	// there, for the caller to heal once it has committed (see
+	// healInserted), a row ('', 0, key) per key blocked only behind the
+	// batch's own rows (no race to close: they commit together), and a row
+	// (queue, n, '') per notified queue. It takes no row lock on existing
+	// rows: its reads are plain snapshot reads.
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -31,19 +36,36 @@ x AS (
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
-    SELECT g.queue, g.priority, (SELECT ` + queueHead + ` FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
+    SELECT g.queue, g.priority,
+           (SELECT coalesce(least(
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1),
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1)), 0)
+            FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM x WHERE due) g
 ),
 b AS (
     SELECT g.queue, g.priority, g.key,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr)) AS base
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                       AND r.status IN ('ready', 'blocked')
+                                     ORDER BY r.round DESC LIMIT 1)
+                             FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr)) AS base
     FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
 ),
 k AS MATERIALIZED (
-    SELECT g.k, g.n, ` + keyBusy + ` AS busy, ` + keyReady + `$19) r) AS ready
+    SELECT g.k, g.n,
+           ((SELECT true FROM {schema}.instances e
+             WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+             LIMIT 1) IS NOT NULL) AS busy,
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
+                                  ORDER BY r.priority, r.run_at, r.seq LIMIT $19) r) AS ready
     FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' GROUP BY key) g
-    WHERE $18::bool AND ` + oneKeyWhere + `
+    WHERE $18::bool AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
 ),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
@@ -78,9 +100,10 @@ WHERE k.busy OR k.ready + k.n > $19`
 	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
 	// with a due row (its earliest explicit run_at $5 or its shortest delay
 	// $6 is not after the clock), the fresh round its rows start from and,
-	// with $8, whether its key is a K = 1 key, whether that key is busy
-	// (see keyBusy) and how many of its rows are ready (see keyReady, up to
-	// $9: admission.ReadyCap); the caller decides which rows go in blocked
+	// with $8, whether its key is a K = 1 key (the K = 1 key test), whether
+	// that key is busy (the K = 1 busy check) and how many of its rows are
+	// ready (the ready count, up to $9: admission.ReadyCap), read by the
+	// rules sqlInsert applies (see sql.go); the caller decides which rows go in blocked
 	// with admission.InsertBlocked. One row with a null i when no group is due.
 	// It notifies on channel $7 the queues of the due groups whose key is
 	// not busy (a group of a key at its cap of ready rows is notified for
@@ -95,92 +118,38 @@ d AS MATERIALIZED (
     WHERE g.run_at <= t.now OR t.now + g.delay_us * interval '1 microsecond' <= t.now
 ),
 h AS MATERIALIZED (
-    SELECT g.queue, g.priority, (SELECT ` + queueHead + ` FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
+    SELECT g.queue, g.priority,
+           (SELECT coalesce(least(
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1),
+                       (SELECT r.round FROM {schema}.instances r
+                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                        ORDER BY r.round LIMIT 1)), 0)
+            FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM d) g
 ),
 g AS MATERIALIZED (
     SELECT (g.ord - 1)::int AS i, g.queue,
-           greatest(h.head, (SELECT ` + keyNextRound + ` FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr)) AS base,
-           o.one, o.one AND ` + keyBusy + ` AS busy, CASE WHEN o.one THEN ` + keyReady + `$9) r) ELSE 0 END AS ready
+           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
+                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                       AND r.status IN ('ready', 'blocked')
+                                     ORDER BY r.round DESC LIMIT 1)
+                             FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr)) AS base,
+           o.one,
+           o.one AND ((SELECT true FROM {schema}.instances e
+                       WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                       LIMIT 1) IS NOT NULL) AS busy,
+           CASE WHEN o.one THEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
+                                                       ORDER BY r.priority, r.run_at, r.seq LIMIT $9) r)
+                ELSE 0 END AS ready
     FROM d g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
-    CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> '' AND ` + oneKeyWhere + ` AS one) o
+    CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> ''
+                               AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1)) AS one) o
 ),
 n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.busy) q)
 SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`
-
-	// oneKeyWhere is the condition on a key k (text, not empty) under which
-	// an insert may put the key's due rows in blocked: k is a K = 1 key (its
-	// name has no limit). Rows of a gate key go in ready: the claim that
-	// finds the gate full blocks them.
-	oneKeyWhere = `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))`
-
-	// keyBusy is true when K = 1 key k is busy: an executing row admitted
-	// under K = 1 holds it (key_shard is null, so that its end frees the key
-	// through the key's advisory lock; see healInserted). A key held by a
-	// row a gate admitted (its limit was removed since) is not counted: its
-	// end frees without the advisory lock. (The claim's window reads it too,
-	// as a hint of which keys not to lock: see sqlClaimCandidates.) keyReady
-	// counts the key's ready
-	// rows, up to admission.ReadyCap (a parameter of each statement). Each
-	// reads at most that many index entries (instances_key_one,
-	// instances_key_ready_posix), written as scalar subqueries with LIMIT so that
-	// the planner can neither turn them into hashed subplans that read
-	// every executing row nor walk the key's waiting rows on another index.
-	keyBusy = `((SELECT true FROM ` + oneHolder + `
-            LIMIT 1) IS NOT NULL)`
-	// oneHolder is what a probe for the K = 1 holder of key k reads, the
-	// row named e: instances_key_one's predicate (keyBusy, and the waiters
-	// mark of migration 013: markHolder, keyWaitedOn, strandedWhere).
-	oneHolder = `{schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL`
-	// keyHasBlocked is true when key k has a blocked row waiting for a
-	// promotion (not a reservation), read as keyBusy reads its holder.
-	keyHasBlocked = `((SELECT true FROM {schema}.instances b
-            WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
-            LIMIT 1) IS NOT NULL)`
-	// keyExecutes is true when any row of key k executes: keyBusy's K = 1
-	// holder, or a row a gate admitted (key_shard set; its limit may have
-	// been removed since, making the key K = 1). A claim or a hand-off that
-	// would make one of the key's rows executing under K = 1 reads it
-	// after taking the key's lock (sqlKeyBusy, sqlHandOffBusy) or in its
-	// update (sqlClaim). Scalar subqueries with LIMIT, as keyBusy's: written
-	// as EXISTS, PostgreSQL turned them into hashed subplans that read every
-	// executing row of the table.
-	keyExecutes = `(` + keyBusy + ` OR (SELECT true FROM {schema}.instances e
-            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-            LIMIT 1) IS NOT NULL)`
-	// freshRound is the round of one row of key fr.k (NULL: none) made
-	// ready in queue fr.q at priority fr.p: the queue's current round
-	// (queueHead: the lowest among its ready rows of that priority, 0 when
-	// none), or one past the key's highest round among its ready and
-	// blocked rows there (keyNextRound), whichever is greater. A statement
-	// reads it in its own snapshot as (SELECT freshRound FROM (SELECT q AS
-	// q, p AS p, k AS k) fr), so that the probes run inline; a statement
-	// that gives rounds to many keys of few queues reads queueHead once per
-	// queue and priority (sqlInsert, sqlInsertRounds, sqlPromoteScheduled)
-	// and takes the greater of it and keyNextRound. Migration 003 defines
-	// the same as the SQL function fresh_round, which no statement calls any
-	// more: PostgreSQL cannot inline a function whose body has subqueries,
-	// and a call cost 35-54 µs (2,000 calls for one queue in psql: 69-108
-	// ms, against 1.7 ms for the same probes inline with the queue's head
-	// read once), on every outcome that makes a row ready for its next step
-	// and every key group of an insert.
-	freshRound = `greatest(` + queueHead + `, ` + keyNextRound + `)`
-	queueHead  = `coalesce(least(
-            (SELECT r.round FROM {schema}.instances r
-             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-             ORDER BY r.round LIMIT 1),
-            (SELECT r.round FROM {schema}.instances r
-             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-             ORDER BY r.round LIMIT 1)), 0)`
-	keyNextRound = `(SELECT r.round + 1 FROM {schema}.instances r
-         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-         ORDER BY r.round DESC LIMIT 1)`
-
-	// keyReady is completed by the cap's parameter and ") r)".
-	keyReady = `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
-            ORDER BY r.priority, r.run_at, r.seq LIMIT `
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size

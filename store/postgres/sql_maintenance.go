@@ -6,7 +6,9 @@ package postgres
 
 // Timers, reaper, reconciler.
 const (
-	// sqlFireTimers makes up to $2 awaits whose timeout passed ready.
+	// sqlFireTimers makes up to $2 awaits whose timeout passed ready, each
+	// at its fresh round (see sql.go), locking them SKIP LOCKED (lock order
+	// (1)), and notifies their queues on channel $3.
 	sqlFireTimers = `
 WITH d AS MATERIALIZED (
     SELECT id FROM {schema}.instances
@@ -15,7 +17,17 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1),
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1)), 0),
+                                 (SELECT r.round + 1 FROM {schema}.instances r
+                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                  ORDER BY r.round DESC LIMIT 1))
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($1::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue
@@ -25,7 +37,12 @@ CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
 
 	// sqlReap takes back up to $2 claims whose lease expired before $1,
 	// and up to $2 such reservations (store.Claimed.After), which held no
-	// slot (no key to free).
+	// slot (no key to free), read through instances_lease and
+	// instances_reserved and locked SKIP LOCKED (lock order (1)). Its
+	// UPDATE is the take-back, as in sqlReclaimWorker: each row of o ends,
+	// at $1, ready with attempt + 1, or canceled when its cancel was
+	// requested; it returns what takeBack needs to free the slot and count
+	// a canceled child for its parent.
 	sqlReap = `
 WITH e AS MATERIALIZED (
     SELECT id, key AS old_key, key_shard AS old_shard FROM {schema}.instances
@@ -35,10 +52,19 @@ r AS MATERIALIZED (
     SELECT id, NULL::text AS old_key, NULL::int AS old_shard FROM {schema}.instances
     WHERE status = 'blocked' AND worker IS NOT NULL AND lease_expires_at < coalesce($1::timestamptz, now())
     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
-o AS (SELECT * FROM e UNION ALL SELECT * FROM r)` + takeBackApply
+o AS (SELECT * FROM e UNION ALL SELECT * FROM r)
+UPDATE {schema}.instances i
+SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
+    attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
+    key_shard = NULL, started_at = NULL, updated_at = coalesce($1::timestamptz, now())
+FROM o
+WHERE i.id = o.id
+RETURNING coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.queue,
+          i.status, coalesce(i.parent_id::text, ''), i.join_gen`
 
 	// sqlReclaimWorker takes back every claim and reservation of worker
-	// $2, like sqlReap. Its condition names the predicates of
+	// $2, locked in id order (lock order (1)), by the take-back, as in
+	// sqlReap. Its condition names the predicates of
 	// instances_lease and instances_reserved: written as status IN (...),
 	// it had no index path, and Start read the whole table (6 ms at
 	// 20,000 rows).
@@ -47,13 +73,7 @@ WITH o AS MATERIALIZED (
     SELECT id, CASE WHEN status = 'executing' THEN key END AS old_key, key_shard AS old_shard
     FROM {schema}.instances
     WHERE (status = 'executing' OR (status = 'blocked' AND worker IS NOT NULL)) AND worker = $2
-    ORDER BY id FOR UPDATE)` + takeBackApply
-
-	// takeBackApply is how a claim taken back (sqlReap, sqlReclaimWorker:
-	// the rows of o, at $1) ends: ready with attempt + 1, or canceled when
-	// its cancel was requested. It returns what takeBack needs to free the
-	// slot and count a canceled child for its parent.
-	takeBackApply = `
+    ORDER BY id FOR UPDATE)
 UPDATE {schema}.instances i
 SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE 'ready' END,
     attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END, worker = NULL, lease_expires_at = NULL,
@@ -114,6 +134,7 @@ GROUP BY i.key`
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
 ON CONFLICT (key, shard) DO NOTHING`
+	// sqlSlotsInsert: see sqlSlotsCreate.
 	sqlSlotsInsert = `
 INSERT INTO {schema}.key_slots (key, shard, capacity, available)
 SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::int[])
@@ -156,69 +177,66 @@ WHERE k.key IS NOT NULL
 ORDER BY k.n`
 
 	// sqlStranded returns the keys of $1 still stranded after a heal
-	// attempt's promotion (see strandedWhere; $2[i]: K = 1).
+	// attempt's promotion ($2[i]: K = 1), by the stranded check, as in
+	// sqlPromote (see sql.go).
 	sqlStranded = `
-SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one) WHERE ` + strandedWhere
-
-	// strandedWhere is the condition on f(key, one) of sqlStranded and
-	// sqlPromote: the key has a blocked row, no ready row, and room (for a
-	// K = 1 key no executing row, for a gate key a free slot on its counters
-	// or no counters). Its blocked rows were skipped (locked by someone),
-	// and nothing else would promote them before the reconciler's sweep. A
-	// gate whose slots are all taken is saturated, not stranded. A K = 1
-	// key whose holder is not marked as having waiters (see migration 013:
-	// a heal could not mark it, its outcome holding it locked) counts as
-	// stranded too: that outcome frees the key without promoting, and the
-	// heal's next attempt finds the key free.
-	//
-	// The probes for a waiting row of the key read instances_key_blocked_posix
-	// and instances_key_ready_posix, one row each: their conditions are those
-	// indexes' predicates. Without fresh statistics, PostgreSQL chose
-	// instances_key_round for the earlier forms (key first, the status a
-	// filter) and walked every waiting row of a hot key, about 19,000 rows
-	// per probe in make bench's scenario 4. The first probe is false, not
-	// null, when the key has no blocked row (most freed keys), so that the
-	// others are not evaluated.
-	strandedWhere = `
-    coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
-              ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
-    AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
-         ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
-    AND CASE WHEN f.one
-             THEN ((SELECT true FROM {schema}.instances e
-                    WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                    LIMIT 1) IS NULL
-                   AND (SELECT true FROM {schema}.instances e
-                        WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-                        LIMIT 1) IS NULL)
-                  OR (SELECT (SELECT true FROM ` + oneHolder + ` AND NOT e.waiters LIMIT 1) IS NOT NULL
-                      FROM (SELECT f.key AS k) x)
-             ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
+SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one)
+WHERE coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
+  AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+       ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+  AND CASE WHEN f.one
+           THEN ((SELECT true FROM {schema}.instances e
+                  WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                  LIMIT 1) IS NULL
+                 AND (SELECT true FROM {schema}.instances e
+                      WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                      LIMIT 1) IS NULL)
+                OR (SELECT (SELECT true FROM {schema}.instances e
+                            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                              AND NOT e.waiters LIMIT 1) IS NOT NULL
+                    FROM (SELECT f.key AS k) x)
+           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet);
 	// with $5, only a key that has no ready row. Like sqlPromote it skips
 	// rows locked FOR NO KEY UPDATE or stronger. The K = 1 holder of a key
-	// with blocked rows is marked as having waiters (fl, with
-	// sqlFlagHolders' markHolder), so that its end promotes them: a blocked
-	// row an insert put behind it, or one a claim of an engine from before
-	// migration 013 did.
+	// with blocked rows (the blocked check) is marked as having waiters (fl,
+	// the marked-holder mark, as in sqlFlagHolders), so that its end
+	// promotes them: a blocked row an insert put behind it, or one a claim
+	// of an engine from before migration 013 did. A key's limit comes from
+	// the key-limit lookup (see sql.go). It locks holders and promoted rows
+	// SKIP LOCKED (lock order (4)), after the caller's key locks (2).
 	sqlPromoteIfRoom = `
 WITH fl AS (
     UPDATE {schema}.instances i SET waiters = true
-    WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k ` + markHolder + `
-                            WHERE ` + keyHasBlocked + `))
+    WHERE i.id = ANY (ARRAY(SELECT h.id FROM unnest($1::text[]) AS k
+                            CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e
+                                                WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL
+                                                  AND e.key_shard IS NULL AND NOT e.waiters
+                                                LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) h
+                            WHERE ((SELECT true FROM {schema}.instances b
+                                    WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                                    LIMIT 1) IS NOT NULL)))
 ),
 d AS MATERIALIZED (
     SELECT b.id FROM unnest($1::text[]) AS k
-    LEFT JOIN ` + keyLimit + `k, split_part(k, ':', 1)` + keyLimitEnd + ` ON true
+    LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                       WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
     CROSS JOIN LATERAL (
         SELECT CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
                                        WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
                                        ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
                     WHEN l.name IS NULL THEN
-                    CASE WHEN ` + keyExecutes + ` THEN 0 ELSE 1 END
+                    CASE WHEN (((SELECT true FROM {schema}.instances e
+                                  WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                                  LIMIT 1) IS NOT NULL)
+                               OR (SELECT true FROM {schema}.instances e
+                                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                                   LIMIT 1) IS NOT NULL)
+                         THEN 0 ELSE 1 END
                ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances

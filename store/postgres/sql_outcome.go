@@ -22,7 +22,9 @@ const (
 	// fence, and only while the claim at the head of its chain in the batch
 	// ($22, fence $23) is current (executing, with the worker and fence, as
 	// this statement's snapshot shows it): a step that ran in a slot whose
-	// claim was lost commits nothing.
+	// claim was lost commits nothing. A row made ready and due takes its
+	// key's fresh round (see sql.go) plus its place among the batch's rows
+	// of that key (key_rank). Lock order (1): the outcome rows, in id order.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -49,7 +51,16 @@ UPDATE {schema}.instances i SET
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
     round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
-                 THEN (SELECT ` + freshRound + `
+                 THEN (SELECT greatest(coalesce(least(
+                                           (SELECT r.round FROM {schema}.instances r
+                                            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                            ORDER BY r.round LIMIT 1),
+                                           (SELECT r.round FROM {schema}.instances r
+                                            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                            ORDER BY r.round LIMIT 1)), 0),
+                                       (SELECT r.round + 1 FROM {schema}.instances r
+                                        WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                        ORDER BY r.round DESC LIMIT 1))
                        FROM (SELECT i.queue AS q, i.priority AS p,
                                     CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k) fr)
                       + o.key_rank
@@ -126,7 +137,9 @@ ORDER BY id FOR UPDATE`
 
 	// sqlJoinParents counts terminal children ($2[i] of parent $1[i], of
 	// its spawn $5[i]) against their parents' joins and wakes a parent whose
-	// last child finished. A child of an earlier spawn does not count.
+	// last child finished, at its fresh round (see sql.go). A child of an
+	// earlier spawn does not count. The parents are locked already
+	// (sqlLockParents, lock order (4)).
 	sqlJoinParents = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -135,7 +148,17 @@ w AS (
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN p.pending_children - d.n <= 0
-                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
+                     THEN (SELECT greatest(coalesce(least(
+                                               (SELECT r.round FROM {schema}.instances r
+                                                WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                ORDER BY r.round LIMIT 1),
+                                               (SELECT r.round FROM {schema}.instances r
+                                                WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                ORDER BY r.round LIMIT 1)), 0),
+                                           (SELECT r.round + 1 FROM {schema}.instances r
+                                            WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                            ORDER BY r.round DESC LIMIT 1))
+                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
     WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
@@ -145,7 +168,8 @@ SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'rea
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
 	// sqlSetPending corrects a spawn's join counter when some children were
-	// duplicates (not inserted), waking the parent when none was.
+	// duplicates (not inserted), waking the parent when none was, at its
+	// fresh round (see sql.go).
 	sqlSetPending = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -154,7 +178,17 @@ w AS (
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0
-                     THEN (SELECT ` + freshRound + ` FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
+                     THEN (SELECT greatest(coalesce(least(
+                                               (SELECT r.round FROM {schema}.instances r
+                                                WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                ORDER BY r.round LIMIT 1),
+                                               (SELECT r.round FROM {schema}.instances r
+                                                WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                ORDER BY r.round LIMIT 1)), 0),
+                                           (SELECT r.round + 1 FROM {schema}.instances r
+                                            WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                            ORDER BY r.round DESC LIMIT 1))
+                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
     WHERE p.id = d.id AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
@@ -163,12 +197,23 @@ SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'rea
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
 	// sqlRecheckInbox wakes rows that just parked on a signal already in
-	// their inbox (the signal committed between the claim and the park).
+	// their inbox (the signal committed between the claim and the park),
+	// each at its fresh round (see sql.go).
 	sqlRecheckInbox = `
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1),
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1)), 0),
+                                 (SELECT r.round + 1 FROM {schema}.instances r
+                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                  ORDER BY r.round DESC LIMIT 1))
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
@@ -259,6 +304,7 @@ WHERE id = $1 AND status NOT IN ('done', 'failed', 'canceled') AND NOT cancel_re
 
 	// sqlRetry makes a failed or canceled instance ready at its current step.
 	// A child whose parent still joins its spawn counts in the join again.
+	// The instance takes its fresh round (see sql.go).
 	sqlRetry = `
 WITH w AS (
     UPDATE {schema}.instances
@@ -266,7 +312,17 @@ WITH w AS (
         ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL,
-        round = (SELECT ` + freshRound + ` FROM (SELECT queue AS q, priority AS p, key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1),
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1)), 0),
+                                 (SELECT r.round + 1 FROM {schema}.instances r
+                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                  ORDER BY r.round DESC LIMIT 1))
+                 FROM (SELECT queue AS q, priority AS p, key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING queue, parent_id, join_gen
@@ -301,11 +357,22 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 
 	// sqlSignalWake wakes the instance if it awaits a signal now in its inbox.
 	// It runs as its own statement after sqlSignalStore, under its row lock.
+	// The instance takes its fresh round (see sql.go).
 	sqlSignalWake = `
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        round = (SELECT ` + freshRound + ` FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT greatest(coalesce(least(
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1),
+                                     (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                      ORDER BY r.round LIMIT 1)), 0),
+                                 (SELECT r.round + 1 FROM {schema}.instances r
+                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
+                                  ORDER BY r.round DESC LIMIT 1))
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s

@@ -6,10 +6,28 @@ package postgres
 
 // Reads.
 const (
-	sqlGet = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE id = $1`
+	// sqlGet reads instance $1 by primary key (the instance columns; see
+	// sql.go).
+	sqlGet = `
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM {schema}.instances WHERE id = $1`
 
+	// sqlList is a page of instances in id order after cursor $5 (NULL:
+	// from the start), at most $6, of workflow $1, statuses $2, key $3 and
+	// queue $4 (each empty: any), read along the primary key.
 	sqlList = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
   AND ($3 = '' OR key = $3)
@@ -23,7 +41,13 @@ ORDER BY instances.id LIMIT $6`
 	// table's column: plain "id" would be the output column id::text, a
 	// sort of every matching row.
 	sqlListNewest = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
   AND ($3 = '' OR key = $3)
@@ -41,7 +65,12 @@ ORDER BY instances.id DESC LIMIT $6`
 	// page that finds $6 matches early stops there. The extra row ($6 + 1)
 	// is the $7-th row coming after $6 matches.
 	sqlListScan = `
-SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -52,8 +81,14 @@ SELECT ` + instanceColumns + `, s.hit, s.n FROM (
 ) s WHERE s.hit OR s.n = $7
 ORDER BY s.id LIMIT $6 + 1`
 
+	// sqlListScanNewest: see sqlListScan.
 	sqlListScanNewest = `
-SELECT ` + instanceColumns + `, s.hit, s.n FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id DESC) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -70,15 +105,33 @@ SELECT id, instance_id::text, name, payload, coalesce(dedup_key, ''), created_at
 FROM {schema}.signals WHERE instance_id = $1 AND consumed_at IS NULL
 ORDER BY id LIMIT $2`
 
-	sqlChildren = `SELECT ` + instanceColumns + ` FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
+	// sqlChildren lists the children of instance $1 in creation order,
+	// through instances_parent.
+	sqlChildren = `
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
+	// sqlHistory lists the step runs of instance $1 in the order recorded.
 	sqlHistory = `
 SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, ''), started_at,
        finished_at, outcome, coalesce(error, '')
 FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 
+	// sqlKeyHolders lists up to $2 executing rows of key $1, oldest start
+	// first (KeyInfo's holders).
 	sqlKeyHolders = `
-SELECT ` + instanceColumns + ` FROM {schema}.instances
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
 	// KeyInfo's waiting rows: the ready and blocked rows of the key (counted
@@ -93,8 +146,17 @@ SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('r
      + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
        (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
 
+	// sqlKeyNext is the row of key $1 next in admission order (priority,
+	// run_at, seq) among its ready, blocked, reserved and scheduled rows:
+	// one probe of each, as sqlKeyWaiting says.
 	sqlKeyNext = `
-SELECT ` + instanceColumns + ` FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' COLLATE "POSIX" ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL
@@ -107,13 +169,22 @@ SELECT ` + instanceColumns + ` FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY priority, run_at, seq LIMIT 1)
 ) w ORDER BY priority, run_at, seq LIMIT 1`
 
+	// sqlKeyOldest is the waiting or scheduled row of key $1 that has
+	// waited longest (run_at, seq).
 	sqlKeyOldest = `
-SELECT ` + instanceColumns + ` FROM (
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
     UNION ALL
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'scheduled' ORDER BY run_at, seq LIMIT 1)
 ) w ORDER BY run_at, seq LIMIT 1`
 
+	// sqlKeySlots reads the counters of key $1, in shard order.
 	sqlKeySlots = `SELECT shard, capacity, available FROM {schema}.key_slots WHERE key = $1 ORDER BY shard`
 
 	// sqlKeyRate is the rate limit of a key's name and the bucket the key draws from.
@@ -123,9 +194,12 @@ FROM {schema}.rate_limits r
 LEFT JOIN {schema}.rate_buckets b ON b.bucket = CASE WHEN r.per_key THEN $1 ELSE r.name END
 WHERE r.name = split_part($1, ':', 1)`
 
-	// sqlLimitOf is the limit key $1 runs under (see keyLimit) and its
-	// name (the key's own or its name's).
-	sqlLimitOf = `SELECT l."limit", l.shards, l.name FROM (SELECT 1) one CROSS JOIN ` + keyLimit + `$1, split_part($1, ':', 1)` + keyLimitEnd
+	// sqlLimitOf is the limit key $1 runs under (the key-limit lookup; see
+	// sql.go) and its name (the key's own or its name's).
+	sqlLimitOf = `
+SELECT l."limit", l.shards, l.name FROM (SELECT 1) one
+CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                    WHERE lk.name IN ($1, split_part($1, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l`
 )
 
 // Health: every statement reads through a partial index, so terminal rows
@@ -224,7 +298,9 @@ WITH e AS (
 r AS (
     SELECT e.key_name, e.active,
            CASE WHEN s.n = 0 THEN l."limit" - e.active ELSE least(s.free, l."limit" - s.used) END AS room
-    FROM e CROSS JOIN ` + keyLimit + `e.key, e.key_name` + keyLimitEnd + `
+    FROM e
+    CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                        WHERE lk.name IN (e.key, e.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l
     CROSS JOIN LATERAL (SELECT count(*) AS n,
                                coalesce(sum(available) FILTER (WHERE shard < l.shards), 0) AS free,
                                coalesce(sum(capacity - available), 0) AS used

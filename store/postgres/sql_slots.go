@@ -26,7 +26,9 @@ ORDER BY key, shard FOR UPDATE`
 	// going back to the limit, until it is down to its share (0 for a shard
 	// the limit no longer has): slots in use become max(0, used − n) and
 	// capacity max(min(capacity, share), in use). Counters of a name with
-	// no limit keep their capacity (SyncKeyLimits deletes them).
+	// no limit keep their capacity (SyncKeyLimits deletes them). The limit
+	// comes from the key-limit lookup (see sql.go); the counters are
+	// locked already (sqlSlotsLockExisting, lock order (3)).
 	sqlCredit = `
 WITH x AS (
     SELECT s.key, s.shard, greatest(0, s.capacity - s.available - d.n) AS used,
@@ -36,7 +38,8 @@ WITH x AS (
            END AS share
     FROM unnest($1::text[], $2::int[], $3::int[]) AS d(key, shard, n)
     JOIN {schema}.key_slots s ON s.key = d.key AND s.shard = d.shard
-    LEFT JOIN ` + keyLimit + `s.key, split_part(s.key, ':', 1)` + keyLimitEnd + ` ON true
+    LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                       WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 )
 UPDATE {schema}.key_slots s
 SET capacity = greatest(x.share, x.used), available = greatest(x.share, x.used) - x.used
@@ -78,9 +81,11 @@ LIMIT 1`
 	// so that an idle engine claims it now rather than at its next poll.
 	// It returns a row (queue, n, '') per notified queue, and a row
 	// ('', 0, key) per key it left stranded: a key ($5[i]: K = 1) of which
-	// it promoted nothing although it has room and blocked rows (see
-	// strandedWhere), because all of them were locked; the freeing call
-	// retries those after its commit (see heal).
+	// it promoted nothing although it has room and blocked rows (the
+	// stranded check, as in sqlStranded; see sql.go), because all of them
+	// were locked; the freeing call retries those after its commit (see
+	// heal). The promoted rows are read through instances_key_blocked_posix and
+	// locked SKIP LOCKED (lock order (4)).
 	sqlPromote = `
 WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, one)),
 d AS MATERIALIZED (
@@ -105,7 +110,23 @@ SELECT r.queue, 0, '' FROM (
 CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x
 UNION ALL
 SELECT '', 0, f.key FROM f
-WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
+WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)
+  AND coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
+  AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+       ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+  AND CASE WHEN f.one
+           THEN ((SELECT true FROM {schema}.instances e
+                  WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                  LIMIT 1) IS NULL
+                 AND (SELECT true FROM {schema}.instances e
+                      WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                      LIMIT 1) IS NULL)
+                OR (SELECT (SELECT true FROM {schema}.instances e
+                            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                              AND NOT e.waiters LIMIT 1) IS NOT NULL
+                    FROM (SELECT f.key AS k) x)
+           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
 )
 
 // Handing freed slots off (see slots.go, handOff). The reads run in the
@@ -114,36 +135,47 @@ WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key) AND ` + strandedWhere
 // contended ($1), as their rows now carry them (a key an outcome changed
 // is read under its new name: its old one frees the usual way).
 const (
-	// heldKeys is the keys of the rows $1, with how many of them hold each.
-	heldKeys = `held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
-                 WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)`
-
 	// sqlHandOffLock takes the advisory locks of the held K = 1 keys (names
 	// with no limit), in key order, waiting, as sqlKeyLock does;
 	// sqlHandOffBusy then returns the ones that still have an executing row
-	// (keyExecutes), read after the locks, once per K = 1 key.
+	// (the executing check, as in sqlKeyBusy; see sql.go), read after the
+	// locks, once per K = 1 key. Both read the held keys (held) from the
+	// rows $1 by primary key, as sqlHandOffGates does. Lock order (2): the
+	// K = 1 key locks, after the outcome rows (1).
 	sqlHandOffLock = `
-WITH ` + heldKeys + `,
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
 one AS MATERIALIZED (
     SELECT k.key, pg_advisory_xact_lock(hashtextextended(k.key, $2::bigint))
     FROM (SELECT h.key FROM held h
           WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1))
           ORDER BY h.key OFFSET 0) k)
 SELECT key FROM one`
+	// sqlHandOffBusy: see sqlHandOffLock.
 	sqlHandOffBusy = `
-WITH ` + heldKeys + `,
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
 one AS MATERIALIZED (
     SELECT h.key FROM held h
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
-SELECT k FROM (SELECT key AS k FROM one) o WHERE ` + keyExecutes
+SELECT k FROM (SELECT key AS k FROM one) o
+WHERE (((SELECT true FROM {schema}.instances e
+         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+         LIMIT 1) IS NOT NULL)
+       OR (SELECT true FROM {schema}.instances e
+           WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+           LIMIT 1) IS NOT NULL)`
 
 	// sqlHandOffGates returns, for each held key whose name has a limit,
-	// the limit and every counter of the key (read, not locked: a hand-off
-	// does not write them).
+	// the limit (the key-limit lookup; see sql.go) and every counter of the
+	// key (read, not locked: a hand-off does not write them).
 	sqlHandOffGates = `
-WITH ` + heldKeys + `
+WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
+              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)
 SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
-FROM held h CROSS JOIN ` + keyLimit + `h.key, split_part(h.key, ':', 1)` + keyLimitEnd + `
+FROM held h
+CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                    WHERE lk.name IN (h.key, split_part(h.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
 
@@ -163,8 +195,9 @@ ORDER BY h.key, s.shard`
 	// pick index), of the workflow versions the worker runs ($3 the names,
 	// $4 the versions, pairwise; none: every row; otherwise one such probe
 	// per version, of its version pick index, as the claim's start row is
-	// found: see pickStartFree),
-	// from which admission.InTurn decides whether it is in turn; whether its queue has a policy and its key a rate limit. The
+	// found: see sqlClaimCandidates), from which admission.InTurn decides
+	// whether it is in turn; whether its queue has a policy and its key a
+	// rate limit. The
 	// heads are read once per key, queue and priority: g is MATERIALIZED
 	// for that (inlined into the final join, its probes ran once per
 	// candidate, each walking the key's line up to the last one:
@@ -218,18 +251,29 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 
 	// sqlHandOff moves the rows a hand-off chose from ready or blocked to
 	// executing for worker $2, each with the freed shard it takes ($4[i];
-	// -1: a K = 1 key), and returns them like sqlClaim. A K = 1 row moves
-	// only while no row of its key executes (the two probes of sqlKeyBusy):
-	// the freeing transaction holds the key's lock and checked that, so
-	// this only keeps a flaw from meeting the unique index, which would
-	// refuse the whole outcome batch. The redundant id = ANY gives the
+	// -1: a K = 1 key), and returns them; its SET (the move to executing)
+	// and its final SELECT (the claimed rows) are sqlClaim's (see sql.go).
+	// A K = 1 row moves only while no row of its key executes (the
+	// executing check of sqlKeyBusy, written out with the key read as
+	// i.key): the freeing transaction holds the key's lock and checked
+	// that, so this only keeps a flaw from meeting the unique index, which
+	// would refuse the whole outcome batch. The redundant id = ANY gives the
 	// generic plan (hand-off transactions run generic plans) an index
 	// condition: without it, it read the whole primary key, filtering on
-	// status, and hash-joined the ids to it.
+	// status, and hash-joined the ids to it. The rows are locked already
+	// (sqlHandOffCandidates).
 	sqlHandOff = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + claimSet + `
+    UPDATE {schema}.instances i
+    SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
+        waiters = a.shard < 0 AND i.key IS NOT NULL
+                  AND (SELECT ((SELECT true FROM {schema}.instances b
+                                WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                                LIMIT 1) IS NOT NULL)
+                       FROM (SELECT i.key AS k) x)
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
       AND CASE WHEN a.shard >= 0 THEN true
@@ -240,7 +284,22 @@ c AS (
                      WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
     RETURNING i.*, a.ord
-)` + claimedRows
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 
 	// sqlSuccessorsLock locks, in id order, the reservations of worker $3
 	// that outcomes name as their successors ($1, fences $2), and returns
@@ -281,32 +340,36 @@ SELECT * FROM c`
 	// claim picks them, with the worker, a new fence and a lease of $3 µs
 	// from $4, so that no promotion or hand-off takes them (they skip
 	// blocked rows with a worker) and the reaper gives back the expired
-	// ones. It returns them like sqlClaim, each row looked up by
-	// probeReservable.
+	// ones. Each row is looked up by the reservable-row probe and made a
+	// reservation by the reservation's SET, as in sqlClaimReserve, and it
+	// returns the claimed rows, as sqlClaim does (see sql.go).
 	sqlReserve = `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now),
 c AS (
-    UPDATE {schema}.instances i ` + reserveSet + `
+    UPDATE {schema}.instances i
+    SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'),
+        lease_expires_at = t.now + $3::bigint * interval '1 microsecond', updated_at = t.now
     FROM (SELECT a.id, a.ord
-          FROM (SELECT * FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord) ORDER BY a.id) a` + probeReservable + `) a, t
-    WHERE i.id = a.id AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
-    RETURNING i.*, a.ord
-)` + claimedRows
-
-	// probeReservable, after a batch a of ids ordered by id, looks each row
-	// up by a LATERAL primary-key probe, as the outcome does (see
-	// sqlCompleteApply), for the reservations of a hand-off (sqlReserve)
-	// and of a claim (sqlClaimReserve); the caller's UPDATE still checks
-	// the row's status. The lock, which the transaction holds on those
-	// rows already (sqlHandOffCandidates, sqlClaimCandidates), keeps the
-	// probe from being flattened into a join the planner may order. Joined
-	// to the batch instead, on the generic plan of a hand-off transaction
-	// (the batch estimated at 10 rows), the batch was read again for every
-	// row found by id = ANY: quadratic, 231.7 ms in 97 calls during one
-	// 1.02 s run of the peers' hot gate (5,000 steps), against 159.9 ms in
-	// 113 calls with the probe.
-	probeReservable = `
+          FROM (SELECT * FROM unnest($1::uuid[]) WITH ORDINALITY AS a(id, ord) ORDER BY a.id) a
           CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r
                               WHERE r.id = a.id AND r.status IN ('ready', 'blocked') AND r.worker IS NULL
-                              FOR NO KEY UPDATE) r`
+                              FOR NO KEY UPDATE) r) a, t
+    WHERE i.id = a.id AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
+    RETURNING i.*, a.ord
+)
+SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
+       coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
+       CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
+       timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
+       coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
+FROM c
+LEFT JOIN LATERAL (
+    SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload,
+           coalesce(s.dedup_key, '') AS sig_dedup, s.created_at AS sig_created
+    FROM {schema}.signals s
+    WHERE s.instance_id = c.id AND s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out
+    ORDER BY s.id LIMIT 1) sg ON true
+ORDER BY c.ord`
 )

@@ -1,0 +1,185 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestRulesAreWrittenAlike: a rule that several statements apply is
+// written out in each of them (sql.go lists the rules); every statement
+// that applies one carries the same text, whitespace aside, so that a
+// change to one of them that misses the others fails here. The texts below
+// are the rules as the statements write them (the key-limit lookup in two
+// parts, around the key it is given).
+func TestRulesAreWrittenAlike(t *testing.T) {
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	statements := map[string]string{
+		"sqlBlock":            sqlBlock,
+		"sqlBlockBacklog":     sqlBlockBacklog,
+		"sqlChildren":         sqlChildren,
+		"sqlClaim":            sqlClaim,
+		"sqlClaimCandidates":  sqlClaimCandidates,
+		"sqlClaimReserve":     sqlClaimReserve,
+		"sqlCompleteApply":    sqlCompleteApply,
+		"sqlCredit":           sqlCredit,
+		"sqlFireQueueTimers":  sqlFireQueueTimers,
+		"sqlFireTimers":       sqlFireTimers,
+		"sqlFlagHolders":      sqlFlagHolders,
+		"sqlGet":              sqlGet,
+		"sqlHandOff":          sqlHandOff,
+		"sqlHandOffBusy":      sqlHandOffBusy,
+		"sqlHandOffGates":     sqlHandOffGates,
+		"sqlHandOffLock":      sqlHandOffLock,
+		"sqlHealthGates":      sqlHealthGates,
+		"sqlInsert":           sqlInsert,
+		"sqlInsertRounds":     sqlInsertRounds,
+		"sqlJoinParents":      sqlJoinParents,
+		"sqlKeyBusy":          sqlKeyBusy,
+		"sqlKeyHolders":       sqlKeyHolders,
+		"sqlKeyNext":          sqlKeyNext,
+		"sqlKeyOldest":        sqlKeyOldest,
+		"sqlLimitOf":          sqlLimitOf,
+		"sqlList":             sqlList,
+		"sqlListNewest":       sqlListNewest,
+		"sqlListScan":         sqlListScan,
+		"sqlListScanNewest":   sqlListScanNewest,
+		"sqlPromote":          sqlPromote,
+		"sqlPromoteIfRoom":    sqlPromoteIfRoom,
+		"sqlPromoteScheduled": sqlPromoteScheduled,
+		"sqlReap":             sqlReap,
+		"sqlRecheckInbox":     sqlRecheckInbox,
+		"sqlReclaimWorker":    sqlReclaimWorker,
+		"sqlReserve":          sqlReserve,
+		"sqlRetry":            sqlRetry,
+		"sqlScheduleLock":     sqlScheduleLock,
+		"sqlSchedulePause":    sqlSchedulePause,
+		"sqlScheduleRecord":   sqlScheduleRecord,
+		"sqlSchedulesAll":     sqlSchedulesAll,
+		"sqlSetPending":       sqlSetPending,
+		"sqlSignalWake":       sqlSignalWake,
+		"sqlSlotsRead":        sqlSlotsRead,
+		"sqlStranded":         sqlStranded,
+	}
+	for _, r := range []struct {
+		name, text string
+		in         []string
+	}{
+		{"the key-limit lookup", `LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (`,
+			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlCredit", "sqlHandOffGates", "sqlPromoteIfRoom",
+				"sqlLimitOf", "sqlHealthGates"}},
+		{"the key-limit lookup's end", `) ORDER BY length(lk.name) DESC LIMIT 1) l`,
+			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlCredit", "sqlHandOffGates", "sqlPromoteIfRoom",
+				"sqlLimitOf", "sqlHealthGates"}},
+		{"the K = 1 holder probe", `{schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND
+			e.key_shard IS NULL`,
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
+				"sqlHandOffBusy", "sqlFlagHolders", "sqlPromoteIfRoom", "sqlBlock", "sqlBlockBacklog",
+				"sqlStranded", "sqlPromote"}},
+		{"the K = 1 busy check", `((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
+			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL)`,
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
+				"sqlHandOffBusy"}},
+		{"the executing check", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
+			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
+			WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NOT NULL)`,
+			[]string{"sqlKeyBusy", "sqlClaim", "sqlHandOffBusy"}},
+		{"the marked-holder mark", `CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e WHERE e.key = k AND e.status =
+			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters LIMIT 1 FOR NO KEY
+			UPDATE SKIP LOCKED) h`,
+			[]string{"sqlFlagHolders", "sqlPromoteIfRoom"}},
+		{"the waited-on check", `(NOT (k = ANY (one)) OR (SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status =
+			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL)`,
+			[]string{"sqlBlock", "sqlBlockBacklog"}},
+		{"the ready count", `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
+			ORDER BY r.priority, r.run_at, r.seq LIMIT`,
+			[]string{"sqlInsert", "sqlInsertRounds"}},
+		{"the K = 1 key test", `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))`,
+			[]string{"sqlInsert", "sqlInsertRounds"}},
+		{"the stranded check", `coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND
+			b.worker IS NULL ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false) AND (SELECT true FROM
+			{schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX" ORDER BY r.priority, r.run_at,
+			r.seq LIMIT 1) IS NULL AND CASE WHEN f.one THEN ((SELECT true FROM {schema}.instances e
+			WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+			LIMIT 1) IS NULL AND (SELECT true FROM {schema}.instances e WHERE e.key = f.key AND e.status =
+			'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NULL) OR (SELECT (SELECT true FROM {schema}.instances
+			e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND
+			NOT e.waiters LIMIT 1) IS NOT NULL FROM (SELECT f.key AS k) x) ELSE coalesce((SELECT
+			sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`,
+			[]string{"sqlStranded", "sqlPromote"}},
+		{"the blocked check", `((SELECT true FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS
+			NULL LIMIT 1) IS NOT NULL)`,
+			[]string{"sqlClaim", "sqlHandOff", "sqlPromoteIfRoom"}},
+		{"the fresh round", `greatest(coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND
+			r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1), (SELECT
+			r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue =
+			fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM
+			{schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN
+			('ready', 'blocked') ORDER BY r.round DESC LIMIT 1))`,
+			[]string{"sqlFireQueueTimers", "sqlFireTimers", "sqlCompleteApply", "sqlJoinParents",
+				"sqlSetPending", "sqlRecheckInbox", "sqlRetry", "sqlSignalWake"}},
+		{"the queue head", `coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS
+			NULL AND r.queue = fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1), (SELECT r.round FROM
+			{schema}.instances r WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND
+			r.priority = fr.p ORDER BY r.round LIMIT 1)), 0)`,
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
+				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
+				"sqlRetry", "sqlSignalWake"}},
+		{"the key's next round", `(SELECT r.round + 1 FROM {schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND
+			r.priority = fr.p AND r.status IN ('ready', 'blocked') ORDER BY r.round DESC LIMIT 1)`,
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
+				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
+				"sqlRetry", "sqlSignalWake"}},
+		{"the move to executing", `SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'), lease_expires_at =
+			t.now + $3::bigint * interval '1 microsecond', started_at = t.now, key_shard = nullif(a.shard,
+			-1), updated_at = t.now, waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ((SELECT true
+			FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL LIMIT 1)
+			IS NOT NULL) FROM (SELECT i.key AS k) x)`,
+			[]string{"sqlClaim", "sqlHandOff"}},
+		{"the reservation's SET", `SET status = 'blocked', worker = $2, fence = nextval('{schema}.fence_seq'), lease_expires_at =
+			t.now + $3::bigint * interval '1 microsecond', updated_at = t.now`,
+			[]string{"sqlClaimReserve", "sqlReserve"}},
+		{"the claimed rows", `SELECT id::text, workflow, version, queue, priority, status, step, state, attempt, coalesce(key,
+			''), key_intent, coalesce(key_shard, -1), run_at, CASE WHEN status = 'awaiting' THEN
+			await_signal ELSE '' END, timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at,
+			result, coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
+			coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+			sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created FROM c LEFT JOIN LATERAL (
+			SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload, coalesce(s.dedup_key, '')
+			AS sig_dedup, s.created_at AS sig_created FROM {schema}.signals s WHERE s.instance_id = c.id AND
+			s.name = c.await_signal AND s.consumed_at IS NULL AND NOT c.timed_out ORDER BY s.id LIMIT 1) sg
+			ON true ORDER BY c.ord`,
+			[]string{"sqlClaim", "sqlClaimReserve", "sqlHandOff", "sqlReserve"}},
+		{"the reservable-row probe", `CROSS JOIN LATERAL (SELECT r.id FROM {schema}.instances r WHERE r.id = a.id AND r.status IN
+			('ready', 'blocked') AND r.worker IS NULL FOR NO KEY UPDATE) r`,
+			[]string{"sqlClaimReserve", "sqlReserve"}},
+		{"the instance columns", instanceColumns,
+			[]string{"sqlGet", "sqlList", "sqlListNewest", "sqlListScan", "sqlListScanNewest", "sqlChildren",
+				"sqlKeyHolders", "sqlKeyNext", "sqlKeyOldest", "sqlClaim", "sqlClaimReserve",
+				"sqlHandOff", "sqlReserve"}},
+		{"the schedule columns", `name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
+			unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick,
+			coalesce(last_instance::text, ''), last_fired_at, epoch`,
+			[]string{"sqlSchedulesAll", "sqlScheduleLock", "sqlSchedulePause", "sqlScheduleRecord"}},
+		{"the held keys", `held AS (SELECT key, count(*)::int AS n FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND
+			key IS NOT NULL GROUP BY key)`,
+			[]string{"sqlHandOffLock", "sqlHandOffBusy", "sqlHandOffGates"}},
+		{"the take-back", `UPDATE {schema}.instances i SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE
+			'ready' END, attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END,
+			worker = NULL, lease_expires_at = NULL, key_shard = NULL, started_at = NULL, updated_at =
+			coalesce($1::timestamptz, now()) FROM o WHERE i.id = o.id RETURNING coalesce(o.old_key, ''),
+			coalesce(o.old_shard, -1), i.queue, i.status, coalesce(i.parent_id::text, ''), i.join_gen`,
+			[]string{"sqlReap", "sqlReclaimWorker"}},
+		{"the runnable-row filter", `(cardinality($3::text[]) = 0 OR version::text || ':' || workflow = ANY (ARRAY(SELECT v::text ||
+			':' || w FROM unnest($3::text[], $7::int[]) AS x(w, v))))`,
+			[]string{"sqlClaimCandidates"}},
+	} {
+		for _, name := range r.in {
+			stmt, ok := statements[name]
+			if assert.True(t, ok, "%s: no statement %s", r.name, name) {
+				assert.Contains(t, norm(stmt), norm(r.text), "%s in %s", r.name, name)
+			}
+		}
+	}
+}
