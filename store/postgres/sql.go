@@ -46,12 +46,14 @@ package postgres
 //   - A status condition's collation names the family of indexes a read
 //     may use, as their predicates are written the same way: COLLATE "C"
 //     the version pick indexes (the claim's start rows and the hand-off's
-//     turn probes), COLLATE "POSIX" one key's ready and blocked rows
-//     (instances_key_ready_posix, instances_key_blocked_posix), and the
-//     plain comparison the rest. The comparison is the same; the planner
-//     proves a predicate only with the collation it is written in. On a
-//     table whose statistics predate its keyed rows every partial index
-//     of ready or blocked rows is estimated at one row, and a probe of one
+//     turn probes; in a lookup by id, no partial index at all: see below),
+//     COLLATE "POSIX" one key's ready, blocked and executing rows
+//     (instances_key_ready_posix, instances_key_blocked_posix,
+//     instances_key_one_posix, instances_key_gate_posix), and the plain
+//     comparison the rest. The comparison is the same; the planner proves
+//     a predicate only with the collation it is written in. On a table
+//     whose statistics predate its keyed rows every partial index of ready,
+//     blocked or executing rows is estimated at one row, and a probe of one
 //     key that could prove a queue-wide index's predicate read that one,
 //     filtering on the key (TestKeyProbesHoldOnStaleStatistics).
 //   - The outcome batch (sqlCompleteApply) drives a LATERAL primary-key
