@@ -87,12 +87,26 @@ func pauseAcrossEngines(t *testing.T, newStore func() store.Store, pause func(t 
 	mu.Unlock()
 	require.Equal(t, -1, late, "a step started %s after the pause committed (poll interval %s)", lateBy, poll)
 	require.Less(t, ran, n, "the backlog was not drained before the pause: the test proves nothing")
-	h, err := engines[1].Health(ctx)
-	require.NoError(t, err)
-	require.Len(t, h.PausedQueues, 1)
+	// The steps running at the pause finish; their outcomes commit in the
+	// flushers' next batches, which a loaded machine can delay past the
+	// wait above, so the executing count is polled.
+	var h durable.Health
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		h, err = engines[1].Health(ctx)
+		require.NoError(t, err)
+		require.Len(t, h.PausedQueues, 1)
+		if h.PausedQueues[0].Executing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	require.Equal(t, "mail", h.PausedQueues[0].Queue)
 	require.Positive(t, h.PausedQueues[0].Ready+h.PausedQueues[0].Blocked, "its backlog waits: %+v", h.PausedQueues[0])
 	require.Zero(t, h.PausedQueues[0].Executing, "the steps running at the pause have finished")
+	mu.Lock()
+	require.Equal(t, ran, len(starts), "a step started while the queue was paused")
+	mu.Unlock()
 
 	pause(t, false)
 	waitDone(t, engines[2], ids, 60*time.Second)
