@@ -1,10 +1,15 @@
 package postgres
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestRulesAreWrittenAlike: a rule that several statements apply is
@@ -182,4 +187,37 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestStatementsAreLiterals: every constant of the sql*.go files is one
+// string literal, so that a statement reads whole where it is defined and
+// no fragment is spliced into several statements (a shared rule is written
+// out in each; TestRulesAreWrittenAlike keeps the copies alike).
+func TestStatementsAreLiterals(t *testing.T) {
+	files, err := filepath.Glob("sql*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	n := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				for i, v := range spec.(*ast.ValueSpec).Values {
+					n++
+					lit, ok := v.(*ast.BasicLit)
+					assert.True(t, ok && lit.Kind == token.STRING, "%s: %s is not one string literal",
+						fset.Position(v.Pos()), spec.(*ast.ValueSpec).Names[i].Name)
+				}
+			}
+		}
+	}
+	require.Greater(t, n, 100, "the statements were not found")
 }
