@@ -583,7 +583,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			return err
 		})
 	}
-	limitMoved := map[string]bool{} // optimistic: keys whose limit changed since the window was read
+	limitMoved := map[string]bool{} // keys whose limit changed since the window was read
 	if len(gateKeys) > 0 && !lock && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
@@ -627,7 +627,11 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		b.Queue(s.q(sqlSlotsCount), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
 			var n int64
-			_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error {
+			var limit, shards *int32
+			_, err := pgx.ForEachRow(rows, []any{&k, &n, &limit, &shards}, func() error {
+				if l := gateLimit[k]; limit == nil || int(*limit) != l.Limit || int(*shards) != l.Shards {
+					limitMoved[k] = true
+				}
 				if g := st.Gates[k]; len(g.Counters) < int(n) {
 					g.HeldElsewhere, g.Count = true, int(n)
 					st.Gates[k] = g
@@ -674,6 +678,13 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		}
 	} else {
 		for _, k := range gateKeys {
+			if limitMoved[k] {
+				// Its limit changed since the window was read: its rows
+				// are left ready for the next claim, which reads the new
+				// limit, rather than blocked by the old one.
+				st.Gates[k] = admission.GateState{HeldElsewhere: true}
+				continue
+			}
 			if g := st.Gates[k]; !g.HeldElsewhere && admission.CleanShards(gateLimit[k], g.Counters, len(g.Counters)) {
 				s.settled.mark(k)
 			}

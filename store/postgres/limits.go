@@ -62,7 +62,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, nil
 	}
 	var res store.LimitsResult
+	var stranded *strandedKeys
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		stranded = &strandedKeys{} // a retried transaction starts over
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
 			return err
 		}
@@ -118,7 +120,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			}
 		}
 		if len(res.Changes)+len(res.RateChanges) > 0 {
-			if err := s.applyLimitChanges(ctx, tx, after, &res); err != nil {
+			if err := s.applyLimitChanges(ctx, tx, after, &res, stranded); err != nil {
 				return err
 			}
 		}
@@ -138,6 +140,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	})
 	if err != nil && !errors.Is(err, errDryRun) {
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
+	}
+	if err == nil {
+		s.heal(ctx, stranded, time.Time{})
 	}
 	return res, nil
 }
@@ -295,7 +300,7 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 // name's or a key's own), promotes the blocked rows of those keys that
 // have free slots after it, adjusts the buckets of names whose rate limit
 // changed, and counts the live instances of every changed name and key.
-func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult) error {
+func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult, st *strandedKeys) error {
 	counters := map[string]map[int]slotTarget{}
 	res.Live = map[string]int64{}
 	var changed, allChanged, keys, keyNames []string
@@ -395,8 +400,14 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 	if len(promoteKeys) > 0 {
 		// A raised limit admits the key's blocked rows now, not at the
 		// reconciler's next sweep; the rows are locked after the counters,
-		// SKIP LOCKED, as a freeing transaction promotes them.
-		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys)))
+		// SKIP LOCKED, as a freeing transaction promotes them, and the keys
+		// left stranded by skipped rows are healed after the commit.
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
+			_, err := scanPromoted(rows, func(k string) {
+				st.keys, st.one = append(st.keys, k), append(st.one, false)
+			})
+			return err
+		})
 	}
 	if len(dropKeys) > 0 {
 		b.Queue(s.q(sqlSlotsDelete), dropKeys)

@@ -65,6 +65,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		"sqlSetPending":       sqlSetPending,
 		"sqlSignalWake":       sqlSignalWake,
 		"sqlSlotsRead":        sqlSlotsRead,
+		"sqlSlotsCount":       sqlSlotsCount,
 		"sqlStranded":         sqlStranded,
 	}
 	for _, r := range []struct {
@@ -72,11 +73,11 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		in         []string
 	}{
 		{"the key-limit lookup", `LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (`,
-			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlCredit", "sqlHandOffGates", "sqlPromoteIfRoom",
-				"sqlLimitOf", "sqlHealthGates"}},
+			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlSlotsCount", "sqlCredit", "sqlHandOffGates",
+				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates"}},
 		{"the key-limit lookup's end", `) ORDER BY length(lk.name) DESC LIMIT 1) l`,
-			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlCredit", "sqlHandOffGates", "sqlPromoteIfRoom",
-				"sqlLimitOf", "sqlHealthGates"}},
+			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlSlotsCount", "sqlCredit", "sqlHandOffGates",
+				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates"}},
 		{"the K = 1 holder probe", `{schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND
 			e.key_shard IS NULL`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
@@ -103,15 +104,17 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the K = 1 key test", `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))`,
 			[]string{"sqlInsert", "sqlInsertRounds"}},
 		{"the stranded check", `coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND
-			b.worker IS NULL ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false) AND (SELECT true FROM
+			b.worker IS NULL ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false) AND CASE WHEN f.one THEN (SELECT true FROM
 			{schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX" ORDER BY r.priority, r.run_at,
-			r.seq LIMIT 1) IS NULL AND CASE WHEN f.one THEN ((SELECT true FROM {schema}.instances e
+			r.seq LIMIT 1) IS NULL AND (((SELECT true FROM {schema}.instances e
 			WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
 			LIMIT 1) IS NULL AND (SELECT true FROM {schema}.instances e WHERE e.key = f.key AND e.status =
 			'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NULL) OR (SELECT (SELECT true FROM {schema}.instances
 			e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND
-			NOT e.waiters LIMIT 1) IS NOT NULL FROM (SELECT f.key AS k) x) ELSE coalesce((SELECT
-			sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`,
+			NOT e.waiters LIMIT 1) IS NOT NULL FROM (SELECT f.key AS k) x)) ELSE (SELECT a.n > (SELECT count(*) FROM
+			(SELECT 1 FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX" ORDER BY
+			r.priority, r.run_at, r.seq LIMIT a.n) r) FROM (SELECT coalesce(sum(s.available), 1) AS n FROM
+			{schema}.key_slots s WHERE s.key = f.key) a) END`,
 			[]string{"sqlStranded", "sqlPromote"}},
 		{"the blocked check", `((SELECT true FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS
 			NULL LIMIT 1) IS NOT NULL)`,

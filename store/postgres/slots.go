@@ -433,9 +433,9 @@ type handOffReads struct {
 // outcomes, what a hand-off of the slots of the contended outcomes ids
 // (handOffIDs) needs: the
 // advisory locks of their K = 1 keys (waiting, in key order, as queueFree
-// takes them) and which still execute, their gate keys' limits and
-// counters (read, not locked: a hand-off does not write them), the paused
-// queues, and the keys' next waiting rows, locked with SKIP LOCKED.
+// takes them) and which still execute, the paused queues, the keys' next
+// waiting rows, locked with SKIP LOCKED, and then their gate keys' limits
+// and counters (read, not locked: a hand-off does not write them).
 func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.Outcome, ch outcomeChains, h *store.HandOff) *handOffReads {
 	r := &handOffReads{st: admission.NewFreeState(h.Room, func(w string, v int) bool { return store.Runs(h.Workflows, w, v) })}
 	uids := uuidArg(ids)
@@ -447,24 +447,6 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 	b.Queue(s.q(sqlHandOffBusy), uids).Query(func(rows pgx.Rows) error {
 		var k string
 		_, err := pgx.ForEachRow(rows, []any{&k}, func() error { r.st.Busy[k] = true; return nil })
-		return err
-	})
-	b.Queue(s.q(sqlHandOffGates), uids).Query(func(rows pgx.Rows) error {
-		var k string
-		var l gate.Limit
-		var shard, capacity, available *int32
-		_, err := pgx.ForEachRow(rows, []any{&k, &l.Limit, &l.Shards, &shard, &capacity, &available}, func() error {
-			if _, seen := r.st.Limits[k]; !seen {
-				l.Name = gate.NameOf(k)
-				r.st.Limits[k] = l
-				r.keys = append(r.keys, k)
-			}
-			if shard != nil {
-				r.st.Counters[k] = append(r.st.Counters[k], admission.Counter{Shard: int(*shard), Capacity: int(*capacity), Available: int(*available)})
-				r.st.Count[k]++
-			}
-			return nil
-		})
 		return err
 	})
 	// The paused queues, of the rows handed off or reserved and of the
@@ -496,6 +478,31 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 				}
 			}
 			r.waiting = append(r.waiting, w)
+			return nil
+		})
+		return err
+	})
+	// The counters are read after the candidates, in a newer snapshot: a
+	// slot credited and a row promoted for it by a transaction that
+	// commits between the two reads then shows as room (admission.Free
+	// does not hand off a slot of a key with room), rather than the
+	// promoted row showing as a candidate beside counters without room,
+	// which would hand it this slot and leave the credited one free with
+	// no ready row to fill it.
+	b.Queue(s.q(sqlHandOffGates), uids).Query(func(rows pgx.Rows) error {
+		var k string
+		var l gate.Limit
+		var shard, capacity, available *int32
+		_, err := pgx.ForEachRow(rows, []any{&k, &l.Limit, &l.Shards, &shard, &capacity, &available}, func() error {
+			if _, seen := r.st.Limits[k]; !seen {
+				l.Name = gate.NameOf(k)
+				r.st.Limits[k] = l
+				r.keys = append(r.keys, k)
+			}
+			if shard != nil {
+				r.st.Counters[k] = append(r.st.Counters[k], admission.Counter{Shard: int(*shard), Capacity: int(*capacity), Available: int(*available)})
+				r.st.Count[k]++
+			}
 			return nil
 		})
 		return err

@@ -174,11 +174,13 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     1)): rows of a gate key go in ready, and the claim that finds the
 //     gate full blocks them), in sqlInsert and sqlInsertRounds.
 //   - The stranded check, on f(key, one) (sqlStranded, sqlPromote): the
-//     key has a blocked row, no ready row, and room (for a K = 1 key no
-//     executing row, for a gate key a free slot on its counters or no
-//     counters). Its blocked rows were skipped (locked by someone), and
-//     nothing else would promote them before the reconciler's sweep. A
-//     gate whose slots are all taken is saturated, not stranded. A K = 1
+//     key has a blocked row and room its ready rows will not take (a K = 1
+//     key: no ready row and no executing row; a gate key: more free slots
+//     on its counters than ready rows, or no counters and no ready row).
+//     Its blocked rows were skipped (locked by someone), and nothing else
+//     would promote them before the reconciler's sweep: claims take ready
+//     rows, and a hand-off passes one slot, never the spare ones. A gate
+//     whose slots are all taken is saturated, not stranded. A K = 1
 //     key whose holder is not marked as having waiters (the holder probe
 //     with NOT e.waiters; see migration 013: a heal could not mark it, its
 //     outcome holding it locked) counts as stranded too: that outcome

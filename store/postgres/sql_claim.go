@@ -261,9 +261,19 @@ ON CONFLICT (key, shard) DO NOTHING`
 SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED`
 	// sqlSlotsCount counts the counters of each key of $1 (see
-	// sqlSlotsTryLock).
+	// sqlSlotsTryLock) and reads the limit each key runs under now (the
+	// key-limit lookup; see sql.go). A limit change writes the limit
+	// before it locks the key's counters, and commits both together: once
+	// a claim holds the counters, this second statement's snapshot reads
+	// the limit they were shaped by. The window's may be older: planned
+	// with it, a claim would block the rows a raise just promoted, with
+	// the raise's slots free and nothing left to promote them.
 	sqlSlotsCount = `
-SELECT key, count(*) FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
+SELECT s.key, count(*), l."limit", l.shards FROM {schema}.key_slots s
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (s.key, split_part(s.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
+WHERE s.key = ANY ($1::text[])
+GROUP BY s.key, l."limit", l.shards`
 
 	// sqlSlotsRead reads, without locking them, the counters of the given
 	// keys with their epochs and, from the same snapshot, the limit of

@@ -183,25 +183,29 @@ ORDER BY k.n`
 SELECT f.key FROM unnest($1::text[], $2::bool[]) AS f(key, one)
 WHERE coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                 ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
-  AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
-       ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
   AND CASE WHEN f.one
-           THEN ((SELECT true FROM {schema}.instances e
-                  WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                  LIMIT 1) IS NULL
-                 AND (SELECT true FROM {schema}.instances e
-                      WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-                      LIMIT 1) IS NULL)
-                OR (SELECT (SELECT true FROM {schema}.instances e
-                            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                              AND NOT e.waiters LIMIT 1) IS NOT NULL
-                    FROM (SELECT f.key AS k) x)
-           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
+           THEN (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+                 ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+                AND (((SELECT true FROM {schema}.instances e
+                       WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                       LIMIT 1) IS NULL
+                      AND (SELECT true FROM {schema}.instances e
+                           WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                           LIMIT 1) IS NULL)
+                     OR (SELECT (SELECT true FROM {schema}.instances e
+                                 WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                                   AND NOT e.waiters LIMIT 1) IS NOT NULL
+                         FROM (SELECT f.key AS k) x))
+           ELSE (SELECT a.n > (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                     WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+                                                     ORDER BY r.priority, r.run_at, r.seq LIMIT a.n) r)
+                 FROM (SELECT coalesce(sum(s.available), 1) AS n FROM {schema}.key_slots s WHERE s.key = f.key) a) END`
 
 	// sqlPromoteIfRoom promotes up to $2 blocked rows of each key of $1 that
 	// has room now: a K = 1 key with no executing row (the caller holds its
 	// advisory lock), or a gate key with free slots (or no counters yet);
-	// with $5, only a key that has no ready row. Like sqlPromote it skips
+	// with $5, only the room its ready rows will not take: none for a K = 1
+	// key with a ready row, a gate key's free slots less its ready rows. Like sqlPromote it skips
 	// rows locked FOR NO KEY UPDATE or stronger. The K = 1 holder of a key
 	// with blocked rows (the blocked check) is marked as having waiters (fl,
 	// the marked-holder mark, as in sqlFlagHolders), so that its end
@@ -226,18 +230,23 @@ d AS MATERIALIZED (
     LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
                        WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
-                                       WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
-                                       ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
-                    WHEN l.name IS NULL THEN
-                    CASE WHEN (((SELECT true FROM {schema}.instances e
+        SELECT CASE WHEN l.name IS NULL THEN
+                    CASE WHEN $5::bool AND (SELECT true FROM {schema}.instances x
+                                            WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
+                                            ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
+                         WHEN (((SELECT true FROM {schema}.instances e
                                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                                   LIMIT 1) IS NOT NULL)
                                OR (SELECT true FROM {schema}.instances e
                                    WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                                    LIMIT 1) IS NOT NULL)
                          THEN 0 ELSE 1 END
-               ELSE coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit")
+               ELSE (SELECT a.n - CASE WHEN $5::bool
+                                       THEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances x
+                                                                   WHERE x.key = k AND x.status = 'ready' COLLATE "POSIX"
+                                                                   ORDER BY x.priority, x.run_at, x.seq LIMIT a.n) x)
+                                       ELSE 0 END
+                     FROM (SELECT coalesce((SELECT sum(available) FROM {schema}.key_slots s WHERE s.key = k), l."limit") AS n) a)
                END AS room) r
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = k AND status = 'blocked' COLLATE "POSIX" AND worker IS NULL

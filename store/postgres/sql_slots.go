@@ -80,11 +80,17 @@ LIMIT 1`
 	// sight ready: see admission.Decide): the queue of that row is notified,
 	// so that an idle engine claims it now rather than at its next poll.
 	// It returns a row (queue, n, '') per notified queue, and a row
-	// ('', 0, key) per key it left stranded: a key ($5[i]: K = 1) of which
-	// it promoted nothing although it has room and blocked rows (the
-	// stranded check, as in sqlStranded; see sql.go), because all of them
-	// were locked; the freeing call retries those after its commit (see
-	// heal). The promoted rows are read through instances_key_blocked_posix and
+	// ('', 0, key) per key it left stranded (the stranded check, as in
+	// sqlStranded; see sql.go) because it skipped locked rows: a key
+	// ($5[i]: K = 1) of which it promoted nothing, or a gate key of which
+	// it promoted fewer than $2[i] rows while a blocked row it did not
+	// promote is left (a raised limit's 45 new slots with 3 of the blocked
+	// rows locked by a claim would keep 3 slots free and every row blocked
+	// until the reconciler's sweep). In this statement's snapshot the rows
+	// it promotes are still blocked, not ready, so a gate key it promoted
+	// some rows of can be reported although they fill its room: the heal
+	// then promotes nothing. The freeing call retries the keys after its
+	// commit (see heal). The promoted rows are read through instances_key_blocked_posix and
 	// locked SKIP LOCKED (lock order (4)).
 	sqlPromote = `
 WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, one)),
@@ -110,23 +116,31 @@ SELECT r.queue, 0, '' FROM (
 CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x
 UNION ALL
 SELECT '', 0, f.key FROM f
-WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)
+WHERE (NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)
+       OR (NOT f.one AND (SELECT count(*) FROM d WHERE d.key = f.key) < f.n
+           AND (SELECT true FROM {schema}.instances b
+                WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                  AND b.id <> ALL (ARRAY(SELECT d.id FROM d WHERE d.key = f.key))
+                ORDER BY b.priority, b.run_at, b.seq LIMIT 1)))
   AND coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                 ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false)
-  AND (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
-       ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
   AND CASE WHEN f.one
-           THEN ((SELECT true FROM {schema}.instances e
-                  WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                  LIMIT 1) IS NULL
-                 AND (SELECT true FROM {schema}.instances e
-                      WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-                      LIMIT 1) IS NULL)
-                OR (SELECT (SELECT true FROM {schema}.instances e
-                            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                              AND NOT e.waiters LIMIT 1) IS NOT NULL
-                    FROM (SELECT f.key AS k) x)
-           ELSE coalesce((SELECT sum(s.available) FROM {schema}.key_slots s WHERE s.key = f.key), 1) > 0 END`
+           THEN (SELECT true FROM {schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+                 ORDER BY r.priority, r.run_at, r.seq LIMIT 1) IS NULL
+                AND (((SELECT true FROM {schema}.instances e
+                       WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                       LIMIT 1) IS NULL
+                      AND (SELECT true FROM {schema}.instances e
+                           WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                           LIMIT 1) IS NULL)
+                     OR (SELECT (SELECT true FROM {schema}.instances e
+                                 WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                                   AND NOT e.waiters LIMIT 1) IS NOT NULL
+                         FROM (SELECT f.key AS k) x))
+           ELSE (SELECT a.n > (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                     WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
+                                                     ORDER BY r.priority, r.run_at, r.seq LIMIT a.n) r)
+                 FROM (SELECT coalesce(sum(s.available), 1) AS n FROM {schema}.key_slots s WHERE s.key = f.key) a) END`
 )
 
 // Handing freed slots off (see slots.go, handOff). The reads run in the
