@@ -189,8 +189,9 @@ func (e *Engine) stopMarking() {
 // started later and restarted ones keep it paused: no claim takes a row of
 // it from the pause's commit on, and within one Config.PollInterval
 // (at once when the store notifies) every engine has learned of it from a
-// claim, or from a look at the paused queues when its executors are all
-// busy, and gives back the rows of the queue it holds claimed or reserved
+// claim, or from a look at the paused queues, which an engine makes before
+// it starts a row when its last claim or look began half an interval ago,
+// and gives back the rows of the queue it holds claimed or reserved
 // and has not started. So no step of the queue starts later than the
 // pause's commit plus one poll interval. Steps already running finish and
 // commit; timers, signals and children still make the queue's rows ready,

@@ -50,14 +50,27 @@ type queueRunner struct {
 	// a contended row that holds a gate's slot (see run and free).
 	idle, gated atomic.Int64
 	// paused is set while the queue is paused, as the last claim
-	// (store.ClaimResult.Paused) or, while no claim can be made, the last
-	// look at the paused queues said: no row of it this engine holds
-	// claimed or reserved starts then; each is released (see begin and
-	// takeSuccessor). pausedRead is when it was last read (unix nanos);
-	// pausedMu lets one executor at a time read it again (freshPaused).
+	// (store.ClaimResult.Paused) or look at the paused queues said: no row
+	// of it this engine holds claimed or reserved starts then; each is
+	// released (see begin and takeSuccessor). pausedRead is when the read
+	// that said so began (unix nanos), so that its snapshot is no older;
+	// pausedSet orders the writes of the two, and pausedMu lets one
+	// executor at a time read them again (knowPaused).
 	paused     atomic.Bool
 	pausedRead atomic.Int64
+	pausedSet  sync.Mutex
 	pausedMu   sync.Mutex
+}
+
+// notePaused records that the queue was paused or not as of a read that
+// began at at, unless a read that began later was recorded already.
+func (q *queueRunner) notePaused(paused bool, at time.Time) {
+	q.pausedSet.Lock()
+	defer q.pausedSet.Unlock()
+	if at.UnixNano() > q.pausedRead.Load() {
+		q.paused.Store(paused)
+		q.pausedRead.Store(at.UnixNano())
+	}
 }
 
 // newQueueRunner is queue name's runner with n executors.
@@ -213,8 +226,7 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			} else {
 				out.ok()
 				q.claimed(time.Since(sent))
-				q.paused.Store(res.Paused)
-				q.pausedRead.Store(time.Now().UnixNano())
+				q.notePaused(res.Paused, sent)
 				got := s.took(q, res.Claimed, sent.Add(e.cfg.Lease))
 				q.adaptAhead(free, got, res.PassedOver)
 				q.full.Store(got == free)
@@ -229,9 +241,8 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 			// No room to claim (its executors run chains of a busy key's
 			// steps, say): a look at the paused queues stands in for the
 			// claim's answer, every half interval however often the loop
-			// is woken, so that a successor reserved before a pause starts
-			// at most about half an interval after the pause committed
-			// (the README promises one interval).
+			// is woken, so that the executors seldom have to look before
+			// they start a successor (see knowPaused).
 			if since := time.Since(time.Unix(0, q.pausedRead.Load())); since >= e.cfg.PollInterval/2 {
 				s.readPaused(q)
 				wait = e.cfg.PollInterval / 2
@@ -249,31 +260,39 @@ func (s *Scheduler) pickLoop(q *queueRunner) {
 	}
 }
 
-// readPaused reads whether q is paused (store.Store.PausedQueues), for a
-// pick loop that cannot claim. A failed read keeps what q knew: the next
-// claim or look tells.
+// readPaused reads whether q is paused (store.Store.PausedQueues). A
+// failed read keeps what q knew: the next claim or look tells.
 func (s *Scheduler) readPaused(q *queueRunner) {
-	q.pausedRead.Store(time.Now().UnixNano())
+	at := time.Now()
 	ctx, cancel := context.WithTimeout(s.bgCtx, s.e.cfg.PollInterval+time.Second)
 	defer cancel()
 	list, err := s.e.st.PausedQueues(ctx)
 	if err != nil {
 		return
 	}
-	q.paused.Store(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }))
+	q.notePaused(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }), at)
 }
 
-// freshPaused reads whether q is paused again when the last read is half
-// a poll interval old and no other executor is reading it: a successor is
-// about to start in q, and one reserved before a pause must not start more
-// than about half an interval after the pause committed, however the pick
-// loop was woken.
-func (s *Scheduler) freshPaused(q *queueRunner) {
-	if time.Since(time.Unix(0, q.pausedRead.Load())) < s.e.cfg.PollInterval/2 || !q.pausedMu.TryLock() {
+// knowPaused makes sure that what q knows of its pause comes from a read
+// (a claim's or a look's) that began less than half a poll interval ago,
+// reading it again otherwise, one executor at a time, the others waiting
+// for that read: a row is about to start in q, and the README promises
+// that no step starts later than a pause's commit plus one interval. A
+// read that begins after the commit sees the pause, so a row starts at
+// most half an interval after it, plus the time from this check to its
+// step's call, whatever a claim, hand-off or read took to answer.
+func (s *Scheduler) knowPaused(q *queueRunner) {
+	fresh := func() bool {
+		return time.Since(time.Unix(0, q.pausedRead.Load())) < s.e.cfg.PollInterval/2
+	}
+	if fresh() {
 		return
 	}
+	q.pausedMu.Lock()
 	defer q.pausedMu.Unlock()
-	s.readPaused(q)
+	if !fresh() {
+		s.readPaused(q)
+	}
 }
 
 // took takes the rows a claim returned: it tracks them all, queues each

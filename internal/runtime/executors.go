@@ -69,6 +69,7 @@ func StepStarting(ctx context.Context) bool {
 // lost), with any reservation made for it, and frees its executor slot.
 func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running {
 	q := s.queues[c.Queue]
+	s.knowPaused(q)
 	ref := store.ClaimRef{ID: c.ID, Fence: c.Fence}
 	s.mu.Lock()
 	st := s.inflight[c.ID]
@@ -187,7 +188,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		// the flush of its outcome, as the slot the outcome frees will
 		// likely be handed straight back to this engine (see commit).
 		out.Contended = true
-		s.freshPaused(q)
+		s.knowPaused(q)
 		if next := s.takeSuccessor(r.st, toRelease); next != nil {
 			next.gate = r.gate // it runs in the same slot
 			out.Successor = store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}
