@@ -55,11 +55,13 @@ type queueRunner struct {
 	// released (see begin and takeSuccessor). pausedRead is when the read
 	// that said so began (unix nanos), so that its snapshot is no older;
 	// pausedSet orders the writes of the two, and pausedMu lets one
-	// executor at a time read them again (knowPaused).
-	paused     atomic.Bool
-	pausedRead atomic.Int64
-	pausedSet  sync.Mutex
-	pausedMu   sync.Mutex
+	// executor at a time read them again (knowPaused). pausedFailed is
+	// when the last read that failed began.
+	paused       atomic.Bool
+	pausedRead   atomic.Int64
+	pausedFailed atomic.Int64
+	pausedSet    sync.Mutex
+	pausedMu     sync.Mutex
 }
 
 // notePaused records that the queue was paused or not as of a read that
@@ -268,6 +270,7 @@ func (s *Scheduler) readPaused(q *queueRunner) {
 	defer cancel()
 	list, err := s.e.st.PausedQueues(ctx)
 	if err != nil {
+		q.pausedFailed.Store(at.UnixNano())
 		return
 	}
 	q.notePaused(slices.ContainsFunc(list, func(p store.QueuePause) bool { return p.Queue == q.name }), at)
@@ -280,10 +283,13 @@ func (s *Scheduler) readPaused(q *queueRunner) {
 // that no step starts later than a pause's commit plus one interval. A
 // read that begins after the commit sees the pause, so a row starts at
 // most half an interval after it, plus the time from this check to its
-// step's call, whatever a claim, hand-off or read took to answer.
+// step's call, whatever a claim, hand-off or read took to answer. While
+// the store cannot be read, one read is tried per half interval and the
+// rows start on what q knew.
 func (s *Scheduler) knowPaused(q *queueRunner) {
 	fresh := func() bool {
-		return time.Since(time.Unix(0, q.pausedRead.Load())) < s.e.cfg.PollInterval/2
+		half := s.e.cfg.PollInterval / 2
+		return time.Since(time.Unix(0, q.pausedRead.Load())) < half || time.Since(time.Unix(0, q.pausedFailed.Load())) < half
 	}
 	if fresh() {
 		return
