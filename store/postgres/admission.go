@@ -593,7 +593,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			var limit, shards *int32
 			_, err := pgx.ForEachRow(rows, []any{&k, &r.Shard, &r.Capacity, &r.Available, &epoch, &limit, &shards}, func() error {
 				seen[shardKey{k, r.Shard}] = seenCounter{capacity: r.Capacity, epoch: epoch}
-				if l := gateLimit[k]; limit == nil || int(*limit) != l.Limit || int(*shards) != l.Shards {
+				if limitDiffers(gateLimit[k], limit, shards) {
 					limitMoved[k] = true
 				}
 				g := st.Gates[k]
@@ -629,7 +629,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			var n int64
 			var limit, shards *int32
 			_, err := pgx.ForEachRow(rows, []any{&k, &n, &limit, &shards}, func() error {
-				if l := gateLimit[k]; limit == nil || int(*limit) != l.Limit || int(*shards) != l.Shards {
+				if limitDiffers(gateLimit[k], limit, shards) {
 					limitMoved[k] = true
 				}
 				if g := st.Gates[k]; len(g.Counters) < int(n) {
@@ -708,6 +708,13 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		}
 	}
 	return plan, seen, nil
+}
+
+// limitDiffers reports whether a key's limit as read beside its counters
+// (limit and shards; nil: none) differs from l, the one the claim's window
+// read.
+func limitDiffers(l gate.Limit, limit, shards *int32) bool {
+	return limit == nil || int(*limit) != l.Limit || int(*shards) != l.Shards
 }
 
 // optimistic reports whether a claim reads the counters of its window's

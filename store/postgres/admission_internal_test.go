@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/gate"
@@ -33,18 +34,7 @@ func TestStrandedIsNotSaturated(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Claimed, 2) // one per key, the other row of each blocked
 
-	stranded := func() []string {
-		var got []string
-		rows, err := s.pool.Query(ctx, s.q(sqlStranded), []string{"acct:1", "api:x"}, []bool{true, false})
-		require.NoError(t, err)
-		for rows.Next() {
-			var k string
-			require.NoError(t, rows.Scan(&k))
-			got = append(got, k)
-		}
-		require.NoError(t, rows.Err())
-		return got
-	}
+	stranded := func() []string { return strandedOf(t, s, []string{"acct:1", "api:x"}, []bool{true, false}) }
 	require.Empty(t, stranded(), "both keys are saturated")
 
 	// Their slots free (the executing rows finish, the gate is credited) but
@@ -110,18 +100,7 @@ func TestShortPromotionIsStranded(t *testing.T) {
 	require.Equal(t, 1, promoted, "the third blocked row, the others locked")
 	require.Equal(t, []string{"api:x"}, stranded, "a short promotion leaves the key stranded")
 
-	strandedNow := func() []string {
-		var got []string
-		rows, err := s.pool.Query(ctx, s.q(sqlStranded), []string{"api:x"}, []bool{false})
-		require.NoError(t, err)
-		for rows.Next() {
-			var k string
-			require.NoError(t, rows.Scan(&k))
-			got = append(got, k)
-		}
-		require.NoError(t, rows.Err())
-		return got
-	}
+	strandedNow := func() []string { return strandedOf(t, s, []string{"api:x"}, []bool{false}) }
 	require.Equal(t, []string{"api:x"}, strandedNow(), "two free slots, one ready row, blocked rows behind")
 
 	require.NoError(t, holder.Rollback(ctx))
@@ -130,4 +109,15 @@ func TestShortPromotionIsStranded(t *testing.T) {
 	require.Equal(t, 2, count("ready"), "the heal promotes the room the ready row will not take, and no more")
 	require.Equal(t, 1, count("blocked"))
 	require.Empty(t, strandedNow(), "as many ready rows as free slots")
+}
+
+// strandedOf returns the keys of keys (one[i]: K = 1) that sqlStranded
+// finds stranded.
+func strandedOf(t *testing.T, s *Store, keys []string, one []bool) []string {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), s.q(sqlStranded), keys, one)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return got
 }

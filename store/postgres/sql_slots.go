@@ -84,9 +84,8 @@ LIMIT 1`
 	// sqlStranded; see sql.go) because it skipped locked rows: a key
 	// ($5[i]: K = 1) of which it promoted nothing, or a gate key of which
 	// it promoted fewer than $2[i] rows while a blocked row it did not
-	// promote is left (a raised limit's 45 new slots with 3 of the blocked
-	// rows locked by a claim would keep 3 slots free and every row blocked
-	// until the reconciler's sweep). In this statement's snapshot the rows
+	// promote is left (its free slots would otherwise wait, every row
+	// behind them blocked, for the reconciler's sweep). In this statement's snapshot the rows
 	// it promotes are still blocked, not ready, so a gate key it promoted
 	// some rows of can be reported although they fill its room: the heal
 	// then promotes nothing. The freeing call retries the keys after its
