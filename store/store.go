@@ -98,17 +98,22 @@
 // Within a priority, keys take turns. Every row made ready by an insert or
 // by its run time falling due gets a round: the queue's current round (the
 // lowest round among its ready rows of that priority, 0 when none) for a
-// row without a key; for a keyed row, the greater of the current round and
-// one past the highest round among the key's ready and blocked rows of that
-// queue and priority (rows of one key made ready together take consecutive
-// rounds in run_at, insertion order). Claims take rows in
-// (priority, round, run_at, insertion) order, so a key's backlog of any size
-// delays another key's new row by at most one round. A row that becomes
-// ready again after running (next step, signal, timeout, children, retry)
-// takes a fresh round by the same rule, behind the rows of its key already
-// waiting; a released or reaped claim, and a promoted blocked row, keep
-// theirs. The rule is internal/admission.Rounds for both backends
-// (PostgreSQL's insert statement is its SQL form, pinned equal to it).
+// row without a key. A key takes as many turns a round as its limit (one
+// for a K = 1 key, K for a gate key of K): its rows fill the key's last
+// round among its ready and blocked rows of that queue and priority while
+// that round has turns left and is not behind the current round, then take
+// the following rounds, K rows each (rows of one key made ready together
+// take their turns in run_at, insertion order). Claims take rows in
+// (priority, round, run_at, insertion) order, so a key's backlog of any
+// size delays another key's new row by at most one round, and a gate of K
+// behind the backlogs of many keys still gets K rows a round. A row that
+// becomes ready again after running (next step, signal, timeout, children,
+// retry) takes a fresh round by the same rule, behind the rows of its key
+// already waiting; a released or reaped claim, and a promoted blocked row,
+// keep theirs. A row's turns are counted with the key's limit when it is
+// made ready; a limit changed later applies to the rows made ready after.
+// The rule is internal/admission.Rounds for both backends (PostgreSQL's
+// insert statement is its SQL form, pinned equal to it).
 //
 // # Cancel
 //

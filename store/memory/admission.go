@@ -3,7 +3,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"math"
 	"slices"
 	"time"
 
@@ -246,12 +245,13 @@ func (s *Store) assignRounds(rows []*row) {
 		in[i] = admission.RoundRow{RoundGroup: admission.RoundGroup{Queue: r.inst.Queue, Priority: r.inst.Priority, Key: r.inst.Key},
 			At: r.inst.RunAt, Seq: r.seq}
 	}
-	rounds := admission.Rounds(in, func(g admission.RoundGroup) int64 {
+	rounds := admission.Rounds(in, func(g admission.RoundGroup) admission.Fresh {
 		head := s.currentRound(g.Queue, g.Priority)
 		if g.Key == "" {
-			return head
+			return admission.Fresh{Round: head, Turns: 1}
 		}
-		return max(head, s.keyNextRound(g.Key, g.Queue, g.Priority))
+		last, taken, ok := s.keyLastRound(g.Key, g.Queue, g.Priority)
+		return admission.KeyFresh(head, last, ok, taken, s.limits.K(g.Key))
 	})
 	for i, r := range fresh {
 		r.round, r.hasRound = rounds[i], true
@@ -269,23 +269,28 @@ func (s *Store) currentRound(queue string, prio int) int64 {
 	return 0
 }
 
-// keyNextRound is one past the highest round among the due ready and
-// blocked rows of key in a queue and priority (math.MinInt64 when none).
-func (s *Store) keyNextRound(key, queue string, prio int) int64 {
-	next := int64(math.MinInt64)
+// keyLastRound is the highest round among the due ready and blocked rows
+// of key in a queue and priority, and how many of them have it (ok false:
+// the key has none there).
+func (s *Store) keyLastRound(key, queue string, prio int) (last int64, taken int, ok bool) {
 	ks := s.keys[key]
 	if ks == nil {
-		return next
+		return 0, 0, false
 	}
 	for _, r := range ks.rows {
 		if !r.hasRound || r.inst.Queue != queue || r.inst.Priority != prio {
 			continue
 		}
 		if r.inst.Status == store.StatusBlocked || (r.inst.Status == store.StatusReady && !r.scheduled()) {
-			next = max(next, r.round+1)
+			switch {
+			case !ok || r.round > last:
+				last, taken, ok = r.round, 1, true
+			case r.round == last:
+				taken++
+			}
 		}
 	}
-	return next
+	return last, taken, ok
 }
 
 // startClaim makes r an executing row of req.Worker under a new fence.

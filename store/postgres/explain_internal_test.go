@@ -120,19 +120,21 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"key next":    {sqlKeyNext, []any{"acct:abcd"}},
 		"key oldest":  {sqlKeyOldest, []any{"acct:abcd"}},
 		"inbox":       {sqlInbox, []any{ids[0], 100}},
-		// The statements of fresh_round (migration 003), as it runs them.
+		// The fresh round's probes (see sql.go), each alone.
 		"fresh round: head of keyless": {`SELECT r.round FROM {schema}.instances r
 			WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},
 		"fresh round: head of keyed": {`SELECT r.round FROM {schema}.instances r
 			WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = $1 AND r.priority = $2 ORDER BY r.round LIMIT 1`, []any{"q", 0}},
-		"fresh round: key's last": {`SELECT r.round + 1 FROM {schema}.instances r
+		"fresh round: key's last": {`SELECT r.round FROM {schema}.instances r
 			WHERE r.key = $3 AND r.queue = $1 AND r.priority = $2 AND r.status IN ('ready', 'blocked')
 			ORDER BY r.round DESC LIMIT 1`, []any{"q", 0, "acct:abcd"}},
-		// The round query of the COPY insert path (fresh_round is inlined
-		// or not; either way no scan of the table).
+		"fresh round: key's turns taken": {`SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+			WHERE r.key = $3 AND r.queue = $1 AND r.priority = $2 AND r.status IN ('ready', 'blocked') AND r.round = $4
+			LIMIT $5) c`, []any{"q", 0, "acct:abcd", int64(3), 10}},
 		// The state of an insert's K = 1 keys (sqlInsert, sqlInsertRounds).
 		"insert busy keys": {insertKeyState,
 			[]any{[]string{"acct:abcd"}, 16}},
+		// The round query of the COPY insert path: no scan of the table.
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
 	} {

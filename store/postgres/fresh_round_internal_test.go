@@ -10,28 +10,38 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
 
-// TestFreshRoundInlineMatchesTheFunction: the statements read a row's fresh
-// round inline (the fresh round of sql.go, written here as they write it);
-// it is the value migration 003's fresh_round
-// gives, over queues and priorities with keyless, keyed, blocked and
-// executing rows at several rounds, for keys with and without rows and for
-// no key.
-func TestFreshRoundInlineMatchesTheFunction(t *testing.T) {
+// TestFreshRoundInlineMatchesTheRule: the statements read a row's fresh
+// round inline (the fresh round and the key's last round of sql.go,
+// written here as they write them); for the n-th row of a key made ready
+// together it is admission.KeyFresh's, given the queue head, the key's
+// last round and its rows there read plainly, and the key's limit. Over
+// queues and priorities with keyless, K = 1 and gate rows (a per-key limit
+// among them), blocked and executing rows at several rounds, for keys with
+// and without rows and for no key.
+func TestFreshRoundInlineMatchesTheRule(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
+	limits := []gate.Limit{{Name: "api", Limit: 3}, {Name: "api:big", Limit: 5}}
+	_, err := s.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: limits}, store.SyncOptions{})
+	require.NoError(t, err)
+	ls, err := gate.NewLimits(limits)
+	require.NoError(t, err)
+	keys := []string{"acct:0", "acct:1", "acct:2", "acct:3", "acct:4", "api:a", "api:big"} // 7, 2 queues, 3 priorities: every mix
 	var ins []store.NewInstance
-	for i := range 60 {
+	for i := range 130 {
 		in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: []string{"a", "b"}[i%2],
 			Priority: i % 3, Step: "s", State: json.RawMessage(`{}`)}
-		if i%4 != 0 {
-			in.Key = fmt.Sprintf("acct:%d", i%5)
+		if i%5 != 0 {
+			in.Key = keys[i%len(keys)]
 		}
 		ins = append(ins, in)
 	}
-	_, err := s.Insert(ctx, ins)
+	_, err = s.Insert(ctx, ins)
 	require.NoError(t, err)
 	// Move some rows on: executing (claimed), and rounds that differ by queue.
 	_, err = s.Claim(ctx, store.ClaimRequest{Queue: "a", Worker: "w", Limit: 7, Lease: time.Minute})
@@ -41,45 +51,83 @@ func TestFreshRoundInlineMatchesTheFunction(t *testing.T) {
 	require.NoError(t, err)
 
 	rows, err := s.pool.Query(ctx, s.q(`
-SELECT q, p, coalesce(k, '-'), {schema}.fresh_round(q, p, k),
-       (SELECT greatest(coalesce(least(
-                            (SELECT r.round FROM {schema}.instances r
-                             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                             ORDER BY r.round LIMIT 1),
-                            (SELECT r.round FROM {schema}.instances r
-                             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                             ORDER BY r.round LIMIT 1)), 0),
-                        (SELECT r.round + 1 FROM {schema}.instances r
-                         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                         ORDER BY r.round DESC LIMIT 1))
-        FROM (SELECT q AS q, p AS p, k AS k) fr)
+SELECT q, p, coalesce(k, '-'), n,
+       coalesce((SELECT min(r.round) FROM {schema}.instances r WHERE r.status = 'ready' AND r.queue = q AND r.priority = p), 0),
+       (SELECT max(r.round) FROM {schema}.instances r
+        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')),
+       (SELECT count(*) FROM {schema}.instances r
+        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')
+          AND r.round = (SELECT max(m.round) FROM {schema}.instances m
+                         WHERE m.key = k AND m.queue = q AND m.priority = p AND m.status IN ('ready', 'blocked'))),
+       (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                    ELSE fh.head + fr.n / fk.turns END
+        FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr
+        CROSS JOIN LATERAL (SELECT coalesce(least(
+                                       (SELECT r.round FROM {schema}.instances r
+                                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                        ORDER BY r.round LIMIT 1),
+                                       (SELECT r.round FROM {schema}.instances r
+                                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                        ORDER BY r.round LIMIT 1)), 0) AS head) fh
+        CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                   CASE WHEN x.turns = 1 THEN 1
+                                        ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                    WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                      AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                    LIMIT x.turns) c) END AS taken
+                            FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                          WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                            AND r.status IN ('ready', 'blocked')
+                                          ORDER BY r.round DESC LIMIT 1) AS last,
+                                         coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                   WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                   ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk)
 FROM unnest(ARRAY['a', 'b', 'c']) AS q, generate_series(0, 3) AS p,
-     unnest(ARRAY[NULL, 'acct:0', 'acct:1', 'acct:2', 'acct:3', 'acct:4', 'acct:9']) AS k`))
+     unnest(ARRAY[NULL, 'acct:0', 'acct:1', 'acct:2', 'acct:3', 'api:a', 'api:big', 'api:none', 'acct:9']) AS k,
+     generate_series(0, 6) AS n`))
 	require.NoError(t, err)
-	type pair struct {
-		at         string
-		fn, inline int64
+	type sample struct {
+		at          string
+		key         string
+		n           int
+		head, taken int64
+		last        *int64
+		inline      int64
 	}
-	var got []pair
+	var got []sample
 	for rows.Next() {
-		var q, k string
+		var q string
 		var p int
-		var x pair
-		if err := rows.Scan(&q, &p, &k, &x.fn, &x.inline); err != nil {
+		var x sample
+		if err := rows.Scan(&q, &p, &x.key, &x.n, &x.head, &x.last, &x.taken, &x.inline); err != nil {
 			break
 		}
-		x.at = fmt.Sprintf("queue %s, priority %d, key %s", q, p, k)
+		x.at = fmt.Sprintf("queue %s, priority %d, key %s, row %d", q, p, x.key, x.n)
 		got = append(got, x)
 	}
 	rows.Close() // before any assertion: a failed one must not leave the connection held
 	require.NoError(t, rows.Err())
-	require.Len(t, got, 3*4*7)
-	nonzero := 0
+	require.Len(t, got, 3*4*9*7)
+	filled := 0
 	for _, x := range got {
-		require.Equal(t, x.fn, x.inline, x.at)
-		if x.fn > 0 {
-			nonzero++
+		var want int64
+		if x.key == "-" {
+			want = x.head // a keyless row is the only one of its group it is given
+			if x.n > 0 {
+				continue
+			}
+		} else {
+			var last int64
+			if x.last != nil {
+				last = *x.last
+			}
+			f := admission.KeyFresh(x.head, last, x.last != nil, int(x.taken), ls.K(x.key))
+			want = f.Nth(x.n)
+			if f.Taken > 0 && f.Turns > 1 && x.n == 0 {
+				filled++ // a gate key whose rows start in its last round, as many as it has turns left
+			}
 		}
+		require.Equal(t, want, x.inline, x.at)
 	}
-	require.Greater(t, nonzero, 10, "the rows give rounds other than 0 to compare")
+	require.Greater(t, filled, 3, "some gate keys start in their last round, so the count of its turns is compared")
 }

@@ -93,7 +93,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		keys   = make([]string, len(groups))
 		runAts = make([]*time.Time, len(groups))
 		delays = make([]*int64, len(groups))
-		base   = make([]*int64, len(groups))
+		base   = make([]*admission.Fresh, len(groups))
 		one    = make([]bool, len(groups)) // a K = 1 key
 		state  = make([]admission.KeyState, len(groups))
 		now    time.Time
@@ -107,12 +107,19 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		return insertError(err)
 	}
 	var gi *int32
-	var b *int64
+	var head, last, taken, turns *int64
 	var isOne, isBusy *bool
 	var ready *int64
-	_, err = pgx.ForEachRow(res, []any{&now, &gi, &b, &isOne, &isBusy, &ready}, func() error {
+	_, err = pgx.ForEachRow(res, []any{&now, &gi, &head, &last, &taken, &turns, &isOne, &isBusy, &ready}, func() error {
 		if gi != nil {
-			base[*gi] = b
+			if head != nil && taken != nil && turns != nil {
+				var l int64
+				if last != nil {
+					l = *last
+				}
+				f := admission.KeyFresh(*head, l, last != nil, int(*taken), int(*turns))
+				base[*gi] = &f
+			}
 			one[*gi] = isOne != nil && *isOne
 			state[*gi] = admission.KeyState{Busy: isBusy != nil && *isBusy}
 			if ready != nil {
@@ -139,7 +146,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	}
 	// Rounds, as admission.Rounds decides (sqlInsert is its SQL form): a
 	// due keyless row takes its group's fresh round; the due rows of one
-	// key take consecutive rounds from it, in run_at then input order.
+	// key take their turns from it, in run_at then input order.
 	round := make([]*int64, len(rows))
 	var fresh []admission.RoundRow
 	var freshOf []int
@@ -155,7 +162,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 			At:         at[i], Seq: int64(i)})
 		freshOf = append(freshOf, i)
 	}
-	rounds := admission.Rounds(fresh, func(g admission.RoundGroup) int64 {
+	rounds := admission.Rounds(fresh, func(g admission.RoundGroup) admission.Fresh {
 		return *base[index[roundGroupKey{g.Queue, int32(g.Priority), g.Key}]]
 	})
 	for j, i := range freshOf {

@@ -119,14 +119,13 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the blocked check", `((SELECT true FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS
 			NULL LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlClaim", "sqlHandOff", "sqlPromoteIfRoom"}},
-		{"the fresh round", `greatest(coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND
-			r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1), (SELECT
-			r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue =
-			fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1)), 0), (SELECT r.round + 1 FROM
-			{schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN
-			('ready', 'blocked') ORDER BY r.round DESC LIMIT 1))`,
+		{"the fresh round", `(SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns ELSE
+			fh.head + fr.n / fk.turns END FROM (SELECT`,
 			[]string{"sqlFireQueueTimers", "sqlFireTimers", "sqlCompleteApply", "sqlJoinParents",
 				"sqlSetPending", "sqlRecheckInbox", "sqlRetry", "sqlSignalWake"}},
+		{"the batch's fresh round", `CASE WHEN fk.last >= h.head THEN fk.last ELSE h.head END AS base, CASE WHEN fk.last >=
+			h.head THEN fk.taken ELSE 0 END AS taken, fk.turns`,
+			[]string{"sqlInsert", "sqlPromoteScheduled"}},
 		{"the queue head", `coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS
 			NULL AND r.queue = fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1), (SELECT r.round FROM
 			{schema}.instances r WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND
@@ -134,8 +133,13 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
 				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
 				"sqlRetry", "sqlSignalWake"}},
-		{"the key's next round", `(SELECT r.round + 1 FROM {schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND
-			r.priority = fr.p AND r.status IN ('ready', 'blocked') ORDER BY r.round DESC LIMIT 1)`,
+		{"the key's last round", `CROSS JOIN LATERAL (SELECT x.last, x.turns, CASE WHEN x.turns = 1 THEN 1 ELSE (SELECT
+			count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND
+			r.priority = fr.p AND r.status IN ('ready', 'blocked') AND r.round = x.last LIMIT x.turns) c) END
+			AS taken FROM (SELECT (SELECT r.round FROM {schema}.instances r WHERE r.key = fr.k AND r.queue =
+			fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked') ORDER BY r.round DESC LIMIT 1) AS
+			last, coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk WHERE lk.name IN (fr.k,
+			split_part(fr.k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
 				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
 				"sqlRetry", "sqlSignalWake"}},

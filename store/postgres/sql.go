@@ -200,27 +200,37 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     as the busy check reads its holder. In sqlClaim and sqlHandOff (a row
 //     that takes a K = 1 key with blocked rows is marked as having
 //     waiters) and sqlPromoteIfRoom.
-//   - The fresh round of one row of key fr.k (NULL: none) made ready in
-//     queue fr.q at priority fr.p: greatest(<the queue head>, <the key's
-//     next round>). The queue head is the lowest round among the queue's
-//     ready rows of that priority, keyless and keyed (one entry of each
-//     pick index), 0 when none; the key's next round is one past the key's
-//     highest round among its ready and blocked rows there. A statement
-//     reads it in its own snapshot as (SELECT greatest(...) FROM (SELECT q
-//     AS q, p AS p, k AS k) fr), so that the probes run inline: in
-//     sqlFireQueueTimers, sqlFireTimers, sqlCompleteApply, sqlJoinParents,
-//     sqlSetPending, sqlRecheckInbox, sqlRetry and sqlSignalWake. A
+//   - The fresh round of the fr.n-th (from 0) of the rows of key fr.k
+//     (NULL: none) made ready together in queue fr.q at priority fr.p:
+//     admission.KeyFresh's, in SQL. CASE WHEN fk.last >= fh.head THEN
+//     fk.last + (fk.taken + fr.n) / fk.turns ELSE fh.head + fr.n / fk.turns
+//     END, over fh, the queue head (the lowest round among the queue's ready
+//     rows of that priority, keyless and keyed: one entry of each pick
+//     index, 0 when none), and fk, the key's last round: CROSS JOIN LATERAL
+//     (SELECT x.last, x.turns, <taken> ...) fk, where last is the key's
+//     highest round among its ready and blocked rows there (one entry of
+//     instances_key_round), turns the key's limit from the key-limit
+//     lookup's two probes (1 without one), and taken how many of its rows
+//     have round last, counted up to turns and only for a gate (a K = 1
+//     key's is 1, so its rows go one past last as before gates took
+//     turns). A statement reads it in its own snapshot as (SELECT CASE ...
+//     FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr CROSS JOIN LATERAL
+//     (<the queue head>) fh <the key's last round>), so that the probes run
+//     inline: in sqlFireQueueTimers, sqlFireTimers, sqlCompleteApply (n: the
+//     row's place among its key's rows of the batch), sqlJoinParents,
+//     sqlSetPending, sqlRecheckInbox, sqlRetry and sqlSignalWake (n = 0). A
 //     statement that gives rounds to many keys of few queues reads the
-//     queue head once per queue and priority and takes the greater of it
-//     and each key's next round: sqlInsert, sqlInsertRounds,
-//     sqlPromoteScheduled. Migration 003 defines the same as the SQL
-//     function fresh_round, which no statement calls: PostgreSQL cannot
+//     queue head once per queue and priority, and the key's last round per
+//     key, and gives a key's n-th row base + (taken + n) / turns (the
+//     batch's fresh round): sqlInsert and sqlPromoteScheduled;
+//     sqlInsertRounds returns the parts for admission.KeyFresh. A SQL
+//     function cannot stand in for the inline form: PostgreSQL cannot
 //     inline a function whose body has subqueries, and a call cost 35-54
 //     µs (2,000 calls for one queue in psql: 69-108 ms, against 1.7 ms for
 //     the same probes inline with the queue's head read once), on every
 //     outcome that makes a row ready for its next step and every key group
-//     of an insert. TestFreshRoundInlineMatchesTheFunction pins the two
-//     equal.
+//     of an insert. TestFreshRoundInlineMatchesTheRule pins the inline
+//     form to admission.KeyFresh.
 //   - The move to executing (sqlClaim, sqlHandOff): the SET of the
 //     caller's UPDATE of instances i, given t.now, a.shard and a.ord: a new
 //     fence, a lease of $3 µs, the shard (-1: K = 1, stored NULL), and

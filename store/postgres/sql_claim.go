@@ -8,9 +8,9 @@ package postgres
 const (
 	// sqlPromoteScheduled moves due delayed rows of a queue onto the pick
 	// path, giving each a round unless it kept one (a row rescheduled for a
-	// rate limit token): rows of one key take consecutive rounds from the
-	// key's fresh round, the queue head read once per priority (h) and
-	// each key's next round per key (b; see sql.go). It locks the rows it
+	// rate limit token): the batch's fresh rounds (see sql.go), the queue
+	// head read once per priority (h) and each key's last round per key
+	// (b). It locks the rows it
 	// moves SKIP LOCKED (lock order (1)), read through instances_scheduled.
 	sqlPromoteScheduled = `
 WITH d AS MATERIALIZED (
@@ -31,17 +31,29 @@ h AS MATERIALIZED (
 ),
 b AS (
     SELECT g.priority, g.key,
-           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
-                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
-                                       AND r.status IN ('ready', 'blocked')
-                                     ORDER BY r.round DESC LIMIT 1)
-                             FROM (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr)) AS base
+           CASE WHEN fk.last >= h.head THEN fk.last ELSE h.head END AS base,
+           CASE WHEN fk.last >= h.head THEN fk.taken ELSE 0 END AS taken, fk.turns
     FROM (SELECT DISTINCT priority, key FROM d WHERE round IS NULL) g
     JOIN h ON h.priority = g.priority
+    CROSS JOIN LATERAL (SELECT $1::text AS q, g.priority AS p, g.key AS k) fr
+    CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                               CASE WHEN x.turns = 1 THEN 1
+                                    ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                  AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                LIMIT x.turns) c) END AS taken
+                        FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                        AND r.status IN ('ready', 'blocked')
+                                      ORDER BY r.round DESC LIMIT 1) AS last,
+                                     coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                               WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                               ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk
 ),
 r AS (
     SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
-               row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1 END) AS round
+               (b.taken + row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1)
+               / b.turns END) AS round
     FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
 )
 UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
@@ -58,17 +70,29 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    round = (SELECT greatest(coalesce(least(
-                                 (SELECT r.round FROM {schema}.instances r
-                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                  ORDER BY r.round LIMIT 1),
-                                 (SELECT r.round FROM {schema}.instances r
-                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                  ORDER BY r.round LIMIT 1)), 0),
-                             (SELECT r.round + 1 FROM {schema}.instances r
-                              WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                              ORDER BY r.round DESC LIMIT 1))
-             FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+    round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                         ELSE fh.head + fr.n / fk.turns END
+             FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
+             CROSS JOIN LATERAL (SELECT coalesce(least(
+                                            (SELECT r.round FROM {schema}.instances r
+                                             WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                             ORDER BY r.round LIMIT 1),
+                                            (SELECT r.round FROM {schema}.instances r
+                                             WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                             ORDER BY r.round LIMIT 1)), 0) AS head) fh
+             CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                        CASE WHEN x.turns = 1 THEN 1
+                                             ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                           AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                         LIMIT x.turns) c) END AS taken
+                                 FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                               WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                 AND r.status IN ('ready', 'blocked')
+                                               ORDER BY r.round DESC LIMIT 1) AS last,
+                                              coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                        WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                        ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk),
     updated_at = coalesce($2::timestamptz, now())
 WHERE i.id = ANY (ARRAY(SELECT id FROM d))`
 

@@ -14,9 +14,9 @@ const (
 	// had ready, when the key is busy (the K = 1 busy check) or already has
 	// $19 rows ready (the ready count), counting the batch's rows in
 	// (priority, run_at, input) order; a key is K = 1 when its name has no
-	// limit (the K = 1 key test). The rounds are fresh rounds, the queue head
-	// read once per queue and priority (h) and each key's next round per
-	// key (b); sql.go describes these rules. The statement returns a row
+	// limit (the K = 1 key test). The rounds are the batch's fresh rounds,
+	// the queue head read once per queue and priority (h) and each key's
+	// last round per key (b); sql.go describes these rules. The statement returns a row
 	// ('', 1, key) per key that received blocked rows behind rows already
 	// there, for the caller to heal once it has committed (see
 	// healInserted), a row ('', 0, key) per key blocked only behind the
@@ -49,13 +49,24 @@ h AS MATERIALIZED (
 ),
 b AS (
     SELECT g.queue, g.priority, g.key,
-           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
-                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
-                                       AND r.status IN ('ready', 'blocked')
-                                     ORDER BY r.round DESC LIMIT 1)
-                             FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr)) AS base
+           CASE WHEN fk.last >= h.head THEN fk.last ELSE h.head END AS base,
+           CASE WHEN fk.last >= h.head THEN fk.taken ELSE 0 END AS taken, fk.turns
     FROM (SELECT DISTINCT queue, priority, key FROM x WHERE due) g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
+    CROSS JOIN LATERAL (SELECT g.queue AS q, g.priority AS p, nullif(g.key, '') AS k) fr
+    CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                               CASE WHEN x.turns = 1 THEN 1
+                                    ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                  AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                LIMIT x.turns) c) END AS taken
+                        FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                      WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                        AND r.status IN ('ready', 'blocked')
+                                      ORDER BY r.round DESC LIMIT 1) AS last,
+                                     coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                               WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                               ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk
 ),
 k AS MATERIALIZED (
     SELECT g.k, g.n,
@@ -78,7 +89,8 @@ ins AS (
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
-                ELSE b.base + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1
+                ELSE b.base + (b.taken + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1)
+                              / b.turns
            END,
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
@@ -131,11 +143,7 @@ h AS MATERIALIZED (
 ),
 g AS MATERIALIZED (
     SELECT (g.ord - 1)::int AS i, g.queue,
-           greatest(h.head, (SELECT (SELECT r.round + 1 FROM {schema}.instances r
-                                     WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
-                                       AND r.status IN ('ready', 'blocked')
-                                     ORDER BY r.round DESC LIMIT 1)
-                             FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr)) AS base,
+           h.head, fk.last, fk.taken, fk.turns,
            o.one,
            o.one AND ((SELECT true FROM {schema}.instances e
                        WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
@@ -145,11 +153,27 @@ g AS MATERIALIZED (
                 ELSE 0 END AS ready
     FROM d g
     JOIN h ON h.queue = g.queue AND h.priority = g.priority
+    -- fr and fk are read inside a subquery: g's own k stays the only k.
+    CROSS JOIN LATERAL (SELECT fk.last, fk.taken, fk.turns
+                        FROM (SELECT g.queue AS q, g.priority AS p, nullif(g.k, '') AS k) fr
+                        CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                                       CASE WHEN x.turns = 1 THEN 1
+                                                            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                                        WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                                          AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                                        LIMIT x.turns) c) END AS taken
+                                                FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                              WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                AND r.status IN ('ready', 'blocked')
+                                                              ORDER BY r.round DESC LIMIT 1) AS last,
+                                                             coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                                       WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                                       ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk) fk
     CROSS JOIN LATERAL (SELECT $8::bool AND g.k <> ''
                                AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1)) AS one) o
 ),
 n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.busy) q)
-SELECT t.now, g.i, g.base, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`
+SELECT t.now, g.i, g.head, g.last, g.taken, g.turns, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size

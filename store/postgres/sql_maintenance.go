@@ -17,17 +17,29 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        round = (SELECT greatest(coalesce(least(
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1),
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1)), 0),
-                                 (SELECT r.round + 1 FROM {schema}.instances r
-                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                  ORDER BY r.round DESC LIMIT 1))
-                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                             ELSE fh.head + fr.n / fk.turns END
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
+                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1),
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                 CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                            CASE WHEN x.turns = 1 THEN 1
+                                                 ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                               AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                             LIMIT x.turns) c) END AS taken
+                                     FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                   WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                     AND r.status IN ('ready', 'blocked')
+                                                   ORDER BY r.round DESC LIMIT 1) AS last,
+                                                  coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                            WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                            ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk),
         updated_at = coalesce($1::timestamptz, now())
     WHERE i.id = ANY (ARRAY(SELECT id FROM d))
     RETURNING i.queue

@@ -22,9 +22,9 @@ const (
 	// fence, and only while the claim at the head of its chain in the batch
 	// ($22, fence $23) is current (executing, with the worker and fence, as
 	// this statement's snapshot shows it): a step that ran in a slot whose
-	// claim was lost commits nothing. A row made ready and due takes its
-	// key's fresh round (see sql.go) plus its place among the batch's rows
-	// of that key (key_rank). Lock order (1): the outcome rows, in id order.
+	// claim was lost commits nothing. A row made ready and due takes the
+	// fresh round (see sql.go) of its place among the batch's rows of its
+	// key (key_rank). Lock order (1): the outcome rows, in id order.
 	sqlCompleteApply = `
 WITH t AS (SELECT coalesce($2::timestamptz, now()) AS now)
 UPDATE {schema}.instances i SET
@@ -51,19 +51,29 @@ UPDATE {schema}.instances i SET
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
     round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
-                 THEN (SELECT greatest(coalesce(least(
-                                           (SELECT r.round FROM {schema}.instances r
-                                            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                            ORDER BY r.round LIMIT 1),
-                                           (SELECT r.round FROM {schema}.instances r
-                                            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                            ORDER BY r.round LIMIT 1)), 0),
-                                       (SELECT r.round + 1 FROM {schema}.instances r
-                                        WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                        ORDER BY r.round DESC LIMIT 1))
-                       FROM (SELECT i.queue AS q, i.priority AS p,
-                                    CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k) fr)
-                      + o.key_rank
+                 THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                                   ELSE fh.head + fr.n / fk.turns END
+                       FROM (SELECT i.queue AS q, i.priority AS p, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k, o.key_rank AS n) fr
+                       CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                      (SELECT r.round FROM {schema}.instances r
+                                                       WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                       ORDER BY r.round LIMIT 1),
+                                                      (SELECT r.round FROM {schema}.instances r
+                                                       WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                       ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                       CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                                  CASE WHEN x.turns = 1 THEN 1
+                                                       ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                                   WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                                     AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                                   LIMIT x.turns) c) END AS taken
+                                           FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                         WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                           AND r.status IN ('ready', 'blocked')
+                                                         ORDER BY r.round DESC LIMIT 1) AS last,
+                                                        coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                                  WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                                  ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk)
             END,
     spawn_gen = CASE WHEN o.kind = 'spawn' THEN i.spawn_gen + 1 ELSE i.spawn_gen END,
     -- A hand-back keeps when the row first became ready (its run_at when
@@ -80,8 +90,8 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              -- step finished it (done, failed).
              CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
              c.key AS old_key, c.key_shard AS old_shard, c.waiters AS old_waiters,
-             -- A key's rows made ready and due together take consecutive
-             -- rounds from its fresh round, in run_at then seq order
+             -- A key's rows made ready and due together take their turns
+             -- from its fresh round, in run_at then seq order
              -- (internal/admission.Rounds): this is each one's place.
              CASE WHEN x.kind = 'ready' AND NOT c.cancel_requested
                    AND coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now
@@ -148,17 +158,29 @@ w AS (
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN p.pending_children - d.n <= 0
-                     THEN (SELECT greatest(coalesce(least(
-                                               (SELECT r.round FROM {schema}.instances r
-                                                WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                ORDER BY r.round LIMIT 1),
-                                               (SELECT r.round FROM {schema}.instances r
-                                                WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                ORDER BY r.round LIMIT 1)), 0),
-                                           (SELECT r.round + 1 FROM {schema}.instances r
-                                            WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                            ORDER BY r.round DESC LIMIT 1))
-                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END,
+                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                                       ELSE fh.head + fr.n / fk.turns END
+                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k, 0 AS n) fr
+                           CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                          (SELECT r.round FROM {schema}.instances r
+                                                           WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                           ORDER BY r.round LIMIT 1),
+                                                          (SELECT r.round FROM {schema}.instances r
+                                                           WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                           ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                           CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                                      CASE WHEN x.turns = 1 THEN 1
+                                                           ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                                       WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                                         AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                                       LIMIT x.turns) c) END AS taken
+                                               FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                               AND r.status IN ('ready', 'blocked')
+                                                             ORDER BY r.round DESC LIMIT 1) AS last,
+                                                            coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                                      WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                                      ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk) END,
         updated_at = t.now
     FROM unnest($1::uuid[], $2::int[], $5::int[]) AS d(id, n, gen), t
     WHERE p.id = d.id AND p.status = 'awaiting_children' AND p.spawn_gen = d.gen
@@ -178,17 +200,29 @@ w AS (
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0
-                     THEN (SELECT greatest(coalesce(least(
-                                               (SELECT r.round FROM {schema}.instances r
-                                                WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                ORDER BY r.round LIMIT 1),
-                                               (SELECT r.round FROM {schema}.instances r
-                                                WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                ORDER BY r.round LIMIT 1)), 0),
-                                           (SELECT r.round + 1 FROM {schema}.instances r
-                                            WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                            ORDER BY r.round DESC LIMIT 1))
-                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k) fr) END
+                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                                       ELSE fh.head + fr.n / fk.turns END
+                           FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k, 0 AS n) fr
+                           CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                          (SELECT r.round FROM {schema}.instances r
+                                                           WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                           ORDER BY r.round LIMIT 1),
+                                                          (SELECT r.round FROM {schema}.instances r
+                                                           WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                           ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                           CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                                      CASE WHEN x.turns = 1 THEN 1
+                                                           ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                                       WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                                         AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                                       LIMIT x.turns) c) END AS taken
+                                               FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                               AND r.status IN ('ready', 'blocked')
+                                                             ORDER BY r.round DESC LIMIT 1) AS last,
+                                                            coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                                      WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                                      ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk) END
     FROM unnest($1::uuid[], $2::int[]) AS d(id, n), t
     WHERE p.id = d.id AND p.status = 'awaiting_children'
     RETURNING p.queue, p.status
@@ -203,17 +237,29 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        round = (SELECT greatest(coalesce(least(
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1),
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1)), 0),
-                                 (SELECT r.round + 1 FROM {schema}.instances r
-                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                  ORDER BY r.round DESC LIMIT 1))
-                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                             ELSE fh.head + fr.n / fk.turns END
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
+                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1),
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                 CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                            CASE WHEN x.turns = 1 THEN 1
+                                                 ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                               AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                             LIMIT x.turns) c) END AS taken
+                                     FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                   WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                     AND r.status IN ('ready', 'blocked')
+                                                   ORDER BY r.round DESC LIMIT 1) AS last,
+                                                  coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                            WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                            ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = ANY ($1::uuid[]) AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s
@@ -312,17 +358,29 @@ WITH w AS (
         ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL,
-        round = (SELECT greatest(coalesce(least(
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1),
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1)), 0),
-                                 (SELECT r.round + 1 FROM {schema}.instances r
-                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                  ORDER BY r.round DESC LIMIT 1))
-                 FROM (SELECT queue AS q, priority AS p, key AS k) fr),
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                             ELSE fh.head + fr.n / fk.turns END
+                 FROM (SELECT queue AS q, priority AS p, key AS k, 0 AS n) fr
+                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1),
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                 CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                            CASE WHEN x.turns = 1 THEN 1
+                                                 ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                               AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                             LIMIT x.turns) c) END AS taken
+                                     FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                   WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                     AND r.status IN ('ready', 'blocked')
+                                                   ORDER BY r.round DESC LIMIT 1) AS last,
+                                                  coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                            WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                            ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk),
         updated_at = coalesce($2::timestamptz, now())
     WHERE id = $1 AND status IN ('failed', 'canceled')
     RETURNING queue, parent_id, join_gen
@@ -362,17 +420,29 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        round = (SELECT greatest(coalesce(least(
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1),
-                                     (SELECT r.round FROM {schema}.instances r
-                                      WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                      ORDER BY r.round LIMIT 1)), 0),
-                                 (SELECT r.round + 1 FROM {schema}.instances r
-                                  WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p AND r.status IN ('ready', 'blocked')
-                                  ORDER BY r.round DESC LIMIT 1))
-                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k) fr),
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                             ELSE fh.head + fr.n / fk.turns END
+                 FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
+                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1),
+                                                (SELECT r.round FROM {schema}.instances r
+                                                 WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                 CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                            CASE WHEN x.turns = 1 THEN 1
+                                                 ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                             WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                               AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                             LIMIT x.turns) c) END AS taken
+                                     FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                                   WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                     AND r.status IN ('ready', 'blocked')
+                                                   ORDER BY r.round DESC LIMIT 1) AS last,
+                                                  coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                            WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                            ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk),
         updated_at = coalesce($2::timestamptz, now())
     WHERE i.id = $1 AND i.status = 'awaiting'
       AND EXISTS (SELECT 1 FROM {schema}.signals s

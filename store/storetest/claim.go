@@ -30,18 +30,23 @@ var claimTests = []test{
 		require.Equal(h.t, want, got)
 		require.Empty(h.t, h.claim("w", 10, at(time.Minute)))
 	}},
-	{"claim/a key's rows made ready by one batch take consecutive rounds in insertion order", func(h *harness) {
+	{"claim/a key's rows made ready by one batch take their turns in insertion order", func(h *harness) {
 		// Outcomes make rows ready together whatever their order in the
 		// batch (a chain's successor comes after its predecessor, not in
-		// insertion order): a key's rows take consecutive rounds from its
-		// fresh round, in run time then insertion order, and another key's
-		// row made ready with them its fresh round (admission.Rounds). So
-		// a claim alternates keys, one turn each per round.
-		h.syncLimits(gate.Limit{Name: "api", Limit: 10})
+		// insertion order): a key's rows take their turns from its fresh
+		// round, in run time then insertion order, as many a round as the
+		// key's limit, and another key's row made ready with them its
+		// fresh round (admission.Rounds).
+		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
 		x1, x2, y := inst("api:x"), inst("api:x"), inst("api:y")
 		h.insertSeq(x1, x2, y)
 		cs := h.claim("w", 3, at(time.Second))
 		require.ElementsMatch(h.t, []string{x1.ID, x2.ID, y.ID}, claimedIDs(cs))
+		// Due at once (the store's clock), ready while x is full: it takes
+		// one of x's two turns of the current round.
+		x0 := inst("api:x")
+		x0.RunAt = time.Time{}
+		h.insert(x0)
 		by := map[string]store.Claimed{}
 		for _, c := range cs {
 			by[c.ID] = c
@@ -51,7 +56,9 @@ var claimTests = []test{
 		for range 3 {
 			got = append(got, h.claimOne("w", at(3*time.Second)).ID)
 		}
-		require.Equal(h.t, []string{x1.ID, y.ID, x2.ID}, got, "x's second row waits for the next round")
+		require.Equal(h.t, []string{x0.ID, x1.ID, y.ID}, got,
+			"x1 takes x's second turn of the round, before y; x2 waits for the next round")
+		require.Empty(h.t, h.claim("w", 1, at(3*time.Second)), "x is full: x2 waits")
 	}},
 	{"claim/a gate key that went idle admits its next rows at once", func(h *harness) {
 		// A store may drop an idle key's counters (the reconciler does),

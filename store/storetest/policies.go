@@ -561,9 +561,9 @@ var policyTests = []test{
 		require.LessOrEqual(h.t, admitted, limit)
 		require.GreaterOrEqual(h.t, admitted, limit-rate/2, "the limit is reached, not just respected")
 	}},
-	{"fairness/keys take turns within a priority", func(h *harness) {
-		h.syncLimits(gate.Limit{Name: "tenant", Limit: 1000})
-		nis := make([]store.NewInstance, 200)
+	{"fairness/keys take turns within a priority, a gate key as many a round as its limit", func(h *harness) {
+		h.syncLimits(gate.Limit{Name: "tenant", Limit: 3})
+		nis := make([]store.NewInstance, 9)
 		for i := range nis {
 			nis[i] = inst("tenant:a")
 			nis[i].RunAt = at(0)
@@ -579,17 +579,39 @@ var policyTests = []test{
 		urgent.Priority, urgent.RunAt = -1, at(3*time.Second)
 		h.insert(urgent)
 
-		cs := h.claim("w", 4, at(time.Minute))
-		require.Equal(h.t, []string{urgent.ID, a[0], b.ID, c.ID}, claimedIDs(cs),
-			"priority first; then one row of tenant:a, tenant:b's only row, and the keyless row take the first round")
-		require.Equal(h.t, a[1:5], claimedIDs(h.claim("w", 4, at(time.Minute))), "tenant:a's backlog, in FIFO order")
+		// Each row runs to its end before the next claim, so the gate
+		// never binds: the order is the claim order alone.
+		run := func(n int) []string {
+			var ids []string
+			for range n {
+				cl := h.claimOne("w", at(time.Minute))
+				h.commit("w", at(time.Minute), done(cl))
+				ids = append(ids, cl.ID)
+			}
+			return ids
+		}
+		require.Equal(h.t, []string{urgent.ID, a[0], a[1], a[2], b.ID, c.ID}, run(6),
+			"priority first; then tenant:a's three turns of the first round (its limit), tenant:b's only row and the keyless row")
+		require.Equal(h.t, []string{a[3]}, run(1), "tenant:a's backlog, three rows a round, in FIFO order")
 
 		// A late arrival joins the current round, not the back of the backlog.
 		d := inst("tenant:d")
 		d.RunAt = at(30 * time.Second)
 		h.insert(d)
-		cs = h.claim("w", 2, at(time.Minute))
-		require.Equal(h.t, []string{a[5], d.ID}, claimedIDs(cs))
+		require.Equal(h.t, []string{a[4], a[5], d.ID, a[6]}, run(4))
+	}},
+	{"fairness/a K = 1 key takes one turn a round", func(h *harness) {
+		a := h.insertKeyed("acct:a", 3)
+		b := inst("acct:b")
+		b.RunAt = at(time.Second)
+		h.insert(b)
+		var got []string
+		for range 4 {
+			cl := h.claimOne("w", at(time.Minute))
+			h.commit("w", at(time.Minute), done(cl))
+			got = append(got, cl.ID)
+		}
+		require.Equal(h.t, []string{a[0], b.ID, a[1], a[2]}, got, "acct:b's row comes in the first round, after acct:a's first")
 	}},
 	{"fairness/rows of one key stay FIFO when they become ready again", func(h *harness) {
 		h.syncLimits(gate.Limit{Name: "tenant", Limit: 10})
