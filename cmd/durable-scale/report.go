@@ -34,7 +34,8 @@ type reporter struct {
 type interval struct {
 	at              time.Duration // since the start of the load
 	done            int64
-	inserted        int64
+	inserted        int64   // the offered load's rows
+	topped          int64   // the backlog's top-up rows (see topUp)
 	p50, p99        float64 // insert→start, ms, of the rows created during the load that ended in it
 	p99Fresh        float64 // the same p99 without the rows of the backlogged keys
 	total, heap, ix int64   // instances: bytes
@@ -83,12 +84,12 @@ SELECT coalesce((SELECT max(c) FROM (SELECT count(*) c FROM pg_locks
 	}
 }
 
-func (r *reporter) loop(ctx context.Context, every time.Duration, inserted *atomic.Int64) {
-	fmt.Println("  min   done/s  ins/s  p50 ms  p99 ms  p99 fresh ms  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
+func (r *reporter) loop(ctx context.Context, every time.Duration, inserted, topped *atomic.Int64) {
+	fmt.Println("  min   done/s  ins/s  backlog ins/s  p50 ms  p99 ms  p99 fresh ms  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := time.Now()
-	var lastIns int64
+	var lastIns, lastTop int64
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,6 +120,9 @@ FROM pg_stat_user_tables s WHERE s.relid = $1::regclass`, rel).Scan(&iv.total, &
 		ins := inserted.Load()
 		iv.inserted = ins - lastIns
 		lastIns = ins
+		top := topped.Load()
+		iv.topped = top - lastTop
+		lastTop = top
 		errs := r.f.takeErrors()
 		iv.errors = len(errs)
 		r.mu.Lock()
@@ -130,8 +134,8 @@ FROM pg_stat_user_tables s WHERE s.relid = $1::regclass`, rel).Scan(&iv.total, &
 		r.intervals = append(r.intervals, iv)
 		r.mu.Unlock()
 		secs := now.Sub(last).Seconds()
-		fmt.Printf("%5.1f  %7.0f  %5.0f  %6.1f  %6.1f  %12.1f  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
-			iv.at.Minutes(), float64(iv.done)/secs, float64(iv.inserted)/secs, iv.p50, iv.p99, iv.p99Fresh,
+		fmt.Printf("%5.1f  %7.0f  %5.0f  %13.0f  %6.1f  %6.1f  %12.1f  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
+			iv.at.Minutes(), float64(iv.done)/secs, float64(iv.inserted)/secs, float64(iv.topped)/secs, iv.p50, iv.p99, iv.p99Fresh,
 			iv.total>>20, iv.heap>>20, iv.ix>>20, iv.dead, iv.autovacuums, iv.locks, iv.wait.Round(time.Millisecond), iv.errors)
 		for _, n := range notes {
 			fmt.Println("      " + n)

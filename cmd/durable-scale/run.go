@@ -70,8 +70,13 @@ func run(ctx context.Context, o options) error {
 	rep, err := st.Reconcile(ctx, retention, time.Time{})
 	fmt.Printf("reconcile sweep before the load (no ANALYZE run): %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
 
+	depth, err := backlogDepth(ctx, pool, schema, o.backlogged)
+	if err != nil {
+		return err
+	}
 	f := &fleet{o: o, url: url, schema: schema}
 	defer f.stopAll()
+	since := time.Now()
 	for i := range o.engines {
 		if err := f.start(i, true); err != nil {
 			return err
@@ -81,13 +86,20 @@ func run(ctx context.Context, o options) error {
 	soak, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	var inserted atomic.Int64
+	var inserted, topped atomic.Int64
 	wg.Add(3)
 	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, f) }()
 	go func() { defer wg.Done(); r.sample(soak) }()
 	go func() { defer wg.Done(); events(soak, st, f, o, r) }()
-	r.loop(soak, o.every, &inserted)
+	if o.sustain {
+		wg.Add(1)
+		go func() { defer wg.Done(); topUp(soak, pool, ctl, schema, o.backlogged, since, &topped, f) }()
+	}
+	r.loop(soak, o.every, &inserted, &topped)
 	wg.Wait()
+	end, err := backlogDepth(context.Background(), pool, schema, o.backlogged)
+	fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end (err %v; %d rows added to it)\n",
+		o.backlogged, depth, end, err, topped.Load())
 	f.stopAll()
 	t0 = time.Now()
 	rep, err = st.Reconcile(context.Background(), retention, time.Time{})
