@@ -19,67 +19,91 @@ const (
 	// updated_at is its outcome transaction's start, so a window that ended
 	// at the clock would miss the rows of transactions still running, and
 	// never count them (the next window starts after them). The longest
-	// lock wait the soak has seen is under 2 s.
-	topUpLag = 5 * time.Second
+	// lock wait the soak has seen is under 2 s. The backlog is short of its
+	// depth by the rows done in the last topUpLag + topUpEvery at most.
+	topUpLag = 3 * time.Second
 	// topUpBatch is the rows of one InsertMany of the top-up.
 	topUpBatch = 1_000
 )
 
-// topUp keeps the backlogged keys' backlog at its depth until ctx ends, so
-// that the fleet runs saturated by the same work for the whole soak: every
-// topUpEvery it counts the rows of those keys done since its last count
-// (from since on) and inserts as many rows of workflowA, round-robin over
-// acct:0 … acct:backlogged-1, as fair rounds drain them. added counts
-// them, apart from the offered load.
-func topUp(ctx context.Context, pool *pgxpool.Pool, ctl *durable.Engine, schema string, backlogged int, since time.Time, added *atomic.Int64, f *fleet) {
-	if backlogged == 0 {
-		return
-	}
+// topUp keeps the backlogged keys' backlog at its depth, so that the fleet
+// runs saturated by the same work for the whole soak: it counts the rows
+// of those keys done since its last count and inserts as many rows of
+// workflowA, round-robin over acct:0 … acct:backlogged-1, as fair rounds
+// drain them, less the rows the offered load inserted over those keys
+// meanwhile (its K = 1 keys include them), which join the backlog and
+// replace as many. added counts the top-up's rows, apart from the offered
+// load.
+type topUp struct {
+	pool       *pgxpool.Pool
+	ctl        *durable.Engine
+	f          *fleet
+	backlogged int
+	offered    *atomic.Int64 // rows the offered load inserted over the backlogged keys
+	count      string
+	from       time.Time // the start of the next count's window
+	seen       int64     // offered at the last count
+	next       int       // the key the next row goes to
+	owed       int       // rows to insert (negative: the offered load's, ahead of the rows done)
+	added      atomic.Int64
+}
+
+// newTopUp returns the top-up of the backlogged keys' rows done from since
+// on, offered counting the offered load's rows over those keys.
+func newTopUp(pool *pgxpool.Pool, ctl *durable.Engine, f *fleet, schema string, backlogged int, offered *atomic.Int64, since time.Time) *topUp {
 	// The count reads instances_terminal (updated_at, of terminal rows),
 	// as the reporter's does: a window of a few seconds, not the table.
-	q := fmt.Sprintf(`
+	return &topUp{pool: pool, ctl: ctl, f: f, backlogged: backlogged, offered: offered, from: since, count: fmt.Sprintf(`
 SELECT count(*) FROM %s.instances
 WHERE status = 'done' AND updated_at >= $1 AND updated_at < $2
-  AND key_name = 'acct' AND split_part(key, ':', 2)::int < $3`, schema)
+  AND key_name = 'acct' AND split_part(key, ':', 2)::int < $3`, schema)}
+}
+
+// run tops the backlog up every topUpEvery until ctx ends.
+func (t *topUp) run(ctx context.Context) {
 	tick := time.NewTicker(topUpEvery)
 	defer tick.Stop()
-	from, next, owed := since, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		to := time.Now().Add(-topUpLag)
-		if !to.After(from) {
-			continue
-		}
-		var n int
-		if err := pool.QueryRow(ctx, q, from, to, backlogged).Scan(&n); err != nil {
-			if ctx.Err() == nil {
-				f.errorf("backlog top-up: count: %v", err)
-			}
-			continue
-		}
-		from = to
-		owed += n
-		for owed > 0 && ctx.Err() == nil {
-			reqs := make([]durable.InsertRequest, min(owed, topUpBatch))
-			for i := range reqs {
-				reqs[i] = durable.InsertRequest{Workflow: workflowA, State: struct{}{},
-					Options: durable.InsertOptions{Key: gate.Identity("acct", fmt.Sprint((next+i)%backlogged))}}
-			}
-			if _, err := ctl.InsertMany(ctx, reqs); err != nil {
-				if ctx.Err() == nil {
-					f.errorf("backlog top-up: insert: %v", err)
-				}
-				break // owed is retried at the next tick
-			}
-			next = (next + len(reqs)) % backlogged
-			owed -= len(reqs)
-			added.Add(int64(len(reqs)))
+		if err := t.once(ctx, time.Now().Add(-topUpLag)); err != nil && ctx.Err() == nil {
+			t.f.errorf("backlog top-up: %v", err)
 		}
 	}
+}
+
+// once counts the backlogged keys' rows done from the end of the last
+// count to to and inserts as many, less the offered load's rows over those
+// keys since the last count.
+func (t *topUp) once(ctx context.Context, to time.Time) error {
+	if t.backlogged == 0 || !to.After(t.from) {
+		return nil
+	}
+	var n int
+	if err := t.pool.QueryRow(ctx, t.count, t.from, to, t.backlogged).Scan(&n); err != nil {
+		return fmt.Errorf("count: %w", err)
+	}
+	t.from = to
+	off := t.offered.Load()
+	t.owed += n - int(off-t.seen)
+	t.seen = off
+	for t.owed > 0 {
+		reqs := make([]durable.InsertRequest, min(t.owed, topUpBatch))
+		for i := range reqs {
+			reqs[i] = durable.InsertRequest{Workflow: workflowA, State: struct{}{},
+				Options: durable.InsertOptions{Key: gate.Identity("acct", fmt.Sprint((t.next+i)%t.backlogged))}}
+		}
+		if _, err := t.ctl.InsertMany(ctx, reqs); err != nil {
+			return fmt.Errorf("insert: %w", err) // owed, retried at the next count
+		}
+		t.next = (t.next + len(reqs)) % t.backlogged
+		t.owed -= len(reqs)
+		t.added.Add(int64(len(reqs)))
+	}
+	return nil
 }
 
 // backlogDepth counts the waiting (ready and blocked) rows of the

@@ -27,7 +27,8 @@
 //
 // The backlog lasts the whole run (-sustain, on by default): every 2 s the
 // rows of the backlogged keys done since the last look are counted and as
-// many inserted over those keys, round-robin, so that each key keeps its
+// many inserted over those keys, round-robin, less the offered load's rows
+// over them (its K = 1 keys include them), so that each key keeps its
 // depth past the ready cap and the fleet is saturated by the same work
 // from the first minute to the last. These rows are counted apart from the
 // offered load ("backlog ins/s" against "ins/s"); the depth is printed

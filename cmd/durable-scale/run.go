@@ -86,21 +86,31 @@ func run(ctx context.Context, o options) error {
 	soak, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	var inserted, topped atomic.Int64
+	var inserted, onBacklogged atomic.Int64
+	top := newTopUp(pool, ctl, f, schema, o.backlogged, &onBacklogged, since)
 	wg.Add(3)
-	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, f) }()
+	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, &onBacklogged, f) }()
 	go func() { defer wg.Done(); r.sample(soak) }()
 	go func() { defer wg.Done(); events(soak, st, f, o, r) }()
 	if o.sustain {
 		wg.Add(1)
-		go func() { defer wg.Done(); topUp(soak, pool, ctl, schema, o.backlogged, since, &topped, f) }()
+		go func() { defer wg.Done(); top.run(soak) }()
 	}
-	r.loop(soak, o.every, &inserted, &topped)
+	r.loop(soak, o.every, &inserted, &top.added)
 	wg.Wait()
 	end, err := backlogDepth(context.Background(), pool, schema, o.backlogged)
-	fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end (err %v; %d rows added to it)\n",
-		o.backlogged, depth, end, err, topped.Load())
 	f.stopAll()
+	if !o.sustain {
+		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end (err %v)\n",
+			o.backlogged, depth, end, err)
+	} else {
+		// With the fleet stopped, a last top-up needs no lag: what it
+		// leaves of the backlog is what the top-up failed to replace.
+		err2 := top.once(context.Background(), time.Now())
+		last, err3 := backlogDepth(context.Background(), pool, schema, o.backlogged)
+		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end, %d after a last top-up with the fleet stopped; %d rows added to it (errors: %v, %v, %v)\n",
+			o.backlogged, depth, end, last, top.added.Load(), err, err2, err3)
+	}
 	t0 = time.Now()
 	rep, err = st.Reconcile(context.Background(), retention, time.Time{})
 	fmt.Printf("reconcile sweep after the load: %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
@@ -208,7 +218,9 @@ const ready = 64
 // insertLoad inserts o.rate instances a second until ctx ends, in batches
 // every 100 ms: two in five over the K = 1 keys, one in five over the gate
 // keys, the rest without a key; one in five of the second workflow.
-func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *atomic.Int64, f *fleet) {
+// onBacklogged counts the rows of the backlogged keys among them (see
+// topUp).
+func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted, onBacklogged *atomic.Int64, f *fleet) {
 	r := rand.New(rand.NewPCG(1, 2))
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -220,6 +232,7 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 		case <-tick.C:
 		}
 		reqs := make([]durable.InsertRequest, per)
+		bk := 0
 		for i := range reqs {
 			wf := workflowA
 			if r.IntN(5) == 0 {
@@ -228,7 +241,11 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 			var k gate.ConcurrencyKey
 			switch x := r.IntN(5); {
 			case x < 2:
-				k = gate.Identity("acct", fmt.Sprint(r.IntN(o.keys)))
+				n := r.IntN(o.keys)
+				if n < o.backlogged {
+					bk++
+				}
+				k = gate.Identity("acct", fmt.Sprint(n))
 			case x == 2:
 				k = gate.Gate("api", fmt.Sprint(r.IntN(o.gateKeys)))
 			}
@@ -241,6 +258,7 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 			continue
 		}
 		inserted.Add(int64(per))
+		onBacklogged.Add(int64(bk))
 	}
 }
 
