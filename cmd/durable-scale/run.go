@@ -82,7 +82,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	r := newReporter(pool, schema, f, statements, o.backlogged)
+	r := newReporter(pool, schema, f, statements, o.backlogged, o.sustain)
 	soak, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
