@@ -48,8 +48,13 @@
 // drained, then the offered load alone), and the comparison measures no
 // slowdown.
 //
-// After the limit change a note compares the longest pause between two
-// gate step starts before and after it.
+// Around the limit change (from 5 s before it to 10 s after it) the
+// counters of the first five gate keys that have any are locked FOR SHARE
+// in turn every 10 ms: a note gives the longest such wait before the change
+// and from it on, the delay a gate step's claim or credit would meet (the
+// change holds every counter of the name until it commits; see
+// counterProbe). Another compares the longest pause between two gate step
+// starts in the 15 s before and from the change.
 //
 // With -compare it runs drains instead of the soak: -drain-rows instances,
 // inserted before -engines engine processes start, run to the last, the

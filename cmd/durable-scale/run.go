@@ -262,23 +262,37 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted, o
 	}
 }
 
-// events changes the gate's limit at a third of the run and rolls half the
-// engines through a deploy that lacks the second workflow at half.
+// events changes the gate's limit at a third of the run, probing the gate
+// keys' counters around it (see counterProbe), and rolls half the engines
+// through a deploy that lacks the second workflow at half.
 func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *reporter) {
-	at := func(frac float64) bool {
+	after := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(time.Duration(frac * float64(o.duration))):
+		case <-time.After(d):
 			return true
 		}
 	}
-	if !at(1.0 / 3) {
+	third := o.duration / 3
+	lead := min(probeBefore, third)
+	if !after(third - lead) {
+		return
+	}
+	probe := startCounterProbe(ctx, r.pool, r.schema)
+	if !after(lead) {
 		return
 	}
 	t0 := time.Now()
 	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}}, store.SyncOptions{})
 	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v)", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(t0.Add(probeAfter))):
+		}
+		r.note("limit change: " + probe.result(t0))
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -290,7 +304,7 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 		r.note(fmt.Sprintf("gate steps: longest pause between two starts %v in the %v before the limit change, %v in the %v from it (errors: %v, %v)",
 			before.Round(time.Millisecond), gatePauseWindow, during.Round(time.Millisecond), gatePauseWindow, err1, err2))
 	}()
-	if !at(1.0/2 - 1.0/3) {
+	if !after(o.duration/2 - third) {
 		return
 	}
 	half := o.engines / 2
