@@ -104,9 +104,7 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end (err %v)\n",
 			o.backlogged, depth, end, err)
 	} else {
-		// With the fleet stopped, a last top-up needs no lag: what it
-		// leaves of the backlog is what the top-up failed to replace.
-		err2 := top.once(context.Background(), time.Now())
+		err2 := top.last(context.Background())
 		last, err3 := backlogDepth(context.Background(), pool, schema, o.backlogged)
 		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end, %d after a last top-up with the fleet stopped; %d rows added to it (errors: %v, %v, %v)\n",
 			o.backlogged, depth, end, last, top.added.Load(), err, err2, err3)
