@@ -70,25 +70,45 @@ func run(ctx context.Context, o options) error {
 	rep, err := st.Reconcile(ctx, retention, time.Time{})
 	fmt.Printf("reconcile sweep before the load (no ANALYZE run): %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
 
+	depth, err := backlogDepth(ctx, pool, schema, o.backlogged)
+	if err != nil {
+		return err
+	}
 	f := &fleet{o: o, url: url, schema: schema}
 	defer f.stopAll()
+	since := time.Now()
 	for i := range o.engines {
 		if err := f.start(i, true); err != nil {
 			return err
 		}
 	}
-	r := newReporter(pool, schema, f, statements, o.backlogged)
+	r := newReporter(pool, schema, f, statements, o.backlogged, o.sustain)
 	soak, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	var inserted atomic.Int64
+	var inserted, onBacklogged atomic.Int64
+	top := newTopUp(pool, ctl, f, schema, o.backlogged, &onBacklogged, since)
 	wg.Add(3)
-	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, f) }()
+	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, &onBacklogged, f) }()
 	go func() { defer wg.Done(); r.sample(soak) }()
 	go func() { defer wg.Done(); events(soak, st, f, o, r) }()
-	r.loop(soak, o.every, &inserted)
+	if o.sustain {
+		wg.Add(1)
+		go func() { defer wg.Done(); top.run(soak) }()
+	}
+	r.loop(soak, o.every, &inserted, &top.added)
 	wg.Wait()
+	end, err := backlogDepth(context.Background(), pool, schema, o.backlogged)
 	f.stopAll()
+	if !o.sustain {
+		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end (err %v)\n",
+			o.backlogged, depth, end, err)
+	} else {
+		err2 := top.last(context.Background())
+		last, err3 := backlogDepth(context.Background(), pool, schema, o.backlogged)
+		fmt.Printf("backlog (ready and blocked rows of the %d backlogged keys): %d before the load, %d at its end, %d after a last top-up with the fleet stopped; %d rows added to it (errors: %v, %v, %v)\n",
+			o.backlogged, depth, end, last, top.added.Load(), err, err2, err3)
+	}
 	t0 = time.Now()
 	rep, err = st.Reconcile(context.Background(), retention, time.Time{})
 	fmt.Printf("reconcile sweep after the load: %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
@@ -196,7 +216,9 @@ const ready = 64
 // insertLoad inserts o.rate instances a second until ctx ends, in batches
 // every 100 ms: two in five over the K = 1 keys, one in five over the gate
 // keys, the rest without a key; one in five of the second workflow.
-func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *atomic.Int64, f *fleet) {
+// onBacklogged counts the rows of the backlogged keys among them (see
+// topUp).
+func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted, onBacklogged *atomic.Int64, f *fleet) {
 	r := rand.New(rand.NewPCG(1, 2))
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -208,6 +230,7 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 		case <-tick.C:
 		}
 		reqs := make([]durable.InsertRequest, per)
+		bk := 0
 		for i := range reqs {
 			wf := workflowA
 			if r.IntN(5) == 0 {
@@ -216,7 +239,11 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 			var k gate.ConcurrencyKey
 			switch x := r.IntN(5); {
 			case x < 2:
-				k = gate.Identity("acct", fmt.Sprint(r.IntN(o.keys)))
+				n := r.IntN(o.keys)
+				if n < o.backlogged {
+					bk++
+				}
+				k = gate.Identity("acct", fmt.Sprint(n))
 			case x == 2:
 				k = gate.Gate("api", fmt.Sprint(r.IntN(o.gateKeys)))
 			}
@@ -229,26 +256,41 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted *a
 			continue
 		}
 		inserted.Add(int64(per))
+		onBacklogged.Add(int64(bk))
 	}
 }
 
-// events changes the gate's limit at a third of the run and rolls half the
-// engines through a deploy that lacks the second workflow at half.
+// events changes the gate's limit at a third of the run, probing the gate
+// keys' counters around it (see counterProbe), and rolls half the engines
+// through a deploy that lacks the second workflow at half.
 func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *reporter) {
-	at := func(frac float64) bool {
+	after := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(time.Duration(frac * float64(o.duration))):
+		case <-time.After(d):
 			return true
 		}
 	}
-	if !at(1.0 / 3) {
+	third := o.duration / 3
+	lead := min(probeBefore, third)
+	if !after(third - lead) {
+		return
+	}
+	probe := startCounterProbe(ctx, r.pool, r.schema)
+	if !after(lead) {
 		return
 	}
 	t0 := time.Now()
 	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}}, store.SyncOptions{})
 	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v)", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(t0.Add(probeAfter))):
+		}
+		r.note("limit change: " + probe.result(t0))
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -260,7 +302,7 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 		r.note(fmt.Sprintf("gate steps: longest pause between two starts %v in the %v before the limit change, %v in the %v from it (errors: %v, %v)",
 			before.Round(time.Millisecond), gatePauseWindow, during.Round(time.Millisecond), gatePauseWindow, err1, err2))
 	}()
-	if !at(1.0/2 - 1.0/3) {
+	if !after(o.duration/2 - third) {
 		return
 	}
 	half := o.engines / 2
