@@ -12,8 +12,10 @@
 //
 // The data, before the load starts:
 //   - -rows instances, mostly terminal (done) rows spread over the retention
-//     period (7 days), the oldest crossing it during the run at about the
-//     insert rate, so that retention deletes as fast as the load inserts;
+//     period (7 days), the oldest crossing it during the run at -retire rows
+//     a second: about the rows the saturated fleet finishes a second on this
+//     machine, so that retention deletes about as fast as rows are done and
+//     the table keeps its size, as a table in production does;
 //   - -backlogged K = 1 keys (acct:0 … acct:N-1) with a backlog past
 //     admission.ReadyCap, 70 rows each;
 //   - -gate-keys keys of the gate "api" (limit -gate-limit).
@@ -91,6 +93,7 @@ type options struct {
 	engines     int
 	executors   int
 	rate        int
+	retire      int
 	step        time.Duration
 	duration    time.Duration
 	deploy      time.Duration
@@ -123,6 +126,7 @@ func main() {
 	flag.IntVar(&o.engines, "engines", 8, "engine processes")
 	flag.IntVar(&o.executors, "executors", 10, "executors per engine (the library's default)")
 	flag.IntVar(&o.rate, "rate", 1_000, "instances inserted per second during the run")
+	flag.IntVar(&o.retire, "retire", 2_000, "terminal rows a second that age past the retention during the run (about the rows the fleet finishes a second, so that the table keeps its size)")
 	flag.DurationVar(&o.step, "step", 10*time.Millisecond, "how long each step takes")
 	flag.DurationVar(&o.duration, "duration", 30*time.Minute, "how long the load holds")
 	flag.DurationVar(&o.deploy, "deploy", 2*time.Minute, "how long half the engines lack the second workflow")

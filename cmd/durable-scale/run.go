@@ -150,12 +150,12 @@ func server(ctx context.Context, o options) (url string, done func(), err error)
 
 // load writes the table the run starts with: terminal rows written by one
 // statement (their ids random, their times spread so that the oldest cross
-// the retention during the run at about the insert rate), then the
+// the retention during the run at -retire rows a second), then the
 // backlogged keys' rows through the engine.
 func load(ctx context.Context, pool *pgxpool.Pool, ctl *durable.Engine, schema string, o options) error {
 	backlog := o.backlogged * (ready + 6)
 	terminal := max(o.rows-backlog, 0)
-	crossing := min(terminal, int(float64(o.rate)*o.duration.Seconds()))
+	crossing := min(terminal, int(float64(o.retire)*o.duration.Seconds()))
 	t0 := time.Now()
 	if err := loadTerminal(ctx, pool, schema, terminal, crossing, o.duration); err != nil {
 		return err
