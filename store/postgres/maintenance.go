@@ -12,6 +12,7 @@ import (
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // sweepChunk bounds the rows one statement of a sweep (timers, reaper,
@@ -174,16 +175,20 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 
 	if retention > 0 {
 		cutoff := cmp.Or(now, time.Now()).Add(-retention)
+		// The first chunk starts at the oldest row.
+		from := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 		for {
-			tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk)
-			if err != nil {
+			var n int
+			var last pgtype.Timestamptz
+			if err := s.pool.QueryRow(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk, from).Scan(&n, &last); err != nil {
 				errs = append(errs, fmt.Errorf("reconcile: retention: %w", err))
 				break
 			}
-			rep.InstancesDeleted += int(tag.RowsAffected())
-			if tag.RowsAffected() < sweepChunk {
+			rep.InstancesDeleted += n
+			if n < sweepChunk {
 				break
 			}
+			from = last
 		}
 	}
 	return rep, errors.Join(errs...)

@@ -102,7 +102,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"reconcile: promote if room", sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}},
 		{"reconcile: promote", sqlPromote, []any{keys, []int32{1, 1}, nil, "c", one}},
 		{"stranded", sqlStranded, []any{keys, one}},
-		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk}},
+		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk, now.Add(-2 * time.Hour)}},
 		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000}},
 		// Limits and policies.
 		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},

@@ -280,12 +280,25 @@ DELETE FROM {schema}.instances WHERE id IN (
     WHERE workflow = $1 AND status IN ('done', 'failed', 'canceled') AND updated_at < $2::timestamptz
     ORDER BY updated_at LIMIT $3)`
 
-	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before $1.
+	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before
+	// $1 and not before $3, oldest first, read from instances_terminal in
+	// its order, and returns how many it deleted and the last one's
+	// updated_at: the $3 of the sweep's next chunk. Each chunk starts where
+	// the last ended, so that it does not walk again the index entries of
+	// the rows the sweep's earlier chunks deleted: until a vacuum, and while
+	// any snapshot older than their deletion is open, each of those is a
+	// heap visit, and a sweep of many chunks read them quadratically (one
+	// chunk of 1,000 took up to 17 s in a 30-minute soak deleting 2,000 rows
+	// a second).
 	sqlDeleteTerminal = `
-DELETE FROM {schema}.instances WHERE id IN (
-    SELECT id FROM {schema}.instances
-    WHERE status IN ('done', 'failed', 'canceled') AND updated_at < $1::timestamptz
-    LIMIT $2)`
+WITH d AS (
+    DELETE FROM {schema}.instances WHERE id IN (
+        SELECT id FROM {schema}.instances
+        WHERE status IN ('done', 'failed', 'canceled') AND updated_at < $1::timestamptz
+          AND updated_at >= $3::timestamptz
+        ORDER BY updated_at LIMIT $2)
+    RETURNING updated_at)
+SELECT count(*), coalesce(max(updated_at), $3::timestamptz) FROM d`
 )
 
 // Named leases (see store.Store.AcquireLease).
