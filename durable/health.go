@@ -307,8 +307,9 @@ func (e *Engine) deleteByWorkflow(ctx context.Context, now time.Time) (int, erro
 	var errs []error
 	for _, name := range names {
 		before := cmp.Or(now, time.Now()).Add(-rs[name])
+		var from time.Time // each chunk from where the last ended
 		for {
-			n, err := e.st.DeleteTerminal(ctx, name, before, retentionChunk)
+			n, last, err := e.st.DeleteTerminal(ctx, name, from, before, retentionChunk)
 			total += n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("retention of %s: %w", name, err))
@@ -317,6 +318,7 @@ func (e *Engine) deleteByWorkflow(ctx context.Context, now time.Time) (int, erro
 			if n < retentionChunk {
 				break
 			}
+			from = last
 		}
 	}
 	return total, errors.Join(errs...)

@@ -1081,10 +1081,13 @@ type Store interface {
 	// steps' errors, and the report counts what the others did.
 	Reconcile(ctx context.Context, retention time.Duration, now time.Time) (ReconcileReport, error)
 	// DeleteTerminal deletes up to limit terminal instances of workflow
-	// last changed before before, oldest first, and returns how many it
-	// deleted: a workflow's own retention, swept a bounded chunk per call
-	// (see durable.WorkflowOptions.Retention).
-	DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error)
+	// last changed before before and not before from (zero: no bound),
+	// oldest first, and returns how many it deleted and the last one's
+	// UpdatedAt (from when it deleted none): a workflow's own retention,
+	// swept a bounded chunk per call (see durable.WorkflowOptions.Retention),
+	// each call from where the last ended, so that a chunk need not pass
+	// over the rows the sweep's earlier chunks deleted.
+	DeleteTerminal(ctx context.Context, workflow string, from, before time.Time, limit int) (deleted int, last time.Time, err error)
 
 	// Close releases the store's resources.
 	Close() error

@@ -315,11 +315,11 @@ func (c *cutStore) Reconcile(ctx context.Context, retention time.Duration, now t
 	return c.Store.Reconcile(ctx, retention, now)
 }
 
-func (c *cutStore) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+func (c *cutStore) DeleteTerminal(ctx context.Context, workflow string, from, before time.Time, limit int) (int, time.Time, error) {
 	if c.cut.Load() {
-		return 0, errCut
+		return 0, from, errCut
 	}
-	return c.Store.DeleteTerminal(ctx, workflow, before, limit)
+	return c.Store.DeleteTerminal(ctx, workflow, from, before, limit)
 }
 
 // wallClockCutOff: engine A runs a K = 1 step with a 1 s lease; its store

@@ -192,28 +192,35 @@ func abs(x int) int {
 }
 
 // deleteOld removes terminal rows updated before cutoff.
-func (s *Store) deleteOld(cutoff time.Time) int { return s.deleteTerminal("", cutoff, 0) }
+func (s *Store) deleteOld(cutoff time.Time) int {
+	n, _ := s.deleteTerminal("", time.Time{}, cutoff, 0)
+	return n
+}
 
 // DeleteTerminal deletes up to limit terminal instances of workflow last
-// changed before before, oldest first (see store.Store).
-func (s *Store) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+// changed before before and not before from, oldest first (see
+// store.Store).
+func (s *Store) DeleteTerminal(ctx context.Context, workflow string, from, before time.Time, limit int) (int, time.Time, error) {
 	if err := s.lock(); err != nil {
-		return 0, err
+		return 0, from, err
 	}
 	defer s.unlock(&notes{})
 	if limit <= 0 {
-		return 0, nil
+		return 0, from, nil
 	}
-	return s.deleteTerminal(workflow, before, limit), nil
+	n, last := s.deleteTerminal(workflow, from, before, limit)
+	return n, last, nil
 }
 
 // deleteTerminal deletes the terminal rows (of workflow, unless empty)
-// last changed before cutoff, the oldest limit of them (all when limit is
-// 0).
-func (s *Store) deleteTerminal(workflow string, cutoff time.Time, limit int) int {
+// last changed before cutoff and not before from, the oldest limit of them
+// (all when limit is 0), and returns how many and the latest UpdatedAt of
+// them (from when none).
+func (s *Store) deleteTerminal(workflow string, from, cutoff time.Time, limit int) (int, time.Time) {
 	var old []*row
 	for _, r := range s.rows {
-		if r.inst.Status.Terminal() && r.inst.UpdatedAt.Before(cutoff) && (workflow == "" || r.inst.Workflow == workflow) {
+		if r.inst.Status.Terminal() && r.inst.UpdatedAt.Before(cutoff) && !r.inst.UpdatedAt.Before(from) &&
+			(workflow == "" || r.inst.Workflow == workflow) {
 			old = append(old, r)
 		}
 	}
@@ -223,7 +230,11 @@ func (s *Store) deleteTerminal(workflow string, cutoff time.Time, limit int) int
 		})
 		old = old[:limit]
 	}
+	last := from
 	for _, r := range old {
+		if r.inst.UpdatedAt.After(last) {
+			last = r.inst.UpdatedAt
+		}
 		delete(s.rows, r.inst.ID)
 		for _, sg := range r.inbox {
 			delete(s.signals, sg.sig.ID)
@@ -243,7 +254,7 @@ func (s *Store) deleteTerminal(workflow string, cutoff time.Time, limit int) int
 			}
 		}
 	}
-	return len(old)
+	return len(old), last
 }
 
 func (s *Store) sortedKeys() []string {

@@ -195,19 +195,24 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 }
 
 // DeleteTerminal deletes up to limit terminal instances of workflow last
-// changed before before, oldest first (see store.Store).
-func (s *Store) DeleteTerminal(ctx context.Context, workflow string, before time.Time, limit int) (int, error) {
+// changed before before and not before from, oldest first (see
+// store.Store).
+func (s *Store) DeleteTerminal(ctx context.Context, workflow string, from, before time.Time, limit int) (int, time.Time, error) {
 	if err := s.check(); err != nil {
-		return 0, err
+		return 0, from, err
 	}
 	if limit <= 0 {
-		return 0, nil
+		return 0, from, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.q(sqlDeleteTerminalOf), workflow, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete terminal instances of %s: %w", workflow, err)
+	var n int
+	var last *time.Time
+	if err := s.pool.QueryRow(ctx, s.q(sqlDeleteTerminalOf), workflow, before, limit, tsArg(from)).Scan(&n, &last); err != nil {
+		return 0, from, fmt.Errorf("delete terminal instances of %s: %w", workflow, err)
 	}
-	return int(tag.RowsAffected()), nil
+	if last == nil {
+		return n, from, nil
+	}
+	return n, *last, nil
 }
 
 // reconcileKeyChunk bounds how many keys one read of the blocked keys

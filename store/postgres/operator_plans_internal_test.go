@@ -103,7 +103,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"reconcile: promote", sqlPromote, []any{keys, []int32{1, 1}, nil, "c", one}},
 		{"stranded", sqlStranded, []any{keys, one}},
 		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk, now.Add(-2 * time.Hour)}},
-		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000}},
+		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000, now.Add(-2 * time.Hour)}},
 		// Limits and policies.
 		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},
 		{"limits: live by key", sqlLiveByKey, []any{[]string{"api:1", "acct:1"}, []string{"api", "acct"}}},

@@ -272,13 +272,19 @@ SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
 	// sqlDeleteTerminalOf deletes the $3 oldest terminal rows of workflow
-	// $1 last changed before $2, read from instances_terminal_workflow
-	// (migration 019) in its order.
+	// $1 last changed before $2 and not before $4 (NULL: no bound), read
+	// from instances_terminal_workflow (migration 019) in its order, and
+	// returns how many it deleted and the last one's updated_at (NULL:
+	// none), where the next chunk starts (see sqlDeleteTerminal).
 	sqlDeleteTerminalOf = `
-DELETE FROM {schema}.instances WHERE id IN (
-    SELECT id FROM {schema}.instances
-    WHERE workflow = $1 AND status IN ('done', 'failed', 'canceled') AND updated_at < $2::timestamptz
-    ORDER BY updated_at LIMIT $3)`
+WITH d AS (
+    DELETE FROM {schema}.instances WHERE id IN (
+        SELECT id FROM {schema}.instances
+        WHERE workflow = $1 AND status IN ('done', 'failed', 'canceled') AND updated_at < $2::timestamptz
+          AND updated_at >= coalesce($4::timestamptz, '-infinity')
+        ORDER BY updated_at LIMIT $3)
+    RETURNING updated_at)
+SELECT count(*), max(updated_at) FROM d`
 
 	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before
 	// $1 and not before $3, oldest first, read from instances_terminal in

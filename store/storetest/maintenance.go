@@ -94,19 +94,25 @@ var maintenanceTests = []test{
 			require.Equal(h.t, ids[i], c.ID)
 			h.commit("w", at(time.Duration(sec)*time.Second), done(c))
 		}
-		n, err := h.s.DeleteTerminal(h.ctx, "a", at(10*time.Second), 2)
+		n, last, err := h.s.DeleteTerminal(h.ctx, "a", time.Time{}, at(10*time.Second), 2)
 		require.NoError(h.t, err)
 		require.Equal(h.t, 2, n, "the chunk")
+		require.True(h.t, last.Equal(at(2*time.Second)), "the chunk's last row changed at 2 s, not %v", last)
 		for _, id := range ids[:2] {
 			_, err := h.s.Get(h.ctx, id)
 			require.ErrorIs(h.t, err, store.ErrNotFound, "the oldest go first")
 		}
-		n, err = h.s.DeleteTerminal(h.ctx, "a", at(3*time.Second), 10)
+		n, _, err = h.s.DeleteTerminal(h.ctx, "a", last, at(3*time.Second), 10)
 		require.NoError(h.t, err)
 		require.Zero(h.t, n, "changed at the cutoff, not before")
-		n, err = h.s.DeleteTerminal(h.ctx, "a", at(10*time.Second), 10)
+		n, same, err := h.s.DeleteTerminal(h.ctx, "a", at(4*time.Second), at(10*time.Second), 10)
+		require.NoError(h.t, err)
+		require.Zero(h.t, n, "changed before from")
+		require.True(h.t, same.Equal(at(4*time.Second)), "a call that deletes nothing returns from, not %v", same)
+		n, last, err = h.s.DeleteTerminal(h.ctx, "a", last, at(10*time.Second), 10)
 		require.NoError(h.t, err)
 		require.Equal(h.t, 1, n)
+		require.True(h.t, last.Equal(at(3*time.Second)), "not %v", last)
 		h.requireStatus(store.StatusDone, ids[3])
 		h.requireStatus(store.StatusReady, ids[4])
 	}},
