@@ -50,41 +50,7 @@ func TestFreshRoundInlineMatchesTheRule(t *testing.T) {
 		WHERE status = 'ready' AND key = 'acct:3' AND queue = 'b'`))
 	require.NoError(t, err)
 
-	rows, err := s.pool.Query(ctx, s.q(`
-SELECT q, p, coalesce(k, '-'), n,
-       coalesce((SELECT min(r.round) FROM {schema}.instances r WHERE r.status = 'ready' AND r.queue = q AND r.priority = p), 0),
-       (SELECT max(r.round) FROM {schema}.instances r
-        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')),
-       (SELECT count(*) FROM {schema}.instances r
-        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')
-          AND r.round = (SELECT max(m.round) FROM {schema}.instances m
-                         WHERE m.key = k AND m.queue = q AND m.priority = p AND m.status IN ('ready', 'blocked'))),
-       (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                    ELSE fh.head + fr.n / fk.turns END
-        FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr
-        CROSS JOIN LATERAL (SELECT coalesce(least(
-                                       (SELECT r.round FROM {schema}.instances r
-                                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
-                                        ORDER BY r.round LIMIT 1),
-                                       (SELECT r.round FROM {schema}.instances r
-                                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                        ORDER BY r.round LIMIT 1)), 0) AS head) fh
-        CROSS JOIN LATERAL (SELECT x.last, x.turns,
-                                   CASE WHEN x.turns = 1 THEN 1
-                                        ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
-                                                                    WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
-                                                                      AND r.status IN ('ready', 'blocked') AND r.round = x.last
-                                                                    LIMIT x.turns) c) END AS taken
-                            FROM (SELECT (SELECT r.round FROM {schema}.instances r
-                                          WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
-                                            AND r.status IN ('ready', 'blocked')
-                                          ORDER BY r.round DESC LIMIT 1) AS last,
-                                         coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
-                                                   WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
-                                                   ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk)
-FROM unnest(ARRAY['a', 'b', 'c']) AS q, generate_series(0, 3) AS p,
-     unnest(ARRAY[NULL, 'acct:0', 'acct:1', 'acct:2', 'acct:3', 'api:a', 'api:big', 'api:none', 'acct:9']) AS k,
-     generate_series(0, 6) AS n`))
+	rows, err := s.pool.Query(ctx, s.q(freshRoundProbe))
 	require.NoError(t, err)
 	type sample struct {
 		at          string
@@ -131,3 +97,43 @@ FROM unnest(ARRAY['a', 'b', 'c']) AS q, generate_series(0, 3) AS p,
 	}
 	require.Greater(t, filled, 3, "some gate keys start in their last round, so the count of its turns is compared")
 }
+
+// freshRoundProbe reads, for every queue, priority, key and n of its
+// lists, the parts admission.KeyFresh takes (read plainly) and the n-th
+// fresh round as the statements write it inline; TestRulesAreWrittenAlike
+// keeps its copy of the rules alike with theirs.
+const freshRoundProbe = `
+SELECT q, p, coalesce(k, '-'), n,
+       coalesce((SELECT min(r.round) FROM {schema}.instances r WHERE r.status = 'ready' AND r.queue = q AND r.priority = p), 0),
+       (SELECT max(r.round) FROM {schema}.instances r
+        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')),
+       (SELECT count(*) FROM {schema}.instances r
+        WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')
+          AND r.round = (SELECT max(m.round) FROM {schema}.instances m
+                         WHERE m.key = k AND m.queue = q AND m.priority = p AND m.status IN ('ready', 'blocked'))),
+       (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
+                    ELSE fh.head + fr.n / fk.turns END
+        FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr
+        CROSS JOIN LATERAL (SELECT coalesce(least(
+                                       (SELECT r.round FROM {schema}.instances r
+                                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
+                                        ORDER BY r.round LIMIT 1),
+                                       (SELECT r.round FROM {schema}.instances r
+                                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
+                                        ORDER BY r.round LIMIT 1)), 0) AS head) fh
+        CROSS JOIN LATERAL (SELECT x.last, x.turns,
+                                   CASE WHEN x.turns = 1 THEN 1
+                                        ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
+                                                                    WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                                                      AND r.status IN ('ready', 'blocked') AND r.round = x.last
+                                                                    LIMIT x.turns) c) END AS taken
+                            FROM (SELECT (SELECT r.round FROM {schema}.instances r
+                                          WHERE r.key = fr.k AND r.queue = fr.q AND r.priority = fr.p
+                                            AND r.status IN ('ready', 'blocked')
+                                          ORDER BY r.round DESC LIMIT 1) AS last,
+                                         coalesce((SELECT greatest(lk."limit", 1) FROM {schema}.limits lk
+                                                   WHERE lk.name IN (fr.k, split_part(fr.k, ':', 1))
+                                                   ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk)
+FROM unnest(ARRAY['a', 'b', 'c']) AS q, generate_series(0, 3) AS p,
+     unnest(ARRAY[NULL, 'acct:0', 'acct:1', 'acct:2', 'acct:3', 'api:a', 'api:big', 'api:none', 'acct:9']) AS k,
+     generate_series(0, 6) AS n`

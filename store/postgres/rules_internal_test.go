@@ -64,6 +64,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		"sqlSchedulesAll":     sqlSchedulesAll,
 		"sqlSetPending":       sqlSetPending,
 		"sqlSignalWake":       sqlSignalWake,
+		"freshRoundProbe":     freshRoundProbe,
 		"sqlSlotsRead":        sqlSlotsRead,
 		"sqlSlotsCount":       sqlSlotsCount,
 		"sqlStranded":         sqlStranded,
@@ -122,7 +123,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the fresh round", `(SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns ELSE
 			fh.head + fr.n / fk.turns END FROM (SELECT`,
 			[]string{"sqlFireQueueTimers", "sqlFireTimers", "sqlCompleteApply", "sqlJoinParents",
-				"sqlSetPending", "sqlRecheckInbox", "sqlRetry", "sqlSignalWake"}},
+				"sqlSetPending", "sqlRecheckInbox", "sqlRetry", "sqlSignalWake", "freshRoundProbe"}},
 		{"the batch's fresh round", `CASE WHEN fk.last >= h.head THEN fk.last ELSE h.head END AS base, CASE WHEN fk.last >=
 			h.head THEN fk.taken ELSE 0 END AS taken, fk.turns`,
 			[]string{"sqlInsert", "sqlPromoteScheduled"}},
@@ -132,7 +133,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			r.priority = fr.p ORDER BY r.round LIMIT 1)), 0)`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
 				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
-				"sqlRetry", "sqlSignalWake"}},
+				"sqlRetry", "sqlSignalWake", "freshRoundProbe"}},
 		{"the key's last round", `CROSS JOIN LATERAL (SELECT x.last, x.turns, CASE WHEN x.turns = 1 THEN 1 ELSE (SELECT
 			count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = fr.k AND r.queue = fr.q AND
 			r.priority = fr.p AND r.status IN ('ready', 'blocked') AND r.round = x.last LIMIT x.turns) c) END
@@ -142,7 +143,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			split_part(fr.k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
 				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
-				"sqlRetry", "sqlSignalWake"}},
+				"sqlRetry", "sqlSignalWake", "freshRoundProbe"}},
 		{"the move to executing", `SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'), lease_expires_at =
 			t.now + $3::bigint * interval '1 microsecond', started_at = t.now, key_shard = nullif(a.shard,
 			-1), updated_at = t.now, waiters = a.shard < 0 AND i.key IS NOT NULL AND (SELECT ((SELECT true
