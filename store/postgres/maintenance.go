@@ -12,7 +12,6 @@ import (
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // sweepChunk bounds the rows one statement of a sweep (timers, reaper,
@@ -175,12 +174,10 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 
 	if retention > 0 {
 		cutoff := cmp.Or(now, time.Now()).Add(-retention)
-		// The first chunk starts at the oldest row.
-		from := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+		var from *time.Time // the first chunk starts at the oldest row
 		for {
 			var n int
-			var last pgtype.Timestamptz
-			if err := s.pool.QueryRow(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk, from).Scan(&n, &last); err != nil {
+			if err := s.pool.QueryRow(ctx, s.q(sqlDeleteTerminal), cutoff, sweepChunk, from).Scan(&n, &from); err != nil {
 				errs = append(errs, fmt.Errorf("reconcile: retention: %w", err))
 				break
 			}
@@ -188,7 +185,6 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 			if n < sweepChunk {
 				break
 			}
-			from = last
 		}
 	}
 	return rep, errors.Join(errs...)

@@ -271,11 +271,10 @@ p AS (
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
 CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 
-	// sqlDeleteTerminalOf deletes the $3 oldest terminal rows of workflow
-	// $1 last changed before $2 and not before $4 (NULL: no bound), read
-	// from instances_terminal_workflow (migration 019) in its order, and
-	// returns how many it deleted and the last one's updated_at (NULL:
-	// none), where the next chunk starts (see sqlDeleteTerminal).
+	// sqlDeleteTerminalOf is sqlDeleteTerminal for workflow $1's own
+	// retention: the $3 oldest terminal rows of the workflow last changed
+	// before $2 and not before $4, read from instances_terminal_workflow
+	// (migration 019) in its order.
 	sqlDeleteTerminalOf = `
 WITH d AS (
     DELETE FROM {schema}.instances WHERE id IN (
@@ -287,24 +286,23 @@ WITH d AS (
 SELECT count(*), max(updated_at) FROM d`
 
 	// sqlDeleteTerminal deletes up to $2 terminal rows last changed before
-	// $1 and not before $3, oldest first, read from instances_terminal in
-	// its order, and returns how many it deleted and the last one's
-	// updated_at: the $3 of the sweep's next chunk. Each chunk starts where
-	// the last ended, so that it does not walk again the index entries of
-	// the rows the sweep's earlier chunks deleted: until a vacuum, and while
-	// any snapshot older than their deletion is open, each of those is a
-	// heap visit, and a sweep of many chunks read them quadratically (one
-	// chunk of 1,000 took up to 17 s in a 30-minute soak deleting 2,000 rows
-	// a second).
+	// $1 and not before $3 (NULL: no bound), oldest first, read from
+	// instances_terminal in its order, and returns how many it deleted and
+	// the last one's updated_at (NULL: none), the $3 of the sweep's next
+	// chunk. Each chunk starts where the last ended, so that it does not
+	// walk again the index entries of the rows the sweep's earlier chunks
+	// deleted: until a vacuum, and while any snapshot older than their
+	// deletion is open, each of those is a heap visit, and the chunks of a
+	// sweep would read them over and over.
 	sqlDeleteTerminal = `
 WITH d AS (
     DELETE FROM {schema}.instances WHERE id IN (
         SELECT id FROM {schema}.instances
         WHERE status IN ('done', 'failed', 'canceled') AND updated_at < $1::timestamptz
-          AND updated_at >= $3::timestamptz
+          AND updated_at >= coalesce($3::timestamptz, '-infinity')
         ORDER BY updated_at LIMIT $2)
     RETURNING updated_at)
-SELECT count(*), coalesce(max(updated_at), $3::timestamptz) FROM d`
+SELECT count(*), max(updated_at) FROM d`
 )
 
 // Named leases (see store.Store.AcquireLease).
