@@ -212,8 +212,11 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     instances_key_round), turns the key's limit from the key-limit
 //     lookup's two probes (1 without one), and taken how many of its rows
 //     have round last, counted up to turns and only for a gate (a K = 1
-//     key's is 1, so its rows go one past last as before gates took
-//     turns). A statement reads it in its own snapshot as (SELECT CASE ...
+//     key's is 1: its rows go one past last). x is read with OFFSET 0 so
+//     that PostgreSQL keeps it one subquery rather than copy the probe of
+//     last into each reference. A keyless row's probes find nothing
+//     without reading a page (a NULL key). A statement reads it in its own
+//     snapshot as (SELECT CASE ...
 //     FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr CROSS JOIN LATERAL
 //     (<the queue head>) fh <the key's last round>), so that the probes run
 //     inline: in sqlFireQueueTimers, sqlFireTimers, sqlCompleteApply (n: the
