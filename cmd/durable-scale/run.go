@@ -88,7 +88,9 @@ func run(ctx context.Context, o options) error {
 	var wg sync.WaitGroup
 	var inserted, onBacklogged atomic.Int64
 	top := newTopUp(pool, ctl, f, schema, o.backlogged, &onBacklogged, since)
-	wg.Add(3)
+	act := &activity{}
+	wg.Add(4)
+	go func() { defer wg.Done(); act.run(soak, pool, o.dir) }()
 	go func() { defer wg.Done(); insertLoad(soak, ctl, o, &inserted, &onBacklogged, f) }()
 	go func() { defer wg.Done(); r.sample(soak) }()
 	go func() { defer wg.Done(); events(soak, st, f, o, r) }()
@@ -98,6 +100,7 @@ func run(ctx context.Context, o options) error {
 	}
 	r.loop(soak, o.every, &inserted, &top.added)
 	wg.Wait()
+	loadEnd := time.Now()
 	end, err := backlogDepth(context.Background(), pool, schema, o.backlogged)
 	f.stopAll()
 	if !o.sustain {
@@ -113,6 +116,7 @@ func run(ctx context.Context, o options) error {
 	rep, err = st.Reconcile(context.Background(), retention, time.Time{})
 	fmt.Printf("reconcile sweep after the load: %v (%+v, err %v)\n", time.Since(t0).Round(time.Millisecond), rep, err)
 	r.summary(context.Background())
+	r.stalls(context.Background(), act, since, loadEnd)
 	return nil
 }
 
@@ -132,20 +136,33 @@ func prepare(ctx context.Context, o *options) (url string, done func(), err erro
 
 // server returns the URL of the server to run on: -database-url, or a
 // throwaway cluster with Debian's defaults (autovacuum on) and
-// pg_stat_statements loaded, removed by done.
+// pg_stat_statements loaded, removed by done. The throwaway cluster logs
+// what explains a stall (lock waits past deadlock_timeout, statements over
+// a second, checkpoints, autovacuum runs) to server.log, which done copies
+// into the log directory.
 func server(ctx context.Context, o options) (url string, done func(), err error) {
 	if o.databaseURL != "" {
 		return o.databaseURL, func() {}, nil
 	}
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
-		"shared_preload_libraries": "pg_stat_statements",
-		"max_connections":          "100",
+		"shared_preload_libraries":    "pg_stat_statements",
+		"max_connections":             "100",
+		"log_lock_waits":              "on",
+		"log_min_duration_statement":  "1000",
+		"log_checkpoints":             "on",
+		"log_autovacuum_min_duration": "0",
+		"log_line_prefix":             "%m [%p] %a ",
 	}})
 	if err != nil {
 		return "", nil, fmt.Errorf("throwaway cluster: %w", err)
 	}
 	fmt.Printf("throwaway cluster in %s\n", c.Dir())
-	return c.URL("postgres"), c.Remove, nil
+	return c.URL("postgres"), func() {
+		if b, err := os.ReadFile(filepath.Join(c.Dir(), "server.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(o.dir, "server.log"), b, 0o644)
+		}
+		c.Remove()
+	}, nil
 }
 
 // load writes the table the run starts with: terminal rows written by one

@@ -74,7 +74,14 @@ func runWorker(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	pool, err := pgxpool.New(ctx, *url)
+	cfg, err := pgxpool.ParseConfig(*url)
+	if err != nil {
+		return err
+	}
+	// The engine's id names its connections in pg_stat_activity and the
+	// server's log.
+	cfg.ConnConfig.RuntimeParams["application_name"] = *id
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
