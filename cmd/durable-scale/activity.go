@@ -21,8 +21,8 @@ const activityEvery = 250 * time.Millisecond
 // in which the fleet starts few steps (a stall) can be matched with what
 // every backend was waiting for then: each sample is written to
 // activity.tsv in the log directory (the time, the backends running a
-// statement, each wait event with how many wait on it, and the longest
-// running statement), and kept in memory for the stall report (see
+// statement, autovacuum's included, each wait event with how many wait on
+// it, and the longest running statement of a client), and kept in memory for the stall report (see
 // stalls).
 type activity struct {
 	mu      sync.Mutex
@@ -57,7 +57,8 @@ func (a *activity) run(ctx context.Context, pool *pgxpool.Pool, dir string) {
 		}
 		rows, err := pool.Query(ctx, `
 SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'),
-       extract(epoch FROM clock_timestamp() - query_start) * 1e6, left(query, 200)
+       CASE WHEN backend_type = 'client backend' THEN extract(epoch FROM clock_timestamp() - query_start) * 1e6 ELSE 0 END,
+       left(query, 200)
 FROM pg_stat_activity
 WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type IN ('client backend', 'autovacuum worker')`)
 		if err != nil {

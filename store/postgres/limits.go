@@ -62,9 +62,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, nil
 	}
 	var res store.LimitsResult
-	var stranded *strandedKeys
+	stranded := &strandedKeys{}
+	var changed []string
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		stranded = &strandedKeys{} // a retried transaction starts over
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
 			return err
 		}
@@ -119,8 +119,9 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 				return err
 			}
 		}
+		changed = nil
 		if len(res.Changes)+len(res.RateChanges) > 0 {
-			if err := s.applyLimitChanges(ctx, tx, after, &res, stranded); err != nil {
+			if changed, err = s.applyLimitChanges(ctx, tx, &res); err != nil {
 				return err
 			}
 		}
@@ -142,7 +143,13 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
 	if err == nil {
+		err = s.reshapeCounters(ctx, changed, stranded)
 		s.heal(ctx, stranded, time.Time{})
+	}
+	if err != nil && !errors.Is(err, errDryRun) {
+		// The limits are stored: the reconciler re-shapes the counters
+		// this could not at its next sweep.
+		return res, fmt.Errorf("sync limits: stored, but re-shaping the counters of the changed keys failed (the reconciler repairs them): %w", err)
 	}
 	return res, nil
 }
@@ -296,14 +303,13 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 	return out
 }
 
-// applyLimitChanges re-shapes the counters of keys whose limit changed (a
-// name's or a key's own), promotes the blocked rows of those keys that
-// have free slots after it, adjusts the buckets of names whose rate limit
-// changed, and counts the live instances of every changed name and key.
-func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Limits, res *store.LimitsResult, st *strandedKeys) error {
-	counters := map[string]map[int]slotTarget{}
+// applyLimitChanges adjusts the buckets of names whose rate limit changed
+// and counts the live instances of every changed name and key, in the
+// change's transaction, and returns the names and keys whose limit changed:
+// their counters are re-shaped after the commit (see reshapeCounters).
+func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.LimitsResult) (changed []string, err error) {
 	res.Live = map[string]int64{}
-	var changed, allChanged, keys, keyNames []string
+	var allChanged, keys, keyNames []string
 	for _, c := range res.Changes {
 		changed = append(changed, c.Name)
 		if strings.Contains(c.Name, ":") {
@@ -331,8 +337,6 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 	}
 
 	b := &pgx.Batch{}
-	// The count comes first, so that it is not made while the counters
-	// are locked: every credit of their keys waits for those locks.
 	b.Queue(s.q(sqlLiveByName), allChanged).Query(func(rows pgx.Rows) error {
 		var name string
 		var n int64
@@ -347,20 +351,87 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 			return err
 		})
 	}
-	if len(changed) > 0 {
-		b.Queue(s.q(sqlSlotsOfNames), changed).Query(scanCounters(counters))
-	}
-	// Buckets are locked after counters, as in a claim.
 	if len(drop) > 0 {
 		b.Queue(s.q(sqlBucketsDrop), drop)
 	}
 	if len(rescale) > 0 {
 		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
 	}
+	return changed, tx.SendBatch(ctx, b).Close()
+}
+
+// limitChunk is how many keys' counters one transaction of a limit
+// change re-shapes (see reshapeCounters).
+var limitChunk = 100
+
+// reshapeCounters re-shapes the counters of the keys of the changed names
+// and keys (a name's or a key's own limit) to the limits stored when it
+// runs, and promotes the blocked rows of the keys that have free slots
+// after it, limitChunk keys to a transaction, after the change committed.
+// A claim or a credit of a gate key waits for one chunk at most, not for
+// the whole change: at thousands of keys of a name a transaction that
+// locked every counter held them all for as long as it took to write and
+// promote them all.
+//
+// A chunk takes the limits lock (as a sync does), then its keys' counters,
+// then reads the limits: a sync that commits meanwhile waits for the
+// chunk, and its own chunks, which come after its commit, re-shape after
+// this one. Each key is re-shaped at once; the keys of one name run under
+// the old limit or the new one until their chunk, as if the change had
+// been made key by key, which the limits' semantics allow (a lowered
+// limit binds as executing rows finish). Counters created after the commit
+// take the new limit; counters created from the old limits by a claim that
+// read them before the commit, which the key list may miss, are repaired
+// by the reconciler, which re-shapes every counter to the stored limits.
+func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *strandedKeys) error {
+	if len(changed) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlSlotKeysOfNames), changed)
+	if err != nil {
+		return err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), limitChunk)]
+		keys = keys[len(chunk):]
+		var stranded strandedKeys
+		if err := s.inTx(ctx, func(tx pgx.Tx) error {
+			stranded = strandedKeys{}
+			return s.reshapeChunk(ctx, tx, chunk, &stranded)
+		}); err != nil {
+			return err
+		}
+		st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
+	}
+	return nil
+}
+
+// reshapeChunk re-shapes the counters of keys (see reshapeCounters).
+func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, st *strandedKeys) error {
+	counters := map[string]map[int]slotTarget{}
+	var stored []gate.Limit
+	b := &pgx.Batch{}
+	b.Queue(sqlLimitsLock, lockSalt(s.schema, saltLimits))
+	b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
+	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
+		var l gate.Limit
+		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
+			stored = append(stored, l)
+			return nil
+		})
+		return err
+	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-
+	limits, err := gate.NewLimits(stored)
+	if err != nil {
+		return fmt.Errorf("stored limits: %w", err)
+	}
 	var (
 		setKeys                   []string
 		setShards, setCaps, setAv []int32
@@ -368,8 +439,9 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		promoteKeys               []string
 		promoteNs                 []int32
 	)
-	for k, byShard := range counters {
-		l, limited := newLs.For(k)
+	for _, k := range mapKeys(counters) {
+		byShard := counters[k]
+		l, limited := limits.For(k)
 		if !limited {
 			dropKeys = append(dropKeys, k)
 			continue
@@ -401,7 +473,7 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, newLs gate.Lim
 		// A raised limit admits the key's blocked rows now, not at the
 		// reconciler's next sweep; the rows are locked after the counters,
 		// SKIP LOCKED, as a freeing transaction promotes them, and the keys
-		// left stranded by skipped rows are healed after the commit.
+		// left stranded by skipped rows are healed after the change.
 		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
 			_, err := scanPromoted(rows, func(k string) {
 				st.keys, st.one = append(st.keys, k), append(st.one, false)

@@ -107,7 +107,8 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		// Limits and policies.
 		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},
 		{"limits: live by key", sqlLiveByKey, []any{[]string{"api:1", "acct:1"}, []string{"api", "acct"}}},
-		{"limits: counters of names and keys", sqlSlotsOfNames, []any{[]string{"api", "acct:1"}}},
+		{"limits: keys with counters of names and keys", sqlSlotKeysOfNames, []any{[]string{"api", "acct:1"}}},
+		{"limits: counters of keys", sqlSlotsOfKeys, []any{[]string{"api:1", "acct:1"}}},
 		{"key info: limit of a key", sqlLimitOf, []any{"acct:1"}},
 		{"policies: blocked keys of queues", sqlBlockedKeysIn, []any{[]string{"q"}, "", reconcileKeyChunk}},
 		{"schedules: instance running", sqlInstanceRunning, []any{failed}},

@@ -49,12 +49,17 @@ SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigin
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
 WHERE split_part(b.bucket, ':', 1) = d.name`
 
-	// sqlSlotsOfNames locks the counters of keys with the given names, and
-	// of the given keys (per-key limits: a name never contains ':', so the
-	// two never meet), in order.
-	sqlSlotsOfNames = `
+	// sqlSlotKeysOfNames lists the keys with counters of the given names,
+	// and the given keys that have counters (per-key limits: a name never
+	// contains ':', so the two never meet), in order, without a lock.
+	sqlSlotKeysOfNames = `
+SELECT DISTINCT key FROM {schema}.key_slots
+WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key`
+
+	// sqlSlotsOfKeys locks the counters of the given keys, in order.
+	sqlSlotsOfKeys = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
-WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
+WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
 
 	// sqlLiveByName counts the live rows of each key name of $1, from
 	// instances_live_key_name_c (migration 021), whose predicate the
