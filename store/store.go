@@ -928,8 +928,10 @@ type Store interface {
 	// by another namespace than its name's; a sync that would store one
 	// without its name's limit is refused with gate.ErrPerKeyWithoutGate
 	// and stores nothing. A change of a key's limit reshapes its counters
-	// as SyncLimits says, and a key left with free slots has that many of
-	// its blocked rows promoted at once.
+	// as SyncLimits says before the call returns, each key's at once (a
+	// backend may do it after the limits are stored, key by key), and a
+	// key left with free slots has that many of its blocked rows promoted
+	// at once.
 	SyncKeyLimits(ctx context.Context, namespace string, want KeyLimits, opts SyncOptions) (LimitsResult, error)
 	// RateLimits returns the stored rate limits of every namespace, sorted by name.
 	RateLimits(ctx context.Context) ([]gate.RateLimit, error)
