@@ -23,7 +23,8 @@
 // During the run -rate instances a second are inserted over -keys K = 1
 // keys, the gate keys and no key, of two workflows; every engine runs both
 // (steps of -step), reconciles every 30 s (the default), and keeps 7 days.
-// At a third of the run the gate's limit changes; at half, half of the
+// Half a report interval past a third of the run the gate's limit
+// changes (between two report lines); at half, half of the
 // engines restart without the second workflow for -deploy (a rolling
 // deploy), then with it again.
 //

@@ -107,6 +107,7 @@ type Store struct {
 	stmts      sync.Map // statement constant -> rendered text
 	wakes      wakeSender
 	hot        recentKeys   // keys recently found saturated (see recentKeys)
+	late       lateHeal     // stranded keys heal gave up on (see lateHeal)
 	settled    recentKeys   // gate keys whose counters were recently found as their limits make them
 	debitsLost atomic.Int64 // optimistic claims made again (a counter changed under them, or their wait timed out)
 	windows    windows      // per queue, the keyed rows the last claim passed over

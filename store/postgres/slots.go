@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -154,14 +156,15 @@ func (s *Store) queueStranded(b *pgx.Batch, keys []string, one []bool, st *stran
 // healAttempts bounds how often heal retries a stranded key; the waits
 // double from 1 ms, about a quarter of a second in all. The locks that make
 // a promotion skip a row are held by a claim or another freeing transaction
-// for a few milliseconds; past this, the reconciler's sweep promotes the key.
+// for a few milliseconds; past this, the late heal takes the key over.
 const healAttempts = 8
 
 // heal retries the promotion of the keys a committed freeing transaction
 // left stranded, each attempt a transaction of its own that takes the keys'
 // locks (K = 1 advisory locks, waiting) and promotes a key's first blocked
-// row where the key still has room and no ready row. It gives up silently:
-// the reconciler is the safety net.
+// row where the key still has room and no ready row. The keys it has not
+// healed when its attempts end, or when one fails, go to the late heal
+// (healLater); the reconciler is the safety net.
 func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 	if st == nil {
 		return
@@ -173,6 +176,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			s.healLater(keys, one, now)
 			return
 		case <-t.C:
 		}
@@ -182,11 +186,114 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 			j := min(i+healChunk, len(keys))
 			more := &strandedKeys{}
 			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
+				s.healLater(keys[i:], one[i:], now)
 				return
 			}
 			next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
 		}
 		keys, one = next.keys, next.one
+	}
+	s.healLater(keys, one, now)
+}
+
+// lateHeal holds the stranded keys heal gave up on, which a goroutine of
+// the store keeps trying (see healLater).
+type lateHeal struct {
+	mu      sync.Mutex
+	keys    map[string]lateKey
+	running bool
+}
+
+type lateKey struct {
+	one   bool
+	since time.Time
+}
+
+const (
+	// lateHealFirst is the first wait of the late heal; the waits double
+	// up to lateHealEvery.
+	lateHealFirst = 50 * time.Millisecond
+	lateHealEvery = time.Second
+	// lateHealFor is how long the late heal keeps trying a key: about the
+	// reconciler's interval, whose sweep promotes whatever is left.
+	lateHealFor = 30 * time.Second
+)
+
+// healLater hands the keys heal could not heal in its attempts, or at all
+// (an error), to a goroutine of the store that keeps trying them, every
+// lateHealEvery at most, for lateHealFor: a row left blocked behind a free
+// key otherwise waits for the reconciler's sweep, up to its interval
+// (30 s by default). heal's attempts end after about a quarter of a second
+// so as not to hold up its caller (an insert, an outcome's flush), and on
+// a busy server the locks that make it fail are held longer: the rows
+// such keys stranded in a 30-minute soak at 10M rows waited 4–64 s, in
+// bursts after the server stalled for a second or two. The goroutine ends
+// when no key is left, and with the store (Close); a process that dies
+// meanwhile leaves the keys to the reconciler.
+func (s *Store) healLater(keys []string, one []bool, now time.Time) {
+	if len(keys) == 0 || s.closed.Load() {
+		return
+	}
+	since := time.Now()
+	s.late.mu.Lock()
+	defer s.late.mu.Unlock()
+	if s.late.keys == nil {
+		s.late.keys = map[string]lateKey{}
+	}
+	for i, k := range keys {
+		if _, ok := s.late.keys[k]; !ok {
+			s.late.keys[k] = lateKey{one: one[i], since: since}
+		}
+	}
+	if !s.late.running {
+		s.late.running = true
+		go s.healLate(now)
+	}
+}
+
+// healLate is healLater's goroutine.
+func (s *Store) healLate(now time.Time) {
+	wait := lateHealFirst
+	for {
+		time.Sleep(wait)
+		wait = min(2*wait, lateHealEvery)
+		s.late.mu.Lock()
+		if len(s.late.keys) == 0 || s.closed.Load() {
+			clear(s.late.keys)
+			s.late.running = false
+			s.late.mu.Unlock()
+			return
+		}
+		keys := slices.Sorted(maps.Keys(s.late.keys))
+		one := make([]bool, len(keys))
+		for i, k := range keys {
+			one[i] = s.late.keys[k].one
+		}
+		s.late.mu.Unlock()
+
+		left := map[string]bool{}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for i := 0; i < len(keys); i += healChunk {
+			j := min(i+healChunk, len(keys))
+			more := &strandedKeys{}
+			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
+				for _, k := range keys[i:j] {
+					left[k] = true
+				}
+				continue
+			}
+			for _, k := range more.keys {
+				left[k] = true
+			}
+		}
+		cancel()
+		s.late.mu.Lock()
+		for _, k := range keys {
+			if lk := s.late.keys[k]; !left[k] || time.Since(lk.since) > lateHealFor {
+				delete(s.late.keys, k)
+			}
+		}
+		s.late.mu.Unlock()
 	}
 }
 
@@ -194,8 +301,8 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 // behind (see sqlInsert: the K = 1 busy check and the ready count), and
 // marks them hot (the outcome of their holders can hand off: see
 // recentKeys): one healOnce at once, then heal's retries for the keys it
-// left stranded. Errors are dropped: the rows are in, and the
-// reconciler's sweep is the safety net.
+// left stranded. On an error the keys go to the late heal (healLater): the
+// rows are in, and the reconciler's sweep is the safety net.
 //
 // This closes the lost wakeup of an insert racing the end of its key's
 // holder. The insert does not take the key's advisory lock, so a freeing
@@ -231,13 +338,16 @@ func (s *Store) healInserted(ctx context.Context, keys []string) {
 		now = *t
 	}
 	next := &strandedKeys{}
-	for chunk := range slices.Chunk(keys, healChunk) {
+	for i := 0; i < len(keys); i += healChunk {
+		chunk := keys[i:min(i+healChunk, len(keys))]
 		one := make([]bool, len(chunk))
 		for i := range one {
 			one[i] = true
 		}
 		more := &strandedKeys{}
 		if err := s.healOnce(ctx, chunk, one, more, now); err != nil {
+			rest := keys[i:]
+			s.healLater(rest, slices.Repeat([]bool{true}, len(rest)), now)
 			return
 		}
 		next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)

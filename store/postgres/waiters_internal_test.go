@@ -209,3 +209,31 @@ func TestWaitedKeys(t *testing.T) {
 	gated := &claimContext{candidates: []admission.Candidate{{ID: "6", Key: "api:x", Gate: g}}}
 	require.Equal(t, []string{}, waitedKeys(gated, admission.Plan{Blocked: []string{"6"}}), "a gate's blocked row marks nothing")
 }
+
+// TestHealHandsAKeyItGaveUpOnToTheLateHeal: when the holder stays locked
+// past the heal's attempts (a busy server), the insert's heal returns with
+// the key still stranded, and the store's late heal promotes the row soon
+// after the holder's outcome commits, without a reconciler's sweep.
+func TestHealHandsAKeyItGaveUpOnToTheLateHeal(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	holder := holdKey(t, s, "acct:1")
+	p, commit := beginBlockedInsert(t, s, "acct:1")
+	commit()
+	id := p.rows[0].in.ID
+
+	tx, end := lockRow(t, s, holder.ID)
+	s.healInserted(ctx, p.blocked) // every attempt meets the lock
+	require.Equal(t, store.StatusBlocked, statusOf(t, s, id), "the heal gave up")
+	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
+		WHERE id = $1 AND status = 'executing'`), holder.ID)
+	require.NoError(t, err)
+	end()
+	require.Eventually(t, func() bool { return statusOf(t, s, id) == store.StatusReady }, 5*time.Second, 20*time.Millisecond,
+		"the late heal promotes the row once the key is free")
+	require.Eventually(t, func() bool {
+		s.late.mu.Lock()
+		defer s.late.mu.Unlock()
+		return !s.late.running && len(s.late.keys) == 0
+	}, 5*time.Second, 20*time.Millisecond, "the late heal ends when no key is left")
+}
