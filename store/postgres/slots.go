@@ -225,9 +225,8 @@ const (
 // key otherwise waits for the reconciler's sweep, up to its interval
 // (30 s by default). heal's attempts end after about a quarter of a second
 // so as not to hold up its caller (an insert, an outcome's flush), and on
-// a busy server the locks that make it fail are held longer: the rows
-// such keys stranded in a 30-minute soak at 10M rows waited 4–64 s, in
-// bursts after the server stalled for a second or two. The goroutine ends
+// a busy server the locks that make it fail are held longer, for as long
+// as the server stalls. The goroutine ends
 // when no key is left, and with the store (Close); a process that dies
 // meanwhile leaves the keys to the reconciler.
 func (s *Store) healLater(keys []string, one []bool, now time.Time) {
