@@ -23,10 +23,15 @@
 // During the run -rate instances a second are inserted over -keys K = 1
 // keys, the gate keys and no key, of two workflows; every engine runs both
 // (steps of -step), reconciles every 30 s (the default), and keeps 7 days.
-// Half a report interval past a third of the run the gate's limit
-// changes (between two report lines); at half, half of the
-// engines restart without the second workflow for -deploy (a rolling
-// deploy), then with it again.
+// Half a report interval past a third of the run the gate's limit changes
+// (between two report lines); at half, half of the engines restart without
+// the second workflow for -deploy (a rolling deploy), then with it again.
+//
+// Besides the report lines, the log directory gets activity.tsv (what the
+// server's backends wait for, every 250 ms) and, from a throwaway cluster,
+// server.log (lock waits, statements over a second, checkpoints,
+// autovacuums); the summary names the seconds in which the fleet started
+// fewer than half its median steps, with what the backends waited for then.
 //
 // The backlog lasts the whole run (-sustain, on by default): every 2 s the
 // rows of the backlogged keys done since the last look are counted and as
