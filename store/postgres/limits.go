@@ -410,13 +410,10 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 	return nil
 }
 
-// reshapeChunk re-shapes the counters of keys (see reshapeCounters).
-func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, st *strandedKeys) error {
-	counters := map[string]map[int]slotTarget{}
+// queueLimits queues on b the read of every stored key limit; once the
+// batch has run, the returned function gives them as gate.Limits.
+func (s *Store) queueLimits(b *pgx.Batch) func() (gate.Limits, error) {
 	var stored []gate.Limit
-	b := &pgx.Batch{}
-	b.Queue(sqlLimitsLock, lockSalt(s.schema, saltLimits))
-	b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
 	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
 		var l gate.Limit
 		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
@@ -425,12 +422,28 @@ func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, st *
 		})
 		return err
 	})
+	return func() (gate.Limits, error) {
+		ls, err := gate.NewLimits(stored)
+		if err != nil {
+			return ls, fmt.Errorf("stored limits: %w", err)
+		}
+		return ls, nil
+	}
+}
+
+// reshapeChunk re-shapes the counters of keys (see reshapeCounters).
+func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, st *strandedKeys) error {
+	counters := map[string]map[int]slotTarget{}
+	b := &pgx.Batch{}
+	b.Queue(sqlLimitsLock, lockSalt(s.schema, saltLimits))
+	b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
+	storedLimits := s.queueLimits(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-	limits, err := gate.NewLimits(stored)
+	limits, err := storedLimits()
 	if err != nil {
-		return fmt.Errorf("stored limits: %w", err)
+		return err
 	}
 	var (
 		setKeys                   []string

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -305,7 +304,6 @@ var reconcileChunk = 500
 func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
-	var stored []gate.Limit
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlSlotsLockAll), after, upto).Query(scanCounters(counters))
 	b.Queue(s.q(sqlGateHolders), after, upto).Query(func(rows pgx.Rows) error {
@@ -321,20 +319,13 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		})
 		return err
 	})
-	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
-		var l gate.Limit
-		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
-			stored = append(stored, l)
-			return nil
-		})
-		return err
-	})
+	storedLimits := s.queueLimits(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-	limits, err := gate.NewLimits(stored)
+	limits, err := storedLimits()
 	if err != nil {
-		return fmt.Errorf("stored limits: %w", err)
+		return err
 	}
 
 	keys := map[string]bool{}
