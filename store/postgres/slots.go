@@ -176,7 +176,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.healLater(keys, one, now)
+			s.healLater(keys, one)
 			return
 		case <-t.C:
 		}
@@ -186,14 +186,16 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 			j := min(i+healChunk, len(keys))
 			more := &strandedKeys{}
 			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
-				s.healLater(keys[i:], one[i:], now)
+				// This attempt's stranded keys so far, and the keys it
+				// has not tried.
+				s.healLater(append(next.keys, keys[i:]...), append(next.one, one[i:]...))
 				return
 			}
 			next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
 		}
 		keys, one = next.keys, next.one
 	}
-	s.healLater(keys, one, now)
+	s.healLater(keys, one)
 }
 
 // lateHeal holds the stranded keys heal gave up on, which a goroutine of
@@ -229,7 +231,7 @@ const (
 // as the server stalls. The goroutine ends
 // when no key is left, and with the store (Close); a process that dies
 // meanwhile leaves the keys to the reconciler.
-func (s *Store) healLater(keys []string, one []bool, now time.Time) {
+func (s *Store) healLater(keys []string, one []bool) {
 	if len(keys) == 0 || s.closed.Load() {
 		return
 	}
@@ -246,15 +248,20 @@ func (s *Store) healLater(keys []string, one []bool, now time.Time) {
 	}
 	if !s.late.running {
 		s.late.running = true
-		go s.healLate(now)
+		go s.healLate()
 	}
 }
 
-// healLate is healLater's goroutine.
-func (s *Store) healLate(now time.Time) {
+// healLate is healLater's goroutine. Each attempt takes the store's clock
+// (Options.Clock) when it runs, as healInserted does.
+func (s *Store) healLate() {
 	wait := lateHealFirst
 	for {
 		time.Sleep(wait)
+		var now time.Time
+		if t := s.clockNow(); t != nil {
+			now = *t
+		}
 		wait = min(2*wait, lateHealEvery)
 		s.late.mu.Lock()
 		if len(s.late.keys) == 0 || s.closed.Load() {
@@ -339,14 +346,10 @@ func (s *Store) healInserted(ctx context.Context, keys []string) {
 	next := &strandedKeys{}
 	for i := 0; i < len(keys); i += healChunk {
 		chunk := keys[i:min(i+healChunk, len(keys))]
-		one := make([]bool, len(chunk))
-		for i := range one {
-			one[i] = true
-		}
 		more := &strandedKeys{}
-		if err := s.healOnce(ctx, chunk, one, more, now); err != nil {
+		if err := s.healOnce(ctx, chunk, slices.Repeat([]bool{true}, len(chunk)), more, now); err != nil {
 			rest := keys[i:]
-			s.healLater(rest, slices.Repeat([]bool{true}, len(rest)), now)
+			s.healLater(append(next.keys, rest...), append(next.one, slices.Repeat([]bool{true}, len(rest))...))
 			return
 		}
 		next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
