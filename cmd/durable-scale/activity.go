@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,16 +90,19 @@ WHERE state = 'active' AND pid <> pg_backend_pid() AND backend_type IN ('client 
 }
 
 func formatWaits(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
+	keys := byCount(m)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// byCount returns m's keys, the largest value first (ties by key).
+func byCount[V int | float64](m map[string]V) []string {
+	keys := slices.Sorted(maps.Keys(m))
+	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(m[b], m[a]) })
+	return keys
 }
 
 // within sums the samples taken in [from, to): the mean backends on each
@@ -182,11 +188,7 @@ WHERE status = 'done' AND updated_at >= $1 AND started_at >= $1 AND started_at <
 }
 
 func formatMeans(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] })
+	keys := byCount(m)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys[:min(len(keys), 6)] {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
