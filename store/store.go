@@ -96,22 +96,29 @@
 // # Order
 //
 // Within a priority, keys take turns. Every row made ready by an insert or
-// by its run time falling due gets a round: the queue's current round (the
-// lowest round among its ready rows of that priority, 0 when none) for a
-// row without a key. A key takes as many turns a round as its limit (one
-// for a K = 1 key, K for a gate key of K): its rows fill the key's last
-// round among its ready and blocked rows of that queue and priority while
-// that round has turns left and is not behind the current round, then take
-// the following rounds, K rows each (rows of one key made ready together
-// take their turns in run_at, insertion order). Claims take rows in
-// (priority, round, run_at, insertion) order, so a key's backlog of any
-// size delays another key's new row by at most one round, and a gate of K
-// behind the backlogs of many keys still gets K rows a round. A row that
-// becomes ready again after running (next step, signal, timeout, children,
-// retry) takes a fresh round by the same rule, behind the rows of its key
-// already waiting; a released or reaped claim, and a promoted blocked row,
-// keep theirs. A row's turns are counted with the key's limit when it is
-// made ready; a limit changed later applies to the rows made ready after.
+// by its run time falling due gets a round. Rounds are of two kinds: open
+// rounds (odd) and turn rounds (even). The queue's open round is the
+// lowest round among its ready rows of that priority (0 when there are
+// none) when that is an open round, or else the open round just before it.
+// A row without a key takes the open round, and so does a key's row when
+// the key has no row ready or blocked there (as many rows as its limit). A
+// key takes as many turns a round as its limit (one for a K = 1 key, K for
+// a gate key of K): its further rows fill the key's last round among its
+// ready and blocked rows of that queue and priority while that round has
+// turns left, then take the turn rounds after it, K rows each (rows of one
+// key made ready together take their turns in run_at, insertion order).
+// Claims take rows in (priority, round, run_at, insertion) order, so a new
+// row of a key without a backlog, or without a key, comes ahead of the
+// backlogs of every key, however many they are; a key's backlog of any
+// size delays another key's backlog by at most one round; and a gate of K
+// behind the backlogs of many keys still gets K rows a round. Rows of the
+// open round arriving faster than the queue runs them hold the turn rounds
+// back meanwhile, as a queue without keys would. A row that becomes ready
+// again after running (next step, signal, timeout, children, retry) takes
+// a fresh round by the same rule, behind the rows of its key already
+// waiting; a released or reaped claim, and a promoted blocked row, keep
+// theirs. A row's turns are counted with the key's limit when it is made
+// ready; a limit changed later applies to the rows made ready after.
 // The rule is internal/admission.Rounds for both backends (PostgreSQL's
 // insert statement is its SQL form, pinned equal to it).
 //

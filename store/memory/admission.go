@@ -248,7 +248,7 @@ func (s *Store) assignRounds(rows []*row) {
 	rounds := admission.Rounds(in, func(g admission.RoundGroup) admission.Fresh {
 		head := s.currentRound(g.Queue, g.Priority)
 		if g.Key == "" {
-			return admission.Fresh{Round: head, Turns: 1}
+			return admission.KeylessFresh(head)
 		}
 		last, taken, ok := s.keyLastRound(g.Key, g.Queue, g.Priority)
 		return admission.KeyFresh(head, last, ok, taken, s.limits.K(g.Key))

@@ -78,7 +78,7 @@ func TestFreshRoundInlineMatchesTheRule(t *testing.T) {
 	for _, x := range got {
 		var want int64
 		if x.key == "-" {
-			want = x.head // a keyless row is the only one of its group it is given
+			want = admission.KeylessFresh(x.head).Round // a keyless row is the only one of its group it is given
 			if x.n > 0 {
 				continue
 			}
@@ -111,16 +111,16 @@ SELECT q, p, coalesce(k, '-'), n,
         WHERE r.key = k AND r.queue = q AND r.priority = p AND r.status IN ('ready', 'blocked')
           AND r.round = (SELECT max(m.round) FROM {schema}.instances m
                          WHERE m.key = k AND m.queue = q AND m.priority = p AND m.status IN ('ready', 'blocked'))),
-       (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                    ELSE fh.head + fr.n / fk.turns END
+       (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                    ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
         FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr
-        CROSS JOIN LATERAL (SELECT coalesce(least(
+        CROSS JOIN LATERAL (SELECT (coalesce(least(
                                        (SELECT r.round FROM {schema}.instances r
                                         WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                         ORDER BY r.round LIMIT 1),
                                        (SELECT r.round FROM {schema}.instances r
                                         WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                        ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                        ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
         CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                    CASE WHEN x.turns = 1 THEN 1
                                         ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r

@@ -198,8 +198,11 @@ func TestInsertBeyondParameterLimit(t *testing.T) {
 			blocked := n/10 - 10*admission.ReadyCap
 			require.EqualValues(t, n-blocked, e.scalar(`SELECT count(*) FROM instances WHERE status = 'ready'`))
 			require.EqualValues(t, blocked, e.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked'`))
-			// The 700 rows of each key take consecutive rounds.
-			require.EqualValues(t, 699, e.scalar(`SELECT max(round) FROM instances WHERE key = 'acct:10'`))
+			// The 700 rows of each key take the open round (-1 on an empty
+			// queue), then a turn round each: 0, 2, ..., 1,396.
+			require.EqualValues(t, -1, e.scalar(`SELECT min(round) FROM instances WHERE key = 'acct:10'`))
+			require.EqualValues(t, 2*698, e.scalar(`SELECT max(round) FROM instances WHERE key = 'acct:10'`))
+			require.EqualValues(t, 700, e.scalar(`SELECT count(DISTINCT round) FROM instances WHERE key = 'acct:10'`))
 		})
 	}
 }

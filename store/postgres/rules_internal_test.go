@@ -120,17 +120,18 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the blocked check", `((SELECT true FROM {schema}.instances b WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS
 			NULL LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlClaim", "sqlHandOff", "sqlPromoteIfRoom"}},
-		{"the fresh round", `(SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns ELSE
-			fh.head + fr.n / fk.turns END FROM (SELECT`,
+		{"the fresh round", `(SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 *
+			((fk.taken + fr.n) / fk.turns)) ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
+			FROM (SELECT`,
 			[]string{"sqlFireQueueTimers", "sqlFireTimers", "sqlCompleteApply", "sqlJoinParents",
 				"sqlSetPending", "sqlRecheckInbox", "sqlRetry", "sqlSignalWake", "freshRoundProbe"}},
 		{"the batch's fresh round", `CASE WHEN fk.last >= h.head THEN fk.last ELSE h.head END AS base, CASE WHEN fk.last >=
 			h.head THEN fk.taken ELSE 0 END AS taken, fk.turns`,
 			[]string{"sqlInsert", "sqlPromoteScheduled"}},
-		{"the queue head", `coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS
+		{"the queue's open round", `(coalesce(least( (SELECT r.round FROM {schema}.instances r WHERE r.status = 'ready' AND r.key IS
 			NULL AND r.queue = fr.q AND r.priority = fr.p ORDER BY r.round LIMIT 1), (SELECT r.round FROM
 			{schema}.instances r WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND
-			r.priority = fr.p ORDER BY r.round LIMIT 1)), 0)`,
+			r.priority = fr.p ORDER BY r.round LIMIT 1)), 0) - 1) | 1`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlPromoteScheduled", "sqlFireQueueTimers",
 				"sqlFireTimers", "sqlCompleteApply", "sqlJoinParents", "sqlSetPending", "sqlRecheckInbox",
 				"sqlRetry", "sqlSignalWake", "freshRoundProbe"}},

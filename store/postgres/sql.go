@@ -203,29 +203,33 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //   - The fresh round of the fr.n-th (from 0) of the rows of key fr.k
 //     (NULL: none) made ready together in queue fr.q at priority fr.p:
 //     admission.KeyFresh's, in SQL. CASE WHEN fk.last >= fh.head THEN
-//     fk.last + (fk.taken + fr.n) / fk.turns ELSE fh.head + fr.n / fk.turns
-//     END, over fh, the queue head (the lowest round among the queue's ready
-//     rows of that priority, keyless and keyed: one entry of each pick
-//     index, 0 when none), and fk, the key's last round: CROSS JOIN LATERAL
+//     <turn round fk.last, (fk.taken + fr.n) / fk.turns> ELSE <turn round
+//     fh.head, fr.n / fk.turns> END, where <turn round r, k> is
+//     admission.TurnRound(r, k): greatest(r, r - (r & 1) + 2 * k). It is read over
+//     fh, the queue's open round (admission.Open of the queue head, the
+//     lowest round among the queue's ready rows of that priority, keyless
+//     and keyed: one entry of each pick index, 0 when none: (<head> - 1) |
+//     1), and fk, the key's last round: CROSS JOIN LATERAL
 //     (SELECT x.last, x.turns, <taken> ...) fk, where last is the key's
 //     highest round among its ready and blocked rows there (one entry of
 //     instances_key_round), turns the key's limit from the key-limit
 //     lookup's two probes (1 without one), and taken how many of its rows
 //     have round last, counted up to turns and only for a gate (a K = 1
-//     key's is 1: its rows go one past last). x is read with OFFSET 0 so
-//     that PostgreSQL keeps it one subquery rather than copy the probe of
-//     last into each reference. A keyless row's probes find nothing
-//     without reading a page (a NULL key). A statement reads it in its own
-//     snapshot as (SELECT CASE ...
+//     key's is 1: its rows go to the turn round after last). x is read
+//     with OFFSET 0 so that PostgreSQL keeps it one subquery rather than
+//     copy the probe of last into each reference. A keyless row's probes
+//     find nothing without reading a page (a NULL key), so it takes the
+//     open round. A statement reads it in its own snapshot as (SELECT CASE ...
 //     FROM (SELECT q AS q, p AS p, k AS k, n AS n) fr CROSS JOIN LATERAL
-//     (<the queue head>) fh <the key's last round>), so that the probes run
-//     inline: in sqlFireQueueTimers, sqlFireTimers, sqlCompleteApply (n: the
-//     row's place among its key's rows of the batch), sqlJoinParents,
-//     sqlSetPending, sqlRecheckInbox, sqlRetry and sqlSignalWake (n = 0). A
-//     statement that gives rounds to many keys of few queues reads the
-//     queue head once per queue and priority, and the key's last round per
-//     key, and gives a key's n-th row base + (taken + n) / turns (the
-//     batch's fresh round): sqlInsert and sqlPromoteScheduled;
+//     (<the queue's open round>) fh <the key's last round>), so that the
+//     probes run inline: in sqlFireQueueTimers, sqlFireTimers,
+//     sqlCompleteApply (n: the row's place among its key's rows of the
+//     batch), sqlJoinParents, sqlSetPending, sqlRecheckInbox, sqlRetry and
+//     sqlSignalWake (n = 0). A statement that gives rounds to many keys of
+//     few queues reads the queue's open round once per queue and priority,
+//     and the key's last round per key, and gives a key's n-th row the turn
+//     round base, (taken + n) / turns (the batch's fresh round):
+//     sqlInsert and sqlPromoteScheduled;
 //     sqlInsertRounds returns the parts for admission.KeyFresh. A SQL
 //     function cannot stand in for the inline form: PostgreSQL cannot
 //     inline a function whose body has subqueries, and a call cost 35-54

@@ -19,13 +19,13 @@ WITH d AS MATERIALIZED (
     ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED),
 h AS MATERIALIZED (
     SELECT g.priority,
-           (SELECT coalesce(least(
+           (SELECT (coalesce(least(
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                         ORDER BY r.round LIMIT 1),
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                        ORDER BY r.round LIMIT 1)), 0)
+                        ORDER BY r.round LIMIT 1)), 0) - 1) | 1
             FROM (SELECT $1::text AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT priority FROM d WHERE round IS NULL) g
 ),
@@ -51,9 +51,9 @@ b AS (
                                                ORDER BY length(lk.name) DESC LIMIT 1), 1) AS turns OFFSET 0) x) fk
 ),
 r AS (
-    SELECT d.id, coalesce(d.round, b.base + CASE WHEN d.key IS NULL THEN 0 ELSE
+    SELECT d.id, coalesce(d.round, greatest(b.base, b.base - (b.base & 1) + 2 * CASE WHEN d.key IS NULL THEN 0 ELSE
                (b.taken + row_number() OVER (PARTITION BY d.priority, d.key, d.round IS NULL ORDER BY d.run_at, d.seq) - 1)
-               / b.turns END) AS round
+               / b.turns END)) AS round
     FROM d LEFT JOIN b ON b.priority = d.priority AND b.key IS NOT DISTINCT FROM d.key
 )
 UPDATE {schema}.instances i SET status = 'ready', round = r.round, updated_at = coalesce($2::timestamptz, now())
@@ -70,16 +70,16 @@ WITH d AS MATERIALIZED (
     ORDER BY timeout_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE {schema}.instances i
 SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-    round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                         ELSE fh.head + fr.n / fk.turns END
+    round = (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                         ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
              FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
-             CROSS JOIN LATERAL (SELECT coalesce(least(
+             CROSS JOIN LATERAL (SELECT (coalesce(least(
                                             (SELECT r.round FROM {schema}.instances r
                                              WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                              ORDER BY r.round LIMIT 1),
                                             (SELECT r.round FROM {schema}.instances r
                                              WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                             ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                             ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
              CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                         CASE WHEN x.turns = 1 THEN 1
                                              ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r

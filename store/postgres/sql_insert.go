@@ -37,13 +37,13 @@ x AS (
 ),
 h AS MATERIALIZED (
     SELECT g.queue, g.priority,
-           (SELECT coalesce(least(
+           (SELECT (coalesce(least(
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                         ORDER BY r.round LIMIT 1),
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                        ORDER BY r.round LIMIT 1)), 0)
+                        ORDER BY r.round LIMIT 1)), 0) - 1) | 1
             FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM x WHERE due) g
 ),
@@ -89,8 +89,9 @@ ins AS (
            x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
-                ELSE b.base + (b.taken + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due ORDER BY x.at, x.ord) - 1)
-                              / b.turns
+                ELSE greatest(b.base, b.base - (b.base & 1)
+                                      + 2 * ((b.taken + row_number() OVER (PARTITION BY x.queue, x.priority, x.key, x.due
+                                                                           ORDER BY x.at, x.ord) - 1) / b.turns))
            END,
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
@@ -131,13 +132,13 @@ d AS MATERIALIZED (
 ),
 h AS MATERIALIZED (
     SELECT g.queue, g.priority,
-           (SELECT coalesce(least(
+           (SELECT (coalesce(least(
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                         ORDER BY r.round LIMIT 1),
                        (SELECT r.round FROM {schema}.instances r
                         WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                        ORDER BY r.round LIMIT 1)), 0)
+                        ORDER BY r.round LIMIT 1)), 0) - 1) | 1
             FROM (SELECT g.queue AS q, g.priority AS p) fr) AS head
     FROM (SELECT DISTINCT queue, priority FROM d) g
 ),

@@ -17,16 +17,16 @@ WITH d AS MATERIALIZED (
 w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', timed_out = true, run_at = i.timeout_at, timeout_at = NULL,
-        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                             ELSE fh.head + fr.n / fk.turns END
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                             ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                  FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
-                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                 CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                  ORDER BY r.round LIMIT 1),
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                 ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                  CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                             CASE WHEN x.turns = 1 THEN 1
                                                  ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r

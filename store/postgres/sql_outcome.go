@@ -51,16 +51,16 @@ UPDATE {schema}.instances i SET
     last_error = CASE WHEN o.error <> '' THEN o.error ELSE i.last_error END,
     pending_children = CASE WHEN o.kind = 'spawn' THEN o.children ELSE 0 END,
     round = CASE WHEN o.kind = 'ready' AND o.run_at <= t.now
-                 THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                                   ELSE fh.head + fr.n / fk.turns END
+                 THEN (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                                   ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                        FROM (SELECT i.queue AS q, i.priority AS p, CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END AS k, o.key_rank AS n) fr
-                       CROSS JOIN LATERAL (SELECT coalesce(least(
+                       CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                       (SELECT r.round FROM {schema}.instances r
                                                        WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                        ORDER BY r.round LIMIT 1),
                                                       (SELECT r.round FROM {schema}.instances r
                                                        WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                       ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                       ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                        CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                                   CASE WHEN x.turns = 1 THEN 1
                                                        ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
@@ -158,16 +158,16 @@ w AS (
         status = CASE WHEN p.pending_children - d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN p.pending_children - d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN p.pending_children - d.n <= 0
-                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                                       ELSE fh.head + fr.n / fk.turns END
+                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                                       ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                            FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k, 0 AS n) fr
-                           CROSS JOIN LATERAL (SELECT coalesce(least(
+                           CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                           (SELECT r.round FROM {schema}.instances r
                                                            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                            ORDER BY r.round LIMIT 1),
                                                           (SELECT r.round FROM {schema}.instances r
                                                            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                           ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                           ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                            CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                                       CASE WHEN x.turns = 1 THEN 1
                                                            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
@@ -200,16 +200,16 @@ w AS (
         status = CASE WHEN d.n <= 0 THEN 'ready' ELSE p.status END,
         run_at = CASE WHEN d.n <= 0 THEN t.now ELSE p.run_at END,
         round = CASE WHEN d.n <= 0
-                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                                       ELSE fh.head + fr.n / fk.turns END
+                     THEN (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                                       ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                            FROM (SELECT p.queue AS q, p.priority AS p, p.key AS k, 0 AS n) fr
-                           CROSS JOIN LATERAL (SELECT coalesce(least(
+                           CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                           (SELECT r.round FROM {schema}.instances r
                                                            WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                            ORDER BY r.round LIMIT 1),
                                                           (SELECT r.round FROM {schema}.instances r
                                                            WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                           ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                           ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                            CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                                       CASE WHEN x.turns = 1 THEN 1
                                                            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
@@ -237,16 +237,16 @@ CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL,
-        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                             ELSE fh.head + fr.n / fk.turns END
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                             ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                  FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
-                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                 CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                  ORDER BY r.round LIMIT 1),
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                 ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                  CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                             CASE WHEN x.turns = 1 THEN 1
                                                  ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
@@ -358,16 +358,16 @@ WITH w AS (
         ready_since = NULL,
         lease_expires_at = NULL, key_shard = NULL, timed_out = false, timeout_at = NULL,
         await_signal = NULL, result = NULL,
-        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                             ELSE fh.head + fr.n / fk.turns END
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                             ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                  FROM (SELECT queue AS q, priority AS p, key AS k, 0 AS n) fr
-                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                 CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                  ORDER BY r.round LIMIT 1),
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                 ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                  CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                             CASE WHEN x.turns = 1 THEN 1
                                                  ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
@@ -420,16 +420,16 @@ SELECT inst.status, EXISTS (SELECT 1 FROM ins) FROM inst`
 WITH w AS (
     UPDATE {schema}.instances i
     SET status = 'ready', run_at = coalesce($2::timestamptz, now()), timeout_at = NULL, timed_out = false,
-        round = (SELECT CASE WHEN fk.last >= fh.head THEN fk.last + (fk.taken + fr.n) / fk.turns
-                             ELSE fh.head + fr.n / fk.turns END
+        round = (SELECT CASE WHEN fk.last >= fh.head THEN greatest(fk.last, fk.last - (fk.last & 1) + 2 * ((fk.taken + fr.n) / fk.turns))
+                             ELSE greatest(fh.head, fh.head - (fh.head & 1) + 2 * (fr.n / fk.turns)) END
                  FROM (SELECT i.queue AS q, i.priority AS p, i.key AS k, 0 AS n) fr
-                 CROSS JOIN LATERAL (SELECT coalesce(least(
+                 CROSS JOIN LATERAL (SELECT (coalesce(least(
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NULL AND r.queue = fr.q AND r.priority = fr.p
                                                  ORDER BY r.round LIMIT 1),
                                                 (SELECT r.round FROM {schema}.instances r
                                                  WHERE r.status = 'ready' AND r.key IS NOT NULL AND r.queue = fr.q AND r.priority = fr.p
-                                                 ORDER BY r.round LIMIT 1)), 0) AS head) fh
+                                                 ORDER BY r.round LIMIT 1)), 0) - 1) | 1 AS head) fh
                  CROSS JOIN LATERAL (SELECT x.last, x.turns,
                                             CASE WHEN x.turns = 1 THEN 1
                                                  ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r

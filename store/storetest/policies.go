@@ -594,11 +594,39 @@ var policyTests = []test{
 			"priority first; then tenant:a's three turns of the first round (its limit), tenant:b's only row and the keyless row")
 		require.Equal(h.t, []string{a[3]}, run(1), "tenant:a's backlog, three rows a round, in FIFO order")
 
-		// A late arrival joins the current round, not the back of the backlog.
+		// A late arrival of a key with no row waiting takes the open round,
+		// ahead of the backlog's turns.
 		d := inst("tenant:d")
 		d.RunAt = at(30 * time.Second)
 		h.insert(d)
-		require.Equal(h.t, []string{a[4], a[5], d.ID, a[6]}, run(4))
+		require.Equal(h.t, []string{d.ID, a[4], a[5], a[6]}, run(4))
+	}},
+	{"fairness/a new row goes ahead of a turn round of many keys", func(h *harness) {
+		// Five K = 1 keys with a row running and one waiting, each in the
+		// same turn round: behind thousands of keys with a backlog, such a
+		// round holds a row of each. A keyless row and a row of a new key
+		// made ready then take the open round, before it, rather than wait
+		// for every key's turn.
+		var waiting []string
+		for k := range 5 {
+			ids := h.insertKeyed(fmt.Sprintf("acct:%d", k), 2)
+			waiting = append(waiting, ids[1])
+		}
+		running := h.claim("w", 10, at(time.Second))
+		require.Len(h.t, running, 5, "the first row of each key")
+		for _, c := range running {
+			h.commit("w", at(2*time.Second), done(c))
+		}
+		plain, fresh := inst(""), inst("acct:new")
+		plain.RunAt, fresh.RunAt = at(5*time.Second), at(5*time.Second) // after the waiting rows' run_at
+		h.insertSeq(plain, fresh)
+		var got []string
+		for range 7 {
+			cl := h.claimOne("w", at(time.Minute))
+			h.commit("w", at(time.Minute), done(cl))
+			got = append(got, cl.ID)
+		}
+		require.Equal(h.t, append([]string{plain.ID, fresh.ID}, waiting...), got)
 	}},
 	{"fairness/a K = 1 key takes one turn a round", func(h *harness) {
 		a := h.insertKeyed("acct:a", 3)
