@@ -309,9 +309,18 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 	if !after(lead) {
 		return
 	}
+	// The change runs on a store of its own, whose connections trace how
+	// long each of its transactions holds gate counters (see holdTracer).
+	holds := newHoldTracer()
+	changer, closeChanger, err := tracedStore(ctx, r.pool, r.schema, holds)
+	if err != nil {
+		r.note(fmt.Sprintf("limit change: no traced store (%v); changing the limit untraced", err))
+		changer, closeChanger = st, func() {}
+	}
+	defer closeChanger()
 	t0 := time.Now()
-	_, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}}, store.SyncOptions{})
-	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v)", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err))
+	_, err = changer.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: max(o.gateLimit-2, 1)}}}, store.SyncOptions{})
+	r.note(fmt.Sprintf("limit change: api %d → %d took %v (err %v); %s", o.gateLimit, max(o.gateLimit-2, 1), time.Since(t0).Round(time.Millisecond), err, holds.result()))
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -469,4 +478,23 @@ func (f *fleet) stopAll() {
 		go func() { defer wg.Done(); f.stop(i) }()
 	}
 	wg.Wait()
+}
+
+// tracedStore opens a store on a pool of its own, like pool, whose
+// connections report to tr.
+func tracedStore(ctx context.Context, pool *pgxpool.Pool, schema string, tr *holdTracer) (*postgres.Store, func(), error) {
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.Tracer = tr
+	cfg.ConnConfig.RuntimeParams["application_name"] = "limit-change"
+	cfg.MaxConns = 4
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := postgres.New(ctx, p, postgres.Options{Schema: schema})
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close(); p.Close() }, nil
 }

@@ -361,8 +361,12 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.Lim
 }
 
 // limitChunk is how many keys' counters one transaction of a limit
-// change re-shapes (see reshapeCounters).
-var limitChunk = 100
+// change re-shapes (see reshapeCounters). A chunk holds the counters it
+// locked until it commits, through its waits for the counters of its
+// other keys, which claims and credits hold meanwhile: a small chunk keeps
+// that hold, which a gate step of those keys may wait through, to a few
+// statements.
+var limitChunk = 10
 
 // reshapeCounters re-shapes the counters of the keys of the changed names
 // and keys (a name's or a key's own limit) to the limits stored when it
