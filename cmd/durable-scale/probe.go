@@ -19,14 +19,15 @@ const (
 )
 
 // counterProbe measures the wait a gate step's claim or credit has for its
-// key's counters while a limit change runs. SyncKeyLimits holds every
-// counter of the changed name (key_slots rows, FOR UPDATE) from the moment
-// it reads them to its commit, after it counts the name's live rows: a
-// claim skips the locked counters (its rows wait for a later claim), an
+// key's counters around a limit change. SyncKeyLimits reshapes the counters
+// of the changed name's keys a chunk of keys to a transaction, each chunk
+// holding its keys' counters (key_slots rows, FOR UPDATE) until it commits:
+// a claim skips locked counters (its rows wait for a later claim), an
 // optimistic claim waits for them up to 50 ms, a credit (a step's end)
 // waits. The other locks the change holds, its advisory lock and the
 // limits row, are taken by no claim and no credit (they read limits
-// without a lock), so the counters are what to probe.
+// without a lock), so the counters are what to probe. The probe sees the
+// claims' and credits' own holds too; holdTracer times the change's alone.
 //
 // Every probeEvery, one of the first probeKeys keys of the gate "api" in
 // key order that have counters (in turn) is locked FOR SHARE, which waits
