@@ -106,10 +106,10 @@ func TurnRound(r, k int64) int64 {
 // KeyFresh. base is called once per group of rows.
 //
 // A row without a key takes its group's open round, so it is claimed
-// ahead of the turns of the keys with a backlog. A key's rows take their turns from its
-// Fresh, in At then Seq order, Turns rows a round, so that a key with many
-// rows waiting takes its turns in each round beside other keys rather than
-// running ahead of them.
+// ahead of the turns of the keys with a backlog. A key's rows take their
+// turns from its Fresh, in At then Seq order, Turns rows a round, so that
+// a key with many rows waiting takes its turns in each round beside other
+// keys rather than running ahead of them.
 func Rounds(rows []RoundRow, base func(RoundGroup) Fresh) []int64 {
 	out := make([]int64, len(rows))
 	order := make([]int, len(rows))
