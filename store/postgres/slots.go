@@ -171,31 +171,40 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 	}
 	keys, one := st.keys, st.one
 	wait := time.Millisecond
+attempts:
 	for attempt := 0; attempt < healAttempts && len(keys) > 0; attempt++ {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.healLater(keys, one)
-			return
+			break attempts
 		case <-t.C:
 		}
 		wait *= 2
-		next := &strandedKeys{}
-		for i := 0; i < len(keys); i += healChunk {
-			j := min(i+healChunk, len(keys))
-			more := &strandedKeys{}
-			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
-				// This attempt's stranded keys so far, and the keys it
-				// has not tried.
-				s.healLater(append(next.keys, keys[i:]...), append(next.one, one[i:]...))
-				return
-			}
-			next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
+		left, err := s.healPass(ctx, keys, one, now)
+		keys, one = left.keys, left.one
+		if err != nil {
+			break
 		}
-		keys, one = next.keys, next.one
 	}
 	s.healLater(keys, one)
+}
+
+// healPass runs healOnce over keys, healChunk keys to a transaction, and
+// returns the keys left stranded: those its chunks found stranded and, if
+// a chunk fails, that chunk's keys and the keys after it, with the error.
+func (s *Store) healPass(ctx context.Context, keys []string, one []bool, now time.Time) (*strandedKeys, error) {
+	left := &strandedKeys{}
+	for i := 0; i < len(keys); i += healChunk {
+		j := min(i+healChunk, len(keys))
+		more := &strandedKeys{}
+		if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
+			left.keys, left.one = append(left.keys, keys[i:]...), append(left.one, one[i:]...)
+			return left, err
+		}
+		left.keys, left.one = append(left.keys, more.keys...), append(left.one, more.one...)
+	}
+	return left, nil
 }
 
 // lateHeal holds the stranded keys heal gave up on, which a goroutine of
@@ -228,9 +237,9 @@ const (
 // (30 s by default). heal's attempts end after about a quarter of a second
 // so as not to hold up its caller (an insert, an outcome's flush), and on
 // a busy server the locks that make it fail are held longer, for as long
-// as the server stalls. The goroutine ends
-// when no key is left, and with the store (Close); a process that dies
-// meanwhile leaves the keys to the reconciler.
+// as the server stalls. The goroutine ends when no key is left, and with
+// the store (Close); a process that dies meanwhile leaves the keys to the
+// reconciler.
 func (s *Store) healLater(keys []string, one []bool) {
 	if len(keys) == 0 || s.closed.Load() {
 		return
@@ -277,22 +286,13 @@ func (s *Store) healLate() {
 		}
 		s.late.mu.Unlock()
 
-		left := map[string]bool{}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		for i := 0; i < len(keys); i += healChunk {
-			j := min(i+healChunk, len(keys))
-			more := &strandedKeys{}
-			if err := s.healOnce(ctx, keys[i:j], one[i:j], more, now); err != nil {
-				for _, k := range keys[i:j] {
-					left[k] = true
-				}
-				continue
-			}
-			for _, k := range more.keys {
-				left[k] = true
-			}
-		}
+		stranded, _ := s.healPass(ctx, keys, one, now) // a failure leaves its keys for the next attempt
 		cancel()
+		left := map[string]bool{}
+		for _, k := range stranded.keys {
+			left[k] = true
+		}
 		s.late.mu.Lock()
 		for _, k := range keys {
 			if lk := s.late.keys[k]; !left[k] || time.Since(lk.since) > lateHealFor {
@@ -343,18 +343,12 @@ func (s *Store) healInserted(ctx context.Context, keys []string) {
 	if t := s.clockNow(); t != nil {
 		now = *t
 	}
-	next := &strandedKeys{}
-	for i := 0; i < len(keys); i += healChunk {
-		chunk := keys[i:min(i+healChunk, len(keys))]
-		more := &strandedKeys{}
-		if err := s.healOnce(ctx, chunk, slices.Repeat([]bool{true}, len(chunk)), more, now); err != nil {
-			rest := keys[i:]
-			s.healLater(append(next.keys, rest...), append(next.one, slices.Repeat([]bool{true}, len(rest))...))
-			return
-		}
-		next.keys, next.one = append(next.keys, more.keys...), append(next.one, more.one...)
+	left, err := s.healPass(ctx, keys, slices.Repeat([]bool{true}, len(keys)), now)
+	if err != nil {
+		s.healLater(left.keys, left.one)
+		return
 	}
-	s.heal(ctx, next, now)
+	s.heal(ctx, left, now)
 }
 
 // healChunk bounds the keys one heal transaction locks (one advisory lock

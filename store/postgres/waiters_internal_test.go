@@ -152,6 +152,26 @@ func TestClaimMarksWhenItTakesAKeyWithBlockedRows(t *testing.T) {
 	require.False(t, waitersOf(t, s, last.ID), "nothing waits behind the last row")
 }
 
+// blockedBehindLockedHolder holds key acct:1 by an executing row, commits
+// an insert that puts a row (id) blocked behind it (p, whose blocked keys
+// are for its heal), and locks the holder's row in a transaction of its
+// own, as the holder's outcome does while it commits. finish ends the
+// holder (done) in that transaction and commits it.
+func blockedBehindLockedHolder(t *testing.T, s *Store) (p *insertPlan, id string, finish func()) {
+	t.Helper()
+	holder := holdKey(t, s, "acct:1")
+	p, commit := beginBlockedInsert(t, s, "acct:1")
+	commit()
+	tx, end := lockRow(t, s, holder.ID)
+	return p, p.rows[0].in.ID, func() {
+		t.Helper()
+		_, err := tx.Exec(context.Background(), s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL,
+			lease_expires_at = NULL WHERE id = $1 AND status = 'executing'`), holder.ID)
+		require.NoError(t, err)
+		end()
+	}
+}
+
 // TestHealRetriesAHolderItCouldNotMark: the heal of an insert that put a
 // row behind a busy key finds the holder locked by its outcome (which
 // read no mark, and so frees the key without promoting). It counts the key
@@ -160,12 +180,7 @@ func TestClaimMarksWhenItTakesAKeyWithBlockedRows(t *testing.T) {
 func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
-	holder := holdKey(t, s, "acct:1")
-	p, commit := beginBlockedInsert(t, s, "acct:1")
-	commit()
-	id := p.rows[0].in.ID
-
-	tx, end := lockRow(t, s, holder.ID)
+	p, id, finish := blockedBehindLockedHolder(t, s)
 	healed := make(chan struct{})
 	go func() {
 		s.healInserted(ctx, p.blocked)
@@ -175,10 +190,7 @@ func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
 	// a quarter of a second (healAttempts), well past the commit below.
 	time.Sleep(5 * time.Millisecond)
 	require.Equal(t, store.StatusBlocked, statusOf(t, s, id))
-	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
-		WHERE id = $1 AND status = 'executing'`), holder.ID)
-	require.NoError(t, err)
-	end()
+	finish()
 	<-healed
 	require.Equal(t, store.StatusReady, statusOf(t, s, id), "a later attempt found the key free")
 }
@@ -217,18 +229,10 @@ func TestWaitedKeys(t *testing.T) {
 func TestHealHandsAKeyItGaveUpOnToTheLateHeal(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
-	holder := holdKey(t, s, "acct:1")
-	p, commit := beginBlockedInsert(t, s, "acct:1")
-	commit()
-	id := p.rows[0].in.ID
-
-	tx, end := lockRow(t, s, holder.ID)
+	p, id, finish := blockedBehindLockedHolder(t, s)
 	s.healInserted(ctx, p.blocked) // every attempt meets the lock
 	require.Equal(t, store.StatusBlocked, statusOf(t, s, id), "the heal gave up")
-	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
-		WHERE id = $1 AND status = 'executing'`), holder.ID)
-	require.NoError(t, err)
-	end()
+	finish()
 	require.Eventually(t, func() bool { return statusOf(t, s, id) == store.StatusReady }, 5*time.Second, 20*time.Millisecond,
 		"the late heal promotes the row once the key is free")
 	require.Eventually(t, func() bool {
