@@ -112,7 +112,9 @@ WHERE k.busy OR k.ready + k.n > $19`
 	// returns the clock ($1: Options.Clock; null: the database's) and, for
 	// every (queue, priority, key) of the batch ($2..$4, 0-based index i)
 	// with a due row (its earliest explicit run_at $5 or its shortest delay
-	// $6 is not after the clock), the fresh round its rows start from and,
+	// $6 is not after the clock), the parts of the fresh round its rows
+	// start from (its head is the queue's open round already, which
+	// admission.KeyFresh takes as it is: admission.Open is idempotent) and,
 	// with $8, whether its key is a K = 1 key (the K = 1 key test), whether
 	// that key is busy (the K = 1 busy check) and how many of its rows are
 	// ready (the ready count, up to $9: admission.ReadyCap), read by the
