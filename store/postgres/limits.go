@@ -361,21 +361,30 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.Lim
 }
 
 // limitChunk is how many keys' counters one transaction of a limit
-// change re-shapes (see reshapeCounters). A chunk holds the counters it
-// locked until it commits, through its waits for the counters of its
-// other keys, which claims and credits hold meanwhile: a small chunk keeps
-// that hold, which a gate step of those keys may wait through, to a few
-// statements.
+// change re-shapes (see reshapeCounters).
 var limitChunk = 10
+
+// reshapeFreePasses is how many passes over the keys left a limit change
+// makes with counters it need not wait for, before it waits for the rest
+// one key at a time (see reshapeCounters).
+var reshapeFreePasses = 50
 
 // reshapeCounters re-shapes the counters of the keys of the changed names
 // and keys (a name's or a key's own limit) to the limits stored when it
 // runs, and promotes the blocked rows of the keys that have free slots
 // after it, limitChunk keys to a transaction, after the change committed.
-// A claim or a credit of a gate key waits for one chunk at most, not for
-// the whole change: at thousands of keys of a name a transaction that
-// locked every counter held them all for as long as it took to write and
-// promote them all.
+//
+// A chunk never waits for a counter while it holds others: it locks the
+// counters no claim or credit holds (SKIP LOCKED), re-shapes the keys it
+// locked whole, commits, and leaves the keys of which a counter was held
+// to the next pass, a few milliseconds later. A claim or a credit of a
+// gate key therefore waits at most for one chunk's statements, not for
+// the claims the change would have waited behind: a transaction that
+// waited for a held counter kept every counter it had locked before it
+// until the holder committed. Keys still held after reshapeFreePasses
+// passes (a counter that some transaction holds nearly all the time) are
+// re-shaped one key to a transaction, waiting for its counters, so that
+// the change ends.
 //
 // A chunk takes the limits lock (as a sync does), then its keys' counters,
 // then reads the limits: a sync that commits meanwhile waits for the
@@ -399,17 +408,34 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 	if err != nil {
 		return err
 	}
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), limitChunk)]
-		keys = keys[len(chunk):]
-		var stranded strandedKeys
-		if err := s.inTx(ctx, func(tx pgx.Tx) error {
-			stranded = strandedKeys{}
-			return s.reshapeChunk(ctx, tx, chunk, &stranded)
-		}); err != nil {
-			return err
+	for pass := 0; len(keys) > 0; pass++ {
+		if pass > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(time.Millisecond<<min(pass, 5), 20*time.Millisecond)):
+			}
 		}
-		st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
+		wait, size := pass >= reshapeFreePasses, limitChunk
+		if wait {
+			size = 1
+		}
+		var held []string
+		for len(keys) > 0 {
+			chunk := keys[:min(len(keys), size)]
+			keys = keys[len(chunk):]
+			var stranded strandedKeys
+			var skipped []string
+			if err := s.inTx(ctx, func(tx pgx.Tx) error {
+				stranded, skipped = strandedKeys{}, nil
+				return s.reshapeChunk(ctx, tx, chunk, wait, &stranded, &skipped)
+			}); err != nil {
+				return err
+			}
+			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
+			held = append(held, skipped...)
+		}
+		keys = held
 	}
 	return nil
 }
@@ -435,12 +461,19 @@ func (s *Store) queueLimits(b *pgx.Batch) func() (gate.Limits, error) {
 	}
 }
 
-// reshapeChunk re-shapes the counters of keys (see reshapeCounters).
-func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, st *strandedKeys) error {
+// reshapeChunk re-shapes the counters of keys (see reshapeCounters). With
+// wait false it locks only the counters no other transaction holds, and
+// adds to skipped the keys of which it could not lock every counter: it
+// re-shapes none of theirs.
+func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, wait bool, st *strandedKeys, skipped *[]string) error {
 	counters := map[string]map[int]slotTarget{}
 	b := &pgx.Batch{}
 	b.Queue(sqlLimitsLock, lockSalt(s.schema, saltLimits))
-	b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
+	if wait {
+		b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
+	} else {
+		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped))
+	}
 	storedLimits := s.queueLimits(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err

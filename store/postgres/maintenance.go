@@ -460,6 +460,48 @@ func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
 	}
 }
 
+// scanFreeCounters reads the rows of sqlSlotsOfKeysFree into into: the
+// counters of the keys it locked whole. The keys of which it locked only
+// some counters, or none of several, go to skipped; a key without
+// counters goes nowhere.
+func scanFreeCounters(into map[string]map[int]slotTarget, skipped *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		shards := map[string]int{}
+		locked := map[string]map[int]slotTarget{}
+		var order []string
+		var k string
+		var n int
+		var sh, capacity, available *int
+		_, err := pgx.ForEachRow(rows, []any{&k, &n, &sh, &capacity, &available}, func() error {
+			if _, seen := shards[k]; !seen {
+				order = append(order, k)
+				shards[k] = n
+			}
+			if sh == nil {
+				return nil
+			}
+			if locked[k] == nil {
+				locked[k] = map[int]slotTarget{}
+			}
+			locked[k][*sh] = slotTarget{capacity: *capacity, available: *available}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range order {
+			switch {
+			case shards[k] == 0:
+			case len(locked[k]) == shards[k]:
+				into[k] = locked[k]
+			default:
+				*skipped = append(*skipped, k)
+			}
+		}
+		return nil
+	}
+}
+
 // resizeShards computes a key's counters from its limit's shard capacities
 // and the slots in use per shard (shard -1: rows holding the key without a
 // shard, admitted before its name had a limit, charged to shard 0). A shard

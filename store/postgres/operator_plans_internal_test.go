@@ -109,6 +109,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"limits: live by key", sqlLiveByKey, []any{[]string{"api:1", "acct:1"}, []string{"api", "acct"}}},
 		{"limits: keys with counters of names and keys", sqlSlotKeysOfNames, []any{[]string{"api", "acct:1"}}},
 		{"limits: counters of keys", sqlSlotsOfKeys, []any{[]string{"api:1", "acct:1"}}},
+		{"limits: free counters of keys", sqlSlotsOfKeysFree, []any{[]string{"api:1", "acct:1"}}},
 		{"key info: limit of a key", sqlLimitOf, []any{"acct:1"}},
 		{"policies: blocked keys of queues", sqlBlockedKeysIn, []any{[]string{"q"}, "", reconcileKeyChunk}},
 		{"schedules: instance running", sqlInstanceRunning, []any{failed}},

@@ -56,10 +56,25 @@ WHERE split_part(b.bucket, ':', 1) = d.name`
 SELECT DISTINCT key FROM {schema}.key_slots
 WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key`
 
-	// sqlSlotsOfKeys locks the counters of the given keys, in order.
+	// sqlSlotsOfKeys locks the counters of the given keys, in order,
+	// waiting for those another transaction holds.
 	sqlSlotsOfKeys = `
 SELECT key, shard, capacity, available FROM {schema}.key_slots
 WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE`
+
+	// sqlSlotsOfKeysFree locks the counters of the given keys that no
+	// other transaction holds, skipping the others, without waiting. It
+	// gives every key with the number of counters it has and each of its
+	// counters it locked (none: a row of nulls): a key of which some
+	// counters were skipped is not complete (see reshapeChunk).
+	sqlSlotsOfKeysFree = `
+WITH locked AS (
+  SELECT key, shard, capacity, available FROM {schema}.key_slots
+  WHERE key = ANY ($1::text[]) ORDER BY key, shard FOR UPDATE SKIP LOCKED
+)
+SELECT k.key, (SELECT count(*) FROM {schema}.key_slots a WHERE a.key = k.key) AS shards,
+       l.shard, l.capacity, l.available
+FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 
 	// sqlLiveByName counts the live rows of each key name of $1, from
 	// instances_live_key_name_c (migration 021), whose predicate the
