@@ -21,7 +21,8 @@ const (
 // counterProbe measures the wait a gate step's claim or credit has for its
 // key's counters around a limit change. SyncKeyLimits reshapes the counters
 // of the changed name's keys a chunk of keys to a transaction, each chunk
-// holding its keys' counters (key_slots rows, FOR UPDATE) until it commits:
+// locking the counters no one else holds (key_slots rows, FOR UPDATE SKIP
+// LOCKED) and holding them until it commits, a few statements later:
 // a claim skips locked counters (its rows wait for a later claim), an
 // optimistic claim waits for them up to 50 ms, a credit (a step's end)
 // waits. The other locks the change holds, its advisory lock and the

@@ -97,6 +97,7 @@ func (m Migration) Locks(down bool) []string {
 var (
 	lockCreateIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+(CONCURRENTLY\s+)?(IF\s+NOT\s+EXISTS\s+)?(\w+)\s+ON\s+\{schema\}\.(\w+)`)
 	lockDropIndex   = regexp.MustCompile(`(?is)^DROP\s+INDEX\s+(CONCURRENTLY\s+)?(IF\s+EXISTS\s+)?\{schema\}\.(\w+)`)
+	lockStorage     = regexp.MustCompile(`(?is)^ALTER\s+TABLE\s+\{schema\}\.(\w+)\s+(SET|RESET)\s*\(\s*(autovacuum_|toast\.|fillfactor)`)
 	lockTable       = regexp.MustCompile(`(?is)^(ALTER\s+TABLE|DROP\s+TABLE|UPDATE|DELETE\s+FROM|INSERT\s+INTO)\s+(IF\s+EXISTS\s+)?\{schema\}\.(\w+)`)
 )
 
@@ -114,6 +115,9 @@ func lockOf(st string) string {
 			return fmt.Sprintf("the table of index %s: SHARE UPDATE EXCLUSIVE while the index is dropped (reads and writes go on)", m[3])
 		}
 		return fmt.Sprintf("the table of index %s: ACCESS EXCLUSIVE (reads and writes wait)", m[3])
+	}
+	if m := lockStorage.FindStringSubmatch(st); m != nil {
+		return fmt.Sprintf("%s: SHARE UPDATE EXCLUSIVE while its storage parameters change (reads and writes go on)", m[1])
 	}
 	if m := lockTable.FindStringSubmatch(st); m != nil {
 		switch strings.ToUpper(strings.Fields(m[1])[0]) {

@@ -164,6 +164,8 @@ func TestMigrationLocks(t *testing.T) {
 		"the table of index instances_pick_keyed_workflow: SHARE UPDATE EXCLUSIVE while the index is dropped (reads and writes go on)",
 		"instances: SHARE UPDATE EXCLUSIVE while index instances_pick_keyed_workflow builds (reads and writes go on)",
 	}, ms[16].Locks(false))
+	require.Equal(t, []string{"instances: SHARE UPDATE EXCLUSIVE while its storage parameters change (reads and writes go on)"}, ms[23].Locks(false))
+	require.Equal(t, ms[23].Locks(false), ms[23].Locks(true))
 }
 
 // TestMigrateBuildsNewIndexesOnALiveSchema: a schema at version 16 with

@@ -1,0 +1,1 @@
+ALTER TABLE {schema}.instances RESET (autovacuum_vacuum_scale_factor);
