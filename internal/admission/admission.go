@@ -31,6 +31,29 @@ type Candidate struct {
 	Gate *gate.Limit
 	// Rate is the rate limit of the key's name (nil: none).
 	Rate *gate.RateLimit
+	// Also are the row's other keys (see Need), when it has several: it is
+	// admitted only when each of them admits it too.
+	Also []Need
+}
+
+// Need is one more key a row needs besides its Candidate.Key, with the
+// limits of that key, given as for Candidate.Key.
+type Need struct {
+	Key  string
+	Gate *gate.Limit
+	Rate *gate.RateLimit
+}
+
+// needs returns every key of c with its limits, in key order (the order
+// in which a row's keys are decided, whatever the order of Also).
+func (c Candidate) needs() []Need {
+	ns := []Need{{Key: c.Key, Gate: c.Gate, Rate: c.Rate}}
+	if len(c.Also) == 0 {
+		return ns
+	}
+	ns = append(ns, c.Also...)
+	slices.SortFunc(ns, func(a, b Need) int { return cmp.Compare(a.Key, b.Key) })
+	return ns
 }
 
 // Counter is one slot counter of a gate key: a shard with its capacity and
@@ -102,9 +125,18 @@ type State struct {
 }
 
 // Admitted is a row the plan admits, with the gate shard it debits (-1:
-// none).
+// none) and, for a row with several keys, what it holds of each of its
+// other keys, in the order of its Candidate.Also.
 type Admitted struct {
 	ID    string
+	Shard int
+	Also  []Hold
+}
+
+// Hold is what an admitted row holds of one of its keys: the gate shard it
+// debits, or -1 for a K = 1 key.
+type Hold struct {
+	Key   string
 	Shard int
 }
 
@@ -128,6 +160,10 @@ type Plan struct {
 	// Blocked are the rows whose key (or per-key budget) is full, in claim
 	// order: they leave the pick path.
 	Blocked []string
+	// BlockedOn names, for each blocked row with several keys, the key
+	// that blocked it (nil when there is none): the row waits for that
+	// key to free a slot. A row with one key waits for it.
+	BlockedOn map[string]string
 	// Saturated are the keys found full, sorted.
 	Saturated []string
 	// Backlog are the Saturated keys of which the plan admitted no row,
@@ -197,178 +233,313 @@ type Plan struct {
 // another key or of none, may be of an earlier round). The first row of a
 // key that cannot be reserved ends the key's reservations.
 //
+// A row with several keys (Candidate.Also) is admitted only when every
+// one of its keys, its per-key budgets and its rate limits admit it, and
+// debits none of them otherwise. Its keys are decided in key order: it is
+// blocked on the first that is full (Plan.BlockedOn), else left ready if
+// one of them leaves it ready, so that the key it waits for is one whose
+// state the claimer holds. The rule that leaves a K = 1 key's only row in
+// sight ready applies to rows of one key: the freeing of a key finds a
+// ready row by its key alone, so a row with several is blocked, and woken
+// by the key that blocked it. It takes a token of each of its rated keys'
+// buckets (one of a bucket that two of its keys share), and a row refused
+// by one bucket is rescheduled to when every one of them has its token.
+// A row with several keys is never reserved and never has a successor: a
+// key's line stops at such a row blocked on it.
+//
 // Decide does not modify st.
 func Decide(window []Candidate, st State) Plan {
-	var plan Plan
-	// The counters are debited as rows are admitted: work on copies.
-	counters := map[string][]Counter{}
-	// A gate key's slots in use, over all its counters: a claim admits only
-	// while this is below the limit, whatever the shard counters say (after
-	// a limit is lowered or re-sharded, shards may hold more than the new
-	// limit gives them until their rows finish).
-	inUse := map[string]int{}
+	d := newDecider(window, st)
+	for i, c := range window {
+		d.leftReady = len(d.plan.Admitted)+len(d.plan.Blocked)+len(d.plan.Throttled) < i
+		d.decide(c)
+	}
+	return d.finish()
+}
+
+// decider is Decide's state as it walks the window: the counters and
+// buckets as debited so far, and what it found of each key.
+type decider struct {
+	st   State
+	plan Plan
+	// counters are the gate keys' counters, debited as rows are admitted.
+	counters map[string][]Counter
+	// inUse is a gate key's slots in use, over all its counters: a claim
+	// admits only while this is below the limit, whatever the shard
+	// counters say (after a limit is lowered or re-sharded, shards may hold
+	// more than the new limit gives them until their rows finish).
+	inUse     map[string]int
+	buckets   map[string]gate.Bucket
+	taken     map[string]bool // K = 1 keys admitted by this plan
+	keyTaken  map[string]int  // rows of each key admitted by this plan
+	waiting   map[string]int  // rows of each bucket rescheduled by this claim
+	saturated map[string]bool
+	unsettled map[string]bool
+	gateLimit map[string]int // gate keys of the window whose counters are all locked -> limit
+	inSight   func(k string) int
+	// admittedKey is the key of each admitted row ("" for none, or for a
+	// row of several keys, which takes no reservation).
+	admittedKey []string
+	// leftReady is true once a row of the window was left ready: the rows
+	// after it are not in turn.
+	leftReady bool
+	// line holds each full key's blocked rows that may be reserved, in
+	// order; stopped the keys whose line a row of several keys stopped.
+	line    map[string][]string
+	stopped map[string]bool
+}
+
+func newDecider(window []Candidate, st State) *decider {
+	d := &decider{st: st, counters: map[string][]Counter{}, inUse: map[string]int{},
+		buckets: map[string]gate.Bucket{}, taken: map[string]bool{}, keyTaken: map[string]int{},
+		waiting: map[string]int{}, saturated: map[string]bool{}, unsettled: map[string]bool{},
+		gateLimit: map[string]int{}}
 	for k, g := range st.Gates {
-		counters[k] = slices.Clone(g.Counters)
+		d.counters[k] = slices.Clone(g.Counters)
 		for _, c := range g.Counters {
-			inUse[k] += c.Capacity - c.Available
+			d.inUse[k] += c.Capacity - c.Available
 		}
 	}
-	buckets := map[string]gate.Bucket{}
-	taken := map[string]bool{}   // K = 1 keys admitted by this plan
-	keyTaken := map[string]int{} // rows of each key admitted by this plan
-	waiting := map[string]int{}  // rows of each bucket rescheduled by this claim
-	for b, n := range st.Rescheduled {
-		waiting[b] = n
-	}
-	saturated := map[string]bool{}
-	unsettled := map[string]bool{}
-	gateLimit := map[string]int{} // gate keys of the window whose counters are all locked -> limit
-	inSight := func(k string) int { return st.InSight[k] }
+	maps.Copy(d.waiting, st.Rescheduled)
+	d.inSight = func(k string) int { return st.InSight[k] }
 	if st.InSight == nil {
 		inWindow := map[string]int{}
 		for _, c := range window {
 			inWindow[c.Key]++
+			for _, n := range c.Also {
+				inWindow[n.Key]++
+			}
 		}
-		inSight = func(k string) int { return inWindow[k] }
+		d.inSight = func(k string) int { return inWindow[k] }
 	}
-	plan.Debits = map[ShardKey]int{}
-	plan.Buckets = map[string]gate.Bucket{}
-	var (
-		admittedKey []string            // the key of each admitted row
-		leftReady   bool                // a row of the window was left ready: the rows after it are not in turn
-		line        map[string][]string // full key -> its blocked rows that may be reserved, in order
-	)
-	// wait notes blocked row c of a full key: a candidate reservation while
-	// it is in turn.
-	wait := func(c Candidate) {
-		if st.Reserve > 0 && st.Policy == nil && !leftReady && c.Rate == nil {
-			if line == nil {
-				line = map[string][]string{}
+	d.plan.Debits = map[ShardKey]int{}
+	d.plan.Buckets = map[string]gate.Bucket{}
+	return d
+}
+
+// verdict is what one key of a row finds.
+type verdict int
+
+const (
+	admits     verdict = iota // the key admits the row
+	isFull                    // the key is full: the row is blocked on it
+	leaveReady                // the row is left ready
+	unsettles                 // the row is left ready, and the key is Unsettled
+)
+
+// room decides key n of a row (multi: the row has several keys) without
+// debiting: the index in its counters of the shard a gate key would debit
+// (-1: none), and the verdict.
+func (d *decider) room(n Need, multi bool) (best int, v verdict) {
+	switch {
+	case n.Key == "":
+		return -1, admits
+	case n.Gate == nil:
+		if !d.st.Locked[n.Key] {
+			return -1, leaveReady // another claim or an outcome holds the key
+		}
+		if d.st.Busy[n.Key] || d.taken[n.Key] {
+			if !multi && d.inSight(n.Key) < 2 {
+				return -1, leaveReady // its key's only row in sight
 			}
-			line[c.Key] = append(line[c.Key], c.ID)
+			return -1, isFull
+		}
+		return -1, admits
+	}
+	lim := *n.Gate
+	rows := d.counters[n.Key]
+	g := d.st.Gates[n.Key]
+	held := g.HeldElsewhere
+	if !held {
+		d.gateLimit[n.Key] = lim.Limit
+	}
+	if held && !CleanShards(lim, rows, g.Count) {
+		return -1, unsettles // mid re-shard with a counter held elsewhere
+	}
+	// With every counter locked, the slots in use over all of them must be
+	// below the limit; with some held elsewhere the shards are clean (their
+	// capacities add up to the limit), so each locked shard's own capacity
+	// bounds it.
+	best = -1
+	if held || d.inUse[n.Key] < lim.Limit {
+		best = pickShard(lim, rows)
+	}
+	switch {
+	case best >= 0:
+		return best, admits
+	case held:
+		// The holder may be freeing a slot, and its promotion may not see
+		// a row blocked now.
+		return -1, unsettles
+	}
+	return -1, isFull
+}
+
+// decide admits, blocks, throttles or leaves ready row c.
+func (d *decider) decide(c Candidate) {
+	needs := c.needs()
+	multi := len(needs) > 1
+	best := make([]int, len(needs))
+	var blockedOn, leftOn string
+	var elusive []string
+	for i, n := range needs {
+		var v verdict
+		best[i], v = d.room(n, multi)
+		switch v {
+		case isFull:
+			if blockedOn == "" {
+				blockedOn = n.Key
+			}
+		case unsettles:
+			elusive = append(elusive, n.Key)
+			fallthrough
+		case leaveReady:
+			if leftOn == "" {
+				leftOn = n.Key
+			}
 		}
 	}
-	for i, c := range window {
-		leftReady = len(plan.Admitted)+len(plan.Blocked)+len(plan.Throttled) < i
-		// The key: K = 1 or a gate.
-		best := -1
-		switch {
-		case c.Key == "":
-		case c.Gate == nil:
-			if !st.Locked[c.Key] {
-				continue // another claim or an outcome holds the key: leave the row ready
-			}
-			if st.Busy[c.Key] || taken[c.Key] {
-				if inSight(c.Key) < 2 {
-					continue // its key's only row in sight: leave it ready
-				}
-				plan.Blocked = append(plan.Blocked, c.ID)
-				saturated[c.Key] = true
-				wait(c)
-				continue
-			}
-		default:
-			lim := *c.Gate
-			rows := counters[c.Key]
-			g := st.Gates[c.Key]
-			held := g.HeldElsewhere
-			if !held {
-				gateLimit[c.Key] = lim.Limit
-			}
-			if held && !CleanShards(lim, rows, g.Count) {
-				unsettled[c.Key] = true
-				continue // mid re-shard with a counter held elsewhere: leave the row ready
-			}
-			// With every counter locked, the slots in use over all of them
-			// must be below the limit; with some held elsewhere the shards
-			// are clean (their capacities add up to the limit), so each
-			// locked shard's own capacity bounds it.
-			if held || inUse[c.Key] < lim.Limit {
-				best = pickShard(lim, rows)
-			}
-			if best < 0 {
-				if held {
-					// The holder may be freeing a slot, and its promotion may
-					// not see a row blocked now: leave the row ready.
-					unsettled[c.Key] = true
-					continue
-				}
-				plan.Blocked = append(plan.Blocked, c.ID)
-				saturated[c.Key] = true
-				wait(c)
-				continue
+	switch {
+	case blockedOn != "":
+		d.block(c, blockedOn, multi)
+		d.saturated[blockedOn] = true
+		return
+	case leftOn != "":
+		for _, k := range elusive {
+			d.unsettled[k] = true
+		}
+		return
+	}
+	// The queue's budgets.
+	if p := d.st.Policy; p != nil && p.MaxActivePerKey > 0 {
+		for _, n := range needs {
+			if n.Key != "" && d.st.KeyActive[n.Key]+d.keyTaken[n.Key] >= p.MaxActivePerKey {
+				d.block(c, n.Key, multi)
+				return
 			}
 		}
-		// The queue's budgets.
-		if c.Key != "" && st.Policy != nil && st.Policy.MaxActivePerKey > 0 &&
-			st.KeyActive[c.Key]+keyTaken[c.Key] >= st.Policy.MaxActivePerKey {
-			plan.Blocked = append(plan.Blocked, c.ID)
+	}
+	if len(d.plan.Admitted) >= d.st.Limit || (d.st.Policy != nil && d.st.Active+len(d.plan.Admitted) >= d.st.Policy.MaxActive) {
+		return // full: the row stays ready
+	}
+	// The rate limits: a token of each bucket, or none of any.
+	type token struct {
+		bucket string
+		rate   *gate.RateLimit
+	}
+	var tokens []token
+	var due time.Time
+	refused := false
+	for _, n := range needs {
+		if n.Rate == nil {
 			continue
 		}
-		if len(plan.Admitted) >= st.Limit || (st.Policy != nil && st.Active+len(plan.Admitted) >= st.Policy.MaxActive) {
-			continue // full: the row stays ready
+		b := n.Rate.BucketFor(n.Key)
+		if slices.ContainsFunc(tokens, func(t token) bool { return t.bucket == b }) {
+			continue
 		}
-		// The rate limit.
-		var bucket string
-		if c.Rate != nil {
-			bucket = c.Rate.BucketFor(c.Key)
-			bk, ok := buckets[bucket]
+		tokens = append(tokens, token{b, n.Rate})
+		bk, ok := d.buckets[b]
+		if !ok {
+			bk, ok = d.st.Buckets[b]
 			if !ok {
-				bk, ok = st.Buckets[bucket]
-				if !ok {
-					bk = c.Rate.Full(st.Now)
-				}
-			}
-			bk = c.Rate.Refill(bk, st.Now)
-			buckets[bucket] = bk
-			if c.Rate.Tokens(bk) < 1 {
-				waiting[bucket]++
-				plan.Throttled = append(plan.Throttled, Throttled{ID: c.ID, RunAt: c.Rate.Due(bk, waiting[bucket])})
-				continue
+				bk = n.Rate.Full(d.st.Now)
 			}
 		}
-		// Every limit admits the row: debit them all.
-		shard := -1
-		switch {
-		case c.Key == "":
-		case c.Gate == nil:
-			taken[c.Key] = true
-		default:
-			rows := counters[c.Key]
-			rows[best].Available--
-			inUse[c.Key]++
-			shard = rows[best].Shard
-			plan.Debits[ShardKey{c.Key, shard}]++
+		bk = n.Rate.Refill(bk, d.st.Now)
+		d.buckets[b] = bk
+		if n.Rate.Tokens(bk) < 1 {
+			refused = true
+			d.waiting[b]++
+			if at := n.Rate.Due(bk, d.waiting[b]); at.After(due) {
+				due = at
+			}
 		}
-		if c.Rate != nil {
-			bk := buckets[bucket]
-			bk.Credit -= c.Rate.TokenCredit()
-			buckets[bucket], plan.Buckets[bucket] = bk, bk
-		}
-		if c.Key != "" {
-			keyTaken[c.Key]++
-		}
-		plan.Admitted = append(plan.Admitted, Admitted{ID: c.ID, Shard: shard})
-		admittedKey = append(admittedKey, c.Key)
 	}
-	plan.reserve(admittedKey, line, st.Reserve)
-	for k := range saturated {
+	if refused {
+		d.plan.Throttled = append(d.plan.Throttled, Throttled{ID: c.ID, RunAt: due})
+		return
+	}
+	// Every limit admits the row: debit them all.
+	shardOf := make(map[string]int, len(needs))
+	for i, n := range needs {
+		switch {
+		case n.Key == "":
+			continue
+		case n.Gate == nil:
+			d.taken[n.Key] = true
+			shardOf[n.Key] = -1
+		default:
+			rows := d.counters[n.Key]
+			rows[best[i]].Available--
+			d.inUse[n.Key]++
+			shardOf[n.Key] = rows[best[i]].Shard
+			d.plan.Debits[ShardKey{n.Key, rows[best[i]].Shard}]++
+		}
+		d.keyTaken[n.Key]++
+	}
+	for _, t := range tokens {
+		bk := d.buckets[t.bucket]
+		bk.Credit -= t.rate.TokenCredit()
+		d.buckets[t.bucket], d.plan.Buckets[t.bucket] = bk, bk
+	}
+	a := Admitted{ID: c.ID, Shard: -1}
+	if c.Key != "" {
+		a.Shard = shardOf[c.Key]
+	}
+	for _, n := range c.Also {
+		a.Also = append(a.Also, Hold{Key: n.Key, Shard: shardOf[n.Key]})
+	}
+	d.plan.Admitted = append(d.plan.Admitted, a)
+	if multi {
+		d.admittedKey = append(d.admittedKey, "")
+	} else {
+		d.admittedKey = append(d.admittedKey, c.Key)
+	}
+}
+
+// block blocks row c on key k. A row of one key is a candidate reservation
+// while it is in turn (see Decide); a row of several stops k's line, so
+// that no later row of k is reserved ahead of it.
+func (d *decider) block(c Candidate, k string, multi bool) {
+	d.plan.Blocked = append(d.plan.Blocked, c.ID)
+	if multi {
+		if d.plan.BlockedOn == nil {
+			d.plan.BlockedOn, d.stopped = map[string]string{}, map[string]bool{}
+		}
+		d.plan.BlockedOn[c.ID] = k
+		d.stopped[k] = true
+		return
+	}
+	if d.st.Reserve > 0 && d.st.Policy == nil && !d.leftReady && c.Rate == nil && !d.stopped[k] {
+		if d.line == nil {
+			d.line = map[string][]string{}
+		}
+		d.line[k] = append(d.line[k], c.ID)
+	}
+}
+
+// finish completes the plan once every row is decided.
+func (d *decider) finish() Plan {
+	plan := d.plan
+	plan.reserve(d.admittedKey, d.line, d.st.Reserve)
+	for k := range d.saturated {
 		plan.Saturated = append(plan.Saturated, k)
-		if keyTaken[k] == 0 {
+		if d.keyTaken[k] == 0 {
 			plan.Backlog = append(plan.Backlog, k)
 		}
 	}
 	slices.Sort(plan.Saturated)
 	slices.Sort(plan.Backlog)
-	for k, lim := range gateLimit {
-		if keyTaken[k] > 0 && !saturated[k] && inUse[k] < lim && slices.ContainsFunc(counters[k], func(c Counter) bool {
+	for k, lim := range d.gateLimit {
+		if d.keyTaken[k] > 0 && !d.saturated[k] && d.inUse[k] < lim && slices.ContainsFunc(d.counters[k], func(c Counter) bool {
 			return c.Available > 0
 		}) {
 			plan.Roomy = append(plan.Roomy, k)
 		}
 	}
 	slices.Sort(plan.Roomy)
-	for k := range unsettled {
+	for k := range d.unsettled {
 		plan.Unsettled = append(plan.Unsettled, k)
 	}
 	slices.Sort(plan.Unsettled)
@@ -430,8 +601,8 @@ func pickShard(lim gate.Limit, rows []Counter) int {
 // one with its shard's capacity. Their capacities then add up to the limit,
 // so admitting on the locked shards alone, each within its own capacity,
 // cannot exceed the limit whatever the others hold. A limit change rewrites
-// every counter in one transaction, so the locked counters show the same
-// state as the others.
+// every counter of a key in one transaction, so the locked counters show
+// the same state as the others.
 func CleanShards(lim gate.Limit, locked []Counter, n int) bool {
 	caps := lim.ShardCapacities()
 	if n != len(caps) {

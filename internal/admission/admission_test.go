@@ -72,7 +72,7 @@ func TestDecide(t *testing.T) {
 			window: []Candidate{row("a", ""), row("b", ""), row("c", "")},
 			st:     state(func(st *State) { st.Policy = &Policy{MaxActive: 100, MaxActivePerKey: 1} }),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, []Admitted{{"a", -1}, {"b", -1}, {"c", -1}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a", Shard: -1}, {ID: "b", Shard: -1}, {ID: "c", Shard: -1}}, p.Admitted)
 				require.Empty(t, p.Blocked)
 				require.Empty(t, p.Debits)
 			},
@@ -82,7 +82,7 @@ func TestDecide(t *testing.T) {
 			window: []Candidate{row("a1", "acct:1"), row("b1", "acct:2"), row("a2", "acct:1"), row("a3", "acct:1")},
 			st:     state(func(st *State) { st.Locked["acct:1"], st.Locked["acct:2"] = true, true }),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, []Admitted{{"a1", -1}, {"b1", -1}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a1", Shard: -1}, {ID: "b1", Shard: -1}}, p.Admitted)
 				require.Equal(t, []string{"a2", "a3"}, p.Blocked)
 				require.Equal(t, []string{"acct:1"}, p.Saturated)
 			},
@@ -163,7 +163,7 @@ func TestDecide(t *testing.T) {
 			window: []Candidate{gated("a", "api:x", 2, 1), gated("b", "api:x", 2, 1), gated("c", "api:x", 2, 1)},
 			st:     state(func(st *State) { st.Gates["api:x"] = counters([]int{2}, []int{2}) }),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, []Admitted{{"a", 0}, {"b", 0}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a", Shard: 0}, {ID: "b", Shard: 0}}, p.Admitted)
 				require.Equal(t, []string{"c"}, p.Blocked)
 				require.Equal(t, []string{"api:x"}, p.Saturated)
 				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 2}, p.Debits)
@@ -191,7 +191,7 @@ func TestDecide(t *testing.T) {
 			}),
 			check: func(t *testing.T, p Plan) {
 				// in use 2+1+1+0 = 4 < 9: (1,2) ties, take 1; then 2 has most; then 0,1,2 tie at 1: take 0.
-				require.Equal(t, []Admitted{{"a", 1}, {"b", 2}, {"c", 0}, {"d", 1}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a", Shard: 1}, {ID: "b", Shard: 2}, {ID: "c", Shard: 0}, {ID: "d", Shard: 1}}, p.Admitted)
 				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 1, {"api:x", 1}: 2, {"api:x", 2}: 1}, p.Debits)
 			},
 		},
@@ -202,7 +202,7 @@ func TestDecide(t *testing.T) {
 				st.Gates["api:x"] = GateState{Counters: []Counter{{1, 2, 2}}, HeldElsewhere: true, Count: 2}
 			}),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, []Admitted{{"a", 1}, {"b", 1}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a", Shard: 1}, {ID: "b", Shard: 1}}, p.Admitted)
 				require.Empty(t, p.Blocked, "the holder may be freeing a slot: never blocked")
 				require.Empty(t, p.Saturated)
 				require.Equal(t, []string{"api:x"}, p.Unsettled, "c was left for want of room it could see")
@@ -217,7 +217,7 @@ func TestDecide(t *testing.T) {
 				st.Gates["api:y"] = GateState{Counters: []Counter{{0, 2, 2}, {1, 2, 0}}, HeldElsewhere: true, Count: 2}
 			}),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, []Admitted{{"a", 0}, {"b", 1}, {"d", 0}}, p.Admitted)
+				require.Equal(t, []Admitted{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}, {ID: "d", Shard: 0}}, p.Admitted)
 				require.Equal(t, map[ShardKey]int{{"api:x", 0}: 1, {"api:x", 1}: 1, {"api:y", 0}: 1}, p.Debits)
 				require.Empty(t, p.Blocked)
 				require.Empty(t, p.Saturated)
@@ -560,7 +560,7 @@ func TestDecideLeavesStateAlone(t *testing.T) {
 		st.Buckets["api"] = bucketWith(rl, 1)
 	})
 	p := Decide([]Candidate{rated(gated("a", "api:x", 2, 1), rl)}, st)
-	require.Equal(t, []Admitted{{"a", 0}}, p.Admitted)
+	require.Equal(t, []Admitted{{ID: "a", Shard: 0}}, p.Admitted)
 	require.Equal(t, 2, st.Gates["api:x"].Counters[0].Available)
 	require.Equal(t, bucketWith(rl, 1), st.Buckets["api"])
 
