@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,10 +47,8 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 	if in.Queue == "" {
 		in.Queue = DefaultQueue
 	}
-	if in.Key != "" || in.KeyIntent != "" {
-		if _, err := gate.ParseWithIntent(in.Key, in.KeyIntent); err != nil {
-			return fmt.Errorf("%w: instance %d: %w", ErrInvalid, i, err)
-		}
+	if err := NormalizeKeys(&in.Key, &in.KeyIntent, &in.Also); err != nil {
+		return fmt.Errorf("%w: instance %d: %w", ErrInvalid, i, err)
 	}
 	if len(in.State) > 0 && !json.Valid(in.State) {
 		return fmt.Errorf("%w: instance %d: state is not valid JSON", ErrInvalid, i)
@@ -67,6 +67,47 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 			return fmt.Errorf("%w: instance %d: parent id %q is not a UUID", ErrInvalid, i, in.ParentID)
 		}
 	}
+	return nil
+}
+
+// NormalizeKeys validates an instance's keys (key with its intent, and
+// also) and puts them in their one order: key is the first in key order
+// of those declared identities or of no intent, else the first gate, and
+// also holds the others in key order (nil for one key or none), whatever
+// order they came in. An instance holds at most MaxKeys keys, none twice
+// and none empty; also without key is refused.
+func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
+	if *key == "" && *intent == "" && len(*also) == 0 {
+		return nil
+	}
+	if *key == "" && len(*also) > 0 {
+		return fmt.Errorf("other keys without a key")
+	}
+	keys := append([]KeyRef{{Key: *key, Intent: *intent}}, *also...)
+	if len(keys) > MaxKeys {
+		return fmt.Errorf("%d concurrency keys, at most %d", len(keys), MaxKeys)
+	}
+	for _, k := range keys {
+		if _, err := gate.ParseWithIntent(k.Key, k.Intent); err != nil {
+			return err
+		}
+	}
+	if len(keys) == 1 {
+		*also = nil
+		return nil
+	}
+	slices.SortFunc(keys, func(a, b KeyRef) int { return strings.Compare(a.Key, b.Key) })
+	for i := 1; i < len(keys); i++ {
+		if keys[i].Key == keys[i-1].Key {
+			return fmt.Errorf("key %q given twice", keys[i].Key)
+		}
+	}
+	first := slices.IndexFunc(keys, func(k KeyRef) bool { return k.Intent != gate.GateIntent })
+	if first < 0 {
+		first = 0
+	}
+	*key, *intent = keys[first].Key, keys[first].Intent
+	*also = slices.Delete(keys, first, first+1)
 	return nil
 }
 

@@ -253,7 +253,28 @@ var (
 	// not a UUID, JSON it cannot keep, text it cannot store). Retrying the
 	// same request cannot succeed; nothing of it was applied.
 	ErrInvalid = errors.New("invalid request")
+
+	// ErrSeveralKeys: the store does not hold several concurrency keys per
+	// instance (see NewInstance.Also); it comes wrapped in ErrInvalid.
+	ErrSeveralKeys = errors.New("this store does not hold several concurrency keys per instance")
 )
+
+// MaxKeys is the most concurrency keys an instance holds at once.
+const MaxKeys = 4
+
+// KeyRef is one of an instance's concurrency keys with its declared
+// intent.
+type KeyRef struct {
+	Key    string
+	Intent gate.Intent
+}
+
+// SeveralKeys is implemented by a store that holds several concurrency
+// keys per instance (NewInstance.Also, Outcome.Also); a store that does not
+// refuses them with ErrSeveralKeys.
+type SeveralKeys interface {
+	HoldsSeveralKeys() bool
+}
 
 // Status is the lifecycle state of an instance.
 type Status string
@@ -297,6 +318,10 @@ type NewInstance struct {
 	// Key is the concurrency key ("" for none) and KeyIntent its declared intent.
 	Key       string
 	KeyIntent gate.Intent
+	// Also are the instance's other keys when it has several (see
+	// NormalizeKeys): each of its steps runs only when every one of its
+	// keys has room.
+	Also []KeyRef
 	// RunAt is when the instance becomes eligible (zero: the store's now
 	// plus Delay). A delay rather than a time keeps every run time on one
 	// clock, the store's, whatever the clock of the engine that inserts.
@@ -353,6 +378,14 @@ type Instance struct {
 	KeyIntent gate.Intent
 	// KeyShard is the shard the executing row debited (-1 when none).
 	KeyShard int
+	// Also are the row's other keys, in key order (see NormalizeKeys),
+	// and AlsoShards, while it executes, the shard it debited of each (-1:
+	// none).
+	Also       []KeyRef
+	AlsoShards []int
+	// BlockedOn is, for a blocked row, the key it waits for: its Key, or
+	// for a row of several keys the one that was full when it was blocked.
+	BlockedOn string
 	RunAt    time.Time
 	// AwaitSignal is the signal an awaiting row waits for.
 	AwaitSignal string
@@ -556,10 +589,12 @@ type Outcome struct {
 	// plus Delay: one clock for every run time).
 	RunAt time.Time
 	Delay time.Duration
-	// SetKey replaces the key with Key/KeyIntent ("" releases it).
+	// SetKey replaces the row's keys with Key/KeyIntent and Also ("" and
+	// none: it releases them all), as NewInstance gives them.
 	SetKey    bool
 	Key       string
 	KeyIntent gate.Intent
+	Also      []KeyRef
 	// AwaitSignal and TimeoutAt describe an await (zero TimeoutAt: the
 	// store's now plus Timeout, or no timeout when Timeout is zero too).
 	AwaitSignal string

@@ -44,6 +44,10 @@ type Waiting struct {
 	// its key has a rate limit: a hand-off takes neither a queue budget nor
 	// a token, so such rows go the claim's way.
 	Policy, Rated bool
+	// Multi is true when the row has other keys: a hand-off passes one
+	// key's slot and knows nothing of the others, so such a row goes the
+	// claim's way too, and the key's line stops at it.
+	Multi bool
 }
 
 // FreeState is what the freeing transaction read, under the locks it
@@ -119,7 +123,8 @@ type Reservation struct {
 //     in its admission order; the first row that cannot take one ends the
 //     key's hand-offs, so a key never skips its own line);
 //   - the worker has room in the row's queue and runs its workflow;
-//   - its queue has no concurrency policy and its key no rate limit;
+//   - its queue has no concurrency policy, its key no rate limit, and it
+//     has no other key (Waiting.Multi);
 //   - it is in turn (InTurn): no ready row of its queue, without a key or
 //     of another key, has a better priority or, at its priority, an
 //     earlier round, so a hand-off never lets a key run ahead of a row a
@@ -245,7 +250,7 @@ func (w Waiting) inTurn() bool { return InTurn(w.Turn, w.Head) }
 // reservable reports whether w may be reserved as the successor of a row
 // of queue.
 func reservable(w Waiting, queue string, runs func(string, int) bool) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
+	return w.inTurn() && !w.Policy && !w.Rated && !w.Multi && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
 }
 
 // slotPasses reports whether the freed slot may pass to another row of its
@@ -275,5 +280,5 @@ func roomy(f Freed, st FreeState) bool {
 
 // takes reports whether the worker can take w now.
 func takes(w Waiting, room map[string]int, runs func(string, int) bool) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && room[w.Queue] > 0 && (runs == nil || runs(w.Workflow, w.Version))
+	return w.inTurn() && !w.Policy && !w.Rated && !w.Multi && room[w.Queue] > 0 && (runs == nil || runs(w.Workflow, w.Version))
 }

@@ -73,6 +73,9 @@ func TestFree(t *testing.T) {
 			st: freeState(nil), rest: one},
 		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Rated: true}},
 			st: freeState(nil), rest: one},
+		{name: "a row of several keys stops the line", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Multi: true}, {ID: "r2", Key: "a:1", Queue: "q"}},
+			st:      freeState(nil), rest: one},
 		{name: "out of turn: another key's earlier round", freed: one,
 			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Turn: Turn{Round: 3}, Head: &Turn{Round: 2}}},
 			st:      freeState(nil), rest: one},
@@ -239,6 +242,12 @@ func TestFreeRoomyGateSuccessionReservesNothing(t *testing.T) {
 	p = Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
 		[]Waiting{waiting("r1", "g:1"), waiting("r2", "g:1")}, st)
 	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}, {ID: "r2", After: "s1"}}, p.Reserved, "a full key reserves")
+
+	multi := waiting("r2", "g:1")
+	multi.Multi = true
+	p = Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
+		[]Waiting{waiting("r1", "g:1"), multi, waiting("r3", "g:1")}, st)
+	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}}, p.Reserved, "the reservations stop at a row of several keys")
 }
 
 func TestInTurn(t *testing.T) {
