@@ -386,7 +386,7 @@ type Instance struct {
 	// BlockedOn is, for a blocked row, the key it waits for: its Key, or
 	// for a row of several keys the one that was full when it was blocked.
 	BlockedOn string
-	RunAt    time.Time
+	RunAt     time.Time
 	// AwaitSignal is the signal an awaiting row waits for.
 	AwaitSignal string
 	// TimeoutAt is when an await times out (zero: never).
