@@ -88,6 +88,9 @@ func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
 		return fmt.Errorf("%d concurrency keys, at most %d", len(keys), MaxKeys)
 	}
 	for _, k := range keys {
+		if k.Key == "" && len(keys) > 1 {
+			return fmt.Errorf("an empty key among %d", len(keys))
+		}
 		if _, err := gate.ParseWithIntent(k.Key, k.Intent); err != nil {
 			return err
 		}
@@ -109,6 +112,22 @@ func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
 	*key, *intent = keys[first].Key, keys[first].Intent
 	*also = slices.Delete(keys, first, first+1)
 	return nil
+}
+
+// NormalizeOutcomeKeys validates the keys an outcome sets (Outcome.SetKey)
+// and puts them in NormalizeKeys' order. An empty Key without Also
+// releases every key, whatever KeyIntent says.
+func NormalizeOutcomeKeys(o *Outcome) error {
+	switch {
+	case !o.SetKey && len(o.Also) > 0:
+		return fmt.Errorf("other keys without SetKey")
+	case !o.SetKey:
+		return nil
+	case o.Key == "" && len(o.Also) == 0:
+		o.KeyIntent = ""
+		return nil
+	}
+	return NormalizeKeys(&o.Key, &o.KeyIntent, &o.Also)
 }
 
 // NormalizeClaim validates a claim request and fills its defaults

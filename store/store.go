@@ -899,8 +899,10 @@ func ValidatePolicies(namespace string, defs []ConcurrencyPolicy) error {
 type ListFilter struct {
 	Workflow string
 	Status   Status
-	Key      string
-	Queue    string
+	// Key selects the rows that hold or wait for the key, as their Key or
+	// one of their Also.
+	Key   string
+	Queue string
 	// Newest orders the results newest first: by id, descending. Ids made
 	// by the engine or a store (NewInstanceID) are time-ordered, so this is
 	// creation order for them; a caller-chosen id sorts by its value. It

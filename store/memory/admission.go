@@ -51,6 +51,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	var skipped []*row           // due rows of workflows this worker does not know, or left ready
 	seen := map[string]int{}     // K = 1 key -> its rows this claim took off the pick path to decide
 	var line map[string][]string // full key -> its rows this claim blocked that may be reserved (admission.Decide's rule)
+	stopped := map[string]bool{} // keys whose line a blocked row of several keys stopped
 	leftReady := false           // a row was left ready: the rows after it are not in turn
 scan:
 	for _, p := range q.prios {
@@ -64,8 +65,8 @@ scan:
 				skipped = append(skipped, r)
 				continue
 			}
-			if r.inst.Key != "" {
-				seen[r.inst.Key]++
+			for _, k := range r.keys() {
+				seen[k]++
 			}
 			d := s.admit(r, q, pol, hasPol, waiting, seen, now)
 			if d.verdict != admitted && r.inst.Key != "" {
@@ -73,18 +74,26 @@ scan:
 			}
 			switch d.verdict {
 			case admitted:
-				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, now))
+				res.Claimed = append(res.Claimed, s.startClaim(r, req, d.shard, d.also, now))
 			case blocked:
-				r.inst.Status = store.StatusBlocked
-				s.keys[r.inst.Key].blocked.add(r)
-				if _, rated := s.rates.Lookup(gate.NameOf(r.inst.Key)); req.Reserve > 0 && !hasPol && !leftReady && !rated {
+				r.blockedOn = d.blockedOn
+				s.block(r)
+				if r.multi() {
+					// A key's line stops at a row of several keys blocked
+					// on it (see admission.Decide).
+					stopped[d.blockedOn] = true
+					break
+				}
+				if _, rated := s.rates.Lookup(gate.NameOf(r.inst.Key)); req.Reserve > 0 && !hasPol && !leftReady && !rated && !stopped[r.inst.Key] {
 					if line == nil {
 						line = map[string][]string{}
 					}
 					line[r.inst.Key] = append(line[r.inst.Key], r.inst.ID)
 				}
 			case throttled:
-				waiting[d.bucket]++
+				for _, b := range d.buckets {
+					waiting[b]++
+				}
 				r.inst.RunAt = d.runAt
 				r.inst.UpdatedAt = now
 				q.scheduled.add(r)
@@ -103,7 +112,7 @@ scan:
 		following[r.After] = true
 	}
 	for i, c := range res.Claimed {
-		if ks := s.keys[c.Key]; following[c.ID] || (ks != nil && ks.blocked.Len() > 0) {
+		if following[c.ID] || s.anyKeyBlocked(s.rows[c.ID]) {
 			res.Claimed[i].Contended = true
 		}
 	}
@@ -118,6 +127,17 @@ scan:
 	return res, nil
 }
 
+// anyKeyBlocked reports whether a key of r has blocked rows: its outcome
+// may hand the key's slot on (store.Claimed.Contended).
+func (s *Store) anyKeyBlocked(r *row) bool {
+	for _, k := range r.keys() {
+		if ks := s.keys[k]; ks != nil && ks.blocked.Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // verdict is what admission decided for one row.
 type verdict int
 
@@ -129,73 +149,115 @@ const (
 )
 
 type decision struct {
-	verdict verdict
-	shard   int       // the gate shard debited (-1: none)
-	bucket  string    // the empty bucket (throttled)
-	runAt   time.Time // when its token is due (throttled)
+	verdict   verdict
+	shard     int       // the gate shard debited of the row's Key (-1: none)
+	also      []int     // the gate shards debited of each of its Also (-1: none)
+	blockedOn string    // the key that blocked it (blocked)
+	buckets   []string  // the empty buckets (throttled)
+	runAt     time.Time // when its tokens are due (throttled)
 }
 
 // admit decides whether r may execute now, through the planner (package
 // admission) that PostgreSQL's claim calls too, on a window of r alone: it
 // builds the state the planner needs from the store (the claim holds the
 // store's lock, so every K = 1 key is locked by it and no counter is held
-// elsewhere), and applies the plan's debits. waiting counts the rows of
-// each bucket this claim already rescheduled, seen the rows of each key it
-// took off the pick path to decide (r included): with the key's rows still
-// on it, they are the rows in sight (admission.State.InSight). The caller
-// checked the queue's MaxActive and the claim's Limit.
+// elsewhere) for each of r's keys, and applies the plan's debits. waiting
+// counts the rows of each bucket this claim already rescheduled, seen the
+// rows of each key it took off the pick path to decide (r included): with
+// the key's rows still on it, they are the rows in sight
+// (admission.State.InSight). The caller checked the queue's MaxActive and
+// the claim's Limit.
 func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol bool, waiting, seen map[string]int, now time.Time) decision {
-	c := admission.Candidate{ID: r.inst.ID, Key: r.inst.Key}
-	st := admission.State{Now: now, Limit: 1, Active: q.executing, Rescheduled: waiting}
+	c := admission.Candidate{ID: r.inst.ID}
+	st := admission.State{Now: now, Limit: 1, Active: q.executing, Rescheduled: waiting,
+		KeyActive: map[string]int{}, Locked: map[string]bool{}, Busy: map[string]bool{},
+		Gates: map[string]admission.GateState{}, Buckets: map[string]gate.Bucket{}}
 	if hasPol {
 		st.Policy = &admission.Policy{MaxActive: pol.MaxActive, MaxActivePerKey: pol.MaxActivePerKey}
 	}
-	var ks *keyState
-	if c.Key != "" {
-		ks = s.key(c.Key)
-		st.KeyActive = map[string]int{c.Key: q.keyExec[c.Key]}
-		if lim, gated := s.limits.For(c.Key); gated {
+	for i, k := range r.keys() {
+		n := admission.Need{Key: k}
+		ks := s.key(k)
+		st.KeyActive[k] = q.keyExec[k]
+		if lim, gated := s.limits.For(k); gated {
 			s.ensureCounters(ks, lim)
-			c.Gate = &lim
+			n.Gate = &lim
 			g := admission.GateState{Counters: make([]admission.Counter, len(ks.counters))}
 			for i, ct := range ks.counters {
 				g.Counters[i] = admission.Counter{Shard: i, Capacity: ct.capacity, Available: ct.available}
 			}
-			st.Gates = map[string]admission.GateState{c.Key: g}
+			st.Gates[k] = g
 		} else {
-			st.Locked = map[string]bool{c.Key: true}
-			st.Busy = map[string]bool{c.Key: ks.executing > 0}
+			st.Locked[k] = true
+			st.Busy[k] = ks.executing > 0
 			if ks.executing > 0 {
 				// The rows the claim took off the pick path and those still
 				// on it, counted only as far as the planner needs (two).
-				st.InSight = map[string]int{c.Key: seen[c.Key] + ks.countReady(2-seen[c.Key])}
+				if st.InSight == nil {
+					st.InSight = map[string]int{}
+				}
+				st.InSight[k] = seen[k] + ks.countReady(2-seen[k])
 			}
 		}
-		if rate, limited := s.rates.Lookup(gate.NameOf(c.Key)); limited {
-			c.Rate = &rate
-			bucket := rate.BucketFor(c.Key)
+		if rate, limited := s.rates.Lookup(gate.NameOf(k)); limited {
+			n.Rate = &rate
+			bucket := rate.BucketFor(k)
 			if b, ok := s.buckets[bucket]; ok {
-				st.Buckets = map[string]gate.Bucket{bucket: b}
+				st.Buckets[bucket] = b
 			}
+		}
+		if i == 0 {
+			c.Key, c.Gate, c.Rate = n.Key, n.Gate, n.Rate
+		} else {
+			c.Also = append(c.Also, n)
 		}
 	}
 	p := admission.Decide([]admission.Candidate{c}, st)
 	// The plan is written as it is (only an admitted row debits anything).
 	for sk, n := range p.Debits {
-		ks.counters[sk.Shard].available -= n
+		s.keys[sk.Key].counters[sk.Shard].available -= n
 	}
 	for b, bk := range p.Buckets {
 		s.buckets[b] = bk
 	}
 	switch {
 	case len(p.Admitted) == 1:
-		return decision{verdict: admitted, shard: p.Admitted[0].Shard}
+		d := decision{verdict: admitted, shard: p.Admitted[0].Shard}
+		for _, h := range p.Admitted[0].Also {
+			d.also = append(d.also, h.Shard)
+		}
+		return d
 	case len(p.Blocked) == 1:
-		return decision{verdict: blocked}
+		on := p.BlockedOn[c.ID]
+		if on == "" {
+			on = c.Key
+		}
+		return decision{verdict: blocked, blockedOn: on}
 	case len(p.Throttled) == 1:
-		return decision{verdict: throttled, bucket: c.Rate.BucketFor(c.Key), runAt: p.Throttled[0].RunAt}
+		d := decision{verdict: throttled, runAt: p.Throttled[0].RunAt}
+		// The buckets that refused the row: each counts it as waiting.
+		for _, n := range append([]admission.Need{{Key: c.Key, Rate: c.Rate}}, c.Also...) {
+			if n.Rate == nil {
+				continue
+			}
+			b := n.Rate.BucketFor(n.Key)
+			bk := n.Rate.Refill(s.bucketOr(b, n.Rate, now), now)
+			if n.Rate.Tokens(bk) < 1 && !slices.Contains(d.buckets, b) {
+				d.buckets = append(d.buckets, b)
+			}
+		}
+		return d
 	}
 	return decision{verdict: left}
+}
+
+// bucketOr is bucket b as stored, or full by rate r (a missing bucket is
+// full).
+func (s *Store) bucketOr(b string, r *gate.RateLimit, now time.Time) gate.Bucket {
+	if bk, ok := s.buckets[b]; ok {
+		return bk
+	}
+	return r.Full(now)
 }
 
 // countReady counts the key's rows on the pick path, up to limit.
@@ -278,8 +340,8 @@ func (s *Store) keyLastRound(key, queue string, prio int) (last int64, taken int
 		return 0, 0, false
 	}
 	for _, r := range ks.rows {
-		if !r.hasRound || r.inst.Queue != queue || r.inst.Priority != prio {
-			continue
+		if !r.hasRound || r.inst.Key != key || r.inst.Queue != queue || r.inst.Priority != prio {
+			continue // a row takes turns as a row of its Key
 		}
 		if r.inst.Status == store.StatusBlocked || (r.inst.Status == store.StatusReady && !r.scheduled()) {
 			switch {
@@ -293,21 +355,23 @@ func (s *Store) keyLastRound(key, queue string, prio int) (last int64, taken int
 	return last, taken, ok
 }
 
-// startClaim makes r an executing row of req.Worker under a new fence.
-func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, now time.Time) store.Claimed {
+// startClaim makes r an executing row of req.Worker under a new fence,
+// holding shard of its Key and also of each of its Also (-1: none).
+func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, also []int, now time.Time) store.Claimed {
 	r.inst.Status = store.StatusExecuting
 	r.inst.Worker = req.Worker
 	r.inst.Fence++
 	r.inst.LeaseExpiresAt = now.Add(req.Lease)
 	r.inst.StartedAt = now
 	r.inst.KeyShard = shard
+	r.inst.AlsoShards = slices.Clone(also)
 	r.inst.UpdatedAt = now
 	s.executing[r.inst.ID] = r
 	q := s.queue(r.inst.Queue)
 	q.executing++
-	if r.inst.Key != "" {
-		s.keys[r.inst.Key].executing++
-		q.keyExec[r.inst.Key]++
+	for _, k := range r.keys() {
+		s.key(k).executing++
+		q.keyExec[k]++
 	}
 	return r.claimed()
 }
@@ -343,22 +407,30 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 		// (sqlNotifyPolicyQueues).
 		n.add(r.inst.Queue)
 	}
-	if r.inst.Key == "" {
-		return
+	also := r.inst.AlsoShards
+	r.inst.AlsoShards = nil
+	for i, k := range r.keys() {
+		if q.keyExec[k]--; q.keyExec[k] == 0 {
+			delete(q.keyExec, k)
+		}
+		s.keys[k].executing--
+		if r.passed {
+			continue // the slot went on to its successor (a row of one key)
+		}
+		sh := shard
+		if i > 0 {
+			sh = -1
+			if i-1 < len(also) {
+				sh = also[i-1]
+			}
+		}
+		if s.freeing != nil && credit {
+			*s.freeing = append(*s.freeing, admission.Freed{Key: k, Shard: sh})
+			continue
+		}
+		s.freeSlot(k, sh, credit, n)
 	}
-	if q.keyExec[r.inst.Key]--; q.keyExec[r.inst.Key] == 0 {
-		delete(q.keyExec, r.inst.Key)
-	}
-	s.keys[r.inst.Key].executing--
-	if r.passed {
-		r.passed = false // the slot went on to its successor
-		return
-	}
-	if s.freeing != nil && credit {
-		*s.freeing = append(*s.freeing, admission.Freed{Key: r.inst.Key, Shard: shard})
-		return
-	}
-	s.freeSlot(r.inst.Key, shard, credit, n)
+	r.passed = false
 }
 
 // freeSlot credits a slot of key k's shard (when credit is set and the
@@ -457,11 +529,12 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if want[k] == 0 {
 			continue
 		}
-		for _, r := range s.line(ks, want[k]) {
+		for _, r := range s.line(k, ks, want[k]) {
 			_, policy := s.policies[r.inst.Queue]
 			_, rated := s.rates.Lookup(gate.NameOf(k))
 			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
-				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated})
+				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated,
+				Multi: r.multi()})
 		}
 	}
 	plan := admission.Free(freed, waiting, st)
@@ -470,7 +543,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	for _, a := range plan.HandOffs {
 		r := s.rows[a.ID]
 		s.unpick(r) // off its queue's pick path or its key's blocked rows
-		c := s.startClaim(r, req, a.Shard, now)
+		c := s.startClaim(r, req, a.Shard, nil, now)
 		c.Contended = true
 		claimed = append(claimed, c)
 	}
@@ -486,10 +559,11 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	return claimed, plan.Rest, plan.Yield
 }
 
-// line returns the first n waiting rows of a key (due ready rows and
+// line returns the first n waiting rows of key k (due ready rows and
 // blocked rows) in the key's line: queue, priority, round, then FIFO, as
-// PostgreSQL's hand-off reads them.
-func (s *Store) line(ks *keyState, n int) []*row {
+// PostgreSQL's hand-off reads them. A row of several keys is in the line
+// of its Key while ready, and of the key it waits on while blocked.
+func (s *Store) line(k string, ks *keyState, n int) []*row {
 	inLine := func(a, b *row) int {
 		return cmp.Or(cmp.Compare(a.inst.Queue, b.inst.Queue), cmp.Compare(a.inst.Priority, b.inst.Priority),
 			cmp.Compare(a.round, b.round), a.inst.RunAt.Compare(b.inst.RunAt), cmp.Compare(a.seq, b.seq))
@@ -497,6 +571,9 @@ func (s *Store) line(ks *keyState, n int) []*row {
 	var first []*row // the n first so far, in line (n is small: the slots freed)
 	for _, r := range ks.rows {
 		if r.inst.Status != store.StatusBlocked && (r.inst.Status != store.StatusReady || r.scheduled()) {
+			continue
+		}
+		if r.multi() && ((r.inst.Status == store.StatusBlocked && r.waitsOn() != k) || (r.inst.Status == store.StatusReady && r.inst.Key != k)) {
 			continue
 		}
 		if s.reserved[r.inst.ID] != nil {
@@ -642,7 +719,7 @@ func (s *Store) executingByShard(ks *keyState, shards int) []int {
 		if r.inst.Status != store.StatusExecuting {
 			continue
 		}
-		i := r.inst.KeyShard
+		i := r.shardOf(ks.key)
 		if i < 0 {
 			i = 0
 		}

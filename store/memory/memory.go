@@ -153,6 +153,9 @@ type row struct {
 	// passed is set on an executing row whose slot an outcome passed to
 	// its successor (see succeed): leaving executing frees nothing.
 	passed bool
+	// blockedOn is, for a blocked row of several keys, the key whose
+	// blocked heap holds it (see waitsOn).
+	blockedOn string
 
 	pickHeap  *rowHeap // a queue's ready or scheduled heap, or a key's blocked heap
 	pickIdx   int
@@ -180,7 +183,8 @@ type queueState struct {
 
 // keyState is what the store knows about one concurrency key.
 type keyState struct {
-	rows      map[string]*row // non-terminal rows carrying the key
+	key       string
+	rows      map[string]*row // non-terminal rows carrying the key, in any place
 	executing int             // executing rows carrying the key
 	blocked   *rowHeap        // blocked rows, admission order
 	counters  []counter       // gate slot counters (nil: none stored)
@@ -222,7 +226,7 @@ func (s *Store) queue(name string) *queueState {
 func (s *Store) key(k string) *keyState {
 	ks := s.keys[k]
 	if ks == nil {
-		ks = &keyState{rows: map[string]*row{}, blocked: newPickHeap()}
+		ks = &keyState{key: k, rows: map[string]*row{}, blocked: newPickHeap()}
 		s.keys[k] = ks
 	}
 	return ks
@@ -236,20 +240,69 @@ func (s *Store) dropKeyIfIdle(k string) {
 	}
 }
 
-// attachKey records r as a holder-or-waiter of its key (non-terminal rows).
+// HoldsSeveralKeys reports that the store holds several concurrency keys
+// per instance (store.SeveralKeys).
+func (s *Store) HoldsSeveralKeys() bool { return true }
+
+// keys returns every concurrency key of r: its Key, then its Also.
+func (r *row) keys() []string {
+	if r.inst.Key == "" {
+		return nil
+	}
+	ks := make([]string, 0, 1+len(r.inst.Also))
+	ks = append(ks, r.inst.Key)
+	for _, k := range r.inst.Also {
+		ks = append(ks, k.Key)
+	}
+	return ks
+}
+
+// multi reports whether r has several keys.
+func (r *row) multi() bool { return len(r.inst.Also) > 0 }
+
+// shardOf is the gate shard executing row r debited of its key k (-1:
+// none).
+func (r *row) shardOf(k string) int {
+	if k == r.inst.Key {
+		return r.inst.KeyShard
+	}
+	for i, a := range r.inst.Also {
+		if a.Key == k && i < len(r.inst.AlsoShards) {
+			return r.inst.AlsoShards[i]
+		}
+	}
+	return -1
+}
+
+// waitsOn is the key in whose blocked heap blocked row r is: its Key, or
+// for a row of several keys the key that blocked it.
+func (r *row) waitsOn() string {
+	if r.multi() && r.blockedOn != "" {
+		return r.blockedOn
+	}
+	return r.inst.Key
+}
+
+// block puts blocked row r in the blocked heap of the key it waits on.
+func (s *Store) block(r *row) {
+	r.inst.Status = store.StatusBlocked
+	s.key(r.waitsOn()).blocked.add(r)
+}
+
+// attachKey records r as a holder-or-waiter of each of its keys
+// (non-terminal rows).
 func (s *Store) attachKey(r *row) {
-	if r.inst.Key != "" {
-		s.key(r.inst.Key).rows[r.inst.ID] = r
+	for _, k := range r.keys() {
+		s.key(k).rows[r.inst.ID] = r
 	}
 }
 
 func (s *Store) detachKey(r *row) {
-	if r.inst.Key == "" {
-		return
-	}
-	if ks := s.keys[r.inst.Key]; ks != nil {
-		delete(ks.rows, r.inst.ID)
-		s.dropKeyIfIdle(r.inst.Key)
+	for _, k := range r.keys() {
+		if ks := s.keys[k]; ks != nil {
+			delete(ks.rows, r.inst.ID)
+			s.dropKeyIfIdle(k)
+		}
 	}
 }
 
@@ -391,6 +444,14 @@ func (r *row) snapshot() store.Instance {
 	in := r.inst
 	in.State = cloneJSON(in.State)
 	in.Result = cloneJSON(in.Result)
+	in.Also = slices.Clone(in.Also)
+	in.AlsoShards = nil
+	if in.Status == store.StatusExecuting && r.multi() {
+		in.AlsoShards = slices.Clone(r.inst.AlsoShards)
+	}
+	if in.Status == store.StatusBlocked {
+		in.BlockedOn = r.waitsOn()
+	}
 	return in
 }
 

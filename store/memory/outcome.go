@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
@@ -74,7 +73,7 @@ func (s *Store) debounce(r *row, ni store.NewInstance, now time.Time, n *notes) 
 	s.unpick(r)
 	if r.inst.Status == store.StatusBlocked {
 		r.inst.RunAt = at
-		s.keys[r.inst.Key].blocked.add(r)
+		s.block(r)
 		return
 	}
 	r.hasRound = false
@@ -180,6 +179,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 				Key:       ni.Key,
 				KeyIntent: ni.KeyIntent,
 				KeyShard:  -1,
+				Also:      slices.Clone(ni.Also),
 				ParentID:  ni.ParentID,
 				UniqueKey: ni.UniqueKey,
 				Status:    store.StatusReady,
@@ -206,8 +206,10 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		out[i] = store.InsertResult{ID: r.inst.ID, Canceled: canceled}
 	}
 	// Rounds are given to the due rows of the batch together (see
-	// assignRounds); due rows of K = 1 keys go in blocked as
-	// admission.InsertBlocked decides (see oneState).
+	// assignRounds); due rows of one K = 1 key go in blocked as
+	// admission.InsertBlocked decides (see oneState). A row of several
+	// keys goes in ready: the claim that finds one of them full blocks it
+	// on that key.
 	var due, waitingRows []*row
 	var waiting []admission.InsertRow
 	for _, r := range rows {
@@ -215,7 +217,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			continue
 		}
 		due = append(due, r)
-		if k := r.inst.Key; k != "" && s.isOne(k) {
+		if k := r.inst.Key; k != "" && !r.multi() && s.isOne(k) {
 			waiting = append(waiting, admission.InsertRow{Key: k, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
 			waitingRows = append(waitingRows, r)
 		}
@@ -231,8 +233,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		if blocked[r] {
 			// Behind its key's holder or its ready rows: off the pick path
 			// at once, with the round it would have had ready.
-			r.inst.Status = store.StatusBlocked
-			s.keys[r.inst.Key].blocked.add(r)
+			s.block(r)
 			continue
 		}
 		s.place(r, r.inst.RunAt, now, n)
@@ -449,10 +450,8 @@ func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]boo
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
 		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
-	if o.SetKey {
-		if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-			return fmt.Errorf("%w: %w", store.ErrInvalid, err)
-		}
+	if err := store.NormalizeOutcomeKeys(&o); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
 	if o.Kind == store.OutcomeAwait && o.AwaitSignal == "" {
 		return fmt.Errorf("%w: await with no signal name", store.ErrInvalid)
@@ -520,11 +519,13 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	if o.Error != "" {
 		r.inst.LastError = o.Error
 	}
-	if o.SetKey && o.Key != r.inst.Key {
-		s.detachKey(r)
-		r.inst.Key, r.inst.KeyIntent = o.Key, o.KeyIntent
-		s.attachKey(r)
-	} else if o.SetKey {
+	if o.SetKey {
+		_ = store.NormalizeOutcomeKeys(&o) // checkOutcome checked it
+		if o.Key != r.inst.Key || !slices.Equal(o.Also, r.inst.Also) {
+			s.detachKey(r)
+			r.inst.Key, r.inst.Also = o.Key, slices.Clone(o.Also)
+			s.attachKey(r)
+		}
 		r.inst.KeyIntent = o.KeyIntent
 	}
 	if o.Kind == store.OutcomeReady || o.Kind == store.OutcomeAwait || o.Kind == store.OutcomeSpawn {

@@ -41,7 +41,7 @@ func (s *Store) ListPage(ctx context.Context, f store.ListFilter) (store.Page, e
 	match := func(in *store.Instance) bool {
 		return (f.Workflow == "" || in.Workflow == f.Workflow) &&
 			(f.Status == "" || in.Status == f.Status) &&
-			(f.Key == "" || in.Key == f.Key) &&
+			(f.Key == "" || in.Key == f.Key || slices.ContainsFunc(in.Also, func(k store.KeyRef) bool { return k.Key == f.Key })) &&
 			(f.Queue == "" || in.Queue == f.Queue)
 	}
 	// seen are the rows after AfterID (only the matching ones when the

@@ -119,7 +119,9 @@ func (s *Store) claimReservations(claimed []store.Claimed, line map[string][]str
 	keys := make([]string, len(claimed))
 	for i, c := range claimed {
 		admitted[i] = admission.Admitted{ID: c.ID, Shard: c.KeyShard}
-		keys[i] = c.Key
+		if len(c.Also) == 0 {
+			keys[i] = c.Key // a row of several keys takes no successor
+		}
 	}
 	var out []store.Claimed
 	for _, rv := range admission.Deal(admitted, keys, line, req.Reserve) {

@@ -133,6 +133,9 @@ func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 		if err := store.NormalizeNewInstance(i, &in); err != nil {
 			return nil, fmt.Errorf("insert: %w", err)
 		}
+		if len(in.Also) > 0 {
+			return nil, fmt.Errorf("insert: %w: instance %d: %w", store.ErrInvalid, i, store.ErrSeveralKeys)
+		}
 		r := insertRow{idx: i, in: in}
 		if in.UniqueKey != "" {
 			r.scope = uniqueScope(in.UniqueStatuses)

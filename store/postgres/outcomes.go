@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -407,10 +406,11 @@ func validateOutcomes(outcomes []store.Outcome, handOff bool) error {
 		if len(o.Result) > 0 && !json.Valid(o.Result) {
 			return fmt.Errorf("complete: %w: outcome %d: result is not valid JSON", store.ErrInvalid, i)
 		}
-		if o.SetKey && o.Key != "" {
-			if _, err := gate.ParseWithIntent(o.Key, o.KeyIntent); err != nil {
-				return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, err)
-			}
+		if err := store.NormalizeOutcomeKeys(&o); err != nil {
+			return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, err)
+		}
+		if len(o.Also) > 0 {
+			return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, store.ErrSeveralKeys)
 		}
 	}
 	return nil

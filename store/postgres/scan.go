@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/godurable/godurable/store"
 )
 
 // instanceColumnCount is the number of the instance columns (see sql.go).
@@ -40,6 +42,9 @@ func (rs *rowScan) scan(row pgx.Row, extra ...any) (instanceRow, error) {
 	in.Workflow, in.Queue, in.Step, in.Worker = string(rs.workflow), string(rs.queue), string(rs.step), string(rs.worker)
 	in.Status = publicStatus(string(rs.status))
 	in.KeyIntent = gateIntent(string(rs.intent))
+	if in.Status == store.StatusBlocked {
+		in.BlockedOn = in.Key
+	}
 	in.State, in.Result = []byte(rs.state), []byte(rs.result)
 	var err error
 	for _, t := range []struct {

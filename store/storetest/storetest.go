@@ -36,7 +36,7 @@ import (
 // must return a fresh, empty store and arrange its cleanup with t.Cleanup.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	groups := [][]test{insertTests, normalizeTests, claimTests, keyTests, perKeyTests, insertBlockedTests, handOffTests, signalTests, scheduleTests,
-		spawnTests, claimLifeTests, reserveTests, maintenanceTests, queryTests, healthTests, queueTests, pauseTests, cancelTreeTests, conflictTests, debounceTests, policyTests, scheduleDefTests, raceTests, randomTests}
+		spawnTests, claimLifeTests, reserveTests, maintenanceTests, queryTests, healthTests, queueTests, pauseTests, cancelTreeTests, conflictTests, debounceTests, policyTests, scheduleDefTests, severalKeysTests, raceTests, randomTests}
 	for _, g := range groups {
 		for _, tc := range g {
 			t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,253 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/store"
+	"github.com/stretchr/testify/require"
+)
+
+// severalKeys skips a rule of several keys per instance on a store that
+// does not hold them (store.SeveralKeys); severalKeysRefused checks what
+// such a store does instead.
+func (h *harness) severalKeys() {
+	h.t.Helper()
+	if sk, ok := h.s.(store.SeveralKeys); !ok || !sk.HoldsSeveralKeys() {
+		h.t.Skip("the store does not hold several keys per instance (store.SeveralKeys); severalKeys/a store that does not hold several keys refuses them checks it")
+	}
+}
+
+// multi is inst(key) with the other keys also (K = 1 unless their name has
+// a limit), due at once.
+func multi(key string, also ...string) store.NewInstance {
+	ni := dueNow(key)
+	for _, k := range also {
+		ni.Also = append(ni.Also, store.KeyRef{Key: k})
+	}
+	return ni
+}
+
+// claimIDs claims up to 10 rows for worker w at now and returns their ids.
+func (h *harness) claimIDs(now time.Time) []string {
+	h.t.Helper()
+	return claimedIDs(h.claim("w", 10, now))
+}
+
+// byID is the claimed row with id, failing when it is not there.
+func (h *harness) byID(cs []store.Claimed, id string) store.Claimed {
+	h.t.Helper()
+	for _, c := range cs {
+		if c.ID == id {
+			return c
+		}
+	}
+	h.t.Fatalf("%s not claimed (status %s)", id, h.status(id))
+	return store.Claimed{}
+}
+
+var severalKeysTests = []test{
+	{"severalKeys/more than four keys, a key twice or other keys without a key is ErrInvalid, and nothing is stored", func(h *harness) {
+		for name, ni := range map[string]store.NewInstance{
+			"five keys":         multi("a:1", "a:2", "a:3", "a:4", "a:5"),
+			"a key twice":       multi("a:1", "b:1", "a:1"),
+			"no key":            multi("", "a:1"),
+			"an invalid key":    multi("a:1", "not a key"),
+			"an empty also key": multi("a:1", ""),
+		} {
+			_, err := h.s.Insert(h.ctx, []store.NewInstance{ni})
+			require.ErrorIs(h.t, err, store.ErrInvalid, name)
+			_, err = h.s.Get(h.ctx, ni.ID)
+			require.ErrorIs(h.t, err, store.ErrNotFound, "%s: nothing stored", name)
+		}
+	}},
+	{"severalKeys/a store that does not hold several keys refuses them and stores nothing", func(h *harness) {
+		if sk, ok := h.s.(store.SeveralKeys); ok && sk.HoldsSeveralKeys() {
+			h.t.Skip("the store holds several keys: the severalKeys/ rules check them")
+		}
+		ni := multi("acct:1", "api:x")
+		_, err := h.s.Insert(h.ctx, []store.NewInstance{ni})
+		require.ErrorIs(h.t, err, store.ErrInvalid)
+		require.ErrorIs(h.t, err, store.ErrSeveralKeys)
+		_, err = h.s.Get(h.ctx, ni.ID)
+		require.ErrorIs(h.t, err, store.ErrNotFound)
+
+		id := h.insert(dueNow("acct:1"))[0]
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, id, c.ID)
+		o := next(c, "two")
+		o.SetKey, o.Key, o.Also = true, "acct:1", []store.KeyRef{{Key: "api:x"}}
+		_, err = h.s.Complete(h.ctx, "w", []store.Outcome{o}, at(time.Second))
+		require.ErrorIs(h.t, err, store.ErrSeveralKeys)
+		h.requireStatus(store.StatusExecuting, id)
+	}},
+	{"severalKeys/the first key is chosen the same way whatever order the keys come in", func(h *harness) {
+		h.severalKeys()
+		gateFirst := multi("api:x", "acct:1", "acct:0")
+		gateFirst.KeyIntent = gate.GateIntent
+		identityFirst := multi("acct:1", "acct:0", "api:x")
+		identityFirst.Also[1].Intent = gate.GateIntent
+		allGates := multi("b:2", "b:1")
+		allGates.KeyIntent, allGates.Also[0].Intent = gate.GateIntent, gate.GateIntent
+		ids := h.insert(gateFirst, identityFirst, allGates)
+		for _, id := range ids[:2] {
+			in := h.get(id)
+			require.Equal(h.t, "acct:0", in.Key, "the first key of no intent or an identity, in key order")
+			require.Equal(h.t, []store.KeyRef{{Key: "acct:1"}, {Key: "api:x", Intent: gate.GateIntent}}, in.Also)
+		}
+		in := h.get(ids[2])
+		require.Equal(h.t, "b:1", in.Key, "every key a gate: the first")
+		require.Equal(h.t, []store.KeyRef{{Key: "b:2", Intent: gate.GateIntent}}, in.Also)
+	}},
+	{"severalKeys/a row runs only when each of its keys has room, and a key that refuses it takes nothing of the others", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		holder := h.holdKey("api:x")
+		m := h.insert(multi("acct:1", "api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, m)
+		require.Equal(h.t, "api:x", h.get(m).BlockedOn, "blocked on the key that refused it")
+
+		// acct:1 is free: a row of it alone runs.
+		one := h.insert(dueNow("acct:1"))[0]
+		require.Equal(h.t, []string{one}, h.claimIDs(at(2*time.Second)))
+
+		// api:x frees; acct:1 is held now: the row is blocked on acct:1.
+		h.commit("w", at(3*time.Second), done(holder))
+		require.Empty(h.t, h.claimIDs(at(4*time.Second)))
+		h.requireStatus(store.StatusBlocked, m)
+		require.Equal(h.t, "acct:1", h.get(m).BlockedOn)
+		require.Equal(h.t, 1, h.available("api:x"), "the row blocked on acct:1 took no slot of api:x")
+
+		// acct:1 frees: the row runs, holding both.
+		h.commit("w", at(5*time.Second), done(store.Claimed{Instance: h.get(one)}))
+		cs := h.claim("w", 10, at(6*time.Second))
+		c := h.byID(cs, m)
+		require.Equal(h.t, "acct:1", c.Key)
+		require.Equal(h.t, []int{0}, c.AlsoShards, "the shard of api:x it debited")
+		require.Zero(h.t, h.available("api:x"))
+	}},
+	{"severalKeys/a row holds every key while it executes, and frees every key at its end", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		m := h.insert(multi("acct:1", "api:x"))[0]
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, m, c.ID)
+		acct := h.insert(dueNow("acct:1"))[0]
+		api := h.insert(dueNow("api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)), "both keys are held")
+		for _, k := range []string{"acct:1", "api:x"} {
+			require.Equal(h.t, []string{m}, idsOf(h.keyInfo(k).Holders), "%s's holders", k)
+			require.Equal(h.t, []string{m}, idsOf(h.executing(k)), "List by %s", k)
+		}
+		h.commit("w", at(2*time.Second), done(c))
+		require.ElementsMatch(h.t, []string{acct, api}, h.claimIDs(at(3*time.Second)))
+	}},
+	{"severalKeys/a blocked row is woken by the key that blocked it, not by its others", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		acct := h.holdKey("acct:1")
+		api := h.holdKey("api:x")
+		m := h.insert(multi("acct:1", "api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		require.Equal(h.t, "acct:1", h.get(m).BlockedOn, "the first full key in key order")
+
+		h.commit("w", at(2*time.Second), done(api))
+		h.requireStatus(store.StatusBlocked, m)
+		h.commit("w", at(3*time.Second), done(acct))
+		h.requireStatus(store.StatusReady, m)
+		require.Equal(h.t, []string{m}, h.claimIDs(at(4*time.Second)))
+	}},
+	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
+		m := h.insert(multi("acct:1", "api:x"))[0]
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, m, c.ID)
+		require.Equal(h.t, 1, h.reap(at(2*lease)))
+		require.Equal(h.t, 1, h.available("api:x"), "a reap does not credit (the step may still run)")
+		h.reconcile(0, at(2*lease))
+		require.Equal(h.t, 2, h.available("api:x"), "the reconciler restores the slot from the rows")
+		h.requireStatus(store.StatusReady, m)
+		h.insert(dueNow("acct:1"))
+		require.Len(h.t, h.claimIDs(at(2*lease+time.Second)), 1, "acct:1 is free again, for one row")
+	}},
+	{"severalKeys/an outcome sets a row's keys: it then runs only when its new keys have room", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		m := h.insert(dueNow("acct:1"))[0]
+		c := h.claimOne("w", at(0))
+		api := h.holdKey("api:x")
+		o := next(c, "charge")
+		o.SetKey, o.Key, o.Also = true, "api:x", []store.KeyRef{{Key: "acct:1"}}
+		o.KeyIntent = gate.GateIntent
+		h.commit("w", at(time.Second), o)
+		in := h.get(m)
+		require.Equal(h.t, "acct:1", in.Key)
+		require.Equal(h.t, []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}, in.Also)
+		require.Empty(h.t, h.claimIDs(at(2*time.Second)), "api:x is held")
+		require.Equal(h.t, "api:x", h.get(m).BlockedOn)
+
+		h.commit("w", at(3*time.Second), done(api))
+		c = h.byID(h.claim("w", 10, at(4*time.Second)), m)
+		o = next(c, "after")
+		o.SetKey, o.Key = true, "acct:2" // the others go
+		h.commit("w", at(5*time.Second), o)
+		require.Nil(h.t, h.get(m).Also)
+		require.Equal(h.t, 1, h.available("api:x"))
+		require.Equal(h.t, []string{m}, h.claimIDs(at(6*time.Second)))
+	}},
+	{"severalKeys/a freed slot is never handed to a row of several keys, nor past it", func(h *harness) {
+		h.severalKeys()
+		holder := h.holdKey("acct:1")
+		m := h.insert(multi("acct:1", "acct:9"))[0]
+		after := h.insert(dueNow("acct:1"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, m, after)
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(holder))
+		require.Empty(h.t, got, "neither the row of several keys nor the row behind it")
+		h.requireStatus(store.StatusReady, m)
+		h.requireStatus(store.StatusBlocked, after)
+		require.Equal(h.t, []string{m}, h.claimIDs(at(3*time.Second)), "the row of several keys runs at the next claim")
+	}},
+	{"severalKeys/no row of several keys is reserved, and none is given successors", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		ids := []string{h.insert(multi("api:x", "acct:1"))[0], h.insert(dueNow("api:x"))[0], h.insert(dueNow("api:x"))[0]}
+		res := h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(time.Second), Reserve: 2})
+		require.Equal(h.t, []string{ids[0]}, claimedIDs(res.Claimed), "no successor for a row of several keys")
+
+		h.commit("w", at(2*time.Second), done(res.Claimed[0]))
+		m := h.insert(multi("api:x", "acct:2"))[0]
+		res = h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(3*time.Second), Reserve: 2})
+		for _, c := range res.Claimed {
+			require.NotEqual(h.t, m, c.ID, "a row of several keys is never reserved")
+		}
+	}},
+	{"severalKeys/MaxActivePerKey counts a row under each of its keys", func(h *harness) {
+		h.severalKeys()
+		h.syncPolicies(store.DefaultNamespace, store.ConcurrencyPolicy{Queue: queue, MaxActive: 10, MaxActivePerKey: 1})
+		h.syncLimits(gate.Limit{Name: "g", Limit: 5})
+		m := h.insert(multi("g:a", "g:b"))[0]
+		c := h.claimOne("w", at(0))
+		require.Equal(h.t, m, c.ID)
+		a, b := h.insert(dueNow("g:a"))[0], h.insert(dueNow("g:b"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)), "both keys have a row active in the queue")
+		h.commit("w", at(2*time.Second), done(c))
+		h.reconcile(0, at(2*time.Second)) // a policy's blocked rows wait for the reconciler or a freed slot
+		require.ElementsMatch(h.t, []string{a, b}, h.claimIDs(at(3*time.Second)))
+		c2 := h.insert(multi("g:c", "g:b"))[0]
+		require.Empty(h.t, h.claimIDs(at(4*time.Second)), "g:b, its other key, has a row active")
+		require.Equal(h.t, "g:b", h.get(c2).BlockedOn)
+	}},
+}
+
+// idsOf lists the ids of instances.
+func idsOf(ins []store.Instance) []string {
+	out := make([]string, len(ins))
+	for i, in := range ins {
+		out[i] = in.ID
+	}
+	return out
+}
