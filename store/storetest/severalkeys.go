@@ -220,7 +220,7 @@ var severalKeysTests = []test{
 
 		h.commit("w", at(2*time.Second), done(res.Claimed[0]))
 		m := h.insert(multi("api:x", "acct:2"))[0]
-		res = h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(3*time.Second), Reserve: 2})
+		res = h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(3 * time.Second), Reserve: 2})
 		for _, c := range res.Claimed {
 			require.NotEqual(h.t, m, c.ID, "a row of several keys is never reserved")
 		}
