@@ -66,8 +66,11 @@ func (h *holdTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data p
 	return ctx
 }
 
-// TraceBatchQuery does nothing: the batch's start is the hold's.
-func (h *holdTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+// TraceBatchQuery ends the hold of the connection's transaction at a
+// commit or rollback sent in a batch.
+func (h *holdTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	h.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: data.CommandTag, Err: data.Err})
+}
 
 // TraceBatchEnd does nothing: the transaction's end is the hold's.
 func (h *holdTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

@@ -350,7 +350,7 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	}
 	var freed []admission.Freed
 	res := make([]store.OutcomeResult, len(outcomes))
-	held := make([]string, len(outcomes)) // the key whose slot each outcome's row held
+	held := make([][]string, len(outcomes)) // the keys whose slots each outcome's row held
 	credited := map[string]bool{}         // keys with a slot freed, not handed off
 	var readied []*row
 	s.readied = &readied
@@ -361,13 +361,15 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 			res[i].Stale = true
 			continue
 		}
-		held[i] = r.inst.Key
+		held[i] = r.keys()
 		switch {
 		case r.passed: // its slot went on to its successor
 		case h != nil && o.Contended:
 			s.freeing = &freed // its slot is decided by the hand-off below
 		default:
-			credited[r.inst.Key] = true
+			for _, k := range held[i] {
+				credited[k] = true
+			}
 		}
 		before := len(freed)
 		s.apply(r, worker, o, now, n)
@@ -411,17 +413,18 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	}
 	waited := map[string]bool{} // keyWaited, read once per key
 	for i := range res {
-		k := held[i]
-		if k == "" || !credited[k] {
-			res[i].Unwaited = !res[i].Stale
-			continue
+		res[i].Unwaited = !res[i].Stale
+		for _, k := range held[i] {
+			if !credited[k] {
+				continue
+			}
+			w, ok := waited[k]
+			if !ok {
+				w = s.keyWaited(k)
+				waited[k] = w
+			}
+			res[i].Unwaited = res[i].Unwaited && !w
 		}
-		w, ok := waited[k]
-		if !ok {
-			w = s.keyWaited(k)
-			waited[k] = w
-		}
-		res[i].Unwaited = !res[i].Stale && !w
 	}
 	return res, claimed, nil
 }

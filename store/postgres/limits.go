@@ -426,10 +426,7 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 			keys = keys[len(chunk):]
 			var stranded strandedKeys
 			var skipped []string
-			if err := s.inTx(ctx, func(tx pgx.Tx) error {
-				stranded, skipped = strandedKeys{}, nil
-				return s.reshapeChunk(ctx, tx, chunk, wait, &stranded, &skipped)
-			}); err != nil {
+			if err := s.reshapeChunk(ctx, chunk, wait, &stranded, &skipped); err != nil {
 				return err
 			}
 			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
@@ -461,11 +458,18 @@ func (s *Store) queueLimits(b *pgx.Batch) func() (gate.Limits, error) {
 	}
 }
 
-// reshapeChunk re-shapes the counters of keys (see reshapeCounters). With
-// wait false it locks only the counters no other transaction holds, and
-// adds to skipped the keys of which it could not lock every counter: it
-// re-shapes none of theirs.
-func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, wait bool, st *strandedKeys, skipped *[]string) error {
+// reshapeChunk re-shapes the counters of keys (see reshapeCounters), in a
+// transaction of two round trips: the first locks the counters, the second
+// writes them and commits, so that the counters stay locked for one turn of
+// this process between two batches. With wait false it locks only the
+// counters no other transaction holds, and adds to skipped the keys of
+// which it could not lock every counter: it re-shapes none of theirs.
+func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *strandedKeys, skipped *[]string) error {
+	t, err := s.beginBatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.end()
 	counters := map[string]map[int]slotTarget{}
 	b := &pgx.Batch{}
 	b.Queue(sqlLimitsLock, lockSalt(s.schema, saltLimits))
@@ -475,7 +479,7 @@ func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, wait
 		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped))
 	}
 	storedLimits := s.queueLimits(b)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := t.send(ctx, b, false); err != nil {
 		return err
 	}
 	limits, err := storedLimits()
@@ -534,10 +538,7 @@ func (s *Store) reshapeChunk(ctx context.Context, tx pgx.Tx, keys []string, wait
 	if len(dropKeys) > 0 {
 		b.Queue(s.q(sqlSlotsDelete), dropKeys)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
+	return t.send(ctx, b, true)
 }
 
 // Limits returns the stored limits sorted by name.
