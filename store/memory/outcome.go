@@ -351,7 +351,7 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 	var freed []admission.Freed
 	res := make([]store.OutcomeResult, len(outcomes))
 	held := make([][]string, len(outcomes)) // the keys whose slots each outcome's row held
-	credited := map[string]bool{}         // keys with a slot freed, not handed off
+	credited := map[string]bool{}           // keys with a slot freed, not handed off
 	var readied []*row
 	s.readied = &readied
 	for i, o := range outcomes {
