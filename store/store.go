@@ -92,6 +92,16 @@
 //   - Limits compose: a row is admitted only when it passes every one of
 //     them, and none of them is debited (no gate slot, no queue capacity, no
 //     token) for a row that another refused.
+//   - A row of several keys (NewInstance.Also; a store that holds them
+//     implements SeveralKeys) is admitted only when each of its keys would
+//     admit it, in the same claim, and holds a slot of each while it
+//     executes. Refused by one, it debits none: blocked, it waits in the
+//     line of the first full key in key order (Instance.BlockedOn) and is
+//     woken by that key's freed slot; MaxActivePerKey applies to each of
+//     its keys, and it takes a token of each rated key's bucket or none. It
+//     takes turns as a row of its Key (see Order), is never handed a slot
+//     or reserved, and a key's hand-offs and reservations stop at it, so
+//     that it is admitted by a claim that decides every one of its keys.
 //
 // # Order
 //
