@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,55 +65,93 @@ func (r *recorder) leave(key string) {
 }
 
 var randomTests = []test{
-	{"random/concurrent workers never exceed K and leave counters full", func(h *harness) {
-		h.syncLimits(randomGate)
-		seed := uint64(time.Now().UnixNano())
-		h.t.Logf("seed %d", seed)
-		rng := rand.New(rand.NewPCG(seed, 1))
-		nis := make([]store.NewInstance, randomInstances)
-		for i := range nis {
-			nis[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "rand", Queue: queue, Step: "s0",
-				State: json.RawMessage(`{"steps":0}`), Key: randomKeys[rng.IntN(len(randomKeys))],
-				Priority: rng.IntN(3), RunAt: base}
-		}
-		h.insert(nis...)
-
-		rec := &recorder{running: map[string]int{}, most: map[string]int{}}
-		var clock atomic.Int64 // logical milliseconds after base
-		var finished atomic.Int64
-		deadline := time.Now().Add(randomDeadline)
-		var wg sync.WaitGroup
-		for w := range randomWorkers {
-			wg.Go(func() {
-				runWorker(h, rec, fmt.Sprintf("w%d", w), rand.New(rand.NewPCG(seed, uint64(w)+2)), &clock, &finished, deadline)
-			})
-		}
-		wg.Wait()
-		if h.t.Failed() {
-			return
-		}
-		require.EqualValues(h.t, randomInstances, finished.Load())
-		require.Len(h.t, h.list(store.ListFilter{Status: store.StatusDone}), randomInstances)
-		for _, st := range []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting} {
-			require.Empty(h.t, h.list(store.ListFilter{Status: st}), "no row left %s", st)
-		}
-		for _, k := range randomKeys {
-			if k == "" {
-				continue
-			}
-			info := h.keyInfo(k)
-			require.Empty(h.t, info.Holders, k)
-			if gate.NameOf(k) == randomGate.Name {
-				require.Equal(h.t, randomGate.Limit, info.Available, "counters of %s back to full", k)
-			}
-		}
-		h.t.Logf("most running per key: %v", rec.most)
+	{"random/concurrent workers never exceed K and leave counters full", func(h *harness) { randomRun(h, false) }},
+	{"random/concurrent workers never exceed any key's K with rows of several keys", func(h *harness) {
+		h.severalKeys()
+		randomRun(h, true)
 	}},
+}
+
+// randomKeysOf draws a row's keys: one of randomKeys and, with several, up
+// to two more of them (none twice), as NewInstance and Outcome take them.
+func randomKeysOf(rng *rand.Rand, several bool) (string, []store.KeyRef) {
+	key := randomKeys[rng.IntN(len(randomKeys))]
+	if !several || key == "" {
+		return key, nil
+	}
+	var also []store.KeyRef
+	for range rng.IntN(3) {
+		k := randomKeys[rng.IntN(len(randomKeys))]
+		if k != "" && k != key && !slices.ContainsFunc(also, func(a store.KeyRef) bool { return a.Key == k }) {
+			also = append(also, store.KeyRef{Key: k})
+		}
+	}
+	return key, also
+}
+
+// keysOf lists a claimed row's keys.
+func keysOf(c store.Claimed) []string {
+	var out []string
+	if c.Key != "" {
+		out = append(out, c.Key)
+	}
+	for _, a := range c.Also {
+		out = append(out, a.Key)
+	}
+	return out
+}
+
+// randomRun is the randomized test, with rows of several keys when several
+// is set.
+func randomRun(h *harness, several bool) {
+	h.syncLimits(randomGate)
+	seed := uint64(time.Now().UnixNano())
+	h.t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	nis := make([]store.NewInstance, randomInstances)
+	for i := range nis {
+		key, also := randomKeysOf(rng, several)
+		nis[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "rand", Queue: queue, Step: "s0",
+			State: json.RawMessage(`{"steps":0}`), Key: key, Also: also,
+			Priority: rng.IntN(3), RunAt: base}
+	}
+	h.insert(nis...)
+
+	rec := &recorder{running: map[string]int{}, most: map[string]int{}}
+	var clock atomic.Int64 // logical milliseconds after base
+	var finished atomic.Int64
+	deadline := time.Now().Add(randomDeadline)
+	var wg sync.WaitGroup
+	for w := range randomWorkers {
+		wg.Go(func() {
+			runWorker(h, rec, fmt.Sprintf("w%d", w), rand.New(rand.NewPCG(seed, uint64(w)+2)), several, &clock, &finished, deadline)
+		})
+	}
+	wg.Wait()
+	if h.t.Failed() {
+		return
+	}
+	require.EqualValues(h.t, randomInstances, finished.Load())
+	require.Len(h.t, h.list(store.ListFilter{Status: store.StatusDone}), randomInstances)
+	for _, st := range []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting} {
+		require.Empty(h.t, h.list(store.ListFilter{Status: st}), "no row left %s", st)
+	}
+	for _, k := range randomKeys {
+		if k == "" {
+			continue
+		}
+		info := h.keyInfo(k)
+		require.Empty(h.t, info.Holders, k)
+		if gate.NameOf(k) == randomGate.Name {
+			require.Equal(h.t, randomGate.Limit, info.Available, "counters of %s back to full", k)
+		}
+	}
+	h.t.Logf("most running per key: %v", rec.most)
 }
 
 // runWorker claims and completes with random outcomes until every instance
 // is done or the deadline passes.
-func runWorker(h *harness, rec *recorder, worker string, rng *rand.Rand, clock, finished *atomic.Int64, deadline time.Time) {
+func runWorker(h *harness, rec *recorder, worker string, rng *rand.Rand, several bool, clock, finished *atomic.Int64, deadline time.Time) {
 	t := h.t
 	for finished.Load() < randomInstances {
 		if time.Now().After(deadline) {
@@ -134,7 +173,9 @@ func runWorker(h *harness, rec *recorder, worker string, rng *rand.Rand, clock, 
 			continue
 		}
 		for _, c := range res.Claimed {
-			rec.enter(t, c.Key)
+			for _, k := range keysOf(c) {
+				rec.enter(t, k)
+			}
 		}
 		time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond) // the steps "run"
 
@@ -163,7 +204,8 @@ func runWorker(h *harness, rec *recorder, worker string, rng *rand.Rand, clock, 
 			case choice == 1: // release the key
 				o.SetKey = true
 			case choice == 2: // switch keys
-				o.SetKey, o.Key = true, randomKeys[rng.IntN(len(randomKeys))]
+				o.SetKey = true
+				o.Key, o.Also = randomKeysOf(rng, several)
 			case choice == 3: // await a signal, sent before or after the park
 				o.Kind, o.AwaitSignal = store.OutcomeAwait, "go"
 				if rng.IntN(2) == 0 {
@@ -179,7 +221,9 @@ func runWorker(h *harness, rec *recorder, worker string, rng *rand.Rand, clock, 
 			outs = append(outs, o)
 		}
 		for _, c := range res.Claimed {
-			rec.leave(c.Key)
+			for _, k := range keysOf(c) {
+				rec.leave(k)
+			}
 		}
 		for _, id := range signalBefore {
 			if _, err := h.s.Signal(h.ctx, store.SignalRequest{InstanceID: id, Name: "go", Now: now}); err != nil {
