@@ -276,7 +276,7 @@ func TestDecideSeveralKeysProperties(t *testing.T) {
 			for _, h := range holds {
 				holders[h.Key]++
 				if h.Shard >= 0 {
-					debits[ShardKey{h.Key, h.Shard}]++
+					debits[ShardKey(h)]++
 				}
 			}
 		}
