@@ -723,6 +723,10 @@ type KeyInfo struct {
 	Waiting    int
 	Blocked    int
 	NextInLine *Instance
+	// WaitingElsewhere counts the rows of several keys (NewInstance.Also)
+	// that carry the key and wait for another of their keys: blocked on
+	// another, or ready in the line of their Key. They are not in Waiting.
+	WaitingElsewhere int
 	// OldestWaiting is the waiting row with the earliest run time, ties in
 	// insertion order (nil when none): the one that has waited longest.
 	OldestWaiting *Instance

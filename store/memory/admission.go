@@ -573,7 +573,7 @@ func (s *Store) line(k string, ks *keyState, n int) []*row {
 		if r.inst.Status != store.StatusBlocked && (r.inst.Status != store.StatusReady || r.scheduled()) {
 			continue
 		}
-		if r.multi() && ((r.inst.Status == store.StatusBlocked && r.waitsOn() != k) || (r.inst.Status == store.StatusReady && r.inst.Key != k)) {
+		if !r.inLineOf(k) {
 			continue
 		}
 		if s.reserved[r.inst.ID] != nil {

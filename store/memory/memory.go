@@ -283,6 +283,20 @@ func (r *row) waitsOn() string {
 	return r.inst.Key
 }
 
+// inLineOf reports whether waiting row r (ready or blocked) is in key k's
+// line: every row of one key is in its key's; a row of several keys is in
+// its Key's while ready, and in the line of the key it waits on while
+// blocked.
+func (r *row) inLineOf(k string) bool {
+	if !r.multi() {
+		return true
+	}
+	if r.inst.Status == store.StatusBlocked {
+		return r.waitsOn() == k
+	}
+	return r.inst.Key == k
+}
+
 // block puts blocked row r in the blocked heap of the key it waits on.
 func (s *Store) block(r *row) {
 	r.inst.Status = store.StatusBlocked

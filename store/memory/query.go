@@ -155,6 +155,10 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 	var holders, waiting []*row
 	if ks != nil {
 		for _, r := range ks.rows {
+			if (r.inst.Status == store.StatusBlocked || r.inst.Status == store.StatusReady) && !r.inLineOf(key) {
+				info.WaitingElsewhere++
+				continue
+			}
 			switch r.inst.Status {
 			case store.StatusExecuting:
 				holders = append(holders, r)

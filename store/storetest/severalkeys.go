@@ -151,6 +151,12 @@ var severalKeysTests = []test{
 		m := h.insert(multi("acct:1", "api:x"))[0]
 		require.Empty(h.t, h.claimIDs(at(time.Second)))
 		require.Equal(h.t, "acct:1", h.get(m).BlockedOn, "the first full key in key order")
+		info := h.keyInfo("acct:1")
+		require.Equal(h.t, [3]int{1, 1, 0}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "acct:1's line holds it")
+		require.Equal(h.t, m, info.NextInLine.ID)
+		info = h.keyInfo("api:x")
+		require.Equal(h.t, [3]int{0, 0, 1}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "api:x's does not: it waits for acct:1")
+		require.Nil(h.t, info.NextInLine)
 
 		h.commit("w", at(2*time.Second), done(api))
 		h.requireStatus(store.StatusBlocked, m)
