@@ -381,7 +381,7 @@ func (d *decider) decide(c Candidate) {
 	multi := len(needs) > 1
 	best := make([]int, len(needs))
 	var blockedOn, leftOn string
-	var elusive []string
+	var unsettled []string // keys that left the row ready and are Unsettled
 	for i, n := range needs {
 		var v verdict
 		best[i], v = d.room(n, multi)
@@ -391,7 +391,7 @@ func (d *decider) decide(c Candidate) {
 				blockedOn = n.Key
 			}
 		case unsettles:
-			elusive = append(elusive, n.Key)
+			unsettled = append(unsettled, n.Key)
 			fallthrough
 		case leaveReady:
 			if leftOn == "" {
@@ -405,7 +405,7 @@ func (d *decider) decide(c Candidate) {
 		d.saturated[blockedOn] = true
 		return
 	case leftOn != "":
-		for _, k := range elusive {
+		for _, k := range unsettled {
 			d.unsettled[k] = true
 		}
 		return
