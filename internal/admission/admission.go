@@ -45,9 +45,10 @@ type Need struct {
 }
 
 // needs returns every key of c with its limits, in key order (the order
-// in which a row's keys are decided, whatever the order of Also).
-func (c Candidate) needs() []Need {
-	ns := []Need{{Key: c.Key, Gate: c.Gate, Rate: c.Rate}}
+// in which a row's keys are decided, whatever the order of Also), in buf
+// (reused from row to row) when they fit.
+func (c Candidate) needs(buf []Need) []Need {
+	ns := append(buf[:0], Need{Key: c.Key, Gate: c.Gate, Rate: c.Rate})
 	if len(c.Also) == 0 {
 		return ns
 	}
@@ -287,6 +288,18 @@ type decider struct {
 	// order; stopped the keys whose line a row of several keys stopped.
 	line    map[string][]string
 	stopped map[string]bool
+	// The row being decided: its keys (see needs), the shard each would
+	// debit, and its buckets, in buffers reused from row to row, so that
+	// a window of rows of one key allocates nothing per row.
+	needBuf  [4]Need
+	bestBuf  [4]int
+	tokenBuf [4]token
+}
+
+// token is a bucket a row takes a token of, with its rate limit.
+type token struct {
+	bucket string
+	rate   *gate.RateLimit
 }
 
 func newDecider(window []Candidate, st State) *decider {
@@ -314,6 +327,9 @@ func newDecider(window []Candidate, st State) *decider {
 	}
 	d.plan.Debits = map[ShardKey]int{}
 	d.plan.Buckets = map[string]gate.Bucket{}
+	if n := min(len(window), st.Limit); n > 0 {
+		d.plan.Admitted = make([]Admitted, 0, n)
+	}
 	return d
 }
 
@@ -377,9 +393,12 @@ func (d *decider) room(n Need, multi bool) (best int, v verdict) {
 
 // decide admits, blocks, throttles or leaves ready row c.
 func (d *decider) decide(c Candidate) {
-	needs := c.needs()
+	needs := c.needs(d.needBuf[:])
 	multi := len(needs) > 1
-	best := make([]int, len(needs))
+	best := d.bestBuf[:0]
+	for range needs {
+		best = append(best, -1)
+	}
 	var blockedOn, leftOn string
 	var unsettled []string // keys that left the row ready and are Unsettled
 	for i, n := range needs {
@@ -423,11 +442,7 @@ func (d *decider) decide(c Candidate) {
 		return // full: the row stays ready
 	}
 	// The rate limits: a token of each bucket, or none of any.
-	type token struct {
-		bucket string
-		rate   *gate.RateLimit
-	}
-	var tokens []token
+	tokens := d.tokenBuf[:0]
 	var due time.Time
 	refused := false
 	for _, n := range needs {
@@ -460,21 +475,20 @@ func (d *decider) decide(c Candidate) {
 		d.plan.Throttled = append(d.plan.Throttled, Throttled{ID: c.ID, RunAt: due})
 		return
 	}
-	// Every limit admits the row: debit them all.
-	shardOf := make(map[string]int, len(needs))
+	// Every limit admits the row: debit them all. best then holds the
+	// shard each key debits (-1: none).
 	for i, n := range needs {
 		switch {
 		case n.Key == "":
 			continue
 		case n.Gate == nil:
 			d.taken[n.Key] = true
-			shardOf[n.Key] = -1
 		default:
 			rows := d.counters[n.Key]
 			rows[best[i]].Available--
 			d.inUse[n.Key]++
-			shardOf[n.Key] = rows[best[i]].Shard
-			d.plan.Debits[ShardKey{n.Key, rows[best[i]].Shard}]++
+			best[i] = rows[best[i]].Shard
+			d.plan.Debits[ShardKey{n.Key, best[i]}]++
 		}
 		d.keyTaken[n.Key]++
 	}
@@ -483,12 +497,13 @@ func (d *decider) decide(c Candidate) {
 		bk.Credit -= t.rate.TokenCredit()
 		d.buckets[t.bucket], d.plan.Buckets[t.bucket] = bk, bk
 	}
-	a := Admitted{ID: c.ID, Shard: -1}
-	if c.Key != "" {
-		a.Shard = shardOf[c.Key]
-	}
-	for _, n := range c.Also {
-		a.Also = append(a.Also, Hold{Key: n.Key, Shard: shardOf[n.Key]})
+	a := Admitted{ID: c.ID, Shard: best[0]}
+	if multi {
+		shardOf := func(k string) int { return best[slices.IndexFunc(needs, func(n Need) bool { return n.Key == k })] }
+		a.Shard = shardOf(c.Key)
+		for _, n := range c.Also {
+			a.Also = append(a.Also, Hold{Key: n.Key, Shard: shardOf(n.Key)})
+		}
 	}
 	d.plan.Admitted = append(d.plan.Admitted, a)
 	if multi {

@@ -327,7 +327,7 @@ func TestDecideSeveralKeysProperties(t *testing.T) {
 		c := window[0]
 		alone := Decide([]Candidate{c}, st)
 		each := true
-		for _, n := range c.needs() {
+		for _, n := range c.needs(nil) {
 			solo := Decide([]Candidate{{ID: "solo", Key: n.Key, Gate: n.Gate}}, state(func(s *State) {
 				*s = st
 				s.InSight = map[string]int{n.Key: 2}
