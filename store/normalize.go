@@ -83,21 +83,22 @@ func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
 	if *key == "" && len(*also) > 0 {
 		return fmt.Errorf("other keys without a key")
 	}
+	if len(*also) == 0 {
+		*also = nil
+		_, err := gate.ParseWithIntent(*key, *intent)
+		return err
+	}
 	keys := append([]KeyRef{{Key: *key, Intent: *intent}}, *also...)
 	if len(keys) > MaxKeys {
 		return fmt.Errorf("%d concurrency keys, at most %d", len(keys), MaxKeys)
 	}
 	for _, k := range keys {
-		if k.Key == "" && len(keys) > 1 {
+		if k.Key == "" {
 			return fmt.Errorf("an empty key among %d", len(keys))
 		}
 		if _, err := gate.ParseWithIntent(k.Key, k.Intent); err != nil {
 			return err
 		}
-	}
-	if len(keys) == 1 {
-		*also = nil
-		return nil
 	}
 	slices.SortFunc(keys, func(a, b KeyRef) int { return strings.Compare(a.Key, b.Key) })
 	for i := 1; i < len(keys); i++ {
