@@ -192,6 +192,10 @@ type Plan struct {
 	Reserved []Reservation
 	// Throttled are the rows rescheduled for want of a token, in claim order.
 	Throttled []Throttled
+	// Rescheduled counts, when the plan throttled a row, the rows of each
+	// bucket rescheduled for want of a token: State.Rescheduled's and this
+	// plan's (a row refused by several buckets counts in each).
+	Rescheduled map[string]int
 	// Debits counts the slots taken from each counter.
 	Debits map[ShardKey]int
 	// Buckets are the buckets tokens were taken from, as they now are.
@@ -558,6 +562,9 @@ func (d *decider) finish() Plan {
 		plan.Unsettled = append(plan.Unsettled, k)
 	}
 	slices.Sort(plan.Unsettled)
+	if len(plan.Throttled) > 0 {
+		plan.Rescheduled = d.waiting
+	}
 	return plan
 }
 

@@ -147,6 +147,7 @@ func TestDecideSeveralKeys(t *testing.T) {
 				require.Empty(t, p.Admitted)
 				require.Equal(t, []Throttled{{ID: "a", RunAt: now.Add(1e9)}}, p.Throttled)
 				require.Empty(t, p.Buckets, "no bucket is debited")
+				require.Equal(t, map[string]int{"api": 1}, p.Rescheduled, "it waits for the bucket that refused it only")
 			},
 		},
 		{

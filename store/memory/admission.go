@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -91,9 +92,7 @@ scan:
 					line[r.inst.Key] = append(line[r.inst.Key], r.inst.ID)
 				}
 			case throttled:
-				for _, b := range d.buckets {
-					waiting[b]++
-				}
+				maps.Copy(waiting, d.rescheduled)
 				r.inst.RunAt = d.runAt
 				r.inst.UpdatedAt = now
 				q.scheduled.add(r)
@@ -150,11 +149,13 @@ const (
 
 type decision struct {
 	verdict   verdict
-	shard     int       // the gate shard debited of the row's Key (-1: none)
-	also      []int     // the gate shards debited of each of its Also (-1: none)
-	blockedOn string    // the key that blocked it (blocked)
-	buckets   []string  // the empty buckets (throttled)
-	runAt     time.Time // when its tokens are due (throttled)
+	shard     int    // the gate shard debited of the row's Key (-1: none)
+	also      []int  // the gate shards debited of each of its Also (-1: none)
+	blockedOn string // the key that blocked it (blocked)
+	// rescheduled counts the rows of each bucket rescheduled, this one
+	// included, and runAt is when its tokens are due (throttled).
+	rescheduled map[string]int
+	runAt       time.Time
 }
 
 // admit decides whether r may execute now, through the planner (package
@@ -234,30 +235,9 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 		}
 		return decision{verdict: blocked, blockedOn: on}
 	case len(p.Throttled) == 1:
-		d := decision{verdict: throttled, runAt: p.Throttled[0].RunAt}
-		// The buckets that refused the row: each counts it as waiting.
-		for _, n := range append([]admission.Need{{Key: c.Key, Rate: c.Rate}}, c.Also...) {
-			if n.Rate == nil {
-				continue
-			}
-			b := n.Rate.BucketFor(n.Key)
-			bk := n.Rate.Refill(s.bucketOr(b, n.Rate, now), now)
-			if n.Rate.Tokens(bk) < 1 && !slices.Contains(d.buckets, b) {
-				d.buckets = append(d.buckets, b)
-			}
-		}
-		return d
+		return decision{verdict: throttled, runAt: p.Throttled[0].RunAt, rescheduled: p.Rescheduled}
 	}
 	return decision{verdict: left}
-}
-
-// bucketOr is bucket b as stored, or full by rate r (a missing bucket is
-// full).
-func (s *Store) bucketOr(b string, r *gate.RateLimit, now time.Time) gate.Bucket {
-	if bk, ok := s.buckets[b]; ok {
-		return bk
-	}
-	return r.Full(now)
 }
 
 // countReady counts the key's rows on the pick path, up to limit.
