@@ -335,12 +335,17 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 		}
 		named[o.Successor.ID] = true
 	}
-	for i, o := range outcomes {
+	outcomes = slices.Clone(outcomes) // their keys are put in order below
+	for i := range outcomes {
+		o := &outcomes[i]
+		if err := store.NormalizeOutcomeKeys(o); err != nil {
+			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w: %w", i, o.ID, store.ErrInvalid, err)
+		}
 		// Children ids are only checked for current claims: a retried
 		// Complete whose spawn already committed is stale, not an error.
 		// A reservation the batch names will be current once passed its slot.
 		current := s.current(o.ID, worker, o.Fence) != nil || (named[o.ID] && s.reservation(o.ID, worker, o.Fence) != nil)
-		if err := s.checkOutcome(o, current, taken); err != nil {
+		if err := s.checkOutcome(*o, current, taken); err != nil {
 			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
 	}
@@ -453,9 +458,6 @@ func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]boo
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
 		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
-	if err := store.NormalizeOutcomeKeys(&o); err != nil {
-		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
-	}
 	if o.Kind == store.OutcomeAwait && o.AwaitSignal == "" {
 		return fmt.Errorf("%w: await with no signal name", store.ErrInvalid)
 	}
@@ -522,8 +524,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	if o.Error != "" {
 		r.inst.LastError = o.Error
 	}
-	if o.SetKey {
-		_ = store.NormalizeOutcomeKeys(&o) // checkOutcome checked it
+	if o.SetKey { // its keys in order (see complete)
 		if o.Key != r.inst.Key || !slices.Equal(o.Also, r.inst.Also) {
 			s.detachKey(r)
 			r.inst.Key, r.inst.Also = o.Key, slices.Clone(o.Also)
