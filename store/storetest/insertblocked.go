@@ -22,7 +22,14 @@ func dueNow(k string) store.NewInstance {
 // holdKey inserts a row of key k and claims it: the key's holder.
 func (h *harness) holdKey(k string) store.Claimed {
 	h.t.Helper()
-	id := h.insert(dueNow(k))[0]
+	return h.hold(dueNow(k))
+}
+
+// hold inserts ni, due now, and claims it for worker "w" at base: the
+// holder of its keys.
+func (h *harness) hold(ni store.NewInstance) store.Claimed {
+	h.t.Helper()
+	id := h.insert(ni)[0]
 	c := h.claimOne("w", at(0))
 	require.Equal(h.t, id, c.ID)
 	return c

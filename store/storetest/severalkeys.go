@@ -72,14 +72,12 @@ var severalKeysTests = []test{
 		_, err = h.s.Get(h.ctx, ni.ID)
 		require.ErrorIs(h.t, err, store.ErrNotFound)
 
-		id := h.insert(dueNow("acct:1"))[0]
-		c := h.claimOne("w", at(0))
-		require.Equal(h.t, id, c.ID)
+		c := h.holdKey("acct:1")
 		o := next(c, "two")
 		o.SetKey, o.Key, o.Also = true, "acct:1", []store.KeyRef{{Key: "api:x"}}
 		_, err = h.s.Complete(h.ctx, "w", []store.Outcome{o}, at(time.Second))
 		require.ErrorIs(h.t, err, store.ErrSeveralKeys)
-		h.requireStatus(store.StatusExecuting, id)
+		h.requireStatus(store.StatusExecuting, c.ID)
 	}},
 	{"severalKeys/the first key is chosen the same way whatever order the keys come in", func(h *harness) {
 		h.severalKeys()
@@ -130,9 +128,8 @@ var severalKeysTests = []test{
 	{"severalKeys/a row holds every key while it executes, and frees every key at its end", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
-		m := h.insert(multi("acct:1", "api:x"))[0]
-		c := h.claimOne("w", at(0))
-		require.Equal(h.t, m, c.ID)
+		c := h.hold(multi("acct:1", "api:x"))
+		m := c.ID
 		acct := h.insert(dueNow("acct:1"))[0]
 		api := h.insert(dueNow("api:x"))[0]
 		require.Empty(h.t, h.claimIDs(at(time.Second)), "both keys are held")
@@ -167,9 +164,8 @@ var severalKeysTests = []test{
 	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
-		m := h.insert(multi("acct:1", "api:x"))[0]
-		c := h.claimOne("w", at(0))
-		require.Equal(h.t, m, c.ID)
+		c := h.hold(multi("acct:1", "api:x"))
+		m := c.ID
 		require.Equal(h.t, 1, h.reap(at(2*lease)))
 		require.Equal(h.t, 1, h.available("api:x"), "a reap does not credit (the step may still run)")
 		h.reconcile(0, at(2*lease))
@@ -181,8 +177,8 @@ var severalKeysTests = []test{
 	{"severalKeys/an outcome sets a row's keys: it then runs only when its new keys have room", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
-		m := h.insert(dueNow("acct:1"))[0]
-		c := h.claimOne("w", at(0))
+		c := h.holdKey("acct:1")
+		m := c.ID
 		api := h.holdKey("api:x")
 		o := next(c, "charge")
 		o.SetKey, o.Key, o.Also = true, "api:x", []store.KeyRef{{Key: "acct:1"}}
@@ -235,9 +231,7 @@ var severalKeysTests = []test{
 		h.severalKeys()
 		h.syncPolicies(store.DefaultNamespace, store.ConcurrencyPolicy{Queue: queue, MaxActive: 10, MaxActivePerKey: 1})
 		h.syncLimits(gate.Limit{Name: "g", Limit: 5})
-		m := h.insert(multi("g:a", "g:b"))[0]
-		c := h.claimOne("w", at(0))
-		require.Equal(h.t, m, c.ID)
+		c := h.hold(multi("g:a", "g:b"))
 		a, b := h.insert(dueNow("g:a"))[0], h.insert(dueNow("g:b"))[0]
 		require.Empty(h.t, h.claimIDs(at(time.Second)), "both keys have a row active in the queue")
 		h.commit("w", at(2*time.Second), done(c))
