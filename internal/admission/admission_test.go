@@ -59,14 +59,25 @@ func ids(p Plan) []string {
 	return out
 }
 
+// decideCase is a window, the state read for it, and a check of the plan
+// Decide makes of them.
+type decideCase struct {
+	name   string
+	window []Candidate
+	st     State
+	check  func(t *testing.T, p Plan)
+}
+
+// runDecide checks each case's plan in a subtest of its name.
+func runDecide(t *testing.T, cases []decideCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, Decide(tc.window, tc.st)) })
+	}
+}
+
 func TestDecide(t *testing.T) {
 	rl := perSecond("api", 2)
-	for _, tc := range []struct {
-		name   string
-		window []Candidate
-		st     State
-		check  func(t *testing.T, p Plan)
-	}{
+	runDecide(t, []decideCase{
 		{
 			name:   "a row without a key is always admitted",
 			window: []Candidate{row("a", ""), row("b", ""), row("c", "")},
@@ -395,11 +406,7 @@ func TestDecide(t *testing.T) {
 				require.Empty(t, p.Buckets)
 			},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.check(t, Decide(tc.window, tc.st))
-		})
-	}
+	})
 }
 
 // TestDecideReserves: with State.Reserve, the rows a claim would block of a
@@ -420,12 +427,7 @@ func TestDecideReserves(t *testing.T) {
 			st.Reserve = reserve
 		})
 	}
-	for _, tc := range []struct {
-		name   string
-		window []Candidate
-		st     State
-		check  func(t *testing.T, p Plan)
-	}{
+	runDecide(t, []decideCase{
 		{
 			name:   "one successor for each admitted row, the rest blocked",
 			window: gateOf(2, "a", "b", "c", "d", "e"),
@@ -544,11 +546,7 @@ func TestDecideReserves(t *testing.T) {
 				require.Empty(t, p.Blocked)
 			},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.check(t, Decide(tc.window, tc.st))
-		})
-	}
+	})
 }
 
 // TestDecideLeavesStateAlone checks that Decide debits copies: a store may

@@ -25,12 +25,16 @@ func gateNeed(key string, limit int) Need {
 
 func TestDecideSeveralKeys(t *testing.T) {
 	rl := perSecond("api", 1)
-	for _, tc := range []struct {
-		name   string
-		window []Candidate
-		st     State
-		check  func(t *testing.T, p Plan)
-	}{
+	// A row of two rated keys, and its state with tokens left in api's
+	// bucket (acct's is full).
+	twoBuckets := []Candidate{also(rated(row("a", "acct:1"), perSecond("acct", 5)), Need{Key: "api:x", Rate: &rl})}
+	apiTokens := func(tokens int) State {
+		return state(func(st *State) {
+			st.Locked["acct:1"], st.Locked["api:x"] = true, true
+			st.Buckets["api"] = bucketWith(rl, tokens)
+		})
+	}
+	runDecide(t, []decideCase{
 		{
 			name:   "a row is admitted when each of its keys has room, and debits each",
 			window: []Candidate{also(row("a", "acct:1"), gateNeed("api:x", 2))},
@@ -135,14 +139,9 @@ func TestDecideSeveralKeys(t *testing.T) {
 			},
 		},
 		{
-			name: "a row refused a token by one bucket takes none of the other",
-			window: []Candidate{
-				also(rated(row("a", "acct:1"), perSecond("acct", 5)), Need{Key: "api:x", Rate: &rl}),
-			},
-			st: state(func(st *State) {
-				st.Locked["acct:1"], st.Locked["api:x"] = true, true
-				st.Buckets["api"] = bucketWith(rl, 0)
-			}),
+			name:   "a row refused a token by one bucket takes none of the other",
+			window: twoBuckets,
+			st:     apiTokens(0),
 			check: func(t *testing.T, p Plan) {
 				require.Empty(t, p.Admitted)
 				require.Equal(t, []Throttled{{ID: "a", RunAt: now.Add(1e9)}}, p.Throttled)
@@ -151,14 +150,9 @@ func TestDecideSeveralKeys(t *testing.T) {
 			},
 		},
 		{
-			name: "an admitted row takes a token of each of its buckets",
-			window: []Candidate{
-				also(rated(row("a", "acct:1"), perSecond("acct", 5)), Need{Key: "api:x", Rate: &rl}),
-			},
-			st: state(func(st *State) {
-				st.Locked["acct:1"], st.Locked["api:x"] = true, true
-				st.Buckets["api"] = bucketWith(rl, 1)
-			}),
+			name:   "an admitted row takes a token of each of its buckets",
+			window: twoBuckets,
+			st:     apiTokens(1),
 			check: func(t *testing.T, p Plan) {
 				require.Equal(t, []string{"a"}, ids(p))
 				require.Equal(t, map[string]gate.Bucket{"api": bucketWith(rl, 0), "acct": bucketWith(perSecond("acct", 5), 4)}, p.Buckets)
@@ -213,9 +207,7 @@ func TestDecideSeveralKeys(t *testing.T) {
 				require.Equal(t, []string{"m", "b"}, p.Blocked)
 			},
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) { tc.check(t, Decide(tc.window, tc.st)) })
-	}
+	})
 }
 
 // TestDecideSeveralKeysProperties checks, over random windows of rows of
