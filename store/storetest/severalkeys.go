@@ -237,7 +237,8 @@ var severalKeysTests = []test{
 		h.commit("w", at(2*time.Second), done(c))
 		h.reconcile(0, at(2*time.Second)) // a policy's blocked rows wait for the reconciler or a freed slot
 		require.ElementsMatch(h.t, []string{a, b}, h.claimIDs(at(3*time.Second)))
-		c2 := h.insert(multi("g:c", "g:b"))[0]
+		c2 := h.insert(multi("g:0", "g:b"))[0]
+		require.Equal(h.t, "g:0", h.get(c2).Key)
 		require.Empty(h.t, h.claimIDs(at(4*time.Second)), "g:b, its other key, has a row active")
 		require.Equal(h.t, "g:b", h.get(c2).BlockedOn)
 	}},
