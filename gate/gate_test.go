@@ -200,6 +200,8 @@ func FuzzParse(f *testing.F) {
 func FuzzLimitMatch(f *testing.F) {
 	f.Add("stripe", "stripe:1")
 	f.Add("order", "orders:1")
+	f.Add("0:0", "0:0")
+	f.Add("stripe:acct", "stripe:acct_big")
 	f.Fuzz(func(t *testing.T, name, key string) {
 		ls, err := NewLimits([]Limit{{Name: name, Limit: 7}})
 		if err != nil {
@@ -209,12 +211,14 @@ func FuzzLimitMatch(f *testing.F) {
 		if err != nil || k.IsZero() {
 			return
 		}
+		// A limit applies to a key whose name is exactly the limit's
+		// name, or, for a per-key limit, to exactly that key.
 		want := 1
-		if k.Name() == name {
+		if k.Name() == name || k.String() == name {
 			want = 7
 		}
 		if got := ls.K(key); got != want {
-			t.Fatalf("K(%q) under limit %q = %d, want %d (names match exactly, never by prefix of the name)", key, name, got, want)
+			t.Fatalf("K(%q) under limit %q = %d, want %d (a limit matches a key's name or the whole key exactly, never by prefix)", key, name, got, want)
 		}
 	})
 }
