@@ -141,6 +141,8 @@ type claimContext struct {
 	// tried the ones whose advisory lock the window statement tried, with
 	// whether it was had (see oneLocked).
 	busyOne, tried map[string]bool
+	// multi holds the window's rows of several keys, by id.
+	multi map[string]multiRow
 }
 
 // The window statement's last column (sqlClaimCandidates) says what it
@@ -151,7 +153,16 @@ const (
 	oneLocked  = 2 // not busy, and the statement took the key's lock
 	oneRefused = 3 // not busy, and another transaction held the key's lock
 	oneUntried = 4 // not busy, in a queue with a policy: admit takes the lock
+	oneMulti   = 5 // a row of several keys: admit takes the lock with its other keys'
 )
+
+// multiRow is what a claim knows of a row of several keys in its window:
+// the key in its key column (Candidate.Key, which is the key it waits in
+// line for, see migration 025) and its other keys, with their intents.
+type multiRow struct {
+	key    store.KeyRef
+	others []store.KeyRef
+}
 
 // Claim admits and claims up to req.Limit rows of req.Queue (see the rules above).
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
@@ -250,8 +261,26 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			rPeriod        *int64
 			rPerKey        *bool
 			one            int32
+			extra, intents []string
+			intent         *string
 		)
-		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one,
+			&extra, &intents, &intent}, func() error {
+			c.Also = nil
+			if len(extra) > 0 {
+				m := multiRow{key: store.KeyRef{Key: c.Key}}
+				if intent != nil {
+					m.key.Intent = gate.Intent(*intent)
+				}
+				for i, k := range extra {
+					m.others = append(m.others, store.KeyRef{Key: k, Intent: gate.Intent(intents[i])})
+				}
+				if cc.multi == nil {
+					cc.multi = map[string]multiRow{}
+				}
+				cc.multi[c.ID] = m
+				c.Also = make([]admission.Need, len(extra)) // filled by alsoLimits
+			}
 			switch one {
 			case oneBusy:
 				cc.busyOne[c.Key] = true
@@ -274,6 +303,11 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	})
 	if err := tx.send(ctx, b, false); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	if len(cc.multi) > 0 {
+		if err := s.alsoLimits(ctx, tx.q(), cc); err != nil {
+			return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+		}
 	}
 
 	plan, seen, err := s.admit(ctx, tx.q(), cc, lock)
@@ -356,9 +390,17 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	if len(waited) > 0 {
 		b.Queue(s.q(sqlFlagHolders), waited)
 	}
+	if len(cc.multi) > 0 {
+		s.queueClaimMulti(b, cc, plan, req.Worker)
+	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
-	if len(plan.Blocked) > 0 {
-		b.Queue(s.q(sqlBlock), plan.Blocked, now, waited)
+	blocked := plan.Blocked
+	if len(plan.BlockedOn) > 0 {
+		blocked = slices.DeleteFunc(slices.Clone(blocked), func(id string) bool { _, ok := plan.BlockedOn[id]; return ok })
+		s.queueBlockMulti(b, cc, plan, now, waited)
+	}
+	if len(blocked) > 0 {
+		b.Queue(s.q(sqlBlock), blocked, now, waited)
 	}
 	if len(plan.Backlog) > 0 {
 		b.Queue(s.q(sqlBlockBacklog), plan.Backlog, backlogChunk, now, admission.ReadyCap, waited)
@@ -385,6 +427,9 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			s.hot.mark(debitKeys...)
 		}
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
+	}
+	if len(cc.multi) > 0 {
+		holdsOf(res.Claimed, cc, plan)
 	}
 	admitted := 0
 	for i, c := range res.Claimed {
@@ -416,7 +461,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 func waitedKeys(cc *claimContext, plan admission.Plan) []string {
 	keys := []string{}
 	isOne := func(c admission.Candidate) bool { return c.Key != "" && c.Gate == nil }
-	if !slices.ContainsFunc(cc.candidates, isOne) {
+	if !slices.ContainsFunc(cc.candidates, isOne) && len(plan.BlockedOn) == 0 {
 		return keys // no K = 1 row in the window: the usual claim of keyless or gated work
 	}
 	const (
@@ -439,14 +484,23 @@ func waitedKeys(cc *claimContext, plan admission.Plan) []string {
 	}
 	taken := map[string]bool{} // K = 1 keys this claim admitted a row of
 	for _, c := range cc.candidates {
-		if isOne(c) && fate[c.ID] == admitted {
+		if isOne(c) && len(c.Also) == 0 && fate[c.ID] == admitted {
 			taken[c.Key] = true
 		}
 	}
 	waited := map[string]bool{}
 	for _, c := range cc.candidates {
 		f := fate[c.ID]
-		if !isOne(c) || f == admitted || f == settled || waited[c.Key] {
+		if k, ok := plan.BlockedOn[c.ID]; ok {
+			// A row of several keys blocked on a K = 1 key waits on that
+			// key's holder.
+			if !waited[k] && oneKey(c, k) {
+				waited[k] = true
+				keys = append(keys, k)
+			}
+			continue
+		}
+		if len(c.Also) > 0 || !isOne(c) || f == admitted || f == settled || waited[c.Key] {
 			continue
 		}
 		if f == blocked || cc.busyOne[c.Key] || taken[c.Key] {
@@ -480,22 +534,28 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		bucketCap = map[string]int64{}      // rate bucket -> its capacity
 		inSight   = map[string]int{}        // K = 1 key -> its rows in the window (admission.State.InSight)
 	)
+	var multiOne []string // K = 1 keys of rows of several keys: always locked here
 	for _, c := range cc.candidates {
 		if c.Key == "" {
 			continue
 		}
-		allKeys = append(allKeys, c.Key)
-		if c.Rate != nil {
-			bucketCap[c.Rate.BucketFor(c.Key)] = c.Rate.Capacity()
-		}
-		switch {
-		case c.Gate == nil:
-			oneKeys = append(oneKeys, c.Key)
-			inSight[c.Key]++
-		default:
-			if _, ok := gateLimit[c.Key]; !ok {
-				gateLimit[c.Key] = *c.Gate
-				gateKeys = append(gateKeys, c.Key)
+		for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate, Rate: c.Rate}}, c.Also...) {
+			allKeys = append(allKeys, n.Key)
+			if n.Rate != nil {
+				bucketCap[n.Rate.BucketFor(n.Key)] = n.Rate.Capacity()
+			}
+			switch {
+			case n.Gate == nil:
+				oneKeys = append(oneKeys, n.Key)
+				inSight[n.Key]++
+				if len(c.Also) > 0 {
+					multiOne = append(multiOne, n.Key)
+				}
+			default:
+				if _, ok := gateLimit[n.Key]; !ok {
+					gateLimit[n.Key] = *n.Gate
+					gateKeys = append(gateKeys, n.Key)
+				}
 			}
 		}
 	}
@@ -516,9 +576,13 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// several rows in the window (its rows beyond the first are blocked if
 	// it is still busy once locked) and, in a queue with a policy, every
 	// key, after the queue's lock.
+	//
+	// A row of several keys is decided on the state of each of them read
+	// here, under their locks (the window tries none of its keys' locks):
+	// those keys are locked unless the window tried them already.
 	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool {
 		_, tried := cc.tried[k]
-		return tried || cc.busyOne[k] && inSight[k] < 2
+		return tried || cc.busyOne[k] && inSight[k] < 2 && !slices.Contains(multiOne, k)
 	})
 	for _, ks := range []*[]string{&oneKeys, &allKeys} {
 		slices.Sort(*ks)
@@ -584,7 +648,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		})
 	}
 	limitMoved := map[string]bool{} // keys whose limit changed since the window was read
-	if len(gateKeys) > 0 && !lock && s.optimistic(gateKeys, len(bucketCap) > 0) {
+	if len(gateKeys) > 0 && !lock && len(cc.multi) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string

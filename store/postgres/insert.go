@@ -39,6 +39,10 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
 		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p) })
+	case !p.unique && p.multi:
+		// The rows' other keys are written by a second statement
+		// (setExtraKeys): both commit together.
+		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.runInsert(ctx, tx, p) })
 	case !p.unique:
 		err = s.runInsert(ctx, s.pool, p)
 	default:
@@ -112,6 +116,7 @@ type insertPlan struct {
 	rows    []insertRow
 	results []store.InsertResult
 	unique  bool
+	multi   bool // some row has several keys (see setExtraKeys)
 	block   bool
 	blocked []string
 	behind  []string
@@ -133,10 +138,8 @@ func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 		if err := store.NormalizeNewInstance(i, &in); err != nil {
 			return nil, fmt.Errorf("insert: %w", err)
 		}
-		if len(in.Also) > 0 {
-			return nil, fmt.Errorf("insert: %w: instance %d: %w", store.ErrInvalid, i, store.ErrSeveralKeys)
-		}
 		r := insertRow{idx: i, in: in}
+		p.multi = p.multi || len(in.Also) > 0
 		if in.UniqueKey != "" {
 			r.scope = uniqueScope(in.UniqueStatuses)
 			p.unique = true
@@ -325,7 +328,8 @@ func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {
 	return holder{}, false
 }
 
-// runInsert inserts p.rows in one statement.
+// runInsert inserts p.rows in one statement (and their other keys in a
+// second: see setExtraKeys), in q's transaction when p.multi.
 func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
 	rows, err := q.Query(ctx, s.q(sqlInsert), s.insertArgs(p.rows, p.block)...)
 	if err == nil {
@@ -334,14 +338,46 @@ func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
 	if err != nil {
 		return insertError(err)
 	}
-	return nil
+	return s.setExtraKeys(ctx, q, p)
 }
 
-// queueInsert queues the insert of p.rows on b.
+// queueInsert queues the insert of p.rows on b, a batch of a transaction.
 func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 	b.Queue(s.q(sqlInsert), s.insertArgs(p.rows, p.block)...).Query(func(rows pgx.Rows) error {
 		return scanInserted(rows, p)
 	})
+	if ids, keys, intents := extraKeysArgs(p); len(ids) > 0 {
+		b.Queue(s.q(sqlSetExtraKeys), uuidArg(ids), keys, intents)
+	}
+}
+
+// setExtraKeys writes the other keys of p's rows of several keys, which
+// the insert statements (sqlInsert, the COPY) leave NULL: a row of one key
+// is inserted as it always was. q is the insert's transaction, so that no
+// claim sees a row of several keys without its other keys.
+func (s *Store) setExtraKeys(ctx context.Context, q querier, p *insertPlan) error {
+	ids, keys, intents := extraKeysArgs(p)
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, s.q(sqlSetExtraKeys), uuidArg(ids), keys, intents); err != nil {
+		return fmt.Errorf("insert: other keys: %w", refused(err))
+	}
+	return nil
+}
+
+// extraKeysArgs lists the other keys of p's rows of several keys, one
+// entry per (row, key) in the rows' order (sqlSetExtraKeys' arguments).
+func extraKeysArgs(p *insertPlan) (ids, keys, intents []string) {
+	if !p.multi {
+		return nil, nil, nil
+	}
+	for _, r := range p.rows {
+		for _, k := range r.in.Also {
+			ids, keys, intents = append(ids, r.in.ID), append(keys, k.Key), append(intents, string(k.Intent))
+		}
+	}
+	return ids, keys, intents
 }
 
 // afterInsert runs once a batch with block has committed: it heals the busy

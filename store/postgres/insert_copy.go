@@ -203,7 +203,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(data), s.q(sqlCopyInstances)); err != nil {
 		return insertError(err)
 	}
-	return nil
+	return s.setExtraKeys(ctx, tx, p)
 }
 
 // copyRows are the rows of copyInsert, computed.

@@ -101,6 +101,9 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 			queues[q] = true
 		}, ended)
 	})
+	// The holds of rows of several keys taken back (and any other hold
+	// whose claim has ended).
+	b.Queue(s.q(sqlHoldsOrphaned), holdsSweepChunk).Query(func(rows pgx.Rows) error { return freedHolds(rows, &freed) })
 	if err := tx.send(ctx, b, false); err != nil {
 		return 0, err
 	}
@@ -218,6 +221,10 @@ func (s *Store) DeleteTerminal(ctx context.Context, workflow string, from, befor
 // holds one per distinct K = 1 key of its window: a sweep must leave room
 // for the fleet's claims.
 var reconcileKeyChunk = 256
+
+// holdsSweepChunk bounds how many ended holds of rows of several keys one
+// reap or reconcile deletes (sqlHoldsOrphaned).
+const holdsSweepChunk = 1000
 
 // reconcileKeys reads the keys with blocked rows in key order,
 // reconcileKeyChunk at a time; it promotes, in one transaction per page,

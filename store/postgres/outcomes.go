@@ -71,6 +71,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	if err := validateOutcomes(outcomes, h != nil); err != nil {
 		return nil, nil, err
 	}
+	outcomes = keysInOrder(outcomes)
 	results := make([]store.OutcomeResult, len(outcomes))
 	for i, o := range outcomes {
 		results[i] = store.OutcomeResult{ID: o.ID, Stale: true}
@@ -109,6 +110,12 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 			return err
 		})
 	}
+	// The holds of rows of several keys whose claims this batch ended
+	// (none for a batch of one-key rows).
+	var holds []freedSlot
+	b.Queue(s.q(sqlHoldsEnd), uuidArg(outcomeIDs(outcomes))).Query(func(rows pgx.Rows) error {
+		return freedHolds(rows, &holds)
+	})
 	var reads *handOffReads
 	if len(handIDs) > 0 {
 		reads = s.queueHandOffReads(b, handIDs, outcomes, ch, h)
@@ -180,6 +187,12 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 	}
 
+	freed = append(freed, holds...)
+	if keys := setKeys(outcomes, done); len(keys.ids) > 0 {
+		// The other keys of the rows whose outcome set their keys, before
+		// any statement below reads the rows.
+		b.Queue(s.q(sqlSetExtraKeys), uuidArg(keys.ids), keys.keys, keys.intents)
+	}
 	var claimed []store.Claimed
 	if h != nil {
 		var yield []string
@@ -273,13 +286,59 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	// row, unless the outcome's own row is ready again.
 	for _, a := range done {
 		_, freedHere := slices.BinarySearch(keys, a.oldKey) // keys: sorted, no ""
-		if keysWaited && freedHere || a.status == "ready" {
+		if keysWaited && (freedHere || len(holds) > 0) || a.status == "ready" {
 			results[a.ord-1].Unwaited = false
 		}
 	}
 	s.heal(ctx, stranded, now)
 	s.afterInsert(ctx, spawn)
 	return results, claimed, nil
+}
+
+// keysInOrder returns outcomes with the keys each sets in
+// store.NormalizeKeys' order (validateOutcomes has checked them), copied
+// when an outcome sets several keys.
+func keysInOrder(outcomes []store.Outcome) []store.Outcome {
+	if !slices.ContainsFunc(outcomes, func(o store.Outcome) bool { return o.SetKey && len(o.Also) > 0 }) {
+		return outcomes
+	}
+	out := slices.Clone(outcomes)
+	for i := range out {
+		if out[i].SetKey && len(out[i].Also) > 0 {
+			out[i].Also = slices.Clone(out[i].Also)
+			_ = store.NormalizeOutcomeKeys(&out[i])
+		}
+	}
+	return out
+}
+
+// outcomeIDs lists the outcomes' row ids.
+func outcomeIDs(outcomes []store.Outcome) []string {
+	ids := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+// setKeys lists the other keys of the committed outcomes that set their
+// rows' keys, as sqlSetExtraKeys takes them: one entry per (row, key), and
+// one empty key for a row left with one key or none.
+func setKeys(outcomes []store.Outcome, done []applied) keyEntries {
+	var e keyEntries
+	for _, a := range done {
+		o := outcomes[a.ord-1]
+		if !o.SetKey {
+			continue
+		}
+		if len(o.Also) == 0 {
+			e.add(o.ID, store.KeyRef{}, -1)
+		}
+		for _, k := range o.Also {
+			e.add(o.ID, k, -1)
+		}
+	}
+	return e
 }
 
 // slotKeys is the distinct keys of slots, sorted.
@@ -408,9 +467,6 @@ func validateOutcomes(outcomes []store.Outcome, handOff bool) error {
 		}
 		if err := store.NormalizeOutcomeKeys(&o); err != nil {
 			return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, err)
-		}
-		if len(o.Also) > 0 {
-			return fmt.Errorf("complete: %w: outcome %d: %w", store.ErrInvalid, i, store.ErrSeveralKeys)
 		}
 	}
 	return nil
@@ -580,6 +636,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 			queues[q] = true
 		}, ended)
 	})
+	b.Queue(s.q(sqlHoldsEnd), uuidArg(ids)).Query(func(rows pgx.Rows) error { return freedHolds(rows, &freed) })
 	if err := tx.send(ctx, b, false); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}

@@ -85,11 +85,13 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 				"sqlHandOffBusy", "sqlFlagHolders", "sqlPromoteIfRoom", "sqlBlock", "sqlBlockBacklog",
 				"sqlStranded", "sqlPromote"}},
 		{"the K = 1 busy check", `((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
-			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL)`,
+			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
+			LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
 				"sqlHandOffBusy"}},
 		{"the executing check", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
-			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
+			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
+			LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
 			WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlKeyBusy", "sqlClaim", "sqlHandOffBusy"}},
 		{"the marked-holder mark", `CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e WHERE e.key = k AND e.status =
@@ -97,7 +99,8 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			UPDATE SKIP LOCKED) h`,
 			[]string{"sqlFlagHolders", "sqlPromoteIfRoom"}},
 		{"the waited-on check", `(NOT (k = ANY (one)) OR (SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status =
-			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL)`,
+			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL
+			OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlBlock", "sqlBlockBacklog"}},
 		{"the ready count", `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
 			ORDER BY r.priority, r.run_at, r.seq LIMIT`,
@@ -109,7 +112,8 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			{schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX" ORDER BY r.priority, r.run_at,
 			r.seq LIMIT 1) IS NULL AND (((SELECT true FROM {schema}.instances e
 			WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-			LIMIT 1) IS NULL AND (SELECT true FROM {schema}.instances e WHERE e.key = f.key AND e.status =
+			LIMIT 1) IS NULL AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = f.key LIMIT 1) IS NULL
+			AND (SELECT true FROM {schema}.instances e WHERE e.key = f.key AND e.status =
 			'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NULL) OR (SELECT (SELECT true FROM {schema}.instances
 			e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND
 			NOT e.waiters LIMIT 1) IS NOT NULL FROM (SELECT f.key AS k) x)) ELSE (SELECT a.n > (SELECT count(*) FROM
@@ -158,7 +162,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			''), key_intent, coalesce(key_shard, -1), run_at, CASE WHEN status = 'awaiting' THEN
 			await_signal ELSE '' END, timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at,
 			result, coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-			coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+			coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents,
 			sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created FROM c LEFT JOIN LATERAL (
 			SELECT s.id AS sig_id, s.name AS sig_name, s.payload AS sig_payload, coalesce(s.dedup_key, '')
 			AS sig_dedup, s.created_at AS sig_created FROM {schema}.signals s WHERE s.instance_id = c.id AND

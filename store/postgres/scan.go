@@ -15,7 +15,7 @@ import (
 )
 
 // instanceColumnCount is the number of the instance columns (see sql.go).
-const instanceColumnCount = 29
+const instanceColumnCount = 31
 
 // rowScan is what scanInstanceRow scans one row into. Every destination
 // handed to Scan escapes to the heap; kept together, they cost one
@@ -26,6 +26,7 @@ type rowScan struct {
 	intent, worker                            internedText
 	state, result                             jsonText
 	timeoutAt, leaseAt, startedAt, readySince pgtype.Timestamptz
+	extraKeys, extraIntents                   []string
 	dest                                      [instanceColumnCount + 8]any
 }
 
@@ -35,7 +36,8 @@ func (rs *rowScan) scan(row pgx.Row, extra ...any) (instanceRow, error) {
 	rs.dest = [len(rs.dest)]any{&in.ID, &rs.workflow, &in.Version, &rs.queue, &in.Priority, &rs.status, &rs.step, &rs.state,
 		&in.Attempt, &in.Key, &rs.intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &rs.timeoutAt, &rs.r.timedOut,
 		&rs.worker, &in.Fence, &rs.leaseAt, &rs.result, &in.LastError, &in.ParentID, &in.PendingChildren,
-		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &rs.startedAt, &in.CancelRequested, &rs.readySince}
+		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &rs.startedAt, &in.CancelRequested, &rs.readySince,
+		&rs.extraKeys, &rs.extraIntents}
 	if err := row.Scan(append(rs.dest[:instanceColumnCount], extra...)...); err != nil {
 		return instanceRow{}, err
 	}
@@ -44,6 +46,12 @@ func (rs *rowScan) scan(row pgx.Row, extra ...any) (instanceRow, error) {
 	in.KeyIntent = gateIntent(string(rs.intent))
 	if in.Status == store.StatusBlocked {
 		in.BlockedOn = in.Key
+	}
+	in.Also, in.AlsoShards = nil, nil
+	if len(rs.extraKeys) > 0 {
+		if err := severalKeys(in, rs.extraKeys, rs.extraIntents); err != nil {
+			return instanceRow{}, err
+		}
 	}
 	in.State, in.Result = []byte(rs.state), []byte(rs.result)
 	var err error
@@ -58,6 +66,23 @@ func (rs *rowScan) scan(row pgx.Row, extra ...any) (instanceRow, error) {
 		}
 	}
 	return rs.r, nil
+}
+
+// severalKeys fills the keys of a row of several keys from its key column
+// and its extra keys: Key and Also in store.NormalizeKeys' order, which
+// the key column holds only while the row executes (see migration 025).
+func severalKeys(in *store.Instance, extra, intents []string) error {
+	in.Also = make([]store.KeyRef, len(extra))
+	for i, k := range extra {
+		in.Also[i].Key = k
+		if i < len(intents) {
+			in.Also[i].Intent = gateIntent(intents[i])
+		}
+	}
+	if err := store.NormalizeKeys(&in.Key, &in.KeyIntent, &in.Also); err != nil {
+		return fmt.Errorf("instance %s: its keys: %w", in.ID, err)
+	}
+	return nil
 }
 
 // claimScan is what scanClaimed scans a row into (one allocation).

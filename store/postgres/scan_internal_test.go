@@ -24,7 +24,7 @@ const instanceColumns = `id::text, workflow, version, queue, priority, status, s
 	CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
 	timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
 	coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since`
+	coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents`
 
 // oldScanInstanceRow is scanInstanceRow as it was before rowScan: every
 // destination on its own, nullable times through *time.Time, JSON copied

@@ -141,9 +141,15 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     It is the core of the next four rules and of the stranded check's
 //     unmarked-holder test.
 //   - The K = 1 busy check: ((SELECT true FROM <the holder probe> LIMIT 1)
-//     IS NOT NULL), a scalar subquery with LIMIT so that the planner can
-//     neither turn it into a hashed subplan that reads every executing row
-//     nor walk the key's waiting rows on another index. In sqlInsert and
+//     IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key
+//     = k LIMIT 1) IS NOT NULL), scalar subqueries with LIMIT so that the
+//     planner can neither turn them into hashed subplans that read every
+//     executing row nor walk the key's waiting rows on another index. The
+//     second reads the holds of rows of several keys that hold k as one of
+//     their other keys (migration 025: one probe of key_holds_key, a table
+//     that is empty while no such row executes); any hold of k there counts,
+//     as a gate hold of a key whose limit was removed counts in the
+//     executing check. In sqlInsert and
 //     sqlInsertRounds (whether an insert blocks the key's rows), and in
 //     sqlClaimCandidates (a hint, read before any lock, of which keys not
 //     to lock).
@@ -161,10 +167,12 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     locked, skipping one another transaction holds (migration 013). In
 //     sqlFlagHolders and sqlPromoteIfRoom.
 //   - The waited-on check: (NOT (k = ANY (one)) OR (SELECT true FROM <the
-//     holder probe> AND e.waiters LIMIT 1) IS NOT NULL): a row of key k may
-//     be blocked when k is not one of the K = 1 keys one, or its holder is
-//     marked as having waiters (sqlFlagHolders), so that the holder's end
-//     promotes the row. In sqlBlock and sqlBlockBacklog.
+//     holder probe> AND e.waiters LIMIT 1) IS NOT NULL OR (SELECT true FROM
+//     {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL): a row of
+//     key k may be blocked when k is not one of the K = 1 keys one, or its
+//     holder is marked as having waiters (sqlFlagHolders), or it is held
+//     by a row of several keys, whose end frees each of its keys the full
+//     way, so that the holder's end promotes the row. In sqlBlock and sqlBlockBacklog.
 //   - The ready count: how many ready rows key k has, up to
 //     admission.ReadyCap (a parameter), read as (SELECT count(*) FROM
 //     (SELECT 1 FROM instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
@@ -175,7 +183,7 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     gate full blocks them), in sqlInsert and sqlInsertRounds.
 //   - The stranded check, on f(key, one) (sqlStranded, sqlPromote): the
 //     key has a blocked row and room its ready rows will not take (a K = 1
-//     key: no ready row and no executing row; a gate key: more free slots
+//     key: no ready row, no executing row and no hold in key_holds; a gate key: more free slots
 //     on its counters than ready rows, or no counters and no ready row).
 //     Its blocked rows were skipped (locked by someone), and nothing else
 //     would promote them before the reconciler's sweep: claims take ready

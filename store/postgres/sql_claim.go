@@ -168,7 +168,7 @@ ks AS MATERIALIZED (
         WHERE cardinality($3::text[]) = 0) s
     ORDER BY priority, round, run_at, seq LIMIT 1),
 free AS (
-    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    SELECT id, key, key_name, key_intent, extra_keys, extra_intents, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM fs), (SELECT round FROM fs),
                                              (SELECT run_at FROM fs), (SELECT seq FROM fs))
@@ -179,7 +179,7 @@ free AS (
     ORDER BY priority, round, run_at, seq
     LIMIT $5 FOR UPDATE SKIP LOCKED),
 keyed AS (
-    SELECT id, key, key_name, priority, round, run_at, seq FROM {schema}.instances
+    SELECT id, key, key_name, key_intent, extra_keys, extra_intents, priority, round, run_at, seq FROM {schema}.instances
     WHERE status = 'ready' AND key IS NOT NULL AND queue = $1 AND run_at <= coalesce($2::timestamptz, now())
       AND (priority, round, run_at, seq) >= ((SELECT priority FROM ks), (SELECT round FROM ks),
                                              (SELECT run_at FROM ks), (SELECT seq FROM ks))
@@ -191,17 +191,84 @@ keyed AS (
     LIMIT $4 FOR UPDATE SKIP LOCKED)
 SELECT c.id::text, coalesce(c.key, ''), l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
        CASE WHEN c.key IS NULL OR l.name IS NOT NULL THEN 0
+            WHEN c.extra_keys IS NOT NULL THEN 5
             WHEN ((SELECT true FROM {schema}.instances e
                     WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                    LIMIT 1) IS NOT NULL) THEN 1
+                    LIMIT 1) IS NOT NULL
+                  OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL) THEN 1
             WHEN EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = $1) THEN 4
             WHEN pg_try_advisory_xact_lock(hashtextextended(c.key, $6::bigint)) THEN 2
-            ELSE 3 END
+            ELSE 3 END,
+       c.extra_keys, c.extra_intents, CASE WHEN c.extra_keys IS NOT NULL THEN c.key_intent END
 FROM (SELECT *, key AS k FROM free UNION ALL SELECT *, key AS k FROM keyed) c
 LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
                    WHERE lk.name IN (c.key, c.key_name) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
+
+	// sqlKeyLimits reads the limits the keys $1 run under (the key-limit
+	// lookup; see sql.go) and their names' rate limits, in $1's order: the
+	// other keys of the rows of several keys in a claim's window, which
+	// the window statement returns without their limits.
+	sqlKeyLimits = `
+SELECT k, l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
+FROM unnest($1::text[]) WITH ORDINALITY AS x(k, ord)
+LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
+                   WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
+LEFT JOIN {schema}.rate_limits r ON r.name = split_part(k, ':', 1)
+ORDER BY x.ord`
+
+	// sqlClaimMulti completes the claim of rows of several keys that
+	// sqlClaim, earlier in the transaction, made executing for worker $6
+	// under the key in their key column: each gets its first key in key
+	// column ($2, intent $3, shard $4; -1: K = 1) and its other keys in
+	// extra_keys ($5: one entry per (row, key) of $7..$9, in key order), and
+	// a key_holds row, under its new fence, for each of them (shard $9). It
+	// is marked as having waiters, so that its end frees every key the full
+	// way. A row sqlClaim left ready is left alone.
+	sqlClaimMulti = `
+WITH e AS (
+    SELECT id, array_agg(key ORDER BY ord) AS keys, array_agg(intent ORDER BY ord) AS intents
+    FROM unnest($5::uuid[], $7::text[], $8::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
+    GROUP BY id),
+r AS (
+    UPDATE {schema}.instances i
+    SET key = x.key, key_intent = x.intent, key_shard = nullif(x.shard, -1), waiters = true,
+        extra_keys = e.keys, extra_intents = e.intents
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) AS x(id, key, intent, shard)
+    JOIN e ON e.id = x.id
+    WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6
+    RETURNING i.id, i.fence)
+INSERT INTO {schema}.key_holds (instance_id, fence, key, shard)
+SELECT h.id, r.fence, h.key, nullif(h.shard, -1)
+FROM unnest($5::uuid[], $7::text[], $9::int[]) AS h(id, key, shard)
+JOIN r ON r.id = h.id
+ORDER BY h.key`
+
+	// sqlBlockMulti blocks rows of several keys of the claim's window
+	// ($1, locked already) on the key that refused each ($2, intent $3):
+	// that key goes in the key column and the others in extra_keys ($4: one
+	// entry per (row, key) of $4..$6), so that the row waits in that key's
+	// line and that key's freeing promotes it (see migration 025). A row
+	// of a K = 1 key of $8 is blocked only as sqlBlock blocks one (the
+	// waited-on check), and otherwise it stays ready.
+	sqlBlockMulti = `
+WITH e AS (
+    SELECT id, array_agg(key ORDER BY ord) AS keys, array_agg(intent ORDER BY ord) AS intents
+    FROM unnest($4::uuid[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
+    GROUP BY id)
+UPDATE {schema}.instances i
+SET status = 'blocked', key = x.key, key_intent = x.intent, extra_keys = e.keys, extra_intents = e.intents,
+    updated_at = coalesce($7::timestamptz, now())
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS x(id, key, intent)
+JOIN e ON e.id = x.id
+WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
+  AND (SELECT (NOT (k = ANY (one))
+               OR (SELECT true FROM {schema}.instances e
+                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                     AND e.waiters LIMIT 1) IS NOT NULL
+               OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
+       FROM (SELECT x.key AS k, $8::text[] AS one) w)`
 
 	// sqlClaimContext returns the claim's now, the queue's policy (NULLs:
 	// none) and whether the queue is paused.
@@ -221,6 +288,8 @@ FROM (SELECT 1) one LEFT JOIN {schema}.queue_policies p ON p.queue = $1`
 SELECT '', (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing')
 UNION ALL
 SELECT k, (SELECT count(*) FROM {schema}.instances WHERE queue = $1 AND status = 'executing' AND key = k)
+          + (SELECT count(*) FROM {schema}.key_holds h JOIN {schema}.instances i ON i.id = h.instance_id
+             WHERE h.key = k AND i.queue = $1 AND i.status = 'executing' COLLATE "C")
 FROM unnest($2::text[]) AS k`
 
 	// sqlBucketsLock creates missing rate buckets (full, as of $3) and locks
@@ -259,7 +328,8 @@ WHERE i.id = d.id AND i.status = 'ready'`
 SELECT k FROM unnest($1::text[]) AS k
 WHERE (((SELECT true FROM {schema}.instances e
          WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-         LIMIT 1) IS NOT NULL)
+         LIMIT 1) IS NOT NULL
+       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
        OR (SELECT true FROM {schema}.instances e
            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
            LIMIT 1) IS NOT NULL)`
@@ -357,7 +427,8 @@ WHERE i.id = ANY ($1::uuid[]) AND i.status = 'ready'
   AND (SELECT (NOT (k = ANY (one))
                OR (SELECT true FROM {schema}.instances e
                    WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                     AND e.waiters LIMIT 1) IS NOT NULL)
+                     AND e.waiters LIMIT 1) IS NOT NULL
+               OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
        FROM (SELECT i.key AS k, $3::text[] AS one) x)`
 
 	// sqlBlockBacklog moves up to $2 more due ready rows of each saturated
@@ -377,7 +448,8 @@ WITH d AS MATERIALIZED (
                       WHERE (SELECT (NOT (k = ANY (one))
                                      OR (SELECT true FROM {schema}.instances e
                                          WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL
-                                           AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL)
+                                           AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL
+                                     OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
                              FROM (SELECT k, $5::text[] AS one) x)) s
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
                         WHERE key = s.k AND status = 'ready' COLLATE "POSIX" AND run_at <= coalesce($3::timestamptz, now())
@@ -425,7 +497,8 @@ c AS (
       AND (i.key IS NULL OR a.shard >= 0
            OR NOT (SELECT (((SELECT true FROM {schema}.instances e
                              WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                             LIMIT 1) IS NOT NULL)
+                             LIMIT 1) IS NOT NULL
+                           OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
                            OR (SELECT true FROM {schema}.instances e
                                WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                                LIMIT 1) IS NOT NULL)
@@ -437,7 +510,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents,
        sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (
@@ -480,7 +553,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents,
        sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (

@@ -6,6 +6,19 @@ package postgres
 
 // Insert.
 const (
+	// sqlSetExtraKeys writes the other keys of rows of several keys just
+	// inserted in the same transaction ($1..$3: one entry per (row, key),
+	// in key order; see migration 025), or of rows whose outcome set their
+	// keys (an empty key: no other key). The insert statements leave them
+	// NULL, so a batch of one-key rows runs exactly as before.
+	sqlSetExtraKeys = `
+UPDATE {schema}.instances i SET extra_keys = x.keys, extra_intents = x.intents
+FROM (SELECT id, array_agg(key ORDER BY ord) FILTER (WHERE key <> '') AS keys,
+             array_agg(intent ORDER BY ord) FILTER (WHERE key <> '') AS intents
+      FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
+      GROUP BY id) x
+WHERE i.id = x.id AND i.id = ANY ($1::uuid[])`
+
 	// sqlInsert inserts a batch in input order and notifies the queues that
 	// received ready rows. $14 is the notification channel, $17 the store's
 	// clock (Options.Clock; null: the database's). With $18, due rows of K =
@@ -72,7 +85,8 @@ k AS MATERIALIZED (
     SELECT g.k, g.n,
            ((SELECT true FROM {schema}.instances e
              WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-             LIMIT 1) IS NOT NULL) AS busy,
+             LIMIT 1) IS NOT NULL
+           OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL) AS busy,
            (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
                                   ORDER BY r.priority, r.run_at, r.seq LIMIT $19) r) AS ready
     FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' GROUP BY key) g
@@ -150,7 +164,8 @@ g AS MATERIALIZED (
            o.one,
            o.one AND ((SELECT true FROM {schema}.instances e
                        WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                       LIMIT 1) IS NOT NULL) AS busy,
+                       LIMIT 1) IS NOT NULL
+                     OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL) AS busy,
            CASE WHEN o.one THEN (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
                                                        ORDER BY r.priority, r.run_at, r.seq LIMIT $9) r)
                 ELSE 0 END AS ready

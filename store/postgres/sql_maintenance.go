@@ -121,7 +121,9 @@ SELECT max(key), count(*) FROM (SELECT DISTINCT key FROM {schema}.key_slots WHER
 
 	// sqlGateHolders counts, over the chunk's keys ($1, $2 as above),
 	// executing rows per (key, shard) for gated rows, and per key for rows
-	// of limited names admitted at K = 1 (shard -1).
+	// of limited names admitted at K = 1 (shard -1), then the same of the
+	// holds of rows of several keys (key_holds; the caller adds the counts
+	// up).
 	sqlGateHolders = `
 SELECT key, key_shard, count(*) FROM {schema}.instances
 WHERE status = 'executing' COLLATE "POSIX" AND key_shard IS NOT NULL AND key > $1 AND ($2::text IS NULL OR key <= $2::text)
@@ -130,7 +132,12 @@ UNION ALL
 SELECT i.key, -1, count(*) FROM {schema}.instances i JOIN {schema}.limits l ON l.name = i.key_name
 WHERE i.status = 'executing' COLLATE "POSIX" AND i.key IS NOT NULL AND i.key_shard IS NULL
   AND i.key > $1 AND ($2::text IS NULL OR i.key <= $2::text)
-GROUP BY i.key`
+GROUP BY i.key
+UNION ALL
+SELECT h.key, coalesce(h.shard, -1), count(*) FROM {schema}.key_holds h
+WHERE h.key > $1 AND ($2::text IS NULL OR h.key <= $2::text)
+  AND (h.shard IS NOT NULL OR EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
+GROUP BY h.key, h.shard`
 
 	// sqlSlotsInsert creates counters or overwrites them, with a new epoch
 	// (see sqlDebitChecked); the caller holds the locks of the counters it
@@ -201,6 +208,7 @@ WHERE coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.
                 AND (((SELECT true FROM {schema}.instances e
                        WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                        LIMIT 1) IS NULL
+                     AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = f.key LIMIT 1) IS NULL
                       AND (SELECT true FROM {schema}.instances e
                            WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                            LIMIT 1) IS NULL)
@@ -248,7 +256,8 @@ d AS MATERIALIZED (
                                             ORDER BY x.priority, x.run_at, x.seq LIMIT 1) THEN 0
                          WHEN (((SELECT true FROM {schema}.instances e
                                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                                  LIMIT 1) IS NOT NULL)
+                                  LIMIT 1) IS NOT NULL
+                                OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
                                OR (SELECT true FROM {schema}.instances e
                                    WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                                    LIMIT 1) IS NOT NULL)

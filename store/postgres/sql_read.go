@@ -14,7 +14,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances WHERE id = $1`
 
 	// sqlList is a page of instances in id order after cursor $5 (NULL:
@@ -26,7 +26,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
@@ -46,7 +46,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
@@ -70,7 +70,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -88,7 +88,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, s.hit, s.n FROM (
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents, s.hit, s.n FROM (
   SELECT i.*, row_number() OVER (ORDER BY i.id DESC) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
@@ -113,7 +113,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances WHERE parent_id = $1 ORDER BY seq`
 
 	// sqlHistory lists the step runs of instance $1 in the order recorded.
@@ -130,7 +130,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances
 WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 
@@ -155,7 +155,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status = 'ready' COLLATE "POSIX" ORDER BY priority, run_at, seq LIMIT 1)
     UNION ALL
@@ -177,7 +177,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM (
     (SELECT * FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') ORDER BY run_at, seq LIMIT 1)
     UNION ALL

@@ -6,6 +6,34 @@ package postgres
 
 // Freeing slots: what every path out of executing runs after it (see slots.go).
 const (
+	// sqlHoldsEnd deletes the key_holds rows (see migration 025) of the
+	// rows $1 whose claim has ended (no longer executing under the hold's
+	// fence): an outcome, a release, earlier in the transaction. It returns
+	// each hold's key and shard (-1: K = 1), the slots the caller frees. A
+	// batch of rows of one key finds no hold: one probe of the primary key
+	// per row, of a table that holds only executing rows of several keys.
+	sqlHoldsEnd = `
+DELETE FROM {schema}.key_holds h
+WHERE h.instance_id = ANY ($1::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM {schema}.instances i
+                  WHERE i.id = h.instance_id AND i.fence = h.fence AND i.status = 'executing' COLLATE "C")
+RETURNING h.key, coalesce(h.shard, -1)`
+
+	// sqlHoldsOrphaned deletes every key_holds row whose claim has ended,
+	// up to $1 of them: a reaper's sweep, after it took claims back in the
+	// same transaction, and the reconciler's, for holds a path missed.
+	// Returned as sqlHoldsEnd's.
+	sqlHoldsOrphaned = `
+DELETE FROM {schema}.key_holds h
+WHERE (h.instance_id, h.key) IN (
+    SELECT o.instance_id, o.key FROM {schema}.key_holds o
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.instances i
+                      WHERE i.id = o.instance_id AND i.fence = o.fence AND i.status = 'executing' COLLATE "C")
+    ORDER BY o.instance_id, o.key LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING h.key, coalesce(h.shard, -1)`
+)
+
+const (
 	// sqlKeyLock takes the advisory lock of each K = 1 key ($1, sorted),
 	// waiting for claims that hold it.
 	sqlKeyLock = `SELECT pg_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
@@ -129,6 +157,7 @@ WHERE (NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)
                 AND (((SELECT true FROM {schema}.instances e
                        WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                        LIMIT 1) IS NULL
+                     AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = f.key LIMIT 1) IS NULL
                       AND (SELECT true FROM {schema}.instances e
                            WHERE e.key = f.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                            LIMIT 1) IS NULL)
@@ -174,7 +203,8 @@ one AS MATERIALIZED (
 SELECT k FROM (SELECT key AS k FROM one) o
 WHERE (((SELECT true FROM {schema}.instances e
          WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-         LIMIT 1) IS NOT NULL)
+         LIMIT 1) IS NOT NULL
+       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
        OR (SELECT true FROM {schema}.instances e
            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
            LIMIT 1) IS NOT NULL)`
@@ -293,6 +323,7 @@ c AS (
                ELSE (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                      LIMIT 1) IS NULL
+                   AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = i.key LIMIT 1) IS NULL
                 AND (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
@@ -303,7 +334,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents,
        sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (
@@ -375,7 +406,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        CASE WHEN status = 'awaiting' THEN await_signal ELSE '' END,
        timeout_at, timed_out, coalesce(worker, ''), fence, lease_expires_at, result,
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
-       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since,
+       coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents,
        sg.sig_id, sg.sig_name, sg.sig_payload, sg.sig_dedup, sg.sig_created
 FROM c
 LEFT JOIN LATERAL (

@@ -1,0 +1,2 @@
+-- godurable:no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.instances_extra_keys;

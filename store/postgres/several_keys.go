@@ -1,0 +1,224 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
+	"github.com/godurable/godurable/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// Rows of several keys (store.NewInstance.Also). Migration 025 describes
+// how they are stored: one key in the key column, the others in
+// extra_keys, and, while the row executes, a key_holds row for each of the
+// others. This file holds what the claim and the freeing paths add for
+// them; a window or a batch without such rows runs none of it.
+//
+// The rules are admission.Decide's, as for every row: a claim tries the
+// locks of every K = 1 key of such a row (in the one sorted list of K = 1
+// keys of sql.go's lock order) and locks its gates' counters with the
+// others'; Decide admits the row only when each key has room, debiting
+// nothing otherwise, and blocks it on the first full key in key order, a
+// key whose lock the claim holds. The row then waits in that key's line
+// (sqlBlockMulti puts the key in its key column), so that the key's
+// freeing, which takes the same lock, promotes it. Admitted, it gets its
+// first key back in its key column and a hold of each other key
+// (sqlClaimMulti); its outcome, release or reap deletes the holds
+// (sqlHoldsEnd, sqlHoldsOrphaned) and frees their slots with its own.
+//
+// Every statement that asks whether a K = 1 key is held reads key_holds
+// too (the K = 1 busy check, see sql.go). So a K = 1 key held as another
+// key is held for one-key rows as for rows of several; over-admission of
+// such a key is kept from committing by key_holds_one for two holds in
+// key_holds, and by the key's advisory lock, which every claim and
+// hand-off of the key holds while it reads the holds, between a hold there
+// and one in instances. A K = 1 key in the key column (a row's first key
+// is its first identity) stays under instances_key_one_posix.
+
+// alsoLimits fills the Also of the window's rows of several keys with the
+// limits their other keys run under (sqlKeyLimits).
+func (s *Store) alsoLimits(ctx context.Context, q querier, cc *claimContext) error {
+	var keys []string
+	for _, m := range cc.multi {
+		for _, o := range m.others {
+			keys = append(keys, o.Key)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	needs := make(map[string]admission.Need, len(keys))
+	rows, err := q.Query(ctx, s.q(sqlKeyLimits), keys)
+	if err != nil {
+		return fmt.Errorf("limits of other keys: %w", err)
+	}
+	var (
+		k              string
+		limit, shards  *int32
+		rLimit, rBurst *int32
+		rPeriod        *int64
+		rPerKey        *bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey}, func() error {
+		n := admission.Need{Key: k}
+		if limit != nil {
+			n.Gate = &gate.Limit{Name: gate.NameOf(k), Limit: int(*limit), Shards: int(*shards)}
+		}
+		if rLimit != nil {
+			n.Rate = &gate.RateLimit{Name: gate.NameOf(k), Limit: int(*rLimit),
+				Period: time.Duration(*rPeriod) * time.Microsecond, Burst: int(*rBurst), PerKey: *rPerKey}
+		}
+		needs[k] = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("limits of other keys: %w", err)
+	}
+	for i, c := range cc.candidates {
+		m, ok := cc.multi[c.ID]
+		if !ok {
+			continue
+		}
+		for j, o := range m.others {
+			cc.candidates[i].Also[j] = needs[o.Key]
+		}
+	}
+	return nil
+}
+
+// oneKey reports whether k, one of c's keys, runs under K = 1.
+func oneKey(c admission.Candidate, k string) bool {
+	if k == c.Key {
+		return c.Gate == nil
+	}
+	for _, n := range c.Also {
+		if n.Key == k {
+			return n.Gate == nil
+		}
+	}
+	return false
+}
+
+// keyEntries flattens rows' other keys into sqlClaimMulti's and
+// sqlBlockMulti's per-(row, key) arrays.
+type keyEntries struct {
+	ids, keys, intents []string
+	shards             []int32
+}
+
+func (e *keyEntries) add(id string, k store.KeyRef, shard int) {
+	e.ids, e.keys, e.intents = append(e.ids, id), append(e.keys, k.Key), append(e.intents, string(k.Intent))
+	e.shards = append(e.shards, int32(shard))
+}
+
+// queueClaimMulti queues sqlClaimMulti for the plan's admitted rows of
+// several keys: each gets its first key in its key column and a hold of
+// each other key, with the shards the plan debited.
+func (s *Store) queueClaimMulti(b *pgx.Batch, cc *claimContext, plan admission.Plan, worker string) {
+	var ids, keys, intents []string
+	var shards []int32
+	var others keyEntries
+	for _, a := range plan.Admitted {
+		m, ok := cc.multi[a.ID]
+		if !ok {
+			continue
+		}
+		shardOf := map[string]int{m.key.Key: a.Shard}
+		for _, h := range a.Also {
+			shardOf[h.Key] = h.Shard
+		}
+		first, intent, rest := m.key.Key, m.key.Intent, slices.Clone(m.others)
+		if err := store.NormalizeKeys(&first, &intent, &rest); err != nil {
+			continue // stored keys are valid: a row that is not stays ready
+		}
+		ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
+		shards = append(shards, int32(shardOf[first]))
+		for _, o := range rest {
+			others.add(a.ID, o, shardOf[o.Key])
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	b.Queue(s.q(sqlClaimMulti), uuidArg(ids), keys, intents, shards, uuidArg(others.ids), worker,
+		others.keys, others.intents, others.shards)
+}
+
+// queueBlockMulti queues sqlBlockMulti for the plan's blocked rows of
+// several keys: each goes in the line of the key that refused it.
+func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.Plan, now any, waited []string) {
+	var ids, keys, intents []string
+	var others keyEntries
+	for _, id := range plan.Blocked {
+		on, ok := plan.BlockedOn[id]
+		m, multi := cc.multi[id]
+		if !ok || !multi {
+			continue
+		}
+		all := append([]store.KeyRef{m.key}, m.others...)
+		i := slices.IndexFunc(all, func(k store.KeyRef) bool { return k.Key == on })
+		if i < 0 {
+			continue
+		}
+		ids, keys, intents = append(ids, id), append(keys, on), append(intents, string(all[i].Intent))
+		rest := slices.Delete(all, i, i+1)
+		slices.SortFunc(rest, func(a, b store.KeyRef) int { return strings.Compare(a.Key, b.Key) })
+		for _, o := range rest {
+			others.add(id, o, -1)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	b.Queue(s.q(sqlBlockMulti), uuidArg(ids), keys, intents, uuidArg(others.ids), others.keys, others.intents, now, waited)
+}
+
+// holdsOf sets, on the claimed rows of several keys, the shards the plan
+// debited: sqlClaim returns them as they were before sqlClaimMulti gave
+// each its first key back.
+func holdsOf(claimed []store.Claimed, cc *claimContext, plan admission.Plan) {
+	admitted := make(map[string]admission.Admitted, len(plan.Admitted))
+	for _, a := range plan.Admitted {
+		if _, ok := cc.multi[a.ID]; ok {
+			admitted[a.ID] = a
+		}
+	}
+	for i := range claimed {
+		a, ok := admitted[claimed[i].ID]
+		if !ok {
+			continue
+		}
+		in := &claimed[i].Instance
+		m := cc.multi[a.ID]
+		shardOf := map[string]int{m.key.Key: a.Shard}
+		for _, h := range a.Also {
+			shardOf[h.Key] = h.Shard
+		}
+		in.KeyShard = shardOf[in.Key]
+		in.AlsoShards = make([]int, len(in.Also))
+		for j, o := range in.Also {
+			in.AlsoShards[j] = shardOf[o.Key]
+		}
+	}
+}
+
+// freedHolds reads sqlHoldsEnd's or sqlHoldsOrphaned's rows as freed
+// slots: every key the holds held is freed the full way.
+func freedHolds(rows pgx.Rows, freed *[]freedSlot) error {
+	var f freedSlot
+	_, err := pgx.ForEachRow(rows, []any{&f.key, &f.shard}, func() error {
+		*freed = append(*freed, freedSlot{key: f.key, shard: f.shard, waiters: true})
+		return nil
+	})
+	return err
+}
+
+// HoldsSeveralKeys reports that the store holds several concurrency keys
+// per instance (store.SeveralKeys).
+func (s *Store) HoldsSeveralKeys() bool { return true }
+
+var _ store.SeveralKeys = (*Store)(nil)
