@@ -345,6 +345,7 @@ func (s *Store) startClaim(r *row, req store.ClaimRequest, shard int, also []int
 	r.inst.StartedAt = now
 	r.inst.KeyShard = shard
 	r.inst.AlsoShards = slices.Clone(also)
+	r.blockedOn = "" // executing, it holds every key; it waits in no line
 	r.inst.UpdatedAt = now
 	s.executing[r.inst.ID] = r
 	q := s.queue(r.inst.Queue)

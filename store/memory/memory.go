@@ -153,8 +153,10 @@ type row struct {
 	// passed is set on an executing row whose slot an outcome passed to
 	// its successor (see succeed): leaving executing frees nothing.
 	passed bool
-	// blockedOn is, for a blocked row of several keys, the key whose
-	// blocked heap holds it (see waitsOn).
+	// blockedOn is, for a row of several keys, the key that last blocked
+	// it since it was last claimed (see waitsOn): its blocked heap holds it
+	// while it is blocked, and once promoted it stays in that key's line
+	// until a claim takes it.
 	blockedOn string
 
 	pickHeap  *rowHeap // a queue's ready or scheduled heap, or a key's blocked heap
@@ -274,8 +276,9 @@ func (r *row) shardOf(k string) int {
 	return -1
 }
 
-// waitsOn is the key in whose blocked heap blocked row r is: its Key, or
-// for a row of several keys the key that blocked it.
+// waitsOn is the key in whose line waiting row r is (the blocked heap of
+// that key while r is blocked): its Key, or for a row of several keys the
+// key that last blocked it, if one has since its last claim.
 func (r *row) waitsOn() string {
 	if r.multi() && r.blockedOn != "" {
 		return r.blockedOn
@@ -285,16 +288,10 @@ func (r *row) waitsOn() string {
 
 // inLineOf reports whether waiting row r (ready or blocked) is in key k's
 // line: every row of one key is in its key's; a row of several keys is in
-// its Key's while ready, and in the line of the key it waits on while
-// blocked.
+// the line of the key it waits on (waitsOn), which the PostgreSQL store
+// keeps in the row's key column.
 func (r *row) inLineOf(k string) bool {
-	if !r.multi() {
-		return true
-	}
-	if r.inst.Status == store.StatusBlocked {
-		return r.waitsOn() == k
-	}
-	return r.inst.Key == k
+	return !r.multi() || r.waitsOn() == k
 }
 
 // block puts blocked row r in the blocked heap of the key it waits on.

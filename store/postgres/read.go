@@ -232,7 +232,7 @@ func (s *Store) KeyInfo(ctx context.Context, key string) (store.KeyInfo, error) 
 		info.Holders, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })
 		return err
 	})
-	b.Queue(s.q(sqlKeyWaiting), key).QueryRow(func(row pgx.Row) error { return row.Scan(&info.Waiting, &info.Blocked) })
+	b.Queue(s.q(sqlKeyWaiting), key).QueryRow(func(row pgx.Row) error { return row.Scan(&info.Waiting, &info.Blocked, &info.WaitingElsewhere) })
 	b.Queue(s.q(sqlKeyNext), key).Query(func(rows pgx.Rows) error {
 		var err error
 		next, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) { return scanInstance(r) })

@@ -575,7 +575,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		var round, otherRound, freeRound *int64
 		var otherPrio, freePrio *int
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.Version, &w.Turn.Priority, &round,
-			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated}, func() error {
+			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated, &w.Multi}, func() error {
 			w.Turn.Round = roundOf(round)
 			w.Head = nil
 			for _, h := range []*admission.Turn{turnOf(otherPrio, otherRound), turnOf(freePrio, freeRound)} {

@@ -30,7 +30,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
 FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
-  AND ($3 = '' OR key = $3)
+  AND ($3 = '' OR key = $3 OR extra_keys @> ARRAY[$3::text])
   AND ($4 = '' OR queue = $4)
   AND ($5::uuid IS NULL OR id > $5::uuid)
 ORDER BY instances.id LIMIT $6`
@@ -50,7 +50,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
 FROM {schema}.instances
 WHERE ($1 = '' OR workflow = $1)
   AND (cardinality($2::text[]) = 0 OR status = ANY ($2::text[]))
-  AND ($3 = '' OR key = $3)
+  AND ($3 = '' OR key = $3 OR extra_keys @> ARRAY[$3::text])
   AND ($4 = '' OR queue = $4)
   AND ($5::uuid IS NULL OR id < $5::uuid)
 ORDER BY instances.id DESC LIMIT $6`
@@ -74,7 +74,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
   SELECT i.*, row_number() OVER (ORDER BY i.id) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
-      AND ($3 = '' OR i.key = $3)
+      AND ($3 = '' OR i.key = $3 OR i.extra_keys @> ARRAY[$3::text])
       AND ($4 = '' OR i.queue = $4), false) AS hit
   FROM (SELECT * FROM {schema}.instances WHERE ($5::uuid IS NULL OR id > $5::uuid)
         ORDER BY instances.id LIMIT $7) i
@@ -92,7 +92,7 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
   SELECT i.*, row_number() OVER (ORDER BY i.id DESC) AS n,
     coalesce(($1 = '' OR i.workflow = $1)
       AND (cardinality($2::text[]) = 0 OR i.status = ANY ($2::text[]))
-      AND ($3 = '' OR i.key = $3)
+      AND ($3 = '' OR i.key = $3 OR i.extra_keys @> ARRAY[$3::text])
       AND ($4 = '' OR i.queue = $4), false) AS hit
   FROM (SELECT * FROM {schema}.instances WHERE ($5::uuid IS NULL OR id < $5::uuid)
         ORDER BY instances.id DESC LIMIT $7) i
@@ -123,7 +123,8 @@ SELECT instance_id::text, step, attempt, coalesce(key, ''), coalesce(worker, '')
 FROM {schema}.history WHERE instance_id = $1 ORDER BY id`
 
 	// sqlKeyHolders lists up to $2 executing rows of key $1, oldest start
-	// first (KeyInfo's holders).
+	// first (KeyInfo's holders): rows of the key and rows of several keys
+	// that hold it as another key (key_holds).
 	sqlKeyHolders = `
 SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,
        coalesce(key, ''), key_intent, coalesce(key_shard, -1), run_at,
@@ -132,7 +133,10 @@ SELECT id::text, workflow, version, queue, priority, status, step, state, attemp
        coalesce(last_error, ''), coalesce(parent_id::text, ''), pending_children,
        coalesce(unique_key, ''), created_at, updated_at, started_at, cancel_requested, ready_since, extra_keys, extra_intents
 FROM {schema}.instances
-WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
+WHERE id IN (SELECT id FROM {schema}.instances WHERE key = $1 AND status = 'executing'
+             UNION ALL
+             SELECT h.instance_id FROM {schema}.key_holds h WHERE h.key = $1)
+ORDER BY started_at, id LIMIT $2`
 
 	// KeyInfo's waiting rows: the ready and blocked rows of the key (counted
 	// through instances_key_round, whose predicate is theirs; the next one
@@ -140,11 +144,15 @@ WHERE key = $1 AND status = 'executing' ORDER BY started_at, id LIMIT $2`
 	// each in admission order, with reserved rows apart, read among the
 	// key's waiting rows of instances_key_round), and its scheduled rows
 	// apart (the key indexes do not hold them; they are found among the
-	// scheduled rows alone), so that explaining a key never scans the table.
+	// scheduled rows alone), so that explaining a key never scans the table;
+	// then the rows of several keys that carry the key among their other
+	// keys and wait in another key's line (instances_extra_keys).
 	sqlKeyWaiting = `
 SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
      + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
-       (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked')`
+       (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked'),
+       (SELECT count(*) FROM {schema}.instances
+        WHERE extra_keys @> ARRAY[$1::text] AND extra_keys IS NOT NULL AND status IN ('ready', 'blocked'))`
 
 	// sqlKeyNext is the row of key $1 next in admission order (priority,
 	// run_at, seq) among its ready, blocked, reserved and scheduled rows:

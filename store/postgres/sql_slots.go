@@ -239,8 +239,9 @@ ORDER BY h.key, s.shard`
 	// $4 the versions, pairwise; none: every row; otherwise one such probe
 	// per version, of its version pick index, as the claim's start row is
 	// found: see sqlClaimCandidates), from which admission.InTurn decides
-	// whether it is in turn; whether its queue has a policy and its key a
-	// rate limit. The
+	// whether it is in turn; whether its queue has a policy, its key a
+	// rate limit, and whether it has several keys (never handed a slot:
+	// admission.Waiting.Multi). The
 	// heads are read once per key, queue and priority: g is MATERIALIZED
 	// for that (inlined into the final join, its probes ran once per
 	// candidate, each walking the key's line up to the last one:
@@ -251,7 +252,7 @@ WITH held AS (SELECT i.key, sum(w.n)::int AS n
               WHERE i.id = ANY ($1::uuid[]) AND i.key IS NOT NULL GROUP BY i.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
-    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, version, priority, round
+    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, version, priority, round, extra_keys IS NOT NULL AS multi
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
@@ -288,7 +289,7 @@ g AS MATERIALIZED (
 SELECT c.id::text, c.key, c.queue, c.workflow, c.version, c.priority, c.round,
        g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
-       EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name)
+       EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name), c.multi
 FROM c JOIN g ON g.key = c.key AND g.queue = c.queue AND g.priority = c.priority
 ORDER BY c.key, c.queue, c.priority, c.round`
 

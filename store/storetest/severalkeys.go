@@ -161,6 +161,33 @@ var severalKeysTests = []test{
 		h.requireStatus(store.StatusReady, m)
 		require.Equal(h.t, []string{m}, h.claimIDs(at(4*time.Second)))
 	}},
+	{"severalKeys/a row woken by a key waits in that key's line until a claim takes it", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		api := h.holdKey("api:x")
+		m := h.insert(multi("acct:1", "api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		require.Equal(h.t, "api:x", h.get(m).BlockedOn)
+
+		h.commit("w", at(2*time.Second), done(api))
+		h.requireStatus(store.StatusReady, m)
+		in := h.get(m)
+		require.Equal(h.t, "acct:1", in.Key, "its keys read in their one order, wherever it waits")
+		require.Empty(h.t, in.BlockedOn, "ready: blocked on nothing")
+		info := h.keyInfo("api:x")
+		require.Equal(h.t, [3]int{1, 0, 0}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "promoted by api:x, it waits in api:x's line")
+		require.Equal(h.t, m, info.NextInLine.ID)
+		info = h.keyInfo("acct:1")
+		require.Equal(h.t, [3]int{0, 0, 1}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere})
+
+		c := h.byID(h.claim("w", 10, at(3*time.Second)), m)
+		require.Equal(h.t, "acct:1", c.Key)
+		for _, k := range []string{"acct:1", "api:x"} {
+			info = h.keyInfo(k)
+			require.Equal(h.t, []string{m}, idsOf(info.Holders), "%s's holders", k)
+			require.Equal(h.t, [3]int{0, 0, 0}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "%s: claimed, it waits in no line", k)
+		}
+	}},
 	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
