@@ -345,7 +345,7 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 		// Complete whose spawn already committed is stale, not an error.
 		// A reservation the batch names will be current once passed its slot.
 		current := s.current(o.ID, worker, o.Fence) != nil || (named[o.ID] && s.reservation(o.ID, worker, o.Fence) != nil)
-		if err := s.checkOutcome(*o, current, taken); err != nil {
+		if err := s.checkOutcome(o, current, taken); err != nil {
 			return nil, nil, fmt.Errorf("complete: outcome %d (%s): %w", i, o.ID, err)
 		}
 	}
@@ -452,9 +452,10 @@ func (s *Store) keyWaited(k string) bool {
 	return false
 }
 
-// checkOutcome validates an outcome; current says whether its claim is
-// current, so that its children's ids must be free.
-func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]bool) error {
+// checkOutcome validates an outcome and, for a current claim, puts its
+// children in the form they are stored in; current says whether its claim
+// is current, so that its children's ids must be free.
+func (s *Store) checkOutcome(o *store.Outcome, current bool, taken map[string]bool) error {
 	if o.Kind < store.OutcomeReady || o.Kind > store.OutcomeFailed {
 		return fmt.Errorf("%w: unknown outcome kind %d", store.ErrInvalid, o.Kind)
 	}
@@ -475,14 +476,18 @@ func (s *Store) checkOutcome(o store.Outcome, current bool, taken map[string]boo
 	if !current {
 		taken = nil // validate the children's shape only
 		for i, ni := range o.Children {
-			if _, err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Step: ni.Step, Key: ni.Key, KeyIntent: ni.KeyIntent, State: ni.State}}, taken); err != nil {
+			if _, err := s.checkNew([]store.NewInstance{{Workflow: ni.Workflow, Step: ni.Step, Key: ni.Key, KeyIntent: ni.KeyIntent, Also: ni.Also, State: ni.State}}, taken); err != nil {
 				return fmt.Errorf("child %d: %w", i, err)
 			}
 		}
 		return nil
 	}
-	_, err := s.checkNew(o.Children, taken)
-	return err
+	kids, err := s.checkNew(o.Children, taken)
+	if err != nil {
+		return err
+	}
+	o.Children = kids // as they are stored: keys in their one order
+	return nil
 }
 
 // apply commits outcome o of the current claim of r.

@@ -81,6 +81,32 @@ func (s *Store) ReclaimWorker(ctx context.Context, worker string, now time.Time)
 	return n, nil
 }
 
+// freeEndedHolds deletes the holds of rows of several keys whose claims
+// have ended (sqlHoldsOrphaned) and frees their keys: every path that ends
+// a claim deletes its holds, so this finds only what a path missed. The
+// gates' counters are not credited: the reconciler's repair, which runs
+// next, counts them from the holders.
+func (s *Store) freeEndedHolds(ctx context.Context, now time.Time) error {
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
+	var freed []freedSlot
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlHoldsOrphaned), holdsSweepChunk).Query(func(rows pgx.Rows) error { return freedHolds(rows, &freed) })
+	if err := tx.send(ctx, b, false); err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	stranded := s.queueFree(b, freed, false, now)
+	if err := tx.send(ctx, b, true); err != nil {
+		return err
+	}
+	s.heal(ctx, stranded, now)
+	return nil
+}
+
 // takeBack runs a reaping statement and frees the K = 1 keys it released,
 // in one transaction; a child it ended canceled counts for its parent.
 func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args ...any) (int, error) {
@@ -151,6 +177,9 @@ func (s *Store) Reconcile(ctx context.Context, retention time.Duration, now time
 	// as the page is read; blocked gate keys are kept for the gates'
 	// repair.
 	gateBlocked := map[string]bool{}
+	if err := s.freeEndedHolds(ctx, now); err != nil {
+		errs = append(errs, fmt.Errorf("reconcile: holds: %w", err))
+	}
 	if err := s.reconcileKeys(ctx, now, gateBlocked, &rep); err != nil {
 		errs = append(errs, fmt.Errorf("reconcile: keys: %w", err))
 	}

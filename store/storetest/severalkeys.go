@@ -226,6 +226,17 @@ var severalKeysTests = []test{
 		require.Equal(h.t, 1, h.available("api:x"))
 		require.Equal(h.t, []string{m}, h.claimIDs(at(6*time.Second)))
 	}},
+	{"severalKeys/a spawned child of several keys is stored as an inserted row is", func(h *harness) {
+		h.severalKeys()
+		c := h.holdKey("parent:1")
+		o, kids := spawnOutcome(c, 1, "api:x")
+		o.Children[0].KeyIntent = gate.GateIntent
+		o.Children[0].Also = []store.KeyRef{{Key: "acct:1"}}
+		h.commit("w", at(time.Second), o)
+		in := h.get(kids[0])
+		require.Equal(h.t, "acct:1", in.Key, "its keys in their one order")
+		require.Equal(h.t, []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}, in.Also)
+	}},
 	{"severalKeys/a freed slot is never handed to a row of several keys, nor past it", func(h *harness) {
 		h.severalKeys()
 		holder := h.holdKey("acct:1")
