@@ -642,7 +642,10 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 				return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 			}
 		}
-		key, keyIntent, also := storeKeys(keys)
+		key, keyIntent, also, err := storeKeys(keys)
+		if err != nil {
+			return nil, fmt.Errorf("durable: %s (%s): %w: %w", what, r.Workflow, ErrInvalidInput, err)
+		}
 		o := r.Options
 		id := o.ID
 		if id == "" {

@@ -59,18 +59,23 @@ func validateKeys(keys []gate.ConcurrencyKey) error {
 	return nil
 }
 
-// storeKeys turns keys into the store's form: the first as Key/KeyIntent,
-// the others as Also (the store puts them in its order, see
-// store.NormalizeKeys). No keys: "" and none.
-func storeKeys(keys []gate.ConcurrencyKey) (string, gate.Intent, []store.KeyRef) {
+// storeKeys turns valid keys (see validateKeys) into the store's form, in
+// the store's one order (store.NormalizeKeys): Key/KeyIntent and Also. No
+// keys: "" and none. The engine orders them itself so that what it sends
+// is what every store keeps, children included.
+func storeKeys(keys []gate.ConcurrencyKey) (string, gate.Intent, []store.KeyRef, error) {
 	if len(keys) == 0 {
-		return "", gate.Unspecified, nil
+		return "", gate.Unspecified, nil, nil
 	}
 	var also []store.KeyRef
 	for _, k := range keys[1:] {
 		also = append(also, store.KeyRef{Key: k.String(), Intent: k.Intent()})
 	}
-	return keys[0].String(), keys[0].Intent(), also
+	key, intent := keys[0].String(), keys[0].Intent()
+	if err := store.NormalizeKeys(&key, &intent, &also); err != nil {
+		return "", "", nil, err
+	}
+	return key, intent, also, nil
 }
 
 // rowKeys returns the keys a stored row holds: its Key, then its Also.

@@ -193,3 +193,46 @@ func (r *recordingTB) Errorf(format string, args ...any) {
 	}
 	r.TB.Errorf(format, args...)
 }
+
+// Children take several keys as inserts do; keys a child cannot hold fail
+// the parent at once, as a wrong key edit does.
+func TestChildKeys(t *testing.T) {
+	acct, stripe := gate.Identity("acct", "1"), gate.Gate("stripe", "global")
+	for _, c := range []struct {
+		name  string
+		child transitions.Child
+		msg   string // "": the spawn succeeds
+	}{
+		{"several keys", transitions.Child{Workflow: "leaf", Keys: []gate.ConcurrencyKey{stripe, acct}}, ""},
+		{"Key and Keys", transitions.Child{Workflow: "leaf", Key: acct, Keys: []gate.ConcurrencyKey{stripe}}, "both Key and Keys are set"},
+		{"a key twice", transitions.Child{Workflow: "leaf", Keys: []gate.ConcurrencyKey{acct, gate.Key("acct", "1")}}, `key "acct:1" given twice`},
+		{"an invalid key", transitions.Child{Workflow: "leaf", Key: gate.Identity("acct", "")}, "invalid concurrency key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var leafKeys []string
+			leaf := durable.NewWorkflow[counter]("leaf", "a", durable.WorkflowOptions{})
+			leaf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+				leafKeys = ctx.Keys()
+				return transitions.Done(0), nil
+			})
+			parent := durable.NewWorkflow[counter]("parent", "a", durable.WorkflowOptions{Retry: fastRetry(3)})
+			parent.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+				return transitions.Spawn([]transitions.Child{c.child}, "b", s), nil
+			})
+			parent.Step("b", func(ctx steps.Context, s counter) (transitions.Transition, error) { return transitions.Done(0), nil })
+			tb := &recordingTB{TB: t}
+			env := durabletest.New(tb, durabletest.Options{Limits: []gate.Limit{{Name: "stripe", Limit: 2}}}, leaf, parent)
+			id := env.Insert("parent", counter{}, durable.InsertOptions{})
+			in := env.RunUntilDone(id)
+			if c.msg == "" {
+				assert.Equal(t, store.StatusDone, in.Status, in.LastError)
+				assert.Equal(t, []string{"acct:1", "stripe:global"}, leafKeys)
+				return
+			}
+			assert.Equal(t, store.StatusFailed, in.Status)
+			assert.Equal(t, 0, in.Attempt, "no retry")
+			assert.Contains(t, in.LastError, c.msg)
+			assert.True(t, tb.programmingError)
+		})
+	}
+}

@@ -262,6 +262,11 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		}
 		reqs := make([]InsertRequest, len(t.Children))
 		for i, ch := range t.Children {
+			// Keys a child cannot hold are the step's mistake, as a key
+			// edit's: the same step would spawn them again.
+			if _, err := insertKeys(ch.Key, ch.Keys); err != nil {
+				return out, &TransitionError{Msg: fmt.Sprintf("spawn from step %q: child #%d (%s): %v", c.Step, i, ch.Workflow, err), Err: err}
+			}
 			q := ch.Queue
 			if q == "" {
 				q = c.Queue
@@ -333,8 +338,11 @@ func (e *Engine) keysOutcome(c store.Claimed, t transitions.Transition, out *sto
 			}
 		}
 	}
-	out.SetKey = true
-	out.Key, out.KeyIntent, out.Also = storeKeys(keys)
+	key, intent, also, err := storeKeys(keys)
+	if err != nil {
+		return &TransitionError{Msg: fmt.Sprintf("transition %s from step %q changes its concurrency keys wrongly: %v", t.Kind, c.Step, err), Err: err}
+	}
+	out.SetKey, out.Key, out.KeyIntent, out.Also = true, key, intent, also
 	return nil
 }
 
