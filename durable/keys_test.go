@@ -236,3 +236,22 @@ func TestChildKeys(t *testing.T) {
 		})
 	}
 }
+
+// A Transition built by hand with a KeyChange and no KeyEdits still
+// replaces every key, as SwitchKey does.
+func TestKeyChangeWithoutEdits(t *testing.T) {
+	var keys []string
+	wf := durable.NewWorkflow[counter]("byhand", "a", durable.WorkflowOptions{})
+	wf.Step("a", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		return transitions.Transition{Kind: transitions.KindNext, Step: "b", State: s,
+			KeyChange: &transitions.KeyChange{Key: gate.Gate("stripe", "global")}}, nil
+	})
+	wf.Step("b", func(ctx steps.Context, s counter) (transitions.Transition, error) {
+		keys = ctx.Keys()
+		return transitions.Done(0), nil
+	})
+	env := durabletest.New(t, durabletest.Options{Limits: []gate.Limit{{Name: "stripe", Limit: 2}}}, wf)
+	id := env.Insert("byhand", counter{}, durable.InsertOptions{Keys: []gate.ConcurrencyKey{gate.Identity("acct", "1"), gate.Gate("mail", "eu")}})
+	assert.Equal(t, store.StatusDone, env.RunUntilDone(id).Status)
+	assert.Equal(t, []string{"stripe:global"}, keys)
+}

@@ -315,7 +315,7 @@ func (e *Engine) keysOutcome(c store.Claimed, t transitions.Transition, out *sto
 	edits := t.KeyEdits
 	if len(edits) == 0 && t.KeyChange != nil {
 		ed := transitions.KeyEdit{Op: transitions.KeySet}
-		if k := t.KeyChange.Key; !k.IsZero() || k.Err() != nil {
+		if k := t.KeyChange.Key; !k.IsZero() { // an invalid key is not zero: refused below
 			ed.Keys = []gate.ConcurrencyKey{k}
 		}
 		edits = []transitions.KeyEdit{ed}

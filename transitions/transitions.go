@@ -145,7 +145,9 @@ type Child struct {
 	Priority int
 }
 
-// Option modifies a Next, Retry, Await or Sleep transition.
+// Option modifies a Next, Retry, Await or Sleep transition. The key
+// options (ReleaseKey, SwitchKey, AddKey, DropKey, ReplaceKey, SetKeys)
+// apply in the order given, starting from the keys the instance holds.
 type Option func(*Transition)
 
 // ReleaseKey releases EVERY concurrency key of the instance: the following
