@@ -117,6 +117,7 @@ func (o KeyOp) String() string {
 // invalid or zero key, a key given twice to SetKeys, or edits that leave
 // more than durable.MaxKeys keys.
 type KeyEdit struct {
+	// Op is what the edit does.
 	Op KeyOp
 	// Key is the key added, dropped, or put in Old's place.
 	Key gate.ConcurrencyKey
