@@ -423,8 +423,18 @@ func (e *Engine) checkOpen() error {
 
 // InsertOptions are the options of one insert.
 type InsertOptions struct {
-	// Key is the concurrency key (zero: none).
+	// Key is the concurrency key (zero: none): the one-key shorthand of
+	// Keys.
 	Key gate.ConcurrencyKey
+	// Keys are the instance's concurrency keys when it has several: at
+	// most MaxKeys, no key twice (the same name:id, whatever the intents),
+	// none zero, any mix of identities and gates. Each step runs only when
+	// every one of its keys has room, and holds them all while it runs;
+	// transitions keep them (see transitions.AddKey, DropKey, ReplaceKey,
+	// SetKeys). Setting both Key and Keys is ErrInvalidInput. A store that
+	// does not hold several keys per instance refuses them (an error
+	// wrapping store.ErrSeveralKeys).
+	Keys []gate.ConcurrencyKey
 	// Queue overrides the workflow's queue.
 	Queue string
 	// Priority orders admission: lower runs first (default 0).
@@ -623,8 +633,18 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		if err != nil {
 			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
 		}
-		if err := e.checkKey(r.Options.Key); err != nil {
+		keys, err := insertKeys(r.Options.Key, r.Options.Keys)
+		if err != nil {
 			return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
+		}
+		for _, k := range keys {
+			if err := e.checkKey(k); err != nil {
+				return nil, fmt.Errorf("durable: %s (%s): %w", what, r.Workflow, err)
+			}
+		}
+		key, keyIntent, also, err := storeKeys(keys)
+		if err != nil {
+			return nil, fmt.Errorf("durable: %s (%s): %w: %w", what, r.Workflow, ErrInvalidInput, err)
 		}
 		o := r.Options
 		id := o.ID
@@ -668,7 +688,7 @@ func (e *Engine) prepareInserts(reqs []InsertRequest, parentID string) ([]store.
 		}
 		rows = append(rows, store.NewInstance{
 			ID: id, Workflow: def.name, Version: def.version, Queue: queue, Priority: o.Priority,
-			Step: def.initial, State: state, Key: o.Key.String(), KeyIntent: o.Key.Intent(), RunAt: runAt, Delay: delay,
+			Step: def.initial, State: state, Key: key, KeyIntent: keyIntent, Also: also, RunAt: runAt, Delay: delay,
 			UniqueKey: o.UniqueKey, UniqueStatuses: o.UniqueStatuses, OnConflict: o.OnConflict, Debounce: o.Debounce, ParentID: parentID,
 		})
 	}

@@ -24,8 +24,15 @@ type Instance struct {
 	State json.RawMessage
 	// Attempt counts the runs of Step that failed and were retried.
 	Attempt int
-	// Key is the concurrency key of the next step ("" : none).
+	// Key is the concurrency key of the next step ("" : none); with
+	// several keys, the first of Keys.
 	Key string
+	// Keys are every concurrency key of the next step: Key first, then the
+	// others in key order (nil: none).
+	Keys []string
+	// BlockedOn is, for a blocked instance, the key it waits for: the one
+	// that had no room when it was blocked ("" otherwise).
+	BlockedOn string
 	// RunAt is when the instance is due to run Step (ready or scheduled).
 	RunAt time.Time
 	// AwaitSignal and TimeoutAt are the signal an awaiting instance waits
@@ -51,9 +58,13 @@ type Instance struct {
 }
 
 func viewOf(in store.Instance) Instance {
-	return Instance{ID: in.ID, Workflow: in.Workflow, Version: in.Version, Queue: in.Queue, Priority: in.Priority,
-		Status: in.Status, Step: in.Step, State: in.State, Attempt: in.Attempt, Key: in.Key, RunAt: in.RunAt,
+	v := Instance{ID: in.ID, Workflow: in.Workflow, Version: in.Version, Queue: in.Queue, Priority: in.Priority,
+		Status: in.Status, Step: in.Step, State: in.State, Attempt: in.Attempt, Key: in.Key, Keys: keyStrings(in), RunAt: in.RunAt,
 		AwaitSignal: in.AwaitSignal, TimeoutAt: in.TimeoutAt, Result: in.Result, LastError: in.LastError,
 		ParentID: in.ParentID, PendingChildren: in.PendingChildren, UniqueKey: in.UniqueKey,
 		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, StartedAt: in.StartedAt, CancelRequested: in.CancelRequested}
+	if in.Status == store.StatusBlocked {
+		v.BlockedOn = in.BlockedOn
+	}
+	return v
 }

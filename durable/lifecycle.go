@@ -246,8 +246,8 @@ func (e *Engine) Tick(ctx context.Context) (TickReport, error) {
 	return rep, err
 }
 
-// TickStep is a step a Tick ran: the instance, the step, and the key whose
-// slot it held ("" : none).
+// TickStep is a step a Tick ran: the instance, the step, and the keys whose
+// slots it held.
 type TickStep struct {
 	ID       string
 	Workflow string
@@ -256,7 +256,10 @@ type TickStep struct {
 	Step     string
 	// Attempt is 0 on the step's first run and grows by one per retry.
 	Attempt int
-	Key     string
+	// Key is the step's first key ("" : none), and Keys every key it held
+	// (Key first; nil: none).
+	Key  string
+	Keys []string
 }
 
 // TickOutcome is the committed outcome of a step a Tick ran.
@@ -278,7 +281,7 @@ func tickSteps(cs []store.Claimed) []TickStep {
 	var out []TickStep
 	for _, c := range cs {
 		out = append(out, TickStep{ID: c.ID, Workflow: c.Workflow, Version: c.Version, Queue: c.Queue,
-			Step: c.Step, Attempt: c.Attempt, Key: c.Key})
+			Step: c.Step, Attempt: c.Attempt, Key: c.Key, Keys: keyStrings(c.Instance)})
 	}
 	return out
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/transitions"
@@ -260,11 +262,16 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 		}
 		reqs := make([]InsertRequest, len(t.Children))
 		for i, ch := range t.Children {
+			// Keys a child cannot hold are the step's mistake, as a key
+			// edit's: the same step would spawn them again.
+			if _, err := insertKeys(ch.Key, ch.Keys); err != nil {
+				return out, &TransitionError{Msg: fmt.Sprintf("spawn from step %q: child #%d (%s): %v", c.Step, i, ch.Workflow, err), Err: err}
+			}
 			q := ch.Queue
 			if q == "" {
 				q = c.Queue
 			}
-			reqs[i] = InsertRequest{Workflow: ch.Workflow, State: ch.State, Options: InsertOptions{Key: ch.Key, Queue: q, Priority: ch.Priority}}
+			reqs[i] = InsertRequest{Workflow: ch.Workflow, State: ch.State, Options: InsertOptions{Key: ch.Key, Keys: ch.Keys, Queue: q, Priority: ch.Priority}}
 		}
 		children, err := e.prepareInserts(reqs, c.ID)
 		if err != nil {
@@ -294,16 +301,49 @@ func (e *Engine) transitionOutcome(c store.Claimed, def *definition, t transitio
 	if err := encodeState(); err != nil {
 		return out, err
 	}
-	if t.KeyChange != nil {
-		if err := t.KeyChange.Key.Err(); err != nil {
-			return out, &TransitionError{Msg: fmt.Sprintf("transition %s from step %q switches to a key that cannot be made: %v", t.Kind, c.Step, err), Err: err}
-		}
-		if err := e.checkKey(t.KeyChange.Key); err != nil {
-			return out, err
-		}
-		out.SetKey, out.Key, out.KeyIntent = true, t.KeyChange.Key.String(), t.KeyChange.Key.Intent()
+	if err := e.keysOutcome(c, t, &out); err != nil {
+		return out, err
 	}
 	return out, nil
+}
+
+// keysOutcome applies a transition's key edits (or, for a Transition built
+// by hand without them, its KeyChange) to the keys the row holds now and
+// sets the outcome's whole new key set. An edit that cannot apply is a
+// TransitionError; every key the row did not hold goes through checkKey.
+func (e *Engine) keysOutcome(c store.Claimed, t transitions.Transition, out *store.Outcome) error {
+	edits := t.KeyEdits
+	if len(edits) == 0 && t.KeyChange != nil {
+		ed := transitions.KeyEdit{Op: transitions.KeySet}
+		if k := t.KeyChange.Key; !k.IsZero() { // an invalid key is not zero: refused below
+			ed.Keys = []gate.ConcurrencyKey{k}
+		}
+		edits = []transitions.KeyEdit{ed}
+	}
+	if len(edits) == 0 {
+		return nil
+	}
+	held, err := rowKeys(c.Instance)
+	if err != nil {
+		return fmt.Errorf("transition %s from step %q: the row's keys: %w", t.Kind, c.Step, err)
+	}
+	keys, err := nextKeys(held, edits)
+	if err != nil {
+		return &TransitionError{Msg: fmt.Sprintf("transition %s from step %q changes its concurrency keys wrongly: %v", t.Kind, c.Step, err), Err: err}
+	}
+	for _, k := range keys {
+		if !slices.ContainsFunc(held, func(h gate.ConcurrencyKey) bool { return h.String() == k.String() }) {
+			if err := e.checkKey(k); err != nil {
+				return err
+			}
+		}
+	}
+	key, intent, also, err := storeKeys(keys)
+	if err != nil {
+		return &TransitionError{Msg: fmt.Sprintf("transition %s from step %q changes its concurrency keys wrongly: %v", t.Kind, c.Step, err), Err: err}
+	}
+	out.SetKey, out.Key, out.KeyIntent, out.Also = true, key, intent, also
+	return nil
 }
 
 // unencodable turns an error of encoding what step c returned (its new
@@ -338,6 +378,7 @@ func (s *stepContext) Workflow() string   { return s.c.Workflow }
 func (s *stepContext) Step() string       { return s.c.Step }
 func (s *stepContext) Attempt() int       { return s.c.Attempt }
 func (s *stepContext) Key() string        { return s.c.Key }
+func (s *stepContext) Keys() []string     { return keyStrings(s.c.Instance) }
 func (s *stepContext) TimedOut() bool     { return s.c.TimedOut }
 func (s *stepContext) Now() time.Time     { return s.e.cfg.Clock.Now() }
 

@@ -30,8 +30,12 @@ type Context interface {
 	Step() string
 	// Attempt is 0 on the first run of a step and grows by one per retry.
 	Attempt() int
-	// Key is the concurrency key the step was admitted under ("" for none).
+	// Key is the concurrency key the step was admitted under ("" for
+	// none); with several keys, the first of Keys.
 	Key() string
+	// Keys are every concurrency key the step was admitted under and holds
+	// while it runs: Key first, then the others in key order (nil: none).
+	Keys() []string
 	// Signal returns the signal that woke this step after an Await.
 	Signal() (Signal, bool)
 	// TimedOut reports whether this step runs because an Await timed out.

@@ -65,3 +65,22 @@ func ExampleRetry() {
 	// done with shipped
 	// stop because card declined
 }
+
+// With several keys, AddKey, DropKey and ReplaceKey change one key and
+// keep the others. Here a sync that holds its account's identity adds the
+// payment provider's gate for the charge step, then drops the gate again;
+// the account is held throughout. SwitchKey(stripe) instead would have
+// replaced every key, the account's too.
+func ExampleAddKey() {
+	stripe := gate.Gate("stripe", "global")
+	charge := transitions.Next("charge", order{ID: "A-1"}, transitions.AddKey(stripe))
+	settle := transitions.Next("settle", order{ID: "A-1", Paid: true}, transitions.DropKey(stripe))
+	for _, t := range []transitions.Transition{charge, settle} {
+		for _, e := range t.KeyEdits {
+			fmt.Println(t.Step+":", e.Op, e.Key)
+		}
+	}
+	// Output:
+	// charge: add stripe:global
+	// settle: drop stripe:global
+}

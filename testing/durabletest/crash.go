@@ -78,9 +78,9 @@ type crashStore struct {
 	crashes int
 }
 
-// lostClaim is a crashed claim: it holds its key until it is reaped.
+// lostClaim is a crashed claim: it holds its keys until it is reaped.
 type lostClaim struct {
-	key    string
+	keys   []string
 	reapAt time.Time
 }
 
@@ -120,7 +120,7 @@ func (c *crashStore) doom(ctx context.Context, rows []store.Claimed, worker stri
 			if end.IsZero() {
 				end = leaseEnd
 			}
-			c.doomed[ref] = lostClaim{key: cl.Key, reapAt: end.Add(reapDelay)}
+			c.doomed[ref] = lostClaim{keys: claimKeys(cl.Instance), reapAt: end.Add(reapDelay)}
 			doomedIDs[cl.ID] = true
 		}
 	}
@@ -234,9 +234,21 @@ func (c *crashStore) held() map[string]int {
 	defer c.mu.Unlock()
 	out := map[string]int{}
 	for _, l := range c.lost {
-		if l.key != "" {
-			out[l.key]++
+		for _, k := range l.keys {
+			out[k]++
 		}
+	}
+	return out
+}
+
+// claimKeys returns every key a claimed row holds: its Key, then its Also.
+func claimKeys(in store.Instance) []string {
+	if in.Key == "" {
+		return nil
+	}
+	out := []string{in.Key}
+	for _, a := range in.Also {
+		out = append(out, a.Key)
 	}
 	return out
 }

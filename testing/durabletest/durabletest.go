@@ -300,13 +300,14 @@ func (e *Env) runIdle() (int, time.Time) {
 // record notes, per key, how many rows held it at once in one round (the
 // rows that ran each in a slot of its own, and held: the crashed claims
 // not yet reaped; a successor runs in its predecessor's slot), and fails
-// the test if that exceeds the key's K.
+// the test if that exceeds the key's K. A row of several keys counts
+// under each of them.
 func (e *Env) record(held map[string]int, claimed []durable.TickStep) {
 	e.t.Helper()
 	per := held
 	for _, c := range claimed {
-		if c.Key != "" {
-			per[c.Key]++
+		for _, k := range c.Keys {
+			per[k]++
 		}
 	}
 	for k, n := range per {
@@ -525,7 +526,8 @@ func (e *Env) Key(key string) KeyInfo {
 	return out
 }
 
-// MaxConcurrency is the most instances that ever held key at once.
+// MaxConcurrency is the most instances that ever held key at once,
+// counting every key of a step that held several.
 func (e *Env) MaxConcurrency(key string) int { return e.maxSeen[key] }
 
 // Keys returns every key seen so far, sorted.
@@ -545,7 +547,10 @@ func (e *Env) StepsRun() int { return e.steps }
 type StepOptions struct {
 	InstanceID string
 	Attempt    int
-	Key        string
+	// Key is what ctx.Key() returns, and Keys what ctx.Keys() returns
+	// (default: Key alone, or none).
+	Key  string
+	Keys []string
 	// Signal, if non-nil, is what ctx.Signal() returns.
 	Signal *steps.Signal
 	// TimedOut is what ctx.TimedOut() returns.
@@ -577,8 +582,14 @@ func (f *fakeContext) Workflow() string   { return f.wf }
 func (f *fakeContext) Step() string       { return f.step }
 func (f *fakeContext) Attempt() int       { return f.opts.Attempt }
 func (f *fakeContext) Key() string        { return f.opts.Key }
-func (f *fakeContext) TimedOut() bool     { return f.opts.TimedOut }
-func (f *fakeContext) Now() time.Time     { return f.clock.Now() }
+func (f *fakeContext) Keys() []string {
+	if len(f.opts.Keys) == 0 && f.opts.Key != "" {
+		return []string{f.opts.Key}
+	}
+	return f.opts.Keys
+}
+func (f *fakeContext) TimedOut() bool { return f.opts.TimedOut }
+func (f *fakeContext) Now() time.Time { return f.clock.Now() }
 func (f *fakeContext) Logger() *slog.Logger {
 	return f.log
 }
