@@ -367,7 +367,10 @@ func TestClaimWindowReadsWhichKeysAreBusy(t *testing.T) {
 		var rPeriod *int64
 		var rPerKey *bool
 		var one int32
-		_, err = pgx.ForEachRow(rows, []any{&id, &key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one}, func() error {
+		var extra, intents []string
+		var intent *string
+		_, err = pgx.ForEachRow(rows, []any{&id, &key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one,
+			&extra, &intents, &intent}, func() error {
 			found[key] = one
 			return nil
 		})

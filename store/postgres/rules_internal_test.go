@@ -42,6 +42,8 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		"sqlInsertRounds":     sqlInsertRounds,
 		"sqlJoinParents":      sqlJoinParents,
 		"sqlKeyBusy":          sqlKeyBusy,
+		"sqlKeyLimits":        sqlKeyLimits,
+		"sqlBlockMulti":       sqlBlockMulti,
 		"sqlKeyHolders":       sqlKeyHolders,
 		"sqlKeyNext":          sqlKeyNext,
 		"sqlKeyOldest":        sqlKeyOldest,
@@ -75,10 +77,10 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 	}{
 		{"the key-limit lookup", `LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk WHERE lk.name IN (`,
 			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlSlotsCount", "sqlCredit", "sqlHandOffGates",
-				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates"}},
+				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates", "sqlKeyLimits"}},
 		{"the key-limit lookup's end", `) ORDER BY length(lk.name) DESC LIMIT 1) l`,
 			[]string{"sqlClaimCandidates", "sqlSlotsRead", "sqlSlotsCount", "sqlCredit", "sqlHandOffGates",
-				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates"}},
+				"sqlPromoteIfRoom", "sqlLimitOf", "sqlHealthGates", "sqlKeyLimits"}},
 		{"the K = 1 holder probe", `{schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND
 			e.key_shard IS NULL`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
@@ -101,7 +103,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the waited-on check", `(NOT (k = ANY (one)) OR (SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status =
 			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND e.waiters LIMIT 1) IS NOT NULL
 			OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)`,
-			[]string{"sqlBlock", "sqlBlockBacklog"}},
+			[]string{"sqlBlock", "sqlBlockBacklog", "sqlBlockMulti"}},
 		{"the ready count", `(SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
 			ORDER BY r.priority, r.run_at, r.seq LIMIT`,
 			[]string{"sqlInsert", "sqlInsertRounds"}},

@@ -129,8 +129,8 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     limit of its own only while its name has one (gate.Limits.Validate),
 //     so whether a key is a gate still depends on its name alone, and the
 //     statements that ask only that join limits on the name. In
-//     sqlClaimCandidates, sqlSlotsRead, sqlCredit, sqlHandOffGates,
-//     sqlPromoteIfRoom, sqlLimitOf and sqlHealthGates;
+//     sqlClaimCandidates, sqlKeyLimits, sqlSlotsRead, sqlCredit,
+//     sqlHandOffGates, sqlPromoteIfRoom, sqlLimitOf and sqlHealthGates;
 //     TestKeyLimitMatchesGate pins it to gate.Limits.For.
 //   - The K = 1 holder probe: the executing row admitted under K = 1 that
 //     holds key k, read as e.key = k AND e.status = 'executing' COLLATE
@@ -172,7 +172,7 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     key k may be blocked when k is not one of the K = 1 keys one, or its
 //     holder is marked as having waiters (sqlFlagHolders), or it is held
 //     by a row of several keys, whose end frees each of its keys the full
-//     way, so that the holder's end promotes the row. In sqlBlock and sqlBlockBacklog.
+//     way, so that the holder's end promotes the row. In sqlBlock, sqlBlockBacklog and sqlBlockMulti.
 //   - The ready count: how many ready rows key k has, up to
 //     admission.ReadyCap (a parameter), read as (SELECT count(*) FROM
 //     (SELECT 1 FROM instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
