@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -188,11 +189,6 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	freed = append(freed, holds...)
-	if keys := setKeys(outcomes, done); len(keys.ids) > 0 {
-		// The other keys of the rows whose outcome set their keys, before
-		// any statement below reads the rows.
-		b.Queue(s.q(sqlSetExtraKeys), uuidArg(keys.ids), keys.keys, keys.intents)
-	}
 	var claimed []store.Claimed
 	if h != nil {
 		var yield []string
@@ -319,26 +315,6 @@ func outcomeIDs(outcomes []store.Outcome) []string {
 		ids[i] = o.ID
 	}
 	return ids
-}
-
-// setKeys lists the other keys of the committed outcomes that set their
-// rows' keys, as sqlSetExtraKeys takes them: one entry per (row, key), and
-// one empty key for a row left with one key or none.
-func setKeys(outcomes []store.Outcome, done []applied) keyEntries {
-	var e keyEntries
-	for _, a := range done {
-		o := outcomes[a.ord-1]
-		if !o.SetKey {
-			continue
-		}
-		if len(o.Also) == 0 {
-			e.add(o.ID, store.KeyRef{}, -1)
-		}
-		for _, k := range o.Also {
-			e.add(o.ID, k, -1)
-		}
-	}
-	return e
 }
 
 // slotKeys is the distinct keys of slots, sorted.
@@ -478,7 +454,7 @@ func validateOutcomes(outcomes []store.Outcome, handOff bool) error {
 func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.Time, ch outcomeChains) []any {
 	n := len(outcomes)
 	// The arrays of one type share one allocation.
-	texts, int32s, int64s := make(textArray, 8*n), make([]int32, 2*n), make([]int64, 2*n)
+	texts, int32s, int64s := make(textArray, 9*n), make([]int32, 2*n), make([]int64, 2*n)
 	times, bools := make([]*time.Time, 2*n), make([]bool, 3*n)
 	var (
 		ids           = make([]string, n)
@@ -495,6 +471,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		timeouts      = times[1*n : 2*n : 2*n]
 		results       = texts[6*n : 7*n : 7*n]
 		errs          = texts[7*n : 8*n : 8*n]
+		extras        = texts[8*n : 9*n : 9*n]
 		children      = int32s[1*n : 2*n : 2*n]
 		delays        = int64s[0*n : 1*n : 1*n]
 		timeoutDelays = int64s[1*n : 2*n : 2*n]
@@ -517,6 +494,7 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		if o.SetKey && o.Key == "" {
 			intents[i] = textElem("")
 		}
+		extras[i] = textElem(extraKeysText(o))
 		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
 		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
 		chainedRows[i] = ch.chained[o.ID]
@@ -533,7 +511,27 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		}
 	}
 	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
-		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows, heads, headFences}
+		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows, heads, headFences, extras}
+}
+
+// extraKeysText is how sqlCompleteApply takes the other keys an outcome
+// sets (store.Outcome.Also): each key and its intent joined by U+001E,
+// the keys joined by U+001F ("" for none). Keys and intents hold no
+// control character (gate.Parse refuses them).
+func extraKeysText(o store.Outcome) string {
+	if !o.SetKey || len(o.Also) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, k := range o.Also {
+		if i > 0 {
+			b.WriteByte(0x1f)
+		}
+		b.WriteString(k.Key)
+		b.WriteByte(0x1e)
+		b.WriteString(string(k.Intent))
+	}
+	return b.String()
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

@@ -15,6 +15,10 @@ const (
 	// read under that lock, so after any transaction that marked it.
 	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
 	// name leaves the status NULL, which the NOT NULL constraint refuses.
+	// An outcome that sets the row's keys sets its other keys too ($24, see
+	// extraKeysText), here rather than later in the transaction, so that a
+	// hand-off read in the same transaction sees which rows have several
+	// keys (a row of several keys is never handed a slot).
 	// The claim's status is compared under "C" (see sql.go: the lookup by
 	// id must not take instances_active). An outcome of a reserved row
 	// whose predecessor's outcome is in the batch ($21: see outcomeChains)
@@ -42,6 +46,12 @@ UPDATE {schema}.instances i SET
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
+    extra_keys = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n)
+                                           FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+                      ELSE i.extra_keys END,
+    extra_intents = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n)
+                                              FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+                         ELSE i.extra_intents END,
     await_signal = CASE WHEN o.kind = 'await' THEN nullif(o.await_signal, '') END,
     timeout_at = CASE WHEN o.kind = 'await' THEN o.timeout_at END,
     timed_out = false,
@@ -80,7 +90,7 @@ UPDATE {schema}.instances i SET
     -- claimed, before this outcome moves it); any other outcome ends it.
     ready_since = CASE WHEN o.kind = 'ready' AND o.hand_back THEN coalesce(i.ready_since, i.run_at) END,
     updated_at = t.now
-FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent,
+FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_intent, x.extras,
              x.await_signal, x.result, x.error, x.children, x.hand_back, x.ord,
              -- Run and timeout times relative to the store's clock when the
              -- outcome gives a delay rather than a time (one clock for all).
@@ -105,10 +115,10 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
       FROM (SELECT * FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::int[],
                   $9::timestamptz[], $10::bool[], $11::text[], $12::text[], $13::text[],
                   $14::timestamptz[], $15::text[], $16::text[], $17::int[], $18::bigint[], $19::bigint[],
-                  $20::bool[], $21::bool[], $22::uuid[], $23::bigint[])
+                  $20::bool[], $21::bool[], $22::uuid[], $23::bigint[], $24::text[])
                 WITH ORDINALITY AS x(id, fence, kind, step, state, attempt, run_at, set_key, key,
                                      key_intent, await_signal, timeout_at, result, error, children,
-                                     delay_us, timeout_us, hand_back, chained, head, head_fence, ord)
+                                     delay_us, timeout_us, hand_back, chained, head, head_fence, extras, ord)
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (

@@ -301,7 +301,9 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 	// executing check of sqlKeyBusy, written out with the key read as
 	// i.key): the freeing transaction holds the key's lock and checked
 	// that, so this only keeps a flaw from meeting the unique index, which
-	// would refuse the whole outcome batch. The redundant id = ANY gives the
+	// would refuse the whole outcome batch; a row of several keys never
+	// moves (admission.Free hands it nothing: this keeps a flaw from
+	// admitting it under one of its keys alone). The redundant id = ANY gives the
 	// generic plan (hand-off transactions run generic plans) an index
 	// condition: without it, it read the whole primary key, filtering on
 	// status, and hash-joined the ids to it. The rows are locked already
@@ -320,6 +322,7 @@ c AS (
                        FROM (SELECT i.key AS k) x)
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
+      AND i.extra_keys IS NULL
       AND CASE WHEN a.shard >= 0 THEN true
                ELSE (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL

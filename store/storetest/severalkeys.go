@@ -251,6 +251,23 @@ var severalKeysTests = []test{
 		h.requireStatus(store.StatusBlocked, after)
 		require.Equal(h.t, []string{m}, h.claimIDs(at(3*time.Second)), "the row of several keys runs at the next claim")
 	}},
+	{"severalKeys/a row that an outcome gives another key is not handed its own freed slot", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		api := h.holdKey("api:x")
+		c := h.holdKey("acct:1")
+		o := next(c, "charge")
+		o.SetKey, o.Key, o.Also = true, "acct:1", []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}
+		got := h.handOff("w", at(time.Second), map[string]int{queue: 5}, o)
+		require.Empty(h.t, got, "acct:1's slot would admit it under acct:1 alone: api:x is full")
+		h.requireStatus(store.StatusReady, c.ID)
+		require.Zero(h.t, h.available("api:x"))
+		require.Empty(h.t, h.claimIDs(at(2*time.Second)))
+		require.Equal(h.t, "api:x", h.get(c.ID).BlockedOn)
+
+		h.commit("w", at(3*time.Second), done(api))
+		require.Equal(h.t, []string{c.ID}, h.claimIDs(at(4*time.Second)))
+	}},
 	{"severalKeys/no row of several keys is reserved, and none is given successors", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
