@@ -396,7 +396,7 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 	// claim to start (rateSlack).
 	var starts []int64
 	for _, r := range recs.Runs {
-		if r.Key != "" && gate.NameOf(r.Key) == "bulk" {
+		if r.Key != "" && slices.ContainsFunc(strings.Split(r.Key, ","), func(k string) bool { return gate.NameOf(k) == "bulk" }) {
 			starts = append(starts, r.Start)
 		}
 	}
@@ -459,7 +459,9 @@ func sweep(recs *Records, limits gate.Limits, include func(tok string, r *StepRu
 		if r.Key == "" || !include(tok, r) {
 			continue
 		}
-		edges[r.Key] = append(edges[r.Key], edge{r.Start, +1, tok}, edge{r.End, -1, tok})
+		for _, k := range strings.Split(r.Key, ",") { // a run holds every key it recorded
+			edges[k] = append(edges[k], edge{r.Start, +1, tok}, edge{r.End, -1, tok})
+		}
 	}
 	keys := make([]string, 0, len(edges))
 	for k := range edges {

@@ -100,6 +100,23 @@ func TestCheckPassesACleanRun(t *testing.T) {
 	assert.Equal(t, 1, rep.MaxByName["acct"])
 }
 
+// A run of several keys counts under each of them: here it is the second
+// holder of acct:x although acct:x is not its first key, and it takes one
+// of api:y's three slots.
+func TestCheckCountsARunUnderEveryKey(t *testing.T) {
+	w := newWorld(t)
+	w.run("a1", "p1", "i1", "acct:x", 0, "", 0, 10, "done")
+	w.run("b1", "p2", "i2", "api:y,acct:x", 0, "", 9, 20, "done")
+	w.run("c1", "p2", "i3", "api:y", 0, "", 0, 30, "done")
+	w.done("i1", "a1")
+	w.done("i2", "b1")
+	w.done("i3", "c1")
+	rep, v := w.check()
+	require.Len(t, v, 1)
+	assert.Contains(t, v[0], "key acct:x ran 2 at once (K = 1)")
+	assert.Equal(t, 2, rep.MaxByName["api"])
+}
+
 func TestCheckFindsTwoHoldersOfAK1Key(t *testing.T) {
 	w := newWorld(t)
 	w.run("a1", "p1", "i1", "acct:x", 0, "", 0, 10, "done")

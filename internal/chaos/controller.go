@@ -740,10 +740,15 @@ func isOutage(err error) bool {
 // executing rows than its K.
 func (r *runner) sampleLoop(ctx context.Context) {
 	s := pgx.Identifier{r.schema}.Sanitize()
+	// A row of several keys holds its first key in its own row and the
+	// others in key_holds (see migration 025): both count.
 	qCounters := `SELECT c.key, c.shard, c.capacity, c.available,
        (SELECT count(*) FROM ` + s + `.instances i WHERE i.status = 'executing' AND i.key = c.key AND i.key_shard = c.shard)
+       + (SELECT count(*) FROM ` + s + `.key_holds h WHERE h.key = c.key AND h.shard = c.shard)
 FROM ` + s + `.key_slots c`
-	qKeys := `SELECT key, count(*) FROM ` + s + `.instances WHERE status = 'executing' AND key IS NOT NULL GROUP BY key`
+	qKeys := `SELECT key, count(*) FROM (
+    SELECT key FROM ` + s + `.instances WHERE status = 'executing' AND key IS NOT NULL
+    UNION ALL SELECT key FROM ` + s + `.key_holds) k GROUP BY key`
 	for ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -849,6 +854,7 @@ func (r *runner) counters(ctx context.Context) ([]counterRow, error) {
 	s := pgx.Identifier{r.schema}.Sanitize()
 	rows, err := r.pool.Query(ctx, `SELECT c.key, c.shard, c.capacity, c.available,
        (SELECT count(*) FROM `+s+`.instances i WHERE i.status = 'executing' AND i.key = c.key AND i.key_shard = c.shard)
+       + (SELECT count(*) FROM `+s+`.key_holds h WHERE h.key = c.key AND h.shard = c.shard)
 FROM `+s+`.key_slots c ORDER BY c.key, c.shard`)
 	if err != nil {
 		return nil, err

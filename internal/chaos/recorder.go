@@ -79,6 +79,7 @@ func (nopRecorder) Bad(string, string)                                     {}
 
 // StepRun is one recorded step body.
 type StepRun struct {
+	// Key is every key the run held, joined by "," ("" for none).
 	Token, Instance, Key, Step, Prev, Proc string
 	Attempt, Index                         int
 	// Start and End are Unix nanoseconds; End is 0 when the body never

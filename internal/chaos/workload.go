@@ -36,6 +36,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/durable"
@@ -107,18 +109,73 @@ func (ks KeySpace) randomKey(r *mrand.Rand) gate.ConcurrencyKey {
 	}
 }
 
+// randomKeys draws the keys of a row: a third of the rows that have a key
+// get two (an account and an API gate, two accounts, or an API gate and a
+// bulk gate), the others one key or none (randomKey). Two keys of one row
+// are never the same key.
+func (ks KeySpace) randomKeys(r *mrand.Rand) []gate.ConcurrencyKey {
+	first := ks.randomKey(r)
+	if first.IsZero() || r.IntN(3) > 0 {
+		if first.IsZero() {
+			return nil
+		}
+		return []gate.ConcurrencyKey{first}
+	}
+	acct := func() gate.ConcurrencyKey {
+		return gate.Identity("acct", fmt.Sprintf("%s%d", KeyIDMarker, r.IntN(ks.Acct)))
+	}
+	api := gate.Gate("api", fmt.Sprintf("%s%d", KeyIDMarker, r.IntN(ks.API)))
+	switch r.IntN(3) {
+	case 0:
+		return []gate.ConcurrencyKey{acct(), api}
+	case 1:
+		a, b := acct(), acct()
+		if a.String() == b.String() {
+			return []gate.ConcurrencyKey{a}
+		}
+		return []gate.ConcurrencyKey{b, a} // in either order: the store puts them in one
+	default:
+		return []gate.ConcurrencyKey{api, gate.Gate("bulk", fmt.Sprintf("%s%d", KeyIDMarker, r.IntN(ks.Bulk)))}
+	}
+}
+
 // NewInstance returns the insert request of a new parent instance.
 func (ks KeySpace) NewInstance(r *mrand.Rand) durable.InsertRequest {
 	return durable.InsertRequest{Workflow: ParentWorkflow, State: State{Max: 2 + r.IntN(6)},
-		Options: durable.InsertOptions{Key: ks.randomKey(r), Priority: r.IntN(3)}}
+		Options: durable.InsertOptions{Keys: ks.randomKeys(r), Priority: r.IntN(3)}}
+}
+
+// keyEdit draws a change of the keys a step holds (held, in any order) for
+// its next step: replace them all (SwitchKey), or, as often, add a key the
+// step does not hold, drop one of several, or replace one with another.
+func (ks KeySpace) keyEdit(r *mrand.Rand, held []string) transitions.Option {
+	next := ks.randomKey(r)
+	holds := func(k gate.ConcurrencyKey) bool { return slices.Contains(held, k.String()) }
+	if r.IntN(2) == 0 || next.IsZero() || len(held) == 0 {
+		return transitions.SwitchKey(next)
+	}
+	pick, err := gate.Parse(held[r.IntN(len(held))])
+	if err != nil {
+		return transitions.SwitchKey(next)
+	}
+	switch {
+	case len(held) > 1 && r.IntN(2) == 0:
+		return transitions.DropKey(pick)
+	case !holds(next) && len(held) < 3 && r.IntN(2) == 0:
+		return transitions.AddKey(next)
+	case !holds(next):
+		return transitions.ReplaceKey(pick, next)
+	default:
+		return transitions.SwitchKey(next)
+	}
 }
 
 // Recorder is what the step bodies report to.
 type Recorder interface {
-	// Start records a body starting: its token, instance, key, attempt,
-	// step, the token of the last committed run it continues (prev, "" for
-	// none) and its position in the chain.
-	Start(token, instance, key string, attempt int, step, prev string, index int)
+	// Start records a body starting: its token, instance, keys (joined by
+	// ","; "" for none), attempt, step, the token of the last committed run
+	// it continues (prev, "" for none) and its position in the chain.
+	Start(token, instance, keys string, attempt int, step, prev string, index int)
 	// End records the body finishing with label (the transition kind,
 	// "error" or "panic").
 	End(token, label string)
@@ -160,7 +217,7 @@ func body(ctx steps.Context, s State, rec Recorder, ks KeySpace, joined bool) (t
 	if n := len(s.Chain); n > 0 {
 		prev = s.Chain[n-1]
 	}
-	rec.Start(token, ctx.InstanceID(), ctx.Key(), ctx.Attempt(), ctx.Step(), prev, len(s.Chain))
+	rec.Start(token, ctx.InstanceID(), strings.Join(ctx.Keys(), ","), ctx.Attempt(), ctx.Step(), prev, len(s.Chain))
 	label := "panic"
 	defer func() { rec.End(token, label) }()
 	if s.Steps != len(s.Chain) {
@@ -212,7 +269,7 @@ func body(ctx steps.Context, s State, rec Recorder, ks KeySpace, joined bool) (t
 		return transitions.Next("work", next, transitions.ReleaseKey()), nil
 	case p < 42:
 		label = "next"
-		return transitions.Next("work", next, transitions.SwitchKey(ks.randomKey(r))), nil
+		return transitions.Next("work", next, ks.keyEdit(r, ctx.Keys())), nil
 	case p < 54:
 		label = "await"
 		return transitions.Await(SignalName, "work", next, transitions.Timeout(time.Duration(30+r.IntN(300))*time.Millisecond)), nil
@@ -223,7 +280,7 @@ func body(ctx steps.Context, s State, rec Recorder, ks KeySpace, joined bool) (t
 		n := 1 + r.IntN(3)
 		kids := make([]transitions.Child, n)
 		for i := range kids {
-			kids[i] = transitions.Child{Workflow: ChildWorkflow, State: State{Max: 1 + r.IntN(3), Child: true}, Key: ks.randomKey(r)}
+			kids[i] = transitions.Child{Workflow: ChildWorkflow, State: State{Max: 1 + r.IntN(3), Child: true}, Keys: ks.randomKeys(r)}
 		}
 		next.Kids = n
 		label = "spawn"

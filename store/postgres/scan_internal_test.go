@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 )
 
@@ -36,14 +37,24 @@ func oldScanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 		state, result                 []byte
 		timeoutAt, leaseAt, startedAt *time.Time
 		readySince                    *time.Time
+		extraKeys, extraIntents       []string
 	)
 	in := &r.Instance
 	dest := []any{&in.ID, &in.Workflow, &in.Version, &in.Queue, &in.Priority, &status, &in.Step, &state,
 		&in.Attempt, &in.Key, &intent, &in.KeyShard, &in.RunAt, &in.AwaitSignal, &timeoutAt, &r.timedOut,
 		&in.Worker, &in.Fence, &leaseAt, &result, &in.LastError, &in.ParentID, &in.PendingChildren,
-		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested, &readySince}
+		&in.UniqueKey, &in.CreatedAt, &in.UpdatedAt, &startedAt, &in.CancelRequested, &readySince,
+		&extraKeys, &extraIntents}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return instanceRow{}, err
+	}
+	if in.Status == store.StatusBlocked {
+		in.BlockedOn = in.Key
+	}
+	if len(extraKeys) > 0 {
+		if err := severalKeys(in, extraKeys, extraIntents); err != nil {
+			return instanceRow{}, err
+		}
 	}
 	clone := func(b []byte) json.RawMessage {
 		if b == nil {
@@ -61,10 +72,13 @@ func TestScanInstanceRowUnchanged(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
 	var ins []store.NewInstance
-	for i, key := range []string{"", "", "", "acct:1", "acct:1", "api:x"} {
+	for i, key := range []string{"", "", "", "acct:1", "acct:1", "api:x", "acct:2"} {
 		in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", Key: key, State: json.RawMessage(`{"n":1}`)}
 		if i == 2 {
 			in.State = nil
+		}
+		if key == "acct:2" {
+			in.Also = []store.KeyRef{{Key: "api:z", Intent: gate.GateIntent}}
 		}
 		ins = append(ins, in)
 	}
