@@ -115,6 +115,13 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"signal wake":                      {sqlSignalWake, []any{ids[0], nil}},
 		"queue active":                     {sqlQueueActive, []any{"q", []string{"acct:abcd"}}},
 		"throttle":                         {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
+		// Rows of several keys (see several_keys.go).
+		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
+		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, ids[:1], "w", []string{"api:x"}, []string{"gate"}, []int32{0}}},
+		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, ids[:1], []string{"acct:abcd"}, []string{""}, nil, []string{}}},
+		"holds end":      {sqlHoldsEnd, []any{ids}},
+		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
+		"set extra keys": {sqlSetExtraKeys, []any{ids[:1], []string{"api:x"}, []string{"gate"}}},
 		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
 		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
 		"key next":    {sqlKeyNext, []any{"acct:abcd"}},
