@@ -131,6 +131,11 @@ func check(rep *Report, recs *Records, deaths map[string]int64, graceful map[str
 	survivors map[string]bool, dbUp int64) []string {
 	a := &analysis{report: rep}
 	rep.Runs = len(recs.Runs)
+	for _, r := range recs.Runs {
+		if strings.Contains(r.Key, ",") {
+			rep.SeveralKeyRuns++
+		}
+	}
 	rep.TornLines = recs.Torn
 	if recs.Torn > 0 {
 		a.fail("%d recorder lines could not be parsed", recs.Torn)

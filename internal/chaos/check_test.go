@@ -115,6 +115,7 @@ func TestCheckCountsARunUnderEveryKey(t *testing.T) {
 	require.Len(t, v, 1)
 	assert.Contains(t, v[0], "key acct:x ran 2 at once (K = 1)")
 	assert.Equal(t, 2, rep.MaxByName["api"])
+	assert.Equal(t, 1, rep.SeveralKeyRuns)
 }
 
 func TestCheckFindsTwoHoldersOfAK1Key(t *testing.T) {

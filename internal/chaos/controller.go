@@ -163,12 +163,14 @@ type Report struct {
 
 	Instances, Children, Done int
 	Runs, Committed           int
-	KilledMidStep             int
-	LostWithProcess           int
-	StaleRuns, StaleOutcomes  int
-	HistoryRows               int
-	TornLines                 int
-	Panics                    int
+	// SeveralKeyRuns are the recorded runs that held several keys.
+	SeveralKeyRuns           int
+	KilledMidStep            int
+	LostWithProcess          int
+	StaleRuns, StaleOutcomes int
+	HistoryRows              int
+	TornLines                int
+	Panics                   int
 
 	// Keys is the number of keys the recorder saw; KViolations the number
 	// of keys that ran more than K at some moment (counted runs only), and
@@ -218,8 +220,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "instances: %d (%d inserted, %d spawned children); %d done with the expected result; %d inserts failed while the database was down, %d of them committed after all\n",
 		r.Instances, r.Inserted, r.Children, r.Done, r.InsertFailures, r.InsertsSettledLate)
 	fmt.Fprintf(w, "signals: %d sent, %d refused as terminal (expected races), %d other errors\n", r.Signals, r.SignalsRefused, r.SignalErrors)
-	fmt.Fprintf(w, "step runs: %d recorded: %d committed, %d killed mid-step, %d finished but lost with their process, %d stale (discarded); %d panics caught\n",
-		r.Runs, r.Committed, r.KilledMidStep, r.LostWithProcess, r.StaleRuns, r.Panics)
+	fmt.Fprintf(w, "step runs: %d recorded (%d holding several keys): %d committed, %d killed mid-step, %d finished but lost with their process, %d stale (discarded); %d panics caught\n",
+		r.Runs, r.SeveralKeyRuns, r.Committed, r.KilledMidStep, r.LostWithProcess, r.StaleRuns, r.Panics)
 	names := make([]string, 0, len(r.MaxByName))
 	for n := range r.MaxByName {
 		names = append(names, n)
