@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -187,6 +188,29 @@ var severalKeysTests = []test{
 			require.Equal(h.t, []string{m}, idsOf(info.Holders), "%s's holders", k)
 			require.Equal(h.t, [3]int{0, 0, 0}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "%s: claimed, it waits in no line", k)
 		}
+	}},
+	{"severalKeys/raising a key's own limit admits at once the rows that hold it as another key", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		var ids []string
+		for i := range 6 {
+			ni := multi(fmt.Sprintf("acct:%d", i), "stripe:big")
+			ni.Also[0].Intent = gate.GateIntent
+			ids = append(ids, h.insert(ni)[0])
+		}
+		require.Len(h.t, h.claim("w", 10, at(time.Second)), 2)
+		h.requireStatus(store.StatusBlocked, ids[2:]...)
+		for _, id := range ids[2:] {
+			require.Equal(h.t, "stripe:big", h.get(id).BlockedOn)
+		}
+
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2}, gate.Limit{Name: "stripe:big", Limit: 5})
+		h.requireStatus(store.StatusReady, ids[2:5]...)
+		h.requireStatus(store.StatusBlocked, ids[5])
+		require.ElementsMatch(h.t, ids[2:5], claimedIDs(h.claim("w", 10, at(2*time.Second))), "no reconcile needed")
+		require.Len(h.t, h.executing("stripe:big"), 5)
+		require.Empty(h.t, h.claim("w", 10, at(3*time.Second)))
+		require.Zero(h.t, h.reconcile(0, at(4*time.Second)).Drift)
 	}},
 	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
 		h.severalKeys()
