@@ -283,10 +283,13 @@ func scenarioBacklog(ctx context.Context, b *bench) (*result, error) {
 // compare measures base and other alternately -rounds times and returns
 // other's median round, with Ratio the median of other's rates over the
 // median of base's (alternating spreads the machine's drift over both).
-// Its KeyMax (rows of several keys) is the most of every round of other.
+// A key over its K in any round of either side shows in the result's
+// check, not only one in the median round (K and MaxPerKey are then the
+// round's furthest over); KeyMax (rows of several keys) is the most of
+// every round of other.
 func (b *bench) compare(ctx context.Context, base, other workload) (*result, error) {
 	var baseRates, otherRates []float64
-	var rs []*result
+	var rs, all []*result
 	for i := 0; i < max(b.o.rounds, 1); i++ {
 		rb, err := b.measure(ctx, base)
 		if err != nil {
@@ -297,11 +300,20 @@ func (b *bench) compare(ctx context.Context, base, other workload) (*result, err
 			return nil, err
 		}
 		baseRates, otherRates = append(baseRates, rb.Rate), append(otherRates, ro.Rate)
-		rs = append(rs, ro)
+		rs, all = append(rs, ro), append(all, rb, ro)
 	}
 	slices.SortFunc(rs, func(x, y *result) int { return cmp.Compare(x.Rate, y.Rate) })
 	r := rs[len(rs)/2]
-	for _, x := range rs {
+	over := func(x *result) int {
+		if x.K == 0 {
+			return 0
+		}
+		return x.MaxPerKey - x.K
+	}
+	for _, x := range all {
+		if over(x) > max(over(r), 0) {
+			r.K, r.MaxPerKey = x.K, x.MaxPerKey
+		}
 		if x != r {
 			r.KeyMax = mergeKeyMax(r.KeyMax, x.KeyMax)
 		}
