@@ -48,7 +48,7 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-## bench: the throughput benchmark (cmd/durable-bench): ten scenarios against PostgreSQL
+## bench: the throughput benchmark (cmd/durable-bench): eleven scenarios against PostgreSQL
 ## (DATABASE_URL or the local server) in a database it creates and drops; see BENCHMARKS.md
 bench:
 	$(GO) run ./cmd/durable-bench

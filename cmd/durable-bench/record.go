@@ -2,8 +2,11 @@ package main
 
 import (
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/godurable/godurable/gate"
 )
 
 // recorder is what the benchmark's step bodies write to, in memory: when
@@ -18,7 +21,13 @@ type recorder struct {
 	steps    atomic.Int64
 	cur      []atomic.Int32 // per key index: steps running now
 	max      []atomic.Int32 // per key index: most steps seen running at once
+	// byKey counts the steps of rows of several keys under each key they
+	// hold (key string -> *keyCount); rows of one key use cur and max.
+	byKey sync.Map
 }
+
+// keyCount is one key's steps running now and the most seen at once.
+type keyCount struct{ cur, max atomic.Int32 }
 
 func newRecorder(n, keys int) *recorder {
 	return &recorder{base: time.Now(), insertAt: make([]atomic.Int64, n), startAt: make([]atomic.Int64, n),
@@ -62,6 +71,45 @@ func (r *recorder) leave(k int) {
 	if k >= 0 && k < len(r.cur) {
 		r.cur[k].Add(-1)
 	}
+}
+
+// enterKeys and leaveKeys bracket the body of a step of several keys:
+// keys are every key it holds (steps.Context.Keys).
+func (r *recorder) enterKeys(keys []string) {
+	for _, k := range keys {
+		v, ok := r.byKey.Load(k)
+		if !ok {
+			v, _ = r.byKey.LoadOrStore(k, new(keyCount))
+		}
+		c := v.(*keyCount)
+		n := c.cur.Add(1)
+		for {
+			m := c.max.Load()
+			if n <= m || c.max.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	}
+}
+
+func (r *recorder) leaveKeys(keys []string) {
+	for _, k := range keys {
+		if v, ok := r.byKey.Load(k); ok {
+			v.(*keyCount).cur.Add(-1)
+		}
+	}
+}
+
+// maxPerName is, per key name, the most steps one key of that name ran
+// at once, counted by enterKeys.
+func (r *recorder) maxPerName() map[string]int {
+	out := map[string]int{}
+	r.byKey.Range(func(k, v any) bool {
+		name := gate.NameOf(k.(string))
+		out[name] = max(out[name], int(v.(*keyCount).max.Load()))
+		return true
+	})
+	return out
 }
 
 // maxPerKey is the most steps any one key ran at once.
