@@ -104,8 +104,9 @@ type LimitCheck struct {
 }
 
 // Key gathers the Explanation of key at now. When rows carrying the key
-// wait for another of their keys, it reads at most elsewhereScan of the
-// newest instances to name the keys the blocked ones wait for.
+// wait for another of their keys, it reads the blocked ones among the
+// newest 10,000 instances (a bounded read, no table scan) to name the keys
+// they wait for (Waiting.ElsewhereOn).
 func Key(ctx context.Context, st store.Store, key string, now time.Time) (Explanation, error) {
 	info, err := st.KeyInfo(ctx, key)
 	if err != nil {
