@@ -69,6 +69,10 @@ var funcs = template.FuncMap{
 		return s
 	},
 	"indent": indentJSON,
+	// keys are every key of an instance, its first key first.
+	"keys": explain.Keys,
+	// join joins keys with commas.
+	"join": func(keys []string) string { return strings.Join(keys, ", ") },
 }
 
 func mustParsePages() *pages {
@@ -330,6 +334,19 @@ type keyData struct {
 	X     *explain.Explanation
 }
 
+// HoldersOthers is true when a holder of the key holds other keys too:
+// the holders table then has a column for them.
+func (d keyData) HoldersOthers() bool {
+	return d.X != nil && slices.ContainsFunc(d.X.Holders, func(h explain.Holder) bool { return len(h.OtherKeys) > 0 })
+}
+
+// WaitersOthers is true when the next or oldest waiter has other keys:
+// the waiters table then has a column for them.
+func (d keyData) WaitersOthers() bool {
+	return d.X != nil && ((d.X.Waiting.Next != nil && len(d.X.Waiting.Next.OtherKeys) > 0) ||
+		(d.X.Waiting.Oldest != nil && len(d.X.Waiting.Oldest.OtherKeys) > 0))
+}
+
 func (s *server) key(w http.ResponseWriter, r *http.Request) {
 	d := keyData{Key: r.URL.Query().Get("key")}
 	now := s.now()
@@ -417,7 +434,10 @@ func (s *server) instances(w http.ResponseWriter, r *http.Request) {
 
 // instanceData is the instance page.
 type instanceData struct {
-	In       store.Instance
+	In store.Instance
+	// Keys are, for a row of several keys, every one of them, its first
+	// key first (nil for a row of one key or none).
+	Keys     []instanceKey
 	State    string
 	Result   string
 	Timeline []run
@@ -428,6 +448,34 @@ type instanceData struct {
 	CanCancel   bool
 	CanRetry    bool
 	CanSignal   bool
+}
+
+// instanceKey is one key of a row of several keys on the instance page:
+// its intent, the shard of its counters the row holds while it executes
+// (Shard ≥ 0), and whether it is the key the blocked row waits for.
+type instanceKey struct {
+	Key       string
+	Intent    gate.Intent
+	Shard     int
+	BlockedOn bool
+}
+
+// instanceKeys lists the keys of a row of several keys (nil otherwise).
+func instanceKeys(in store.Instance) []instanceKey {
+	if len(in.Also) == 0 {
+		return nil
+	}
+	refs := append([]store.KeyRef{{Key: in.Key, Intent: in.KeyIntent}}, in.Also...)
+	shards := append([]int{in.KeyShard}, in.AlsoShards...)
+	out := make([]instanceKey, len(refs))
+	for i, r := range refs {
+		out[i] = instanceKey{Key: r.Key, Intent: r.Intent, Shard: -1,
+			BlockedOn: in.Status == store.StatusBlocked && r.Key == in.BlockedOn}
+		if in.Status == store.StatusExecuting && i < len(shards) {
+			out[i].Shard = shards[i]
+		}
+	}
+	return out
 }
 
 // run is one recorded step run placed on the instance's timeline: X and W
@@ -479,7 +527,7 @@ func (s *server) instance(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "Instance", err)
 		return
 	}
-	d := instanceData{In: in, State: indentJSON(in.State), Result: indentJSON(in.Result),
+	d := instanceData{In: in, Keys: instanceKeys(in), State: indentJSON(in.State), Result: indentJSON(in.Result),
 		Timeline: timeline(hist), Done: doneMessages[r.URL.Query().Get("did")],
 		CanCancel: !in.Status.Terminal(), CanSignal: !in.Status.Terminal(),
 		CanRetry: in.Status == store.StatusFailed || in.Status == store.StatusCanceled}

@@ -318,11 +318,11 @@ func cliList(t *testing.T, s *seeded) {
 	require.Len(t, js.Instances, 2)
 	assert.Equal(t, js.Instances[1]["id"], js.Next)
 	for _, f := range []string{"id", "workflow", "version", "queue", "priority", "status", "step", "state", "attempt",
-		"key", "key_intent", "run_at", "await_signal", "timeout_at", "worker", "lease_expires_at", "started_at",
+		"key", "key_intent", "keys", "blocked_on", "run_at", "await_signal", "timeout_at", "worker", "lease_expires_at", "started_at",
 		"result", "last_error", "parent_id", "pending_children", "unique_key", "created_at", "updated_at", "ready_since"} {
 		assert.Contains(t, js.Instances[0], f, "instance JSON field")
 	}
-	assert.Len(t, js.Instances[0], 25, "no undocumented instance field")
+	assert.Len(t, js.Instances[0], 27, "no undocumented instance field")
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "ls", "-json", "-status", "failed")), &js))
 	require.Len(t, js.Instances, 1)
 	assert.Equal(t, map[string]any{"amount": float64(9)}, js.Instances[0]["state"], "state is a JSON object, not a string")

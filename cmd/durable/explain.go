@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,21 +55,43 @@ func printExplanation(w io.Writer, x explanation) {
 		fmt.Fprintln(w, "holders: none")
 	} else {
 		fmt.Fprintf(w, "holders: %d\n", len(x.Holders))
+		// A holder of several keys shows the others in a last column,
+		// there only when one does.
+		others := slices.ContainsFunc(x.Holders, func(h explain.Holder) bool { return len(h.OtherKeys) > 0 })
 		tw := table(w)
-		fmt.Fprintln(tw, "  INSTANCE\tWORKFLOW\tSTEP\tATTEMPT\tWORKER\tSINCE\tLEASE EXPIRES")
+		header := "  INSTANCE\tWORKFLOW\tSTEP\tATTEMPT\tWORKER\tSINCE\tLEASE EXPIRES"
+		if others {
+			header += "\tALSO HOLDS"
+		}
+		fmt.Fprintln(tw, header)
 		for _, h := range x.Holders {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.ID, h.Workflow, h.Step, h.Attempt, h.Worker,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s", h.ID, h.Workflow, h.Step, h.Attempt, h.Worker,
 				when(h.Since, x.At), when(h.LeaseExpiresAt, x.At))
+			if others {
+				fmt.Fprintf(tw, "\t%s", orDash(strings.Join(h.OtherKeys, ",")))
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "waiting: %d (%d blocked)\n", x.Waiting.Count, x.Waiting.Blocked)
+	fmt.Fprintf(w, "waiting: %d (%d blocked)", x.Waiting.Count, x.Waiting.Blocked)
+	if n := x.Waiting.Elsewhere; n > 0 {
+		fmt.Fprintf(w, "; %d more that also need %s wait for another of their keys", n, x.Key)
+	}
+	fmt.Fprintln(w)
 	if o := x.Waiting.Oldest; o != nil {
-		fmt.Fprintf(w, "  oldest:       %s %s/%s, %s, waiting since %s\n", o.ID, o.Workflow, o.Step, o.Status, when(o.RunAt, x.At))
+		fmt.Fprintf(w, "  oldest:       %s %s/%s, %s, waiting since %s%s\n", o.ID, o.Workflow, o.Step, o.Status, when(o.RunAt, x.At), waiterKeys(o))
 	}
 	if n := x.Waiting.Next; n != nil {
-		fmt.Fprintf(w, "  next in line: %s %s/%s, %s, priority %d, queue %s\n", n.ID, n.Workflow, n.Step, n.Status, n.Priority, n.Queue)
+		fmt.Fprintf(w, "  next in line: %s %s/%s, %s, priority %d, queue %s%s\n", n.ID, n.Workflow, n.Step, n.Status, n.Priority, n.Queue, waiterKeys(n))
+	}
+	if on := x.Waiting.ElsewhereOn; len(on) > 0 {
+		parts := make([]string, len(on))
+		for i, c := range on {
+			parts[i] = fmt.Sprintf("%s (%d)", c.Key, c.Count)
+		}
+		fmt.Fprintf(w, "  elsewhere:    blocked on %s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "limits:")
@@ -91,6 +114,19 @@ func printExplanation(w io.Writer, x explanation) {
 		blocking = "none"
 	}
 	fmt.Fprintf(w, "blocking now: %s\n%s\n", blocking, wrap(x.Verdict, 100))
+}
+
+// waiterKeys is what a waiter of several keys adds to its line: its other
+// keys and, blocked, the key it waits for ("" for a row of one key).
+func waiterKeys(v *explain.Waiter) string {
+	if len(v.OtherKeys) == 0 {
+		return ""
+	}
+	s := ", also needs " + strings.Join(v.OtherKeys, ",")
+	if v.BlockedOn != "" {
+		s += ", blocked on " + v.BlockedOn
+	}
+	return s
 }
 
 // wrap breaks s into lines of at most width characters at spaces.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,17 +39,22 @@ func orDash(s string) string {
 // `show -json`: every field of store.Instance, in snake_case. Times that
 // do not apply are null.
 type instanceView struct {
-	ID              string          `json:"id"`
-	Workflow        string          `json:"workflow"`
-	Version         int             `json:"version"`
-	Queue           string          `json:"queue"`
-	Priority        int             `json:"priority"`
-	Status          store.Status    `json:"status"`
-	Step            string          `json:"step"`
-	State           json.RawMessage `json:"state"`
-	Attempt         int             `json:"attempt"`
-	Key             string          `json:"key"`
-	KeyIntent       string          `json:"key_intent"`
+	ID        string          `json:"id"`
+	Workflow  string          `json:"workflow"`
+	Version   int             `json:"version"`
+	Queue     string          `json:"queue"`
+	Priority  int             `json:"priority"`
+	Status    store.Status    `json:"status"`
+	Step      string          `json:"step"`
+	State     json.RawMessage `json:"state"`
+	Attempt   int             `json:"attempt"`
+	Key       string          `json:"key"`
+	KeyIntent string          `json:"key_intent"`
+	// Keys are every concurrency key of the instance, Key first, then its
+	// other keys in key order ([] for none); BlockedOn is, for a blocked
+	// row, the key it waits for ("" otherwise).
+	Keys            []string        `json:"keys"`
+	BlockedOn       string          `json:"blocked_on"`
 	RunAt           *time.Time      `json:"run_at"`
 	AwaitSignal     string          `json:"await_signal"`
 	TimeoutAt       *time.Time      `json:"timeout_at"`
@@ -83,10 +89,34 @@ func viewOf(in store.Instance) instanceView {
 	}
 	return instanceView{ID: in.ID, Workflow: in.Workflow, Version: in.Version, Queue: in.Queue, Priority: in.Priority,
 		Status: in.Status, Step: in.Step, State: raw(in.State), Attempt: in.Attempt, Key: in.Key,
-		KeyIntent: string(in.KeyIntent), RunAt: ts(in.RunAt), AwaitSignal: in.AwaitSignal, TimeoutAt: ts(in.TimeoutAt),
+		KeyIntent: string(in.KeyIntent), Keys: keysOf(in), BlockedOn: in.BlockedOn, RunAt: ts(in.RunAt), AwaitSignal: in.AwaitSignal, TimeoutAt: ts(in.TimeoutAt),
 		Worker: in.Worker, LeaseExpiresAt: ts(in.LeaseExpiresAt), StartedAt: ts(in.StartedAt), Result: raw(in.Result),
 		LastError: in.LastError, ParentID: in.ParentID, PendingChildren: in.PendingChildren, UniqueKey: in.UniqueKey,
 		CreatedAt: ts(in.CreatedAt), UpdatedAt: ts(in.UpdatedAt), ReadySince: ts(in.ReadySince)}
+}
+
+// keysOf is every key of in, Key first ([] for none).
+func keysOf(in store.Instance) []string {
+	if keys := explain.Keys(in); keys != nil {
+		return keys
+	}
+	return []string{}
+}
+
+// keysText is the keys of in for a table column: "-" for none, else
+// every key, comma-separated, Key first.
+func keysText(in store.Instance) string {
+	return orDash(strings.Join(explain.Keys(in), ","))
+}
+
+// blockedOnText is, for a blocked row of several keys, the key it waits
+// for, and "-" for any other row (a blocked row of one key waits for its
+// key).
+func blockedOnText(in store.Instance) string {
+	if in.Status != store.StatusBlocked || len(in.Also) == 0 {
+		return "-"
+	}
+	return orDash(in.BlockedOn)
 }
 
 // historyView is the JSON form of one recorded step run.

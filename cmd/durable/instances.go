@@ -98,14 +98,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeJSON(stdout, out)
 	}
-	now := time.Now()
-	tw := table(stdout)
-	fmt.Fprintln(tw, "ID\tSTATUS\tWORKFLOW\tSTEP\tATTEMPT\tQUEUE\tKEY\tUPDATED")
-	for _, in := range ins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", in.ID, in.Status, in.Workflow, in.Step, in.Attempt,
-			in.Queue, orDash(in.Key), age(now.Sub(in.UpdatedAt))+" ago")
-	}
-	tw.Flush()
+	printList(stdout, ins, time.Now())
 	stopped := p.ScanStopped && len(p.Rows) <= f.Limit
 	switch {
 	case stopped:
@@ -119,6 +112,29 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "more: %s\n", db.command(pageArgs(f, next)...))
 	}
 	return nil
+}
+
+// printList prints a page of instances as a table. KEY lists every key of
+// a row (comma-separated, its first key first); a page holding a blocked
+// row of several keys gets a last column, BLOCKED ON, the key each such
+// row waits for.
+func printList(w io.Writer, ins []store.Instance, now time.Time) {
+	blockedOn := slices.ContainsFunc(ins, func(in store.Instance) bool { return blockedOnText(in) != "-" })
+	tw := table(w)
+	header := "ID\tSTATUS\tWORKFLOW\tSTEP\tATTEMPT\tQUEUE\tKEY\tUPDATED"
+	if blockedOn {
+		header += "\tBLOCKED ON"
+	}
+	fmt.Fprintln(tw, header)
+	for _, in := range ins {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", in.ID, in.Status, in.Workflow, in.Step, in.Attempt,
+			in.Queue, keysText(in), age(now.Sub(in.UpdatedAt))+" ago")
+		if blockedOn {
+			fmt.Fprintf(tw, "\t%s", blockedOnText(in))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 // pageArgs is the ls command line of the page after next: f's filters
@@ -187,7 +203,15 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeJSON(stdout, rep)
 	}
-	now := time.Now()
+	printInstance(stdout, in, hist, time.Now())
+	return nil
+}
+
+// printInstance prints one instance and its history, as `durable show`
+// does. A row of one key prints it as "key"; a row of several prints them
+// all as "keys", each with its intent (and, executing, the shard it
+// holds), and when blocked the key it waits for as "blocked on".
+func printInstance(stdout io.Writer, in store.Instance, hist []store.HistoryEntry, now time.Time) {
 	tw := table(stdout)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("id", in.ID)
@@ -196,11 +220,18 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	row("step", in.Step)
 	row("attempt", fmt.Sprint(in.Attempt))
 	row("queue", fmt.Sprintf("%s (priority %d)", in.Queue, in.Priority))
-	key := orDash(in.Key)
-	if in.KeyIntent != "" {
-		key += fmt.Sprintf(" (%s)", in.KeyIntent)
+	if len(in.Also) == 0 {
+		key := orDash(in.Key)
+		if in.KeyIntent != "" {
+			key += fmt.Sprintf(" (%s)", in.KeyIntent)
+		}
+		row("key", key)
+	} else {
+		row("keys", severalKeysText(in))
+		if in.Status == store.StatusBlocked {
+			row("blocked on", fmt.Sprintf("%s: it runs once %s has room, and each of its other keys too", orDash(in.BlockedOn), orDash(in.BlockedOn)))
+		}
 	}
-	row("key", key)
 	switch in.Status {
 	case store.StatusReady, store.StatusBlocked:
 		row("run at", when(in.RunAt, now))
@@ -241,7 +272,7 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	if len(hist) == 0 {
 		fmt.Fprintln(stdout, "history: none recorded (workers record it with postgres.Options.History)")
-		return nil
+		return
 	}
 	fmt.Fprintln(stdout, "history:")
 	tw = table(stdout)
@@ -255,7 +286,30 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			h.StartedAt.UTC().Format(time.RFC3339), took, orDash(firstLine(h.Error)))
 	}
 	tw.Flush()
-	return nil
+}
+
+// severalKeysText is the keys of a row of several keys, its first key
+// first, each with its intent and, while the row executes, the shard of
+// the key's counters it holds ("account:1 (identity), stripe:t (gate,
+// shard 0)").
+func severalKeysText(in store.Instance) string {
+	refs := append([]store.KeyRef{{Key: in.Key, Intent: in.KeyIntent}}, in.Also...)
+	shards := append([]int{in.KeyShard}, in.AlsoShards...)
+	parts := make([]string, len(refs))
+	for i, r := range refs {
+		var about []string
+		if r.Intent != "" {
+			about = append(about, string(r.Intent))
+		}
+		if in.Status == store.StatusExecuting && i < len(shards) && shards[i] >= 0 {
+			about = append(about, fmt.Sprintf("shard %d", shards[i]))
+		}
+		parts[i] = r.Key
+		if len(about) > 0 {
+			parts[i] += " (" + strings.Join(about, ", ") + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // indentJSON formats a stored state or result for reading, with the keys

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -42,6 +43,9 @@ type Holder struct {
 	Worker         string    `json:"worker"`
 	Since          time.Time `json:"since"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// OtherKeys are, for a row of several keys, the keys it holds besides
+	// this one, in key order (empty for a row of one key).
+	OtherKeys []string `json:"other_keys,omitempty"`
 }
 
 // Waiting counts the rows waiting for the key and names two of them.
@@ -52,6 +56,19 @@ type Waiting struct {
 	Blocked int     `json:"blocked"`
 	Oldest  *Waiter `json:"oldest"`
 	Next    *Waiter `json:"next_in_line"`
+	// Elsewhere counts the rows of several keys that carry the key but
+	// wait in the line of another of their keys (store.KeyInfo.
+	// WaitingElsewhere); they are not in Count. ElsewhereOn names, among
+	// the blocked ones a bounded read finds (see Key), the keys they are
+	// blocked on, most rows first.
+	Elsewhere   int        `json:"elsewhere"`
+	ElsewhereOn []KeyCount `json:"elsewhere_on,omitempty"`
+}
+
+// KeyCount is a key and how many rows it concerns.
+type KeyCount struct {
+	Key   string `json:"key"`
+	Count int    `json:"count"`
 }
 
 // Waiter is a waiting row of the key.
@@ -63,6 +80,11 @@ type Waiter struct {
 	Queue    string       `json:"queue"`
 	Priority int          `json:"priority"`
 	RunAt    time.Time    `json:"run_at"`
+	// OtherKeys are, for a row of several keys, its keys besides this one,
+	// in key order (empty for a row of one key); BlockedOn is, for such a
+	// row when blocked, the key it waits for.
+	OtherKeys []string `json:"other_keys,omitempty"`
+	BlockedOn string   `json:"blocked_on,omitempty"`
 }
 
 // LimitCheck is one kind of limit as it applies to the key now.
@@ -81,7 +103,10 @@ type LimitCheck struct {
 	Blocking bool   `json:"blocking"`
 }
 
-// explainKey gathers the Explanation of key at now.
+// Key gathers the Explanation of key at now. When rows carrying the key
+// wait for another of their keys, it reads the blocked ones among the
+// newest 10,000 instances (a bounded read, no table scan) to name the keys
+// they wait for (Waiting.ElsewhereOn).
 func Key(ctx context.Context, st store.Store, key string, now time.Time) (Explanation, error) {
 	info, err := st.KeyInfo(ctx, key)
 	if err != nil {
@@ -90,9 +115,15 @@ func Key(ctx context.Context, st store.Store, key string, now time.Time) (Explan
 	x := Explanation{Key: key, Name: gate.NameOf(key), At: now, Holders: []Holder{}}
 	for _, h := range info.Holders {
 		x.Holders = append(x.Holders, Holder{ID: h.ID, Workflow: h.Workflow, Step: h.Step, Attempt: h.Attempt,
-			Worker: h.Worker, Since: h.StartedAt, LeaseExpiresAt: h.LeaseExpiresAt})
+			Worker: h.Worker, Since: h.StartedAt, LeaseExpiresAt: h.LeaseExpiresAt, OtherKeys: OtherKeys(h, key)})
 	}
-	x.Waiting = Waiting{Count: info.Waiting, Blocked: info.Blocked, Oldest: toWaiter(info.OldestWaiting), Next: toWaiter(info.NextInLine)}
+	x.Waiting = Waiting{Count: info.Waiting, Blocked: info.Blocked, Oldest: toWaiter(info.OldestWaiting, key),
+		Next: toWaiter(info.NextInLine, key), Elsewhere: info.WaitingElsewhere}
+	if info.WaitingElsewhere > 0 {
+		if x.Waiting.ElsewhereOn, err = blockedElsewhere(ctx, st, key); err != nil {
+			return Explanation{}, err
+		}
+	}
 	k := keyView{info: info, now: now,
 		due: info.Blocked > 0 || (info.OldestWaiting != nil && !info.OldestWaiting.RunAt.After(now))}
 
@@ -112,12 +143,76 @@ func Key(ctx context.Context, st store.Store, key string, now time.Time) (Explan
 	return x, nil
 }
 
-func toWaiter(in *store.Instance) *Waiter {
+func toWaiter(in *store.Instance, key string) *Waiter {
 	if in == nil {
 		return nil
 	}
-	return &Waiter{ID: in.ID, Workflow: in.Workflow, Step: in.Step, Status: in.Status, Queue: in.Queue,
-		Priority: in.Priority, RunAt: in.RunAt}
+	w := &Waiter{ID: in.ID, Workflow: in.Workflow, Step: in.Step, Status: in.Status, Queue: in.Queue,
+		Priority: in.Priority, RunAt: in.RunAt, OtherKeys: OtherKeys(*in, key)}
+	if len(in.Also) > 0 {
+		w.BlockedOn = in.BlockedOn
+	}
+	return w
+}
+
+// Keys are every concurrency key of in, its Key first, then its Also in
+// key order (nil for a row without a key).
+func Keys(in store.Instance) []string {
+	if in.Key == "" {
+		return nil
+	}
+	keys := []string{in.Key}
+	for _, a := range in.Also {
+		keys = append(keys, a.Key)
+	}
+	return keys
+}
+
+// OtherKeys are the keys of in other than key, in key order (nil for a
+// row of one key).
+func OtherKeys(in store.Instance, key string) []string {
+	if len(in.Also) == 0 {
+		return nil
+	}
+	return slices.DeleteFunc(Keys(in), func(k string) bool { return k == key })
+}
+
+// elsewhereScan is the most instances (newest first) blockedElsewhere
+// reads, and elsewhereTop the most keys it names.
+const (
+	elsewhereScan = 10_000
+	elsewhereTop  = 3
+)
+
+// blockedElsewhere names the keys that rows carrying key are blocked on
+// when that is not key, most rows first (then in key order), at most
+// elsewhereTop of them, among the newest elsewhereScan instances: a
+// bounded read, so a key whose rows wait elsewhere costs no table scan.
+func blockedElsewhere(ctx context.Context, st store.Store, key string) ([]KeyCount, error) {
+	p, err := st.ListPage(ctx, store.ListFilter{Key: key, Status: store.StatusBlocked, Newest: true, ScanLimit: elsewhereScan})
+	if err != nil {
+		return nil, err
+	}
+	n := map[string]int{}
+	for _, in := range p.Rows {
+		if in.BlockedOn != "" && in.BlockedOn != key {
+			n[in.BlockedOn]++
+		}
+	}
+	out := make([]KeyCount, 0, len(n))
+	for k, c := range n {
+		out = append(out, KeyCount{Key: k, Count: c})
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	if len(out) > elsewhereTop {
+		out = out[:elsewhereTop]
+	}
+	return out, nil
 }
 
 // keyView is what the limit checks know about the key at now.
@@ -224,12 +319,42 @@ func fleetLimitCheck(ctx context.Context, st store.Store, k keyView) (LimitCheck
 	return c, nil
 }
 
-// verdict says in one sentence why the key's work waits and what frees it.
+// verdict says in one sentence why the key's work waits and what frees it,
+// and then, when rows carrying the key wait for another of their keys,
+// which.
 func verdict(x Explanation, k keyView) string {
+	v := lineVerdict(x, k)
+	if x.Waiting.Elsewhere == 0 {
+		return v
+	}
+	return v + "; " + elsewhere(x)
+}
+
+// elsewhere says how many rows carrying the key wait in another key's
+// line, and for the blocked ones found, on which keys.
+func elsewhere(x Explanation) string {
+	s := fmt.Sprintf("%d row(s) that also need %s wait for another of their keys", x.Waiting.Elsewhere, x.Key)
+	if len(x.Waiting.ElsewhereOn) > 0 {
+		on := make([]string, len(x.Waiting.ElsewhereOn))
+		for i, c := range x.Waiting.ElsewhereOn {
+			on[i] = fmt.Sprintf("%s (%d)", c.Key, c.Count)
+		}
+		s += " (blocked on " + strings.Join(on, ", ") + ")"
+	}
+	return s + "; they run once each of their keys has room"
+}
+
+// lineVerdict says in one sentence why the rows in the key's own line
+// wait and what frees them.
+func lineVerdict(x Explanation, k keyView) string {
 	info, now := k.info, k.now
 	switch {
+	case info.Waiting == 0 && len(info.Holders) == 0 && info.WaitingElsewhere > 0:
+		return fmt.Sprintf("nothing holds %s and no row waits in its own line", x.Key)
 	case info.Waiting == 0 && len(info.Holders) == 0:
 		return fmt.Sprintf("nothing holds or waits for %s", x.Key)
+	case info.Waiting == 0 && info.WaitingElsewhere > 0:
+		return fmt.Sprintf("not blocked: no row waits in the line of %s", x.Key)
 	case info.Waiting == 0:
 		return fmt.Sprintf("not blocked: nothing waits for %s", x.Key)
 	case !k.due && x.Blocking != "rate":
