@@ -72,7 +72,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			q.Ready++
 		case store.StatusBlocked:
 			qh(in.Queue).Blocked++
-			if g := gates[gate.NameOf(in.Key)]; g != nil {
+			if g := gates[gate.NameOf(r.waitsOn())]; g != nil { // the key it is blocked on
 				g.BlockedReady++
 			}
 		case store.StatusExecuting:

@@ -294,14 +294,17 @@ WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
 GROUP BY 1`
 
 	// sqlHealthGates aggregates, per limited name, the executing rows of its
-	// keys: how many, the most on one key, and how many keys have no room:
+	// keys (in any position: a row's other keys are its key_holds): how many, the most on one key, and how many keys have no room:
 	// what a claim could admit (see admission.go: the free slots of the
 	// limit's shards, no more than the limit less the slots in use), or the
 	// limit less the executing rows when the key has no counter yet.
 	sqlHealthGates = `
 WITH e AS (
-    SELECT key, key_name, count(*) AS active FROM {schema}.instances
-    WHERE status = 'executing' AND key IS NOT NULL GROUP BY key, key_name
+    SELECT key, split_part(key, ':', 1) AS key_name, count(*) AS active FROM (
+        SELECT key FROM {schema}.instances WHERE status = 'executing' AND key IS NOT NULL
+        UNION ALL
+        SELECT key FROM {schema}.key_holds) x
+    GROUP BY key
 ),
 r AS (
     SELECT e.key_name, e.active,

@@ -212,6 +212,35 @@ var severalKeysTests = []test{
 		require.Empty(h.t, h.claim("w", 10, at(3*time.Second)))
 		require.Zero(h.t, h.reconcile(0, at(4*time.Second)).Drift)
 	}},
+	{"severalKeys/health counts a gate held as another key, and a row blocked on it, under the gate's name", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1}, gate.Limit{Name: "zz", Limit: 5})
+		gateFirst := func(also ...string) store.NewInstance {
+			ni := multi("zz:1", also...)
+			ni.KeyIntent = gate.GateIntent
+			for i := range ni.Also {
+				ni.Also[i].Intent = gate.GateIntent
+			}
+			return ni
+		}
+		c := h.hold(gateFirst("api:x")) // both gates: its first key is api:x (api:x < zz:1)
+		require.Equal(h.t, "api:x", c.Key)
+		held := h.hold(multi("acct:1", "api:y")) // api:y held as the other key of an identity
+		require.Equal(h.t, "acct:1", held.Key)
+		m := h.insert(multi("acct:2", "api:y"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		require.Equal(h.t, "api:y", h.get(m).BlockedOn)
+
+		var api *store.GateHealth
+		for _, g := range h.health(at(2 * time.Second)).Gates {
+			if g.Name == "api" {
+				api = &g
+			}
+		}
+		require.NotNil(h.t, api)
+		require.Equal(h.t, [4]int64{2, 1, 2, 1}, [4]int64{api.Active, int64(api.HighestKeyActive), int64(api.SaturatedKeys), api.BlockedReady},
+			"active, most on one key, keys without room, rows blocked on its keys")
+	}},
 	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
