@@ -117,11 +117,11 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"throttle":                         {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
 		// Rows of several keys (see several_keys.go).
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
-		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, ids[:1], "w", []string{"api:x"}, []string{"gate"}, []int32{0}}},
-		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, ids[:1], []string{"acct:abcd"}, []string{""}, nil, []string{}}},
+		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, []string{"api:x\x1egate"}, "w", ids[:1], []string{"api:x"}, []int32{0}}},
+		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, []string{"acct:abcd\x1e"}, nil, []string{}}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
-		"set extra keys": {sqlSetExtraKeys, []any{ids[:1], []string{"api:x"}, []string{"gate"}}},
+		"set extra keys": {sqlSetExtraKeys, []any{ids[:1], []string{"api:x\x1egate"}}},
 		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
 		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
 		"key next":    {sqlKeyNext, []any{"acct:abcd"}},

@@ -346,8 +346,8 @@ func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 	b.Queue(s.q(sqlInsert), s.insertArgs(p.rows, p.block)...).Query(func(rows pgx.Rows) error {
 		return scanInserted(rows, p)
 	})
-	if ids, keys, intents := extraKeysArgs(p); len(ids) > 0 {
-		b.Queue(s.q(sqlSetExtraKeys), uuidArg(ids), keys, intents)
+	if ids, extras := extraKeysArgs(p); len(ids) > 0 {
+		b.Queue(s.q(sqlSetExtraKeys), uuidArg(ids), extras)
 	}
 }
 
@@ -356,28 +356,28 @@ func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 // is inserted as it always was. q is the insert's transaction, so that no
 // claim sees a row of several keys without its other keys.
 func (s *Store) setExtraKeys(ctx context.Context, q querier, p *insertPlan) error {
-	ids, keys, intents := extraKeysArgs(p)
+	ids, extras := extraKeysArgs(p)
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := q.Exec(ctx, s.q(sqlSetExtraKeys), uuidArg(ids), keys, intents); err != nil {
+	if _, err := q.Exec(ctx, s.q(sqlSetExtraKeys), uuidArg(ids), extras); err != nil {
 		return fmt.Errorf("insert: other keys: %w", refused(err))
 	}
 	return nil
 }
 
-// extraKeysArgs lists the other keys of p's rows of several keys, one
-// entry per (row, key) in the rows' order (sqlSetExtraKeys' arguments).
-func extraKeysArgs(p *insertPlan) (ids, keys, intents []string) {
+// extraKeysArgs lists p's rows of several keys and their other keys' text
+// (keysText): sqlSetExtraKeys' arguments.
+func extraKeysArgs(p *insertPlan) (ids, extras []string) {
 	if !p.multi {
-		return nil, nil, nil
+		return nil, nil
 	}
 	for _, r := range p.rows {
-		for _, k := range r.in.Also {
-			ids, keys, intents = append(ids, r.in.ID), append(keys, k.Key), append(intents, string(k.Intent))
+		if len(r.in.Also) > 0 {
+			ids, extras = append(ids, r.in.ID), append(extras, keysText(r.in.Also))
 		}
 	}
-	return ids, keys, intents
+	return ids, extras
 }
 
 // afterInsert runs once a batch with block has committed: it heals the busy

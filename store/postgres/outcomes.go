@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -494,7 +493,9 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 		if o.SetKey && o.Key == "" {
 			intents[i] = textElem("")
 		}
-		extras[i] = textElem(extraKeysText(o))
+		if o.SetKey {
+			extras[i] = textElem(keysText(o.Also))
+		}
 		awaits[i], timeouts[i], results[i] = textElem(o.AwaitSignal), tsPtr(o.TimeoutAt), jsonElem(o.Result)
 		errs[i], children[i], handBacks[i] = textElem(o.Error), int32(len(o.Children)), o.HandBack
 		chainedRows[i] = ch.chained[o.ID]
@@ -512,26 +513,6 @@ func (s *Store) completeArgs(worker string, outcomes []store.Outcome, now time.T
 	}
 	return []any{worker, tsArg(now), uuidArg(ids), fences, kinds, steps, states, attempts, runAts, setKeys, keys,
 		intents, awaits, timeouts, results, errs, children, delays, timeoutDelays, handBacks, chainedRows, heads, headFences, extras}
-}
-
-// extraKeysText is how sqlCompleteApply takes the other keys an outcome
-// sets (store.Outcome.Also): each key and its intent joined by U+001E,
-// the keys joined by U+001F ("" for none). Keys and intents hold no
-// control character (gate.Parse refuses them).
-func extraKeysText(o store.Outcome) string {
-	if !o.SetKey || len(o.Also) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	for i, k := range o.Also {
-		if i > 0 {
-			b.WriteByte(0x1f)
-		}
-		b.WriteString(k.Key)
-		b.WriteByte(0x1e)
-		b.WriteString(string(k.Intent))
-	}
-	return b.String()
 }
 
 // Heartbeat extends the leases of worker's current claims and returns the

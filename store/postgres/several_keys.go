@@ -103,25 +103,31 @@ func oneKey(c admission.Candidate, k string) bool {
 	return false
 }
 
-// keyEntries flattens rows' other keys into sqlClaimMulti's and
-// sqlBlockMulti's per-(row, key) arrays.
-type keyEntries struct {
-	ids, keys, intents []string
-	shards             []int32
-}
-
-func (e *keyEntries) add(id string, k store.KeyRef, shard int) {
-	e.ids, e.keys, e.intents = append(e.ids, id), append(e.keys, k.Key), append(e.intents, string(k.Intent))
-	e.shards = append(e.shards, int32(shard))
+// keysText is how the statements that write a row's other keys take them
+// (sqlSetExtraKeys, sqlCompleteApply, sqlClaimMulti, sqlBlockMulti: the
+// other keys' text, see sql.go): each key and its intent joined by U+001E,
+// the keys joined by U+001F ("" for none). Keys and intents hold no
+// control character (gate.Parse refuses them). One text per row keeps the
+// statements a join of the batch to the rows by id, with nothing to group.
+func keysText(keys []store.KeyRef) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(0x1f)
+		}
+		b.WriteString(k.Key)
+		b.WriteByte(0x1e)
+		b.WriteString(string(k.Intent))
+	}
+	return b.String()
 }
 
 // queueClaimMulti queues sqlClaimMulti for the plan's admitted rows of
 // several keys: each gets its first key in its key column and a hold of
 // each other key, with the shards the plan debited.
 func (s *Store) queueClaimMulti(b *pgx.Batch, cc *claimContext, plan admission.Plan, worker string) {
-	var ids, keys, intents []string
-	var shards []int32
-	var others keyEntries
+	var ids, keys, intents, extras, holdIDs, holdKeys []string
+	var shards, holdShards []int32
 	for _, a := range plan.Admitted {
 		m, ok := cc.multi[a.ID]
 		if !ok {
@@ -136,23 +142,22 @@ func (s *Store) queueClaimMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 			continue // stored keys are valid: a row that is not stays ready
 		}
 		ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
-		shards = append(shards, int32(shardOf[first]))
+		shards, extras = append(shards, int32(shardOf[first])), append(extras, keysText(rest))
 		for _, o := range rest {
-			others.add(a.ID, o, shardOf[o.Key])
+			holdIDs, holdKeys, holdShards = append(holdIDs, a.ID), append(holdKeys, o.Key), append(holdShards, int32(shardOf[o.Key]))
 		}
 	}
 	if len(ids) == 0 {
 		return
 	}
-	b.Queue(s.q(sqlClaimMulti), uuidArg(ids), keys, intents, shards, uuidArg(others.ids), worker,
-		others.keys, others.intents, others.shards)
+	b.Queue(s.q(sqlClaimMulti), uuidArg(ids), keys, intents, shards, extras, worker,
+		uuidArg(holdIDs), holdKeys, holdShards)
 }
 
 // queueBlockMulti queues sqlBlockMulti for the plan's blocked rows of
 // several keys: each goes in the line of the key that refused it.
 func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.Plan, now any, waited []string) {
-	var ids, keys, intents []string
-	var others keyEntries
+	var ids, keys, intents, extras []string
 	for _, id := range plan.Blocked {
 		on, ok := plan.BlockedOn[id]
 		m, multi := cc.multi[id]
@@ -167,14 +172,12 @@ func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 		ids, keys, intents = append(ids, id), append(keys, on), append(intents, string(all[i].Intent))
 		rest := slices.Delete(all, i, i+1)
 		slices.SortFunc(rest, func(a, b store.KeyRef) int { return strings.Compare(a.Key, b.Key) })
-		for _, o := range rest {
-			others.add(id, o, -1)
-		}
+		extras = append(extras, keysText(rest))
 	}
 	if len(ids) == 0 {
 		return
 	}
-	b.Queue(s.q(sqlBlockMulti), uuidArg(ids), keys, intents, uuidArg(others.ids), others.keys, others.intents, now, waited)
+	b.Queue(s.q(sqlBlockMulti), uuidArg(ids), keys, intents, extras, now, waited)
 }
 
 // holdsOf sets, on the claimed rows of several keys, the shards the plan

@@ -279,6 +279,14 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     the schedule columns, likewise, are the list scanSchedule scans, in
 //     sqlSchedulesAll, sqlScheduleLock, sqlSchedulePause and
 //     sqlScheduleRecord.
+//   - The other keys' text: a row's other keys travel as one text per row
+//     (keysText: key U+001E intent, joined by U+001F; "" for none) and are
+//     written as extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1)
+//     ORDER BY n) FROM unnest(string_to_array(nullif(t, ''), E'\x1f')) WITH
+//     ORDINALITY AS u(e, n)) and extra_intents the same with part 2 (NULL
+//     for none), so that each statement joins its batch to the rows by id
+//     with nothing to group. In sqlSetExtraKeys, sqlCompleteApply,
+//     sqlClaimMulti and sqlBlockMulti.
 //
 // TestRulesAreWrittenAlike checks that every statement that applies one of
 // these rules writes it the same, whitespace aside.

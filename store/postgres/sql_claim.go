@@ -220,55 +220,54 @@ ORDER BY x.ord`
 
 	// sqlClaimMulti completes the claim of rows of several keys that
 	// sqlClaim, earlier in the transaction, made executing for worker $6
-	// under the key in their key column: each gets its first key in key
-	// column ($2, intent $3, shard $4; -1: K = 1) and its other keys in
-	// extra_keys ($5: one entry per (row, key) of $7..$9, in key order), and
-	// a key_holds row, under its new fence, for each of them (shard $9). It
-	// is marked as having waiters, so that its end frees every key the full
-	// way. A row sqlClaim left ready is left alone.
+	// under the key in their key column: each gets its first key in its key
+	// column ($2, intent $3, shard $4; -1: K = 1) and its other keys ($5,
+	// the other keys' text: see keysText), and a key_holds row, under its
+	// new fence, for each of them ($7..$9: one entry per (row, key), its
+	// shard). It is marked as having waiters, so that its end frees every
+	// key the full way. A row sqlClaim left ready is left alone. The rows
+	// are found by id as sqlClaim finds them; the holds are joined to the
+	// updated rows, materialized.
 	sqlClaimMulti = `
-WITH e AS (
-    SELECT id, array_agg(key ORDER BY ord) AS keys, array_agg(intent ORDER BY ord) AS intents
-    FROM unnest($5::uuid[], $7::text[], $8::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
-    GROUP BY id),
-r AS (
+WITH r AS MATERIALIZED (
     UPDATE {schema}.instances i
     SET key = x.key, key_intent = x.intent, key_shard = nullif(x.shard, -1), waiters = true,
-        extra_keys = e.keys, extra_intents = e.intents
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) AS x(id, key, intent, shard)
-    JOIN e ON e.id = x.id
+        extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
+        extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[]) AS x(id, key, intent, shard, extras)
     WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6
     RETURNING i.id, i.fence)
 INSERT INTO {schema}.key_holds (instance_id, fence, key, shard)
 SELECT h.id, r.fence, h.key, nullif(h.shard, -1)
-FROM unnest($5::uuid[], $7::text[], $9::int[]) AS h(id, key, shard)
+FROM unnest($7::uuid[], $8::text[], $9::int[]) AS h(id, key, shard)
 JOIN r ON r.id = h.id
 ORDER BY h.key`
 
 	// sqlBlockMulti blocks rows of several keys of the claim's window
 	// ($1, locked already) on the key that refused each ($2, intent $3):
-	// that key goes in the key column and the others in extra_keys ($4: one
-	// entry per (row, key) of $4..$6), so that the row waits in that key's
-	// line and that key's freeing promotes it (see migration 025). A row
-	// of a K = 1 key of $8 is blocked only as sqlBlock blocks one (the
-	// waited-on check), and otherwise it stays ready.
+	// that key goes in the key column and the others in extra_keys ($4,
+	// the other keys' text: see keysText), so that the row waits in that
+	// key's line and that key's freeing promotes it (see migration 025). A
+	// row blocked on a K = 1 key of $6 is blocked only as sqlBlock blocks
+	// one (the waited-on check, read once per row before the update), and
+	// otherwise it stays ready.
 	sqlBlockMulti = `
-WITH e AS (
-    SELECT id, array_agg(key ORDER BY ord) AS keys, array_agg(intent ORDER BY ord) AS intents
-    FROM unnest($4::uuid[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
-    GROUP BY id)
+WITH b AS MATERIALIZED (
+    SELECT x.id, x.key, x.intent, x.extras
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS x(id, key, intent, extras)
+    WHERE (SELECT (NOT (k = ANY (one))
+                   OR (SELECT true FROM {schema}.instances e
+                       WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                         AND e.waiters LIMIT 1) IS NOT NULL
+                   OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
+           FROM (SELECT x.key AS k, $6::text[] AS one) w))
 UPDATE {schema}.instances i
-SET status = 'blocked', key = x.key, key_intent = x.intent, extra_keys = e.keys, extra_intents = e.intents,
-    updated_at = coalesce($7::timestamptz, now())
-FROM unnest($1::uuid[], $2::text[], $3::text[]) AS x(id, key, intent)
-JOIN e ON e.id = x.id
-WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
-  AND (SELECT (NOT (k = ANY (one))
-               OR (SELECT true FROM {schema}.instances e
-                   WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-                     AND e.waiters LIMIT 1) IS NOT NULL
-               OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
-       FROM (SELECT x.key AS k, $8::text[] AS one) w)`
+SET status = 'blocked', key = b.key, key_intent = b.intent,
+    extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(b.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
+    extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(b.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
+    updated_at = coalesce($5::timestamptz, now())
+FROM b
+WHERE i.id = b.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'`
 
 	// sqlClaimContext returns the claim's now, the queue's policy (NULLs:
 	// none) and whether the queue is paused.

@@ -7,16 +7,15 @@ package postgres
 // Insert.
 const (
 	// sqlSetExtraKeys writes the other keys of rows of several keys just
-	// inserted in the same transaction ($1..$3: one entry per (row, key),
-	// in key order; see migration 025), or of rows whose outcome set their
-	// keys (an empty key: no other key). The insert statements leave them
-	// NULL, so a batch of one-key rows runs exactly as before.
+	// inserted in the same transaction ($1, their other keys' text $2: see
+	// keysText; migration 025). The insert statements leave them NULL, so a
+	// batch of one-key rows runs exactly as before. The rows are found by
+	// id as sqlClaim finds them.
 	sqlSetExtraKeys = `
-UPDATE {schema}.instances i SET extra_keys = x.keys, extra_intents = x.intents
-FROM (SELECT id, array_agg(key ORDER BY ord) FILTER (WHERE key <> '') AS keys,
-             array_agg(intent ORDER BY ord) FILTER (WHERE key <> '') AS intents
-      FROM unnest($1::uuid[], $2::text[], $3::text[]) WITH ORDINALITY AS u(id, key, intent, ord)
-      GROUP BY id) x
+UPDATE {schema}.instances i
+SET extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
+    extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+FROM unnest($1::uuid[], $2::text[]) AS x(id, extras)
 WHERE i.id = x.id AND i.id = ANY ($1::uuid[])`
 
 	// sqlInsert inserts a batch in input order and notifies the queues that

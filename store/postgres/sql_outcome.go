@@ -16,7 +16,7 @@ const (
 	// Outcome kinds travel by name (store.OutcomeKind.String); an unknown
 	// name leaves the status NULL, which the NOT NULL constraint refuses.
 	// An outcome that sets the row's keys sets its other keys too ($24, see
-	// extraKeysText), here rather than later in the transaction, so that a
+	// keysText), here rather than later in the transaction, so that a
 	// hand-off read in the same transaction sees which rows have several
 	// keys (a row of several keys is never handed a slot).
 	// The claim's status is compared under "C" (see sql.go: the lookup by
@@ -46,11 +46,9 @@ UPDATE {schema}.instances i SET
     key = CASE WHEN o.set_key THEN nullif(o.key, '') ELSE i.key END,
     key_intent = CASE WHEN o.set_key THEN o.key_intent ELSE i.key_intent END,
     key_shard = NULL,
-    extra_keys = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n)
-                                           FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+    extra_keys = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
                       ELSE i.extra_keys END,
-    extra_intents = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n)
-                                              FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+    extra_intents = CASE WHEN o.set_key THEN (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(o.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
                          ELSE i.extra_intents END,
     await_signal = CASE WHEN o.kind = 'await' THEN nullif(o.await_signal, '') END,
     timeout_at = CASE WHEN o.kind = 'await' THEN o.timeout_at END,
