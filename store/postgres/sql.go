@@ -172,7 +172,8 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     key k may be blocked when k is not one of the K = 1 keys one, or its
 //     holder is marked as having waiters (sqlFlagHolders), or it is held
 //     by a row of several keys, whose end frees each of its keys the full
-//     way, so that the holder's end promotes the row. In sqlBlock, sqlBlockBacklog and sqlBlockMulti.
+//     way, so that the holder's end promotes the row. In sqlBlock,
+//     sqlBlockBacklog and sqlBlockMulti.
 //   - The ready count: how many ready rows key k has, up to
 //     admission.ReadyCap (a parameter), read as (SELECT count(*) FROM
 //     (SELECT 1 FROM instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"

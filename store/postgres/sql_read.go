@@ -294,8 +294,9 @@ WHERE key IS NOT NULL AND status IN ('ready', 'blocked') AND status = 'blocked'
 GROUP BY 1`
 
 	// sqlHealthGates aggregates, per limited name, the executing rows of its
-	// keys (in any position: a row's other keys are its key_holds): how many, the most on one key, and how many keys have no room:
-	// what a claim could admit (see admission.go: the free slots of the
+	// keys (in any position: a row's other keys are its key_holds): how
+	// many, the most on one key, and how many keys have no room: what a
+	// claim could admit (see admission.go: the free slots of the
 	// limit's shards, no more than the limit less the slots in use), or the
 	// limit less the executing rows when the key has no counter yet.
 	sqlHealthGates = `
