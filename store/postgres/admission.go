@@ -578,11 +578,19 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// key, after the queue's lock.
 	//
 	// A row of several keys is decided on the state of each of them read
-	// here, under their locks (the window tries none of its keys' locks):
-	// those keys are locked unless the window tried them already.
+	// here, under their locks, whatever the window found: the window reads
+	// whether a key is busy before it tries the key's lock, and sqlClaim's
+	// check of that read covers a row's key column alone. So a key of such
+	// a row is locked (again, if the window had it: a lock is re-entrant)
+	// and read busy or not here, and that read decides for every row of
+	// the key.
+	slices.Sort(multiOne)
 	oneKeys = slices.DeleteFunc(oneKeys, func(k string) bool {
+		if _, multi := slices.BinarySearch(multiOne, k); multi {
+			return false
+		}
 		_, tried := cc.tried[k]
-		return tried || cc.busyOne[k] && inSight[k] < 2 && !slices.Contains(multiOne, k)
+		return tried || cc.busyOne[k] && inSight[k] < 2
 	})
 	for _, ks := range []*[]string{&oneKeys, &allKeys} {
 		slices.Sort(*ks)
