@@ -59,7 +59,7 @@ type Instance struct {
 
 func viewOf(in store.Instance) Instance {
 	v := Instance{ID: in.ID, Workflow: in.Workflow, Version: in.Version, Queue: in.Queue, Priority: in.Priority,
-		Status: in.Status, Step: in.Step, State: in.State, Attempt: in.Attempt, Key: in.Key, Keys: keyStrings(in), RunAt: in.RunAt,
+		Status: in.Status, Step: in.Step, State: in.State, Attempt: in.Attempt, Key: in.Key, Keys: in.KeyList(), RunAt: in.RunAt,
 		AwaitSignal: in.AwaitSignal, TimeoutAt: in.TimeoutAt, Result: in.Result, LastError: in.LastError,
 		ParentID: in.ParentID, PendingChildren: in.PendingChildren, UniqueKey: in.UniqueKey,
 		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, StartedAt: in.StartedAt, CancelRequested: in.CancelRequested}

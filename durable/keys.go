@@ -95,20 +95,6 @@ func rowKeys(in store.Instance) ([]gate.ConcurrencyKey, error) {
 	return out, nil
 }
 
-// keyStrings returns a row's keys as strings: its Key, then its Also (nil
-// for a row with no key).
-func keyStrings(in store.Instance) []string {
-	if in.Key == "" {
-		return nil
-	}
-	out := make([]string, 0, 1+len(in.Also))
-	out = append(out, in.Key)
-	for _, a := range in.Also {
-		out = append(out, a.Key)
-	}
-	return out
-}
-
 // errKeyEdit is wrapped by the errors of nextKeys.
 var errKeyEdit = errors.New("key edit")
 

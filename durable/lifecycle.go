@@ -281,7 +281,7 @@ func tickSteps(cs []store.Claimed) []TickStep {
 	var out []TickStep
 	for _, c := range cs {
 		out = append(out, TickStep{ID: c.ID, Workflow: c.Workflow, Version: c.Version, Queue: c.Queue,
-			Step: c.Step, Attempt: c.Attempt, Key: c.Key, Keys: keyStrings(c.Instance)})
+			Step: c.Step, Attempt: c.Attempt, Key: c.Key, Keys: c.KeyList()})
 	}
 	return out
 }

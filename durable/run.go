@@ -378,7 +378,7 @@ func (s *stepContext) Workflow() string   { return s.c.Workflow }
 func (s *stepContext) Step() string       { return s.c.Step }
 func (s *stepContext) Attempt() int       { return s.c.Attempt }
 func (s *stepContext) Key() string        { return s.c.Key }
-func (s *stepContext) Keys() []string     { return keyStrings(s.c.Instance) }
+func (s *stepContext) Keys() []string     { return s.c.KeyList() }
 func (s *stepContext) TimedOut() bool     { return s.c.TimedOut }
 func (s *stepContext) Now() time.Time     { return s.e.cfg.Clock.Now() }
 

@@ -426,6 +426,20 @@ type Instance struct {
 	ReadySince time.Time
 }
 
+// KeyList returns every concurrency key of the instance: its Key, then its
+// Also in key order (nil for an instance without a key).
+func (in Instance) KeyList() []string {
+	if in.Key == "" {
+		return nil
+	}
+	keys := make([]string, 0, 1+len(in.Also))
+	keys = append(keys, in.Key)
+	for _, a := range in.Also {
+		keys = append(keys, a.Key)
+	}
+	return keys
+}
+
 // WorkflowVersion is one version of a workflow a worker registers: what a
 // claim or a hand-off restricted to a worker's workflows may take
 // (ClaimRequest.Workflows, HandOff.Workflows).

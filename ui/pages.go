@@ -70,7 +70,7 @@ var funcs = template.FuncMap{
 	},
 	"indent": indentJSON,
 	// keys are every key of an instance, its first key first.
-	"keys": explain.Keys,
+	"keys": store.Instance.KeyList,
 	// join joins keys with commas.
 	"join": func(keys []string) string { return strings.Join(keys, ", ") },
 }

@@ -97,7 +97,7 @@ func viewOf(in store.Instance) instanceView {
 
 // keysOf is every key of in, Key first ([] for none).
 func keysOf(in store.Instance) []string {
-	if keys := explain.Keys(in); keys != nil {
+	if keys := in.KeyList(); keys != nil {
 		return keys
 	}
 	return []string{}
@@ -106,7 +106,7 @@ func keysOf(in store.Instance) []string {
 // keysText is the keys of in for a table column: "-" for none, else
 // every key, comma-separated, Key first.
 func keysText(in store.Instance) string {
-	return orDash(strings.Join(explain.Keys(in), ","))
+	return orDash(strings.Join(in.KeyList(), ","))
 }
 
 // blockedOnText is, for a blocked row of several keys, the key it waits

@@ -155,26 +155,13 @@ func toWaiter(in *store.Instance, key string) *Waiter {
 	return w
 }
 
-// Keys are every concurrency key of in, its Key first, then its Also in
-// key order (nil for a row without a key).
-func Keys(in store.Instance) []string {
-	if in.Key == "" {
-		return nil
-	}
-	keys := []string{in.Key}
-	for _, a := range in.Also {
-		keys = append(keys, a.Key)
-	}
-	return keys
-}
-
 // OtherKeys are the keys of in other than key, in key order (nil for a
 // row of one key).
 func OtherKeys(in store.Instance, key string) []string {
 	if len(in.Also) == 0 {
 		return nil
 	}
-	return slices.DeleteFunc(Keys(in), func(k string) bool { return k == key })
+	return slices.DeleteFunc(in.KeyList(), func(k string) bool { return k == key })
 }
 
 // elsewhereScan is the most instances (newest first) blockedElsewhere

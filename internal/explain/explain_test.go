@@ -123,8 +123,8 @@ func TestKeyOneKeyUnchanged(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	in := store.Instance{Key: "a:1", Also: []store.KeyRef{{Key: "b:1"}, {Key: "c:1"}}}
-	assert.Equal(t, []string{"a:1", "b:1", "c:1"}, explain.Keys(in))
+	assert.Equal(t, []string{"a:1", "b:1", "c:1"}, in.KeyList())
 	assert.Equal(t, []string{"a:1", "c:1"}, explain.OtherKeys(in, "b:1"))
-	assert.Nil(t, explain.Keys(store.Instance{}))
+	assert.Nil(t, store.Instance{}.KeyList())
 	assert.Nil(t, explain.OtherKeys(store.Instance{Key: "a:1"}, "a:1"))
 }

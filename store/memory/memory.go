@@ -247,17 +247,7 @@ func (s *Store) dropKeyIfIdle(k string) {
 func (s *Store) HoldsSeveralKeys() bool { return true }
 
 // keys returns every concurrency key of r: its Key, then its Also.
-func (r *row) keys() []string {
-	if r.inst.Key == "" {
-		return nil
-	}
-	ks := make([]string, 0, 1+len(r.inst.Also))
-	ks = append(ks, r.inst.Key)
-	for _, k := range r.inst.Also {
-		ks = append(ks, k.Key)
-	}
-	return ks
-}
+func (r *row) keys() []string { return r.inst.KeyList() }
 
 // multi reports whether r has several keys.
 func (r *row) multi() bool { return len(r.inst.Also) > 0 }

@@ -120,7 +120,7 @@ func (c *crashStore) doom(ctx context.Context, rows []store.Claimed, worker stri
 			if end.IsZero() {
 				end = leaseEnd
 			}
-			c.doomed[ref] = lostClaim{keys: claimKeys(cl.Instance), reapAt: end.Add(reapDelay)}
+			c.doomed[ref] = lostClaim{keys: cl.KeyList(), reapAt: end.Add(reapDelay)}
 			doomedIDs[cl.ID] = true
 		}
 	}
@@ -237,18 +237,6 @@ func (c *crashStore) held() map[string]int {
 		for _, k := range l.keys {
 			out[k]++
 		}
-	}
-	return out
-}
-
-// claimKeys returns every key a claimed row holds: its Key, then its Also.
-func claimKeys(in store.Instance) []string {
-	if in.Key == "" {
-		return nil
-	}
-	out := []string{in.Key}
-	for _, a := range in.Also {
-		out = append(out, a.Key)
 	}
 	return out
 }
