@@ -18,8 +18,8 @@ import (
 // claim whose window read acct:a as free, and then took its lock after
 // another claim made acct:a's holder executing and committed, must not
 // admit a row of several keys that holds acct:a as another key: admit
-// reads acct:a again under the lock. (Found by make chaos: a one-key row
-// and a row holding the same key as its other key ran at once.)
+// reads acct:a again under the lock; otherwise a row of one key and a row
+// holding the same key as its other key run at once.
 func TestAdmitReadsAKeyOfSeveralAfterItsLock(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)

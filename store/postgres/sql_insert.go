@@ -9,8 +9,8 @@ const (
 	// sqlSetExtraKeys writes the other keys of rows of several keys just
 	// inserted in the same transaction ($1, their other keys' text $2: see
 	// keysText; migration 025). The insert statements leave them NULL, so a
-	// batch of one-key rows runs exactly as before. The rows are found by
-	// id as sqlClaim finds them.
+	// batch of one-key rows needs no second statement. The rows are found
+	// by id as sqlClaim finds them.
 	sqlSetExtraKeys = `
 UPDATE {schema}.instances i
 SET extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),

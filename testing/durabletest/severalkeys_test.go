@@ -71,9 +71,9 @@ func ExampleEnv_severalKeys() {
 	// steps run: 120
 }
 
-// Issue 39's trap: a sync that holds its account and takes the charge step
-// to stripe with SwitchKey drops the account's key, so another step of the
-// same account may run beside the charge. With AddKey the account stays
+// SwitchKey replaces every key: a sync that holds its account and takes
+// the charge step to stripe with SwitchKey drops the account's key, so
+// another step of the same account may run beside the charge. With AddKey the account stays
 // held. The test counts, round by round, the steps of each account that
 // held their slots at once, whatever keys they held.
 func TestSeveralKeysSwitchKeyTrap(t *testing.T) {

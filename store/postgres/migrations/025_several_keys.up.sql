@@ -1,6 +1,6 @@
 -- Several concurrency keys per instance (store.NewInstance.Also). A row of
--- one key leaves both new columns NULL and is stored as before: nullable
--- columns without a default are added without rewriting the table.
+-- one key leaves both new columns NULL. Nullable columns without a default
+-- are added without rewriting the table.
 --
 -- A row of several keys keeps one of them in key (with key_intent,
 -- key_shard) and the others in extra_keys, with their intents in
