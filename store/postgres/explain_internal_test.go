@@ -119,6 +119,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
 		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, []string{"api:x\x1egate"}, "w", ids[:1], []string{"api:x"}, []int32{0}}},
 		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, []string{"acct:abcd\x1e"}, nil, []string{}}},
+		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
 		"set extra keys": {sqlSetExtraKeys, []any{ids[:1], []string{"api:x\x1egate"}}},

@@ -26,6 +26,7 @@ type applied struct {
 	spawnGen int // this row's spawns, counting this outcome's
 	queue    string
 	waiters  bool // the row held a K = 1 key with rows waiting on it (see migration 013)
+	holds    string // a row of several keys: its other keys' holds (see sqlCompleteApply)
 }
 
 // join is a parent's spawn that children count against.
@@ -96,7 +97,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	b.Queue(s.q(sqlCompleteApply), s.completeArgs(worker, outcomes, now, ch)...).Query(func(rows pgx.Rows) error {
 		var a applied
-		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue, &a.waiters}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&a.ord, &a.oldKey, &a.oldShard, &a.status, &a.parentID, &a.joinGen, &a.spawnGen, &a.queue, &a.waiters, &a.holds}, func() error {
 			done = append(done, a)
 			return nil
 		})
@@ -110,12 +111,6 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 			return err
 		})
 	}
-	// The holds of rows of several keys whose claims this batch ended
-	// (none for a batch of one-key rows).
-	var holds []freedSlot
-	b.Queue(s.q(sqlHoldsEnd), uuidArg(outcomeIDs(outcomes))).Query(func(rows pgx.Rows) error {
-		return freedHolds(rows, &holds)
-	})
 	var reads *handOffReads
 	if len(handIDs) > 0 {
 		reads = s.queueHandOffReads(b, handIDs, outcomes, ch, h)
@@ -187,7 +182,16 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 	}
 
-	freed = append(freed, holds...)
+	// The holds of the rows of several keys whose claims the batch ended:
+	// deleted first, and freed with the rows' own slots.
+	holds, held, err := endedHolds(outcomes, done)
+	if err != nil {
+		return nil, nil, fmt.Errorf("complete: %w", err)
+	}
+	if len(held) > 0 {
+		b.Queue(s.q(sqlHoldsDelete), uuidArg(held))
+		freed = append(freed, holds...)
+	}
 	var claimed []store.Claimed
 	if h != nil {
 		var yield []string
@@ -305,15 +309,6 @@ func keysInOrder(outcomes []store.Outcome) []store.Outcome {
 		}
 	}
 	return out
-}
-
-// outcomeIDs lists the outcomes' row ids.
-func outcomeIDs(outcomes []store.Outcome) []string {
-	ids := make([]string, len(outcomes))
-	for i, o := range outcomes {
-		ids[i] = o.ID
-	}
-	return ids
 }
 
 // slotKeys is the distinct keys of slots, sorted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,6 +208,28 @@ func holdsOf(claimed []store.Claimed, cc *claimContext, plan admission.Plan) {
 			in.AlsoShards[j] = shardOf[o.Key]
 		}
 	}
+}
+
+// endedHolds reads the holds the committed outcomes' rows held
+// (applied.holds, from sqlCompleteApply) as freed slots, every key freed
+// the full way, and lists the rows that had any.
+func endedHolds(outcomes []store.Outcome, done []applied) (freed []freedSlot, ids []string, err error) {
+	for _, a := range done {
+		if a.holds == "" {
+			continue
+		}
+		id := outcomes[a.ord-1].ID
+		ids = append(ids, id)
+		for h := range strings.SplitSeq(a.holds, "\x1e") {
+			k, sh, ok := strings.Cut(h, "\x1f")
+			shard, perr := strconv.Atoi(sh)
+			if !ok || perr != nil {
+				return nil, nil, fmt.Errorf("the holds of %s: %q", id, a.holds)
+			}
+			freed = append(freed, freedSlot{key: k, shard: shard, waiters: true})
+		}
+	}
+	return freed, ids, nil
 }
 
 // freedHolds reads sqlHoldsEnd's or sqlHoldsOrphaned's rows as freed

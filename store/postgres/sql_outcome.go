@@ -18,7 +18,9 @@ const (
 	// An outcome that sets the row's keys sets its other keys too ($24, see
 	// keysText), here rather than later in the transaction, so that a
 	// hand-off read in the same transaction sees which rows have several
-	// keys (a row of several keys is never handed a slot).
+	// keys (a row of several keys is never handed a slot). It returns the
+	// holds of a row of several keys (key_holds, migration 025) with what
+	// the row held, read in the same lookup; a row of one key reads none.
 	// The claim's status is compared under "C" (see sql.go: the lookup by
 	// id must not take instances_active). An outcome of a reserved row
 	// whose predecessor's outcome is in the batch ($21: see outcomeChains)
@@ -98,6 +100,11 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
              -- step finished it (done, failed).
              CASE WHEN c.cancel_requested AND x.kind IN ('ready', 'await', 'spawn') THEN 'canceled' ELSE x.kind END AS kind,
              c.key AS old_key, c.key_shard AS old_shard, c.waiters AS old_waiters,
+             -- The holds of a row of several keys (key U+001F shard, joined
+             -- by U+001E; -1: K = 1): read only for such a row.
+             CASE WHEN c.extra_keys IS NOT NULL
+                  THEN (SELECT string_agg(h.key || E'\x1f' || coalesce(h.shard, -1)::text, E'\x1e' ORDER BY h.key)
+                        FROM {schema}.key_holds h WHERE h.instance_id = x.id AND h.fence = x.fence) END AS old_holds,
              -- A key's rows made ready and due together take their turns
              -- from its fresh round, in run_at then seq order
              -- (internal/admission.Rounds): this is each one's place.
@@ -120,7 +127,8 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
             ORDER BY x.id) x
       CROSS JOIN t
       CROSS JOIN LATERAL (
-          SELECT c.key, c.key_shard, c.cancel_requested, c.waiters, c.queue, c.priority, c.seq FROM {schema}.instances c
+          SELECT c.key, c.key_shard, c.cancel_requested, c.waiters, c.queue, c.priority, c.seq, c.extra_keys
+          FROM {schema}.instances c
           WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence
             AND c.status COLLATE "C" = CASE WHEN x.chained THEN 'blocked' ELSE 'executing' END
             AND (NOT x.chained OR EXISTS (SELECT 1 FROM {schema}.instances h
@@ -129,7 +137,7 @@ FROM (SELECT x.id, x.fence, x.step, x.state, x.attempt, x.set_key, x.key, x.key_
           FOR UPDATE) c) o, t
 WHERE i.id = o.id
 RETURNING o.ord, coalesce(o.old_key, ''), coalesce(o.old_shard, -1), i.status,
-          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue, o.old_waiters`
+          coalesce(i.parent_id::text, ''), i.join_gen, i.spawn_gen, i.queue, o.old_waiters, coalesce(o.old_holds, '')`
 
 	// sqlClaimsLock locks worker $2's rows among $1 (a batch's outcome rows
 	// and the successors they name) in id order, in one statement, before

@@ -8,7 +8,7 @@ package postgres
 const (
 	// sqlHoldsEnd deletes the key_holds rows (see migration 025) of the
 	// rows $1 whose claim has ended (no longer executing under the hold's
-	// fence): an outcome, a release, earlier in the transaction. It returns
+	// fence): a release, earlier in the transaction. It returns
 	// each hold's key and shard (-1: K = 1), the slots the caller frees. A
 	// batch of rows of one key finds no hold: one probe of the primary key
 	// per row, of a table that holds only executing rows of several keys.
@@ -18,6 +18,11 @@ WHERE h.instance_id = ANY ($1::uuid[])
   AND NOT EXISTS (SELECT 1 FROM {schema}.instances i
                   WHERE i.id = h.instance_id AND i.fence = h.fence AND i.status = 'executing' COLLATE "C")
 RETURNING h.key, coalesce(h.shard, -1)`
+
+	// sqlHoldsDelete deletes the key_holds rows of the rows $1, whose
+	// claims the transaction ended (an outcome batch, which read them with
+	// sqlCompleteApply).
+	sqlHoldsDelete = `DELETE FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[])`
 
 	// sqlHoldsOrphaned deletes every key_holds row whose claim has ended,
 	// up to $1 of them: a reaper's sweep, after it took claims back in the
