@@ -29,8 +29,9 @@ import (
 // (sqlBlockMulti puts the key in its key column), so that the key's
 // freeing, which takes the same lock, promotes it. Admitted, it gets its
 // first key back in its key column and a hold of each other key
-// (sqlClaimMulti); its outcome, release or reap deletes the holds
-// (sqlHoldsEnd, sqlHoldsOrphaned) and frees their slots with its own.
+// (sqlClaimMulti); its outcome (sqlCompleteApply reads the holds,
+// sqlHoldsDelete deletes them), release (sqlHoldsEnd) or reap
+// (sqlHoldsOrphaned) deletes the holds and frees their slots with its own.
 //
 // Every statement that asks whether a K = 1 key is held reads key_holds
 // too (the K = 1 busy check, see sql.go). So a K = 1 key held as another
