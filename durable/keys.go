@@ -3,6 +3,7 @@ package durable
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
@@ -37,13 +38,9 @@ func insertKeys(key gate.ConcurrencyKey, keys []gate.ConcurrencyKey) ([]gate.Con
 }
 
 // validateKeys checks a list of keys an instance is to hold: each valid
-// and not zero, at most MaxKeys, and no key twice (the same name:id,
-// whatever the intents).
+// and not zero, then the store's rules for a set of keys (at most MaxKeys,
+// no key twice, whatever the intents: store.NormalizeKeys).
 func validateKeys(keys []gate.ConcurrencyKey) error {
-	if len(keys) > MaxKeys {
-		return fmt.Errorf("%d concurrency keys, at most %d", len(keys), MaxKeys)
-	}
-	seen := make(map[string]bool, len(keys))
 	for i, k := range keys {
 		if err := k.Err(); err != nil {
 			return fmt.Errorf("key #%d: %w", i, err)
@@ -51,12 +48,9 @@ func validateKeys(keys []gate.ConcurrencyKey) error {
 		if k.IsZero() {
 			return fmt.Errorf("key #%d is the zero key (no key): leave it out", i)
 		}
-		if seen[k.String()] {
-			return fmt.Errorf("key %q given twice", k.String())
-		}
-		seen[k.String()] = true
 	}
-	return nil
+	_, _, _, err := storeKeys(keys)
+	return err
 }
 
 // storeKeys turns valid keys (see validateKeys) into the store's form, in
@@ -175,12 +169,9 @@ func keyList(keys []gate.ConcurrencyKey) string {
 	if len(keys) == 0 {
 		return "none"
 	}
-	s := ""
+	out := make([]string, len(keys))
 	for i, k := range keys {
-		if i > 0 {
-			s += ", "
-		}
-		s += k.String()
+		out[i] = k.String()
 	}
-	return s
+	return strings.Join(out, ", ")
 }

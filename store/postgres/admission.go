@@ -164,6 +164,16 @@ type multiRow struct {
 	others []store.KeyRef
 }
 
+// shards maps each key of the row to the shard a plan's admission of it
+// debited (-1: K = 1).
+func (m multiRow) shards(a admission.Admitted) map[string]int {
+	shardOf := map[string]int{m.key.Key: a.Shard}
+	for _, h := range a.Also {
+		shardOf[h.Key] = h.Shard
+	}
+	return shardOf
+}
+
 // Claim admits and claims up to req.Limit rows of req.Queue (see the rules above).
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(); err != nil {
@@ -256,16 +266,13 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt, versions).Query(func(rows pgx.Rows) error {
 		var (
 			c              admission.Candidate
-			limit, shards  *int32
-			rLimit, rBurst *int32
-			rPeriod        *int64
-			rPerKey        *bool
+			lc             limitColumns
 			one            int32
 			extra, intents []string
 			intent         *string
 		)
-		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey, &one,
-			&extra, &intents, &intent}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Key, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey,
+			&one, &extra, &intents, &intent}, func() error {
 			c.Also = nil
 			if len(extra) > 0 {
 				m := multiRow{key: store.KeyRef{Key: c.Key}}
@@ -288,14 +295,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 				// A lock once had is held to the end of the transaction.
 				cc.tried[c.Key] = cc.tried[c.Key] || one == oneLocked
 			}
-			c.Gate, c.Rate = nil, nil
-			if limit != nil {
-				c.Gate = &gate.Limit{Name: gate.NameOf(c.Key), Limit: int(*limit), Shards: int(*shards)}
-			}
-			if rLimit != nil {
-				c.Rate = &gate.RateLimit{Name: gate.NameOf(c.Key), Limit: int(*rLimit),
-					Period: time.Duration(*rPeriod) * time.Microsecond, Burst: int(*rBurst), PerKey: *rPerKey}
-			}
+			c.Gate, c.Rate = lc.limits(c.Key)
 			cc.candidates = append(cc.candidates, c)
 			return nil
 		})

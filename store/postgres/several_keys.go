@@ -58,22 +58,11 @@ func (s *Store) alsoLimits(ctx context.Context, q querier, cc *claimContext) err
 	if err != nil {
 		return fmt.Errorf("limits of other keys: %w", err)
 	}
-	var (
-		k              string
-		limit, shards  *int32
-		rLimit, rBurst *int32
-		rPeriod        *int64
-		rPerKey        *bool
-	)
-	_, err = pgx.ForEachRow(rows, []any{&k, &limit, &shards, &rLimit, &rPeriod, &rBurst, &rPerKey}, func() error {
+	var k string
+	var lc limitColumns
+	_, err = pgx.ForEachRow(rows, []any{&k, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey}, func() error {
 		n := admission.Need{Key: k}
-		if limit != nil {
-			n.Gate = &gate.Limit{Name: gate.NameOf(k), Limit: int(*limit), Shards: int(*shards)}
-		}
-		if rLimit != nil {
-			n.Rate = &gate.RateLimit{Name: gate.NameOf(k), Limit: int(*rLimit),
-				Period: time.Duration(*rPeriod) * time.Microsecond, Burst: int(*rBurst), PerKey: *rPerKey}
-		}
+		n.Gate, n.Rate = lc.limits(k)
 		needs[k] = n
 		return nil
 	})
@@ -90,6 +79,30 @@ func (s *Store) alsoLimits(ctx context.Context, q querier, cc *claimContext) err
 		}
 	}
 	return nil
+}
+
+// limitColumns are a key's limit (its own or its name's: limit, shards)
+// and its name's rate limit as the window statement and sqlKeyLimits
+// return them; NULL: none.
+type limitColumns struct {
+	limit, shards  *int32
+	rLimit, rBurst *int32
+	rPeriod        *int64
+	rPerKey        *bool
+}
+
+// limits returns key's limit (nil: K = 1) and rate limit (nil: none).
+func (lc limitColumns) limits(key string) (*gate.Limit, *gate.RateLimit) {
+	var l *gate.Limit
+	var r *gate.RateLimit
+	if lc.limit != nil {
+		l = &gate.Limit{Name: gate.NameOf(key), Limit: int(*lc.limit), Shards: int(*lc.shards)}
+	}
+	if lc.rLimit != nil {
+		r = &gate.RateLimit{Name: gate.NameOf(key), Limit: int(*lc.rLimit),
+			Period: time.Duration(*lc.rPeriod) * time.Microsecond, Burst: int(*lc.rBurst), PerKey: *lc.rPerKey}
+	}
+	return l, r
 }
 
 // oneKey reports whether k, one of c's keys, runs under K = 1.
@@ -135,10 +148,7 @@ func (s *Store) queueClaimMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 		if !ok {
 			continue
 		}
-		shardOf := map[string]int{m.key.Key: a.Shard}
-		for _, h := range a.Also {
-			shardOf[h.Key] = h.Shard
-		}
+		shardOf := m.shards(a)
 		first, intent, rest := m.key.Key, m.key.Intent, slices.Clone(m.others)
 		if err := store.NormalizeKeys(&first, &intent, &rest); err != nil {
 			continue // stored keys are valid: a row that is not stays ready
@@ -199,10 +209,7 @@ func holdsOf(claimed []store.Claimed, cc *claimContext, plan admission.Plan) {
 		}
 		in := &claimed[i].Instance
 		m := cc.multi[a.ID]
-		shardOf := map[string]int{m.key.Key: a.Shard}
-		for _, h := range a.Also {
-			shardOf[h.Key] = h.Shard
-		}
+		shardOf := m.shards(a)
 		in.KeyShard = shardOf[in.Key]
 		in.AlsoShards = make([]int, len(in.Also))
 		for j, o := range in.Also {
