@@ -25,7 +25,7 @@ type applied struct {
 	joinGen  int // the parent's spawn this row belongs to
 	spawnGen int // this row's spawns, counting this outcome's
 	queue    string
-	waiters  bool // the row held a K = 1 key with rows waiting on it (see migration 013)
+	waiters  bool   // the row held a K = 1 key with rows waiting on it (see migration 013)
 	holds    string // a row of several keys: its other keys' holds (see sqlCompleteApply)
 }
 
