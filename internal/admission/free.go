@@ -44,10 +44,10 @@ type Waiting struct {
 	// its key has a rate limit: a hand-off takes neither a queue budget nor
 	// a token, so such rows go the claim's way.
 	Policy, Rated bool
-	// Multi is true when the row has other keys: a hand-off passes one
-	// key's slot and knows nothing of the others, so such a row goes the
-	// claim's way too, and the key's line stops at it.
-	Multi bool
+	// Also are the row's other keys, when it has several: it takes the
+	// freed slot only with a slot of each of them (see Free), and is never
+	// reserved.
+	Also []string
 }
 
 // FreeState is what the freeing transaction read, under the locks it
@@ -72,6 +72,11 @@ type FreeState struct {
 	// Paused holds the paused queues (store.Store.PauseQueue): no slot
 	// passes to a row of one, and a succession of one yields.
 	Paused map[string]bool
+	// Tried holds K = 1 keys that no freed slot is of, whose names have no
+	// limit, that the freeing transaction holds the lock of (tried, never
+	// waited for) and that no row holds: a waiting row of several keys may
+	// take one of them with a freed slot of another of its keys.
+	Tried map[string]bool
 }
 
 // NewFreeState is an empty FreeState for a worker with room in each queue
@@ -85,7 +90,8 @@ func NewFreeState(room map[string]int, runs func(workflow string, version int) b
 type FreePlan struct {
 	// HandOffs are the waiting rows that take a freed slot and start
 	// executing for the freeing worker, each with the shard it takes (-1:
-	// a K = 1 key); their counters do not change.
+	// a K = 1 key) and, for a row of several keys, what it holds of each
+	// of its other keys (Admitted.Also); their counters do not change.
 	HandOffs []Admitted
 	// Rest are the freed slots not handed off: they are credited and
 	// promote their key's next blocked row, as without a hand-off.
@@ -123,8 +129,13 @@ type Reservation struct {
 //     in its admission order; the first row that cannot take one ends the
 //     key's hand-offs, so a key never skips its own line);
 //   - the worker has room in the row's queue and runs its workflow;
-//   - its queue has no concurrency policy, its key no rate limit, and it
-//     has no other key (Waiting.Multi);
+//   - its queue has no concurrency policy and its keys no rate limit;
+//   - a row of several keys (Waiting.Also) takes it only with a slot of
+//     each of its other keys at once: a slot of that key this batch frees
+//     and hands nobody else, when the key's line has no waiting row left
+//     (the row would otherwise pass that line), or, for a K = 1 key no
+//     slot is freed of, the key itself when FreeState.Tried has it. The
+//     key's line stops at a row that cannot take its slots so;
 //   - it is in turn (InTurn): no ready row of its queue, without a key or
 //     of another key, has a better priority or, at its priority, an
 //     earlier round, so a hand-off never lets a key run ahead of a row a
@@ -176,6 +187,8 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		slot      Freed
 	}
 	var holders []holder // rows the plan makes executing, in slot order
+	var rest []spare     // the slots not handed off, in order
+	var multi []Freed    // slots whose key's next row has several keys
 	for _, f := range freed {
 		if f.Key == "" {
 			continue
@@ -186,7 +199,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			continue
 		}
 		if done[f.Key] || !slotPasses(f, st) {
-			plan.Rest = append(plan.Rest, f)
+			rest = append(rest, spare{Freed: f})
 			continue
 		}
 		if roomy(f, st) {
@@ -194,22 +207,59 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 				plan.Roomy = append(plan.Roomy, f.Key)
 			}
 			done[f.Key] = true
-			plan.Rest = append(plan.Rest, f)
+			rest = append(rest, spare{Freed: f, passes: true})
 			continue
 		}
 		line := next[f.Key]
 		if len(line) == 0 || !takes(line[0], room, st.Runs) || st.Paused[line[0].Queue] {
 			done[f.Key] = true
-			plan.Rest = append(plan.Rest, f)
+			rest = append(rest, spare{Freed: f, passes: true})
 			continue
 		}
 		w := line[0]
+		if len(w.Also) > 0 {
+			done[f.Key] = true // until the row takes it with its other keys' slots
+			multi = append(multi, f)
+			continue
+		}
 		next[f.Key] = line[1:]
 		room[w.Queue]--
 		plan.HandOffs = append(plan.HandOffs, Admitted{ID: w.ID, Shard: f.Shard})
 		holders = append(holders, holder{w.ID, w.Queue, f})
 		if f.Shard < 0 {
 			done[f.Key] = true // a K = 1 key has one slot
+		}
+	}
+	// A row of several keys takes its slot with a slot of each of its
+	// other keys, from those no row of their own line took, or the key
+	// itself when it is a K = 1 key the transaction tried; otherwise the
+	// slot is not handed off. No reservation follows such a hand-off.
+	tried := map[string]bool{} // Tried keys a hand-off took
+	for _, f := range multi {
+		w := next[f.Key][0]
+		also, ok := alsoSlots(w, rest, next, st.Tried, tried)
+		if !ok || room[w.Queue] <= 0 {
+			rest = append(rest, spare{Freed: f, passes: true})
+			continue
+		}
+		next[f.Key] = next[f.Key][1:]
+		room[w.Queue]--
+		for _, h := range also {
+			if h.at >= 0 {
+				rest[h.at].taken = true
+			} else {
+				tried[h.Key] = true
+			}
+		}
+		a := Admitted{ID: w.ID, Shard: f.Shard, Also: make([]Hold, len(also))}
+		for i, h := range also {
+			a.Also[i] = h.Hold
+		}
+		plan.HandOffs = append(plan.HandOffs, a)
+	}
+	for _, r := range rest {
+		if !r.taken {
+			plan.Rest = append(plan.Rest, r.Freed)
 		}
 	}
 	slices.Sort(plan.Roomy)
@@ -244,13 +294,51 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	return plan
 }
 
+// spare is a freed slot no row of its key's line took: credited unless a
+// row of several keys takes it (taken). Passes is false for a slot that
+// may not pass on as it is (see slotPasses).
+type spare struct {
+	Freed
+	passes, taken bool
+}
+
+// alsoHold is a slot w takes of one of its other keys: rest[at], or a
+// Tried key (at -1).
+type alsoHold struct {
+	Hold
+	at int
+}
+
+// alsoSlots finds, for a waiting row of several keys, a slot of each of
+// its other keys (see Free): a spare slot of the key whose line has no
+// waiting row left, or a Tried key no earlier hand-off took. It reports
+// false when a key has neither.
+func alsoSlots(w Waiting, rest []spare, next map[string][]Waiting, tried, took map[string]bool) ([]alsoHold, bool) {
+	also := make([]alsoHold, 0, len(w.Also))
+	for _, k := range w.Also {
+		at := -1
+		if len(next[k]) == 0 {
+			at = slices.IndexFunc(rest, func(r spare) bool { return r.Key == k && r.passes && !r.taken })
+		}
+		switch {
+		case at >= 0:
+			also = append(also, alsoHold{Hold{k, rest[at].Shard}, at})
+		case tried[k] && !took[k]:
+			also = append(also, alsoHold{Hold{k, -1}, -1})
+		default:
+			return nil, false
+		}
+	}
+	return also, true
+}
+
 // inTurn reports whether w may take a freed slot by the order rule.
 func (w Waiting) inTurn() bool { return InTurn(w.Turn, w.Head) }
 
 // reservable reports whether w may be reserved as the successor of a row
 // of queue.
 func reservable(w Waiting, queue string, runs func(string, int) bool) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && !w.Multi && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
+	return w.inTurn() && !w.Policy && !w.Rated && len(w.Also) == 0 && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
 }
 
 // slotPasses reports whether the freed slot may pass to another row of its
@@ -280,5 +368,5 @@ func roomy(f Freed, st FreeState) bool {
 
 // takes reports whether the worker can take w now.
 func takes(w Waiting, room map[string]int, runs func(string, int) bool) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && !w.Multi && room[w.Queue] > 0 && (runs == nil || runs(w.Workflow, w.Version))
+	return w.inTurn() && !w.Policy && !w.Rated && room[w.Queue] > 0 && (runs == nil || runs(w.Workflow, w.Version))
 }

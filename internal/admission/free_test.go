@@ -73,9 +73,53 @@ func TestFree(t *testing.T) {
 			st: freeState(nil), rest: one},
 		{name: "a rate limit", freed: one, waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Rated: true}},
 			st: freeState(nil), rest: one},
-		{name: "a row of several keys stops the line", freed: one,
-			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Multi: true}, {ID: "r2", Key: "a:1", Queue: "q"}},
+		{name: "a row of several keys whose other key has no slot stops the line", freed: one,
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"b:1"}}, {ID: "r2", Key: "a:1", Queue: "q"}},
 			st:      freeState(nil), rest: one},
+		{name: "a row of several keys takes its other key's freed slot with its own",
+			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}}},
+			st:      freeState(withGate("g:1", 4, 2)),
+			want:    []Admitted{{ID: "r1", Shard: -1, Also: []Hold{{Key: "g:1", Shard: 1}}}}},
+		{name: "the other key's slot comes first in the batch",
+			freed:   []Freed{{Key: "g:1", Shard: 1}, {Key: "a:1", Shard: -1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}}},
+			st:      freeState(withGate("g:1", 4, 2)),
+			want:    []Admitted{{ID: "r1", Shard: -1, Also: []Hold{{Key: "g:1", Shard: 1}}}}},
+		{name: "a row waiting in the other key's line keeps that key's slot",
+			freed: []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}},
+				{ID: "r2", Key: "g:1", Queue: "q"}},
+			st:   freeState(withGate("g:1", 4, 2)),
+			want: []Admitted{{ID: "r2", Shard: 1}}, rest: one},
+		{name: "a row of several keys in the other key's line does not pass it either",
+			freed: []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}},
+				{ID: "r2", Key: "g:1", Queue: "q", Also: []string{"a:2"}}},
+			st:   freeState(withGate("g:1", 4, 2)),
+			rest: []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}}},
+		{name: "a tried K = 1 key goes with a freed gate slot",
+			freed: []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}},
+				{ID: "r2", Key: "g:1", Queue: "q", Also: []string{"a:2"}}},
+			st:   freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Tried = map[string]bool{"a:2": true} }),
+			want: []Admitted{{ID: "r2", Shard: 1, Also: []Hold{{Key: "a:2", Shard: -1}}}}, rest: one},
+		{name: "a tried key goes to one row",
+			freed: []Freed{{Key: "g:1", Shard: 1}, {Key: "g:1", Shard: 0}},
+			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "q", Also: []string{"a:2"}},
+				{ID: "r2", Key: "g:1", Queue: "q", Also: []string{"a:2"}}},
+			st:   freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Tried = map[string]bool{"a:2": true} }),
+			want: []Admitted{{ID: "r1", Shard: 1, Also: []Hold{{Key: "a:2", Shard: -1}}}}, rest: []Freed{{Key: "g:1", Shard: 0}}},
+		{name: "a slot that may not pass is not taken as another key's",
+			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 3}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}}},
+			st:      freeState(withGate("g:1", 4, 2)),
+			rest:    []Freed{{Key: "g:1", Shard: 3}, {Key: "a:1", Shard: -1}}},
+		{name: "a row of several keys needs room in its queue",
+			freed:   []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Also: []string{"g:1"}}},
+			st:      freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Room = map[string]int{"other": 5} }),
+			rest:    []Freed{{Key: "a:1", Shard: -1}, {Key: "g:1", Shard: 1}}},
 		{name: "out of turn: another key's earlier round", freed: one,
 			waiting: []Waiting{{ID: "r1", Key: "a:1", Queue: "q", Turn: Turn{Round: 3}, Head: &Turn{Round: 2}}},
 			st:      freeState(nil), rest: one},
@@ -135,7 +179,16 @@ func TestFree(t *testing.T) {
 			require.Equal(t, tc.want, handed(p))
 			require.Equal(t, tc.rest, p.Rest)
 			require.Len(t, tc.st.Room, before)
-			require.Equal(t, len(tc.freed), len(p.HandOffs)+len(p.Rest), "every freed slot is handed off or freed")
+			used := len(p.Rest)
+			for _, a := range p.HandOffs {
+				used++
+				for _, h := range a.Also { // a freed slot, or a tried key
+					if slices.ContainsFunc(tc.freed, func(f Freed) bool { return f.Key == h.Key }) {
+						used++
+					}
+				}
+			}
+			require.Equal(t, len(tc.freed), used, "every freed slot is handed off or freed")
 			if strings.HasPrefix(tc.name, "a gate key with a free slot") {
 				require.Equal(t, []string{"g:1"}, p.Roomy)
 			} else {
@@ -244,7 +297,7 @@ func TestFreeRoomyGateSuccessionReservesNothing(t *testing.T) {
 	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}, {ID: "r2", After: "s1"}}, p.Reserved, "a full key reserves")
 
 	multi := waiting("r2", "g:1")
-	multi.Multi = true
+	multi.Also = []string{"a:1"}
 	p = Free([]Freed{{Key: "g:1", Shard: 0, Successor: "s1", Queue: "q", Ahead: 2}},
 		[]Waiting{waiting("r1", "g:1"), multi, waiting("r3", "g:1")}, st)
 	require.Equal(t, []Reservation{{ID: "r1", After: "s1"}}, p.Reserved, "the reservations stop at a row of several keys")

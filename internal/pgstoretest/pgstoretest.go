@@ -19,6 +19,6 @@ var Migrated = pgtest.NewSchemas(
 		return err
 	},
 	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, limits, signals, history, rate_limits, rate_buckets, queue_policies, limit_changes, schedules, leases, worked_queues, paused_queues RESTART IDENTITY")
+		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, key_holds, limits, signals, history, rate_limits, rate_buckets, queue_policies, limit_changes, schedules, leases, worked_queues, paused_queues RESTART IDENTITY")
 		return err
 	})

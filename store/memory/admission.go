@@ -414,6 +414,28 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 	r.passed = false
 }
 
+// triable adds to st.Tried the K = 1 keys among also (the other keys of a
+// row at the head of a freed key's line) that no slot of the batch frees
+// (want) and that no row holds: the store's lock is the lock PostgreSQL
+// tries (see admission.FreeState.Tried).
+func (s *Store) triable(st *admission.FreeState, also []string, want map[string]int) {
+	for _, k := range also {
+		if _, freed := want[k]; freed {
+			continue
+		}
+		if _, gated := s.limits.For(k); gated {
+			continue
+		}
+		if ks := s.keys[k]; ks != nil && ks.executing > 0 {
+			continue
+		}
+		if st.Tried == nil {
+			st.Tried = map[string]bool{}
+		}
+		st.Tried[k] = true
+	}
+}
+
 // freeSlot credits a slot of key k's shard (when credit is set and the
 // slot was a gate's) and promotes the key's next blocked row if the key now
 // has room.
@@ -494,6 +516,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		want[f.Key] += max(n, 1) // a succession reads at least the key's next row, for its turn (Yield)
 	}
 	var waiting []admission.Waiting
+	lineOf := map[string]string{} // waiting row -> the key whose line it is in
 	for _, k := range keys {
 		ks := s.keys[k]
 		if ks == nil {
@@ -510,12 +533,23 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if want[k] == 0 {
 			continue
 		}
-		for _, r := range s.line(k, ks, want[k]) {
+		for i, r := range s.line(k, ks, want[k]) {
 			_, policy := s.policies[r.inst.Queue]
-			_, rated := s.rates.Lookup(gate.NameOf(k))
-			waiting = append(waiting, admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
-				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy, Rated: rated,
-				Multi: r.multi()})
+			w := admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
+				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy}
+			for _, o := range r.keys() {
+				if _, rated := s.rates.Lookup(gate.NameOf(o)); rated {
+					w.Rated = true
+				}
+				if o != k {
+					w.Also = append(w.Also, o)
+				}
+			}
+			if i == 0 {
+				s.triable(&st, w.Also, want)
+			}
+			lineOf[w.ID] = k
+			waiting = append(waiting, w)
 		}
 	}
 	plan := admission.Free(freed, waiting, st)
@@ -524,7 +558,19 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 	for _, a := range plan.HandOffs {
 		r := s.rows[a.ID]
 		s.unpick(r) // off its queue's pick path or its key's blocked rows
-		c := s.startClaim(r, req, a.Shard, nil, now)
+		shard, also := a.Shard, []int(nil)
+		if r.multi() { // a.Shard is of the key it waited in line for
+			shardOf := map[string]int{lineOf[a.ID]: a.Shard}
+			for _, o := range a.Also {
+				shardOf[o.Key] = o.Shard
+			}
+			shard = shardOf[r.inst.Key]
+			also = make([]int, len(r.inst.Also))
+			for i, o := range r.inst.Also {
+				also[i] = shardOf[o.Key]
+			}
+		}
+		c := s.startClaim(r, req, shard, also, now)
 		c.Contended = true
 		claimed = append(claimed, c)
 	}

@@ -391,7 +391,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		b.Queue(s.q(sqlFlagHolders), waited)
 	}
 	if len(cc.multi) > 0 {
-		s.queueClaimMulti(b, cc, plan, req.Worker)
+		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker)
 	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	blocked := plan.Blocked
@@ -429,7 +429,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		return store.ClaimResult{}, fmt.Errorf("claim %s: %w", req.Queue, err)
 	}
 	if len(cc.multi) > 0 {
-		holdsOf(res.Claimed, cc, plan)
+		holdsOf(res.Claimed, cc.multi, plan.Admitted)
 	}
 	admitted := 0
 	for i, c := range res.Claimed {

@@ -194,6 +194,9 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 	var claimed []store.Claimed
 	if h != nil {
+		if err := s.tryOthers(ctx, tx, reads, freed); err != nil {
+			return nil, nil, fmt.Errorf("complete: %w", refused(err))
+		}
 		var yield []string
 		freed, yield = s.handOff(b, reads, worker, freed, h, now, &claimed)
 		for _, succ := range yield {

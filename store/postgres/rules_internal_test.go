@@ -37,6 +37,8 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		"sqlHandOffBusy":      sqlHandOffBusy,
 		"sqlHandOffGates":     sqlHandOffGates,
 		"sqlHandOffLock":      sqlHandOffLock,
+		"sqlHandOffTry":       sqlHandOffTry,
+		"sqlHandOffTried":     sqlHandOffTried,
 		"sqlHealthGates":      sqlHealthGates,
 		"sqlInsert":           sqlInsert,
 		"sqlInsertRounds":     sqlInsertRounds,
@@ -98,12 +100,18 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL)`,
 			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
-				"sqlHandOffBusy"}},
+				"sqlHandOffTried"}},
 		{"the executing check", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
 			WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NOT NULL)`,
-			[]string{"sqlKeyBusy", "sqlClaim", "sqlHandOffBusy"}},
+			[]string{"sqlKeyBusy", "sqlClaim", "sqlHandOffTried"}},
+		{"the executing check blind to the outcomes' holds", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status =
+			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM
+			{schema}.key_holds kh WHERE kh.key = k AND kh.instance_id <> ALL ($1::uuid[]) LIMIT 1) IS NOT NULL) OR (SELECT true
+			FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+			LIMIT 1) IS NOT NULL)`,
+			[]string{"sqlHandOffBusy"}},
 		{"the marked-holder mark", `CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e WHERE e.key = k AND e.status =
 			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters LIMIT 1 FOR NO KEY
 			UPDATE SKIP LOCKED) h`,
@@ -116,7 +124,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			ORDER BY r.priority, r.run_at, r.seq LIMIT`,
 			[]string{"sqlInsert", "sqlInsertRounds"}},
 		{"the K = 1 key test", `NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))`,
-			[]string{"sqlInsert", "sqlInsertRounds"}},
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlHandOffTry"}},
 		{"the stranded check", `coalesce((SELECT true FROM {schema}.instances b WHERE b.key = f.key AND b.status = 'blocked' COLLATE "POSIX" AND
 			b.worker IS NULL ORDER BY b.priority, b.run_at, b.seq LIMIT 1), false) AND CASE WHEN f.one THEN (SELECT true FROM
 			{schema}.instances r WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX" ORDER BY r.priority, r.run_at,
@@ -190,8 +198,8 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick,
 			coalesce(last_instance::text, ''), last_fired_at, epoch`,
 			[]string{"sqlSchedulesAll", "sqlScheduleLock", "sqlSchedulePause", "sqlScheduleRecord"}},
-		{"the held keys", `held AS (SELECT key, count(*)::int AS n FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND
-			key IS NOT NULL GROUP BY key)`,
+		{"the held keys", `held AS (SELECT key FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL
+			UNION SELECT key FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[]))`,
 			[]string{"sqlHandOffLock", "sqlHandOffBusy", "sqlHandOffGates"}},
 		{"the take-back", `UPDATE {schema}.instances i SET status = CASE WHEN i.cancel_requested THEN 'canceled' ELSE
 			'ready' END, attempt = CASE WHEN i.cancel_requested THEN i.attempt ELSE i.attempt + 1 END,

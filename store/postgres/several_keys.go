@@ -137,14 +137,16 @@ func keysText(keys []store.KeyRef) string {
 	return b.String()
 }
 
-// queueClaimMulti queues sqlClaimMulti for the plan's admitted rows of
-// several keys: each gets its first key in its key column and a hold of
-// each other key, with the shards the plan debited.
-func (s *Store) queueClaimMulti(b *pgx.Batch, cc *claimContext, plan admission.Plan, worker string) {
+// queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
+// plan or a hand-off's) that multi has, rows of several keys made
+// executing for worker earlier in the transaction: each gets its first
+// key in its key column and a hold of each other key, with the shards it
+// was admitted with.
+func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string) {
 	var ids, keys, intents, extras, holdIDs, holdKeys []string
 	var shards, holdShards []int32
-	for _, a := range plan.Admitted {
-		m, ok := cc.multi[a.ID]
+	for _, a := range admitted {
+		m, ok := multi[a.ID]
 		if !ok {
 			continue
 		}
@@ -192,23 +194,23 @@ func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 	b.Queue(s.q(sqlBlockMulti), uuidArg(ids), keys, intents, extras, now, waited)
 }
 
-// holdsOf sets, on the claimed rows of several keys, the shards the plan
-// debited: sqlClaim returns them as they were before sqlClaimMulti gave
-// each its first key back.
-func holdsOf(claimed []store.Claimed, cc *claimContext, plan admission.Plan) {
-	admitted := make(map[string]admission.Admitted, len(plan.Admitted))
-	for _, a := range plan.Admitted {
-		if _, ok := cc.multi[a.ID]; ok {
-			admitted[a.ID] = a
+// holdsOf sets, on the claimed rows of several keys (those multi has), the
+// shards they were admitted with: sqlClaim and sqlHandOff return them as
+// they were before sqlClaimMulti gave each its first key back.
+func holdsOf(claimed []store.Claimed, multi map[string]multiRow, admitted []admission.Admitted) {
+	byID := make(map[string]admission.Admitted, len(admitted))
+	for _, a := range admitted {
+		if _, ok := multi[a.ID]; ok {
+			byID[a.ID] = a
 		}
 	}
 	for i := range claimed {
-		a, ok := admitted[claimed[i].ID]
+		a, ok := byID[claimed[i].ID]
 		if !ok {
 			continue
 		}
 		in := &claimed[i].Instance
-		m := cc.multi[a.ID]
+		m := multi[a.ID]
 		shardOf := m.shards(a)
 		in.KeyShard = shardOf[in.Key]
 		in.AlsoShards = make([]int, len(in.Also))

@@ -532,7 +532,8 @@ func (ch outcomeChains) wants(ids []string, outcomes []store.Outcome, reserve bo
 type handOffReads struct {
 	st      admission.FreeState
 	waiting []admission.Waiting
-	keys    []string // the keys read
+	keys    []string            // the keys read
+	multi   map[string]multiRow // the waiting rows of several keys, by id
 }
 
 // queueHandOffReads queues on b, after the statement that applies the
@@ -574,9 +575,24 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 		var w admission.Waiting
 		var round, otherRound, freeRound *int64
 		var otherPrio, freePrio *int
+		var intent string
+		var extraKeys, extraIntents []string
 		_, err := pgx.ForEachRow(rows, []any{&w.ID, &w.Key, &w.Queue, &w.Workflow, &w.Version, &w.Turn.Priority, &round,
-			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated, &w.Multi}, func() error {
+			&otherPrio, &otherRound, &freePrio, &freeRound, &w.Policy, &w.Rated, &intent, &extraKeys, &extraIntents}, func() error {
 			w.Turn.Round = roundOf(round)
+			w.Also = nil
+			if len(extraKeys) > 0 {
+				m := multiRow{key: store.KeyRef{Key: w.Key, Intent: gate.Intent(intent)}}
+				for i, k := range extraKeys {
+					m.others = append(m.others, store.KeyRef{Key: k, Intent: gate.Intent(extraIntents[i])})
+				}
+				if r.multi == nil {
+					r.multi = map[string]multiRow{}
+				}
+				r.multi[w.ID] = m
+				w.Also = extraKeys
+				extraKeys, extraIntents = nil, nil
+			}
 			w.Head = nil
 			for _, h := range []*admission.Turn{turnOf(otherPrio, otherRound), turnOf(freePrio, freeRound)} {
 				if h != nil && (w.Head == nil || h.Compare(*w.Head) < 0) {
@@ -617,6 +633,60 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 }
 
 // roundOf is a round as read (nil: the row has none).
+// tryOthers fills r.st.Tried (see sqlHandOffTry) for the other keys of
+// the rows of several keys at the head of a read key's line that no slot
+// freed reads (r.keys), in one round trip of tx, when there are such keys
+// and the transaction already holds the lock of every K = 1 key freed.
+func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, freed []freedSlot) error {
+	if r == nil || len(r.multi) == 0 {
+		return nil
+	}
+	for _, f := range freed {
+		if f.successor == "" && f.shard < 0 && f.key != "" && !slices.Contains(r.keys, f.key) {
+			return nil // its lock is yet to be waited for (queueFree)
+		}
+	}
+	var keys []string
+	for i, w := range r.waiting {
+		if i > 0 && r.waiting[i-1].Key == w.Key {
+			continue // the head of each line only
+		}
+		for _, k := range w.Also {
+			if !slices.Contains(r.keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	locked, busy := map[string]bool{}, map[string]bool{}
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlHandOffTry), keys, s.keySalt).Query(func(rows pgx.Rows) error { return collectKeys(rows, locked) })
+	b.Queue(s.q(sqlHandOffTried), keys).Query(func(rows pgx.Rows) error { return collectKeys(rows, busy) })
+	if err := tx.send(ctx, b, false); err != nil {
+		return err
+	}
+	for k := range locked {
+		if !busy[k] {
+			if r.st.Tried == nil {
+				r.st.Tried = map[string]bool{}
+			}
+			r.st.Tried[k] = true
+		}
+	}
+	return nil
+}
+
+// collectKeys adds the keys rows return to set.
+func collectKeys(rows pgx.Rows, set map[string]bool) error {
+	var k string
+	_, err := pgx.ForEachRow(rows, []any{&k}, func() error { set[k] = true; return nil })
+	return err
+}
+
 func roundOf(r *int64) int64 {
 	if r == nil {
 		return admission.NoRound
@@ -707,7 +777,22 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	}
 	if len(plan.HandOffs) > 0 {
 		ids, shards := admittedArrays(plan.HandOffs)
-		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now)).Query(scan(nil))
+		var multi []string // rows of several keys, each given a slot of every key
+		for _, a := range plan.HandOffs {
+			if len(a.Also) > 0 {
+				multi = append(multi, a.ID)
+			}
+		}
+		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now), uuidArg(multi)).Query(func(rows pgx.Rows) error {
+			err := scan(nil)(rows)
+			if len(multi) > 0 {
+				holdsOf(*claimed, r.multi, plan.HandOffs)
+			}
+			return err
+		})
+		if len(multi) > 0 {
+			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker)
+		}
 	}
 	if len(plan.Reserved) > 0 {
 		ids := make([]string, len(plan.Reserved))

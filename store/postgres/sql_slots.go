@@ -185,13 +185,15 @@ const (
 	// sqlHandOffLock takes the advisory locks of the held K = 1 keys (names
 	// with no limit), in key order, waiting, as sqlKeyLock does;
 	// sqlHandOffBusy then returns the ones that still have an executing row
-	// (the executing check, as in sqlKeyBusy; see sql.go), read after the
-	// locks, once per K = 1 key. Both read the held keys (held) from the
-	// rows $1 by primary key, as sqlHandOffGates does. Lock order (2): the
-	// K = 1 key locks, after the outcome rows (1).
+	// (the executing check, as in sqlKeyBusy; see sql.go, but blind to the
+	// holds of the rows $1, whose claims the outcomes ended and whose holds
+	// this transaction deletes), read after the locks, once per K = 1 key.
+	// Both read the held keys (held) from the rows $1 by primary key, with
+	// the keys they hold as other keys (key_holds), as sqlHandOffGates does.
+	// Lock order (2): the K = 1 key locks, after the outcome rows (1).
 	sqlHandOffLock = `
-WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
-              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
+WITH held AS (SELECT key FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL
+              UNION SELECT key FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[])),
 one AS MATERIALIZED (
     SELECT k.key, pg_advisory_xact_lock(hashtextextended(k.key, $2::bigint))
     FROM (SELECT h.key FROM held h
@@ -200,8 +202,8 @@ one AS MATERIALIZED (
 SELECT key FROM one`
 	// sqlHandOffBusy: see sqlHandOffLock.
 	sqlHandOffBusy = `
-WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
-              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key),
+WITH held AS (SELECT key FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL
+              UNION SELECT key FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[])),
 one AS MATERIALIZED (
     SELECT h.key FROM held h
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(h.key, ':', 1)))
@@ -209,7 +211,7 @@ SELECT k FROM (SELECT key AS k FROM one) o
 WHERE (((SELECT true FROM {schema}.instances e
          WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
          LIMIT 1) IS NOT NULL
-       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
+       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k AND kh.instance_id <> ALL ($1::uuid[]) LIMIT 1) IS NOT NULL)
        OR (SELECT true FROM {schema}.instances e
            WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
            LIMIT 1) IS NOT NULL)`
@@ -218,14 +220,39 @@ WHERE (((SELECT true FROM {schema}.instances e
 	// the limit (the key-limit lookup; see sql.go) and every counter of the
 	// key (read, not locked: a hand-off does not write them).
 	sqlHandOffGates = `
-WITH held AS (SELECT key, count(*)::int AS n FROM {schema}.instances
-              WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL GROUP BY key)
+WITH held AS (SELECT key FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL
+              UNION SELECT key FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[]))
 SELECT h.key, l."limit", l.shards, s.shard, s.capacity, s.available
 FROM held h
 CROSS JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
                     WHERE lk.name IN (h.key, split_part(h.key, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l
 LEFT JOIN {schema}.key_slots s ON s.key = h.key
 ORDER BY h.key, s.shard`
+
+	// sqlHandOffTry tries the advisory locks of the keys $1 (sorted) that
+	// are K = 1 keys (the K = 1 key test; see sql.go), never waiting, and
+	// returns those it holds; sqlHandOffTried then returns, of the same
+	// keys, those with an executing row (the executing check), read after
+	// the locks. They are the other keys of the rows of several keys at
+	// the head of a freed key's line that no slot of the batch frees
+	// (admission.FreeState.Tried). The freeing transaction runs them only
+	// when it already holds the lock of every K = 1 key it frees, so that
+	// it waits for no K = 1 lock once it holds one out of order (lock
+	// order (2)); a lock tried and not used is held to the commit.
+	sqlHandOffTry = `
+SELECT k FROM unnest($1::text[]) AS x(k)
+WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
+           THEN pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) ELSE false END`
+	// sqlHandOffTried: see sqlHandOffTry.
+	sqlHandOffTried = `
+SELECT k FROM unnest($1::text[]) AS x(k)
+WHERE (((SELECT true FROM {schema}.instances e
+         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+         LIMIT 1) IS NOT NULL
+       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
+       OR (SELECT true FROM {schema}.instances e
+           WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+           LIMIT 1) IS NOT NULL)`
 
 	// sqlHandOffCandidates locks and returns the first n waiting rows
 	// (ready or blocked, not reserved) of each held key, n being the sum
@@ -244,20 +271,23 @@ ORDER BY h.key, s.shard`
 	// $4 the versions, pairwise; none: every row; otherwise one such probe
 	// per version, of its version pick index, as the claim's start row is
 	// found: see sqlClaimCandidates), from which admission.InTurn decides
-	// whether it is in turn; whether its queue has a policy, its key a
-	// rate limit, and whether it has several keys (never handed a slot:
-	// admission.Waiting.Multi). The
+	// whether it is in turn; whether its queue has a policy, any of its keys
+	// a rate limit; and its keys (a row of several keys takes a slot only
+	// with a slot of each: admission.Waiting.Also). A held key is a key of a
+	// row $1 or one it holds as another key (key_holds). The
 	// heads are read once per key, queue and priority: g is MATERIALIZED
 	// for that (inlined into the final join, its probes ran once per
 	// candidate, each walking the key's line up to the last one:
 	// TestHandOffCandidatesReadTheTurnOncePerGroup).
 	sqlHandOffCandidates = `
-WITH held AS (SELECT i.key, sum(w.n)::int AS n
-              FROM unnest($1::uuid[], $2::int[]) AS w(id, n) JOIN {schema}.instances i ON i.id = w.id
-              WHERE i.id = ANY ($1::uuid[]) AND i.key IS NOT NULL GROUP BY i.key),
+WITH held AS (SELECT k.key, sum(w.n)::int AS n
+              FROM unnest($1::uuid[], $2::int[]) AS w(id, n)
+              CROSS JOIN LATERAL (SELECT i.key FROM {schema}.instances i WHERE i.id = w.id AND i.key IS NOT NULL
+                                  UNION ALL SELECT kh.key FROM {schema}.key_holds kh WHERE kh.instance_id = w.id) k
+              GROUP BY k.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
-    CROSS JOIN LATERAL (SELECT id, key, key_name, queue, workflow, version, priority, round, extra_keys IS NOT NULL AS multi
+    CROSS JOIN LATERAL (SELECT id, key, key_name, key_intent, queue, workflow, version, priority, round, extra_keys, extra_intents
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
@@ -294,7 +324,10 @@ g AS MATERIALIZED (
 SELECT c.id::text, c.key, c.queue, c.workflow, c.version, c.priority, c.round,
        g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
-       EXISTS (SELECT 1 FROM {schema}.rate_limits rl WHERE rl.name = c.key_name), c.multi
+       EXISTS (SELECT 1 FROM {schema}.rate_limits rl
+               WHERE rl.name = c.key_name
+                  OR (c.extra_keys IS NOT NULL AND rl.name = ANY (ARRAY(SELECT split_part(x, ':', 1) FROM unnest(c.extra_keys) x)))),
+       c.key_intent, c.extra_keys, c.extra_intents
 FROM c JOIN g ON g.key = c.key AND g.queue = c.queue AND g.priority = c.priority
 ORDER BY c.key, c.queue, c.priority, c.round`
 
@@ -306,9 +339,10 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 	// executing check of sqlKeyBusy, written out with the key read as
 	// i.key): the freeing transaction holds the key's lock and checked
 	// that, so this only keeps a flaw from meeting the unique index, which
-	// would refuse the whole outcome batch; a row of several keys never
-	// moves (admission.Free hands it nothing: this keeps a flaw from
-	// admitting it under one of its keys alone). The redundant id = ANY gives the
+	// would refuse the whole outcome batch; a row of several keys moves
+	// only when $6 names it (admission.Free gave it a slot of each of its
+	// keys, and sqlClaimMulti follows with its holds): this keeps a flaw
+	// from admitting it under one of its keys alone. The redundant id = ANY gives the
 	// generic plan (hand-off transactions run generic plans) an index
 	// condition: without it, it read the whole primary key, filtering on
 	// status, and hash-joined the ids to it. The rows are locked already
@@ -327,7 +361,7 @@ c AS (
                        FROM (SELECT i.key AS k) x)
     FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
-      AND i.extra_keys IS NULL
+      AND (i.extra_keys IS NULL OR i.id = ANY ($6::uuid[]))
       AND CASE WHEN a.shard >= 0 THEN true
                ELSE (SELECT true FROM {schema}.instances e
                      WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL

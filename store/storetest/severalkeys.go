@@ -290,9 +290,27 @@ var severalKeysTests = []test{
 		require.Equal(h.t, "acct:1", in.Key, "its keys in their one order")
 		require.Equal(h.t, []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}, in.Also)
 	}},
-	{"severalKeys/a freed slot is never handed to a row of several keys, nor past it", func(h *harness) {
+	{"severalKeys/a freed slot goes to a row of several keys with its other K = 1 key when that key is free", func(h *harness) {
 		h.severalKeys()
 		holder := h.holdKey("acct:1")
+		m := h.insert(multi("acct:1", "acct:9"))[0]
+		after := h.insert(dueNow("acct:1"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, m, after)
+
+		got := h.handOff("w", at(3*time.Second), map[string]int{queue: 5}, done(holder))
+		require.Equal(h.t, []string{m}, claimedIDs(got), "the row of several keys, holding both keys")
+		require.Equal(h.t, "acct:1", got[0].Key)
+		require.Equal(h.t, []store.KeyRef{{Key: "acct:9"}}, got[0].Also)
+		h.requireStatus(store.StatusBlocked, after)
+		h.insert(dueNow("acct:9"))
+		require.Empty(h.t, h.claimIDs(at(4*time.Second)), "acct:9 is held by the row handed acct:1's slot")
+	}},
+	{"severalKeys/a freed slot is not handed to a row of several keys whose other key is held, nor past it", func(h *harness) {
+		h.severalKeys()
+		holder := h.holdKey("acct:1")
+		nine := h.insert(dueNow("acct:9"))[0]
+		require.Equal(h.t, []string{nine}, h.claimIDs(at(time.Second/2)))
 		m := h.insert(multi("acct:1", "acct:9"))[0]
 		after := h.insert(dueNow("acct:1"))[0]
 		require.Empty(h.t, h.claimIDs(at(time.Second)))
@@ -302,7 +320,41 @@ var severalKeysTests = []test{
 		require.Empty(h.t, got, "neither the row of several keys nor the row behind it")
 		h.requireStatus(store.StatusReady, m)
 		h.requireStatus(store.StatusBlocked, after)
-		require.Equal(h.t, []string{m}, h.claimIDs(at(3*time.Second)), "the row of several keys runs at the next claim")
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "acct:9 is still held")
+		require.Equal(h.t, "acct:9", h.get(m).BlockedOn)
+	}},
+	{"severalKeys/a row of several keys takes every slot a row of the same keys frees", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		r := h.hold(multi("acct:1", "api:x"))
+		w := h.insert(multi("acct:1", "api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, w)
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(r))
+		require.Equal(h.t, []string{w}, claimedIDs(got))
+		require.Equal(h.t, []int{0}, got[0].AlsoShards, "api:x's shard, passed on")
+		require.Zero(h.t, h.available("api:x"), "the gate's slot passed on, not credited")
+		h.insert(dueNow("api:x"))
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "api:x is full")
+		h.commit("w", at(4*time.Second), done(got[0]))
+		require.Len(h.t, h.claimIDs(at(5*time.Second)), 1, "the gate's slot is back")
+	}},
+	{"severalKeys/a row of several keys does not pass a row waiting in its other key's line", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		r := h.hold(multi("acct:1", "api:x"))
+		x := h.insert(dueNow("api:x"))[0]
+		w := h.insert(multi("acct:1", "api:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, w)
+		require.Contains(h.t, []store.Status{store.StatusReady, store.StatusBlocked}, h.get(x).Status, "x waits in api:x's line")
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(r))
+		require.Equal(h.t, []string{x}, claimedIDs(got), "api:x's slot goes to api:x's line")
+		h.requireStatus(store.StatusReady, w)
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "api:x is full")
+		require.Equal(h.t, "api:x", h.get(w).BlockedOn)
 	}},
 	{"severalKeys/a row that an outcome gives another key is not handed its own freed slot", func(h *harness) {
 		h.severalKeys()
