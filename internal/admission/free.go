@@ -150,7 +150,10 @@ type Reservation struct {
 //     claim, not for a slot, and a claim admits them without holding the
 //     freeing worker's executor until its flush commits. Make bench's
 //     scenario 4 (a gate of 1,000, 200 executors) ran at 3,000-5,600
-//     steps/s on hand-offs, against about 13,000 on claims.
+//     steps/s on hand-offs, against about 13,000 on claims. A row of
+//     several keys takes such a slot all the same: its claim takes a
+//     round trip more than a plain one, and reads no counter
+//     optimistically;
 //
 // Every other freed slot is in Rest. A slot that names a successor is not
 // decided: it passes to that row (Successions).
@@ -186,9 +189,10 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		id, queue string
 		slot      Freed
 	}
-	var holders []holder // rows the plan makes executing, in slot order
-	var rest []spare     // the slots not handed off, in order
-	var multi []Freed    // slots whose key's next row has several keys
+	var holders []holder       // rows the plan makes executing, in slot order
+	var rest []spare           // the slots not handed off, in order
+	var multi []Freed          // slots whose key's next row has several keys
+	tried := map[string]bool{} // Tried keys a hand-off took
 	for _, f := range freed {
 		if f.Key == "" {
 			continue
@@ -202,6 +206,27 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			rest = append(rest, spare{Freed: f})
 			continue
 		}
+		line := next[f.Key]
+		ready := len(line) > 0 && takes(line[0], room, st.Runs) && !st.Paused[line[0].Queue]
+		if ready && len(line[0].Also) > 0 {
+			// A row of several keys takes the slot even from a key with
+			// slots to spare (Roomy).
+			w := line[0]
+			if also, ok := alsoSlots(w, rest, next, st.Tried, tried); ok {
+				next[f.Key] = line[1:]
+				room[w.Queue]--
+				plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
+				if f.Shard < 0 {
+					done[f.Key] = true
+				}
+				continue
+			}
+			if !roomy(f, st) {
+				done[f.Key] = true // unless the row takes it once every slot is known (below)
+				multi = append(multi, f)
+				continue
+			}
+		}
 		if roomy(f, st) {
 			if !slices.Contains(plan.Roomy, f.Key) {
 				plan.Roomy = append(plan.Roomy, f.Key)
@@ -210,18 +235,12 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			rest = append(rest, spare{Freed: f, passes: true})
 			continue
 		}
-		line := next[f.Key]
-		if len(line) == 0 || !takes(line[0], room, st.Runs) || st.Paused[line[0].Queue] {
+		if !ready {
 			done[f.Key] = true
 			rest = append(rest, spare{Freed: f, passes: true})
 			continue
 		}
 		w := line[0]
-		if len(w.Also) > 0 {
-			done[f.Key] = true // until the row takes it with its other keys' slots
-			multi = append(multi, f)
-			continue
-		}
 		next[f.Key] = line[1:]
 		room[w.Queue]--
 		plan.HandOffs = append(plan.HandOffs, Admitted{ID: w.ID, Shard: f.Shard})
@@ -230,11 +249,9 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			done[f.Key] = true // a K = 1 key has one slot
 		}
 	}
-	// A row of several keys takes its slot with a slot of each of its
-	// other keys, from those no row of their own line took, or the key
-	// itself when it is a K = 1 key the transaction tried; otherwise the
+	// A row of several keys that could not take its slot above, when the
+	// slot came, may once every slot of the batch is known; otherwise the
 	// slot is not handed off. No reservation follows such a hand-off.
-	tried := map[string]bool{} // Tried keys a hand-off took
 	for _, f := range multi {
 		w := next[f.Key][0]
 		also, ok := alsoSlots(w, rest, next, st.Tried, tried)
@@ -244,18 +261,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 		next[f.Key] = next[f.Key][1:]
 		room[w.Queue]--
-		for _, h := range also {
-			if h.at >= 0 {
-				rest[h.at].taken = true
-			} else {
-				tried[h.Key] = true
-			}
-		}
-		a := Admitted{ID: w.ID, Shard: f.Shard, Also: make([]Hold, len(also))}
-		for i, h := range also {
-			a.Also[i] = h.Hold
-		}
-		plan.HandOffs = append(plan.HandOffs, a)
+		plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
 	}
 	for _, r := range rest {
 		if !r.taken {
@@ -307,6 +313,21 @@ type spare struct {
 type alsoHold struct {
 	Hold
 	at int
+}
+
+// takeAlso marks the slots and keys also (see alsoSlots) taken by w, which
+// takes f, and returns w's admission.
+func takeAlso(w Waiting, f Freed, also []alsoHold, rest []spare, tried map[string]bool) Admitted {
+	a := Admitted{ID: w.ID, Shard: f.Shard, Also: make([]Hold, len(also))}
+	for i, h := range also {
+		if h.at >= 0 {
+			rest[h.at].taken = true
+		} else {
+			tried[h.Key] = true
+		}
+		a.Also[i] = h.Hold
+	}
+	return a
 }
 
 // alsoSlots finds, for a waiting row of several keys, a slot of each of

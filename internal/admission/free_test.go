@@ -104,6 +104,15 @@ func TestFree(t *testing.T) {
 				{ID: "r2", Key: "g:1", Queue: "q", Also: []string{"a:2"}}},
 			st:   freeState(func(st *FreeState) { withGate("g:1", 4, 2)(st); st.Tried = map[string]bool{"a:2": true} }),
 			want: []Admitted{{ID: "r2", Shard: 1, Also: []Hold{{Key: "a:2", Shard: -1}}}}, rest: one},
+		{name: "a row of several keys takes a slot of a key with slots to spare",
+			freed:   []Freed{{Key: "g:1", Shard: 1}},
+			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "q", Also: []string{"a:2"}}},
+			st: freeState(func(st *FreeState) {
+				withGate("g:1", 4, 2)(st)
+				st.Counters["g:1"][0].Available = 1
+				st.Tried = map[string]bool{"a:2": true}
+			}),
+			want: []Admitted{{ID: "r1", Shard: 1, Also: []Hold{{Key: "a:2", Shard: -1}}}}},
 		{name: "a tried key goes to one row",
 			freed: []Freed{{Key: "g:1", Shard: 1}, {Key: "g:1", Shard: 0}},
 			waiting: []Waiting{{ID: "r1", Key: "g:1", Queue: "q", Also: []string{"a:2"}},
