@@ -99,9 +99,12 @@
 //     line of the first full key in key order (Instance.BlockedOn) and is
 //     woken by that key's freed slot; MaxActivePerKey applies to each of
 //     its keys, and it takes a token of each rated key's bucket or none. It
-//     takes turns as a row of its Key (see Order), is never handed a slot
-//     or reserved, and a key's hand-offs and reservations stop at it, so
-//     that it is admitted by a claim that decides every one of its keys.
+//     takes turns as a row of its Key (see Order) and is never reserved. A
+//     freed slot of one of its keys is handed to it (HandOffer) only with a
+//     slot of each of its other keys in the same transaction: one the same
+//     batch frees that no row waiting in that key's line takes, or a free
+//     K = 1 key; otherwise the key's hand-offs and reservations stop at it,
+//     and a claim that decides every one of its keys admits it.
 //
 // # Order
 //

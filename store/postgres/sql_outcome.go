@@ -18,7 +18,8 @@ const (
 	// An outcome that sets the row's keys sets its other keys too ($24, see
 	// keysText), here rather than later in the transaction, so that a
 	// hand-off read in the same transaction sees which rows have several
-	// keys (a row of several keys is never handed a slot). It returns the
+	// keys (a row of several keys is handed a slot only with a slot of
+	// each of its keys). It returns the
 	// holds of a row of several keys (key_holds, migration 025) with what
 	// the row held, read in the same lookup; a row of one key reads none.
 	// The claim's status is compared under "C" (see sql.go: the lookup by
