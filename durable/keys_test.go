@@ -113,6 +113,15 @@ func TestSeveralKeysSeen(t *testing.T) {
 		nil,
 	}, seen)
 	assert.Equal(t, []string{"acct:1", "acct:1", "acct:1", "mail:eu", ""}, first)
+	hist, err := env.Store.History(context.Background(), id)
+	require.NoError(t, err)
+	var ran [][]string
+	for _, h := range hist {
+		if h.Key != "" {
+			ran = append(ran, append([]string{h.Key}, h.Also...))
+		}
+	}
+	assert.Equal(t, seen[:4], ran, "each step's history row keeps every key it ran under")
 	in = env.Get(id)
 	assert.Empty(t, in.Keys)
 	assert.Empty(t, in.Key)

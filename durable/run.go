@@ -80,6 +80,9 @@ func (e *Engine) execute(ctx context.Context, c store.Claimed) store.Outcome {
 		InstanceID: c.ID, Step: c.Step, Attempt: c.Attempt, Key: c.Key, Worker: e.cfg.WorkerID,
 		StartedAt: started, FinishedAt: e.cfg.Clock.Now(), Outcome: label, Error: errText,
 	}
+	for _, k := range c.Also {
+		out.History.Also = append(out.History.Also, k.Key)
+	}
 	if label == transitions.KindStop.String() {
 		// The reason is the instance's last error: its history row says
 		// the same (a Stop is not a step error, so its span is not one).

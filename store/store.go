@@ -713,7 +713,11 @@ type HistoryEntry struct {
 	InstanceID string
 	Step       string
 	Attempt    int
+	// Key is the concurrency key the step ran under, and Also its other
+	// keys when it held several (Instance.Key and Instance.Also as the step
+	// was claimed, in store.NormalizeKeys' order).
 	Key        string
+	Also       []string
 	Worker     string
 	StartedAt  time.Time
 	FinishedAt time.Time

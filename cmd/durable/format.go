@@ -124,6 +124,7 @@ type historyView struct {
 	Step       string     `json:"step"`
 	Attempt    int        `json:"attempt"`
 	Key        string     `json:"key"`
+	Also       []string   `json:"also"` // the step's other keys, when it held several
 	Worker     string     `json:"worker"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`

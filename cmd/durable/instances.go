@@ -198,7 +198,7 @@ func show(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if !h.FinishedAt.IsZero() {
 				finished = &h.FinishedAt
 			}
-			rep.History = append(rep.History, historyView{Step: h.Step, Attempt: h.Attempt, Key: h.Key, Worker: h.Worker,
+			rep.History = append(rep.History, historyView{Step: h.Step, Attempt: h.Attempt, Key: h.Key, Also: append([]string{}, h.Also...), Worker: h.Worker,
 				StartedAt: started, FinishedAt: finished, Outcome: h.Outcome, Error: h.Error})
 		}
 		return writeJSON(stdout, rep)

@@ -500,6 +500,7 @@ func (s *Store) apply(r *row, worker string, o store.Outcome, now time.Time, n *
 	if o.History != nil {
 		h := *o.History
 		h.InstanceID = r.inst.ID
+		h.Also = slices.Clone(h.Also)
 		if h.Worker == "" {
 			h.Worker = worker
 		}

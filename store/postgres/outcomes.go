@@ -176,7 +176,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 		if h := o.History; h != nil && s.history {
 			histIDs, histSteps, histAttempts = append(histIDs, o.ID), append(histSteps, h.Step), append(histAttempts, int32(h.Attempt))
-			histKeys, histWorker = append(histKeys, h.Key), append(histWorker, cmpOr(h.Worker, worker))
+			histKeys, histWorker = append(histKeys, historyKeys(h)), append(histWorker, cmpOr(h.Worker, worker))
 			histStart, histEnd = append(histStart, tsPtr(h.StartedAt)), append(histEnd, tsPtr(h.FinishedAt))
 			histOutcomes, histEr = append(histOutcomes, h.Outcome), append(histEr, h.Error)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -193,6 +194,9 @@ func (s *Store) History(ctx context.Context, id string) ([]store.HistoryEntry, e
 		var started, finished *time.Time
 		err := r.Scan(&h.InstanceID, &h.Step, &h.Attempt, &h.Key, &h.Worker, &started, &finished, &h.Outcome, &h.Error)
 		h.StartedAt, h.FinishedAt = fromPtr(started), fromPtr(finished)
+		if first, rest, several := strings.Cut(h.Key, "\x1f"); several {
+			h.Key, h.Also = first, strings.Split(rest, "\x1f")
+		}
 		return h, err
 	})
 	if err != nil {

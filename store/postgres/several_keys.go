@@ -137,6 +137,16 @@ func keysText(keys []store.KeyRef) string {
 	return b.String()
 }
 
+// historyKeys is how a history row keeps the keys of its step (the history
+// table's key column): its Key, and its other keys after it, joined by
+// U+001F, which no key holds (History splits them again).
+func historyKeys(h *store.HistoryEntry) string {
+	if len(h.Also) == 0 {
+		return h.Key
+	}
+	return h.Key + "\x1f" + strings.Join(h.Also, "\x1f")
+}
+
 // queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
 // plan or a hand-off's) that multi has, rows of several keys made
 // executing for worker earlier in the transaction: each gets its first

@@ -15,7 +15,7 @@ var queryTests = []test{
 		id := h.insert(inst(""))[0]
 		c := h.claimOne("w", at(0))
 		o := next(c, "two")
-		o.History = &store.HistoryEntry{Step: "start", Attempt: 0, Key: "", Worker: "w",
+		o.History = &store.HistoryEntry{Step: "start", Attempt: 0, Key: "acct:1", Also: []string{"api:x"}, Worker: "w",
 			StartedAt: at(0), FinishedAt: at(time.Second), Outcome: "next"}
 		h.commit("w", at(time.Second), o)
 		c = h.claimOne("w", at(2*time.Second))
@@ -33,6 +33,9 @@ var queryTests = []test{
 		require.Equal(h.t, "start", hist[0].Step)
 		require.Equal(h.t, "next", hist[0].Outcome)
 		require.Equal(h.t, "w", hist[0].Worker)
+		require.Equal(h.t, "acct:1", hist[0].Key, "the step's keys as the outcome gave them")
+		require.Equal(h.t, []string{"api:x"}, hist[0].Also)
+		require.Empty(h.t, hist[1].Also)
 		near(h.t, at(0), hist[0].StartedAt, "started")
 		near(h.t, at(time.Second), hist[0].FinishedAt, "finished")
 		require.Equal(h.t, "three", hist[1].Step)
