@@ -51,9 +51,11 @@ type Schedule struct {
 	// the tick unrecorded: it is tried again (and may become missed).
 	State   any
 	StateAt func(tick time.Time) (any, error)
-	// Key, Queue and Priority are the insert options of every tick's
-	// instance (Queue default: the workflow's).
+	// Key (or Keys, for an instance of several keys: see
+	// InsertOptions.Keys), Queue and Priority are the insert options of
+	// every tick's instance (Queue default: the workflow's).
 	Key      gate.ConcurrencyKey
+	Keys     []gate.ConcurrencyKey
 	Queue    string
 	Priority int
 	// UniqueStatuses is the scope of the tick's unique key (default: every
@@ -63,8 +65,8 @@ type Schedule struct {
 	// still running: OverlapAllow (default) starts it anyway, OverlapSkip
 	// records the tick without starting it, OverlapQueue starts it under
 	// the schedule's concurrency key (Key, default
-	// gate.Identity(ScheduleKeyName, Name)), so it runs once the previous
-	// one lets go of the key. A key is let go while its instance awaits or
+	// gate.Identity(ScheduleKeyName, Name) when neither Key nor Keys is
+	// set), so it runs once the previous one lets go of the key. A key is let go while its instance awaits or
 	// sleeps, so OverlapQueue serializes the steps, not the whole runs, of
 	// a workflow that parks; use OverlapSkip to keep whole runs apart.
 	Overlap periodic.Overlap
@@ -80,14 +82,16 @@ type Schedule struct {
 var allStatuses = []store.Status{store.StatusReady, store.StatusBlocked, store.StatusExecuting, store.StatusAwaiting,
 	store.StatusChildren, store.StatusDone, store.StatusFailed, store.StatusCanceled}
 
-// stored is the schedule's definition as the store keeps it.
+// stored is the schedule's definition as the store keeps it; its keys are
+// valid (see validateSchedules).
 func (s Schedule) stored() store.Schedule {
-	key := s.Key
-	if key.IsZero() && s.Overlap == periodic.OverlapQueue {
-		key = gate.Identity(ScheduleKeyName, s.Name)
+	keys, _ := insertKeys(s.Key, s.Keys)
+	if len(keys) == 0 && s.Overlap == periodic.OverlapQueue {
+		keys = []gate.ConcurrencyKey{gate.Identity(ScheduleKeyName, s.Name)}
 	}
+	key, intent, also, _ := storeKeys(keys)
 	return store.Schedule{Name: s.Name, Workflow: s.Workflow, Cron: s.Cron, TimeZone: s.TimeZone, Queue: s.Queue,
-		Priority: s.Priority, Key: key.String(), KeyIntent: key.Intent(), UniqueStatuses: s.UniqueStatuses,
+		Priority: s.Priority, Key: key, KeyIntent: intent, Also: also, UniqueStatuses: s.UniqueStatuses,
 		Overlap: s.Overlap, CatchUp: s.CatchUp, Grace: s.Grace}
 }
 
@@ -99,8 +103,8 @@ func validateSchedules(namespace string, scs []Schedule) (map[string]Schedule, e
 		if err := checkName("schedule name", s.Name); err != nil {
 			return nil, fmt.Errorf("durable: schedule: %w", err)
 		}
-		if err := s.Key.Err(); err != nil {
-			return nil, fmt.Errorf("durable: schedule %q: key: %w", s.Name, err)
+		if _, err := insertKeys(s.Key, s.Keys); err != nil {
+			return nil, fmt.Errorf("durable: schedule %q: %w", s.Name, err)
 		}
 		if s.StateAt != nil && s.State != nil {
 			return nil, fmt.Errorf("durable: schedule %q: set State or StateAt, not both", s.Name)
@@ -178,7 +182,8 @@ type StoredSchedule struct {
 	Name      string
 	Namespace string
 	// Workflow, Cron, TimeZone ("" is UTC), Queue ("" is the workflow's),
-	// Priority, Key and KeyIntent, UniqueStatuses, Overlap, CatchUp and
+	// Priority, Key and KeyIntent, Also (the other keys of a schedule of
+	// several, in the store's order), UniqueStatuses, Overlap, CatchUp and
 	// Grace are the definition as synced (see Schedule).
 	Workflow       string
 	Cron           string
@@ -187,6 +192,7 @@ type StoredSchedule struct {
 	Priority       int
 	Key            string
 	KeyIntent      gate.Intent
+	Also           []store.KeyRef
 	UniqueStatuses []store.Status
 	Overlap        periodic.Overlap
 	CatchUp        periodic.CatchUp
@@ -206,7 +212,7 @@ type StoredSchedule struct {
 
 func storedSchedule(sc store.Schedule) StoredSchedule {
 	return StoredSchedule{Name: sc.Name, Namespace: sc.Namespace, Workflow: sc.Workflow, Cron: sc.Cron, TimeZone: sc.TimeZone,
-		Queue: sc.Queue, Priority: sc.Priority, Key: sc.Key, KeyIntent: sc.KeyIntent, UniqueStatuses: sc.UniqueStatuses,
+		Queue: sc.Queue, Priority: sc.Priority, Key: sc.Key, KeyIntent: sc.KeyIntent, Also: sc.Also, UniqueStatuses: sc.UniqueStatuses,
 		Overlap: sc.Overlap, CatchUp: sc.CatchUp, Grace: sc.Grace, Paused: sc.Paused, Anchor: sc.Anchor,
 		LastTick: sc.LastTick, LastInstance: sc.LastInstance, LastFiredAt: sc.LastFiredAt}
 }
@@ -321,7 +327,7 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 			}
 			state = s
 		}
-		key, err := gate.ParseWithIntent(sc.Key, sc.KeyIntent)
+		keys, err := rowKeys(store.Instance{Key: sc.Key, KeyIntent: sc.KeyIntent, Also: sc.Also})
 		if err != nil {
 			return tickOutcome{err: fmt.Errorf("schedule %q: %w", sc.Name, err)}
 		}
@@ -330,7 +336,7 @@ func (e *Engine) fireTick(ctx context.Context, sc store.Schedule, local Schedule
 			scope = allStatuses
 		}
 		rows, err = e.prepareInserts([]InsertRequest{{Workflow: sc.Workflow, State: state, Options: InsertOptions{
-			Key: key, Queue: sc.Queue, Priority: sc.Priority, RunAt: plan.Tick,
+			Keys: keys, Queue: sc.Queue, Priority: sc.Priority, RunAt: plan.Tick,
 			UniqueKey: periodic.TickKey(sc.Name, plan.Tick), UniqueStatuses: scope}}}, "")
 		if err != nil {
 			return tickOutcome{err: fmt.Errorf("schedule %q: %w", sc.Name, err)}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/periodic"
 	"github.com/godurable/godurable/steps"
 	"github.com/godurable/godurable/store"
@@ -136,4 +137,37 @@ func TestScheduleStateErrorLeavesTheTickUnrecorded(t *testing.T) {
 	scs, err = e.ListSchedules(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, t0.Add(time.Second), scs[0].LastTick)
+}
+
+// A schedule of several keys starts each tick's instance holding every
+// one of them, and a schedule's keys are checked as an insert's are.
+func TestScheduleOfSeveralKeys(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := durabletest.NewClock(t0)
+	st := memory.New(memory.Options{Clock: clock.Now})
+	keys := []gate.ConcurrencyKey{gate.Gate("stripe", "global"), gate.Identity("acct", "1")}
+	e := newEngine(t, durable.Config{Store: st, Clock: clock, Limits: []gate.Limit{{Name: "stripe", Limit: 2}},
+		Schedules: []durable.Schedule{{Name: "s", Workflow: "wf", Cron: "@every 1s", State: counter{N: 1}, Keys: keys}}},
+		noopWorkflow("wf"))
+	scs, err := e.SyncSchedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, scs, 1)
+	assert.Equal(t, "acct:1", scs[0].Key)
+	assert.Equal(t, []store.KeyRef{{Key: "stripe:global", Intent: gate.GateIntent}}, scs[0].Also)
+
+	clock.Set(t0.Add(time.Second))
+	rep, err := e.Tick(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Scheduled)
+	require.Len(t, rep.Claimed, 1)
+	assert.Equal(t, []string{"acct:1", "stripe:global"}, rep.Claimed[0].Keys, "the tick's instance holds both keys")
+
+	for _, bad := range []durable.Schedule{
+		{Name: "s", Workflow: "wf", Cron: "@daily", Key: gate.Identity("acct", "1"), Keys: keys},
+		{Name: "s", Workflow: "wf", Cron: "@daily", Keys: []gate.ConcurrencyKey{gate.Identity("acct", "1"), gate.Identity("acct", "1")}},
+	} {
+		_, err := durable.New(durable.Config{Store: memory.New(memory.Options{}), Schedules: []durable.Schedule{bad}})
+		assert.ErrorIs(t, err, durable.ErrInvalidInput)
+	}
 }

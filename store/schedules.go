@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -27,12 +28,15 @@ type Schedule struct {
 	// ("" is UTC); see periodic.Parse.
 	Cron     string `json:"cron"`
 	TimeZone string `json:"time_zone,omitempty"`
-	// Queue ("" is the workflow's), Priority, Key and KeyIntent are the
-	// insert options of every tick's instance.
+	// Queue ("" is the workflow's), Priority, Key and KeyIntent, and Also
+	// (the other keys of a tick's instance that holds several, in
+	// NormalizeKeys' order) are the insert options of every tick's
+	// instance.
 	Queue     string      `json:"queue,omitempty"`
 	Priority  int         `json:"priority,omitempty"`
 	Key       string      `json:"key,omitempty"`
 	KeyIntent gate.Intent `json:"key_intent,omitempty"`
+	Also      []KeyRef    `json:"also,omitempty"`
 	// UniqueStatuses is the scope of the tick's unique key (default: every
 	// status, terminal ones included).
 	UniqueStatuses []Status `json:"unique_statuses,omitempty"`
@@ -79,13 +83,13 @@ func (s Schedule) SameDefinition(o Schedule) bool {
 	}
 	return s.Name == o.Name && s.Workflow == o.Workflow && s.Cron == o.Cron && s.TimeZone == o.TimeZone &&
 		s.Queue == o.Queue && s.Priority == o.Priority && s.Key == o.Key && s.KeyIntent == o.KeyIntent &&
-		s.Overlap == o.Overlap && s.CatchUp == o.CatchUp && s.Grace == o.Grace
+		slices.Equal(s.Also, o.Also) && s.Overlap == o.Overlap && s.CatchUp == o.CatchUp && s.Grace == o.Grace
 }
 
 // Definition returns the fields of s a sync sets, the defaults filled in.
 func (s Schedule) Definition() Schedule {
 	d := Schedule{Name: s.Name, Workflow: s.Workflow, Cron: s.Cron, TimeZone: s.TimeZone, Queue: s.Queue,
-		Priority: s.Priority, Key: s.Key, KeyIntent: s.KeyIntent, Overlap: s.Overlap, CatchUp: s.CatchUp,
+		Priority: s.Priority, Key: s.Key, KeyIntent: s.KeyIntent, Also: slices.Clone(s.Also), Overlap: s.Overlap, CatchUp: s.CatchUp,
 		Grace: s.Grace.Truncate(time.Microsecond)} // what PostgreSQL keeps
 	if len(s.UniqueStatuses) > 0 {
 		d.UniqueStatuses = append([]Status(nil), s.UniqueStatuses...)
@@ -129,10 +133,9 @@ func ValidateSchedules(namespace string, defs []Schedule) ([]Schedule, error) {
 		if err := periodic.ValidCatchUp(d.CatchUp); err != nil {
 			return nil, fmt.Errorf("schedule %q: %w", d.Name, err)
 		}
-		if d.Key != "" {
-			if _, err := gate.ParseWithIntent(d.Key, d.KeyIntent); err != nil {
-				return nil, fmt.Errorf("schedule %q: %w", d.Name, err)
-			}
+		d.Also = slices.Clone(d.Also)
+		if err := NormalizeKeys(&d.Key, &d.KeyIntent, &d.Also); err != nil {
+			return nil, fmt.Errorf("schedule %q: %w", d.Name, err)
 		}
 		out = append(out, d.Definition())
 	}

@@ -196,7 +196,7 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 				"sqlHandOff", "sqlReserve"}},
 		{"the schedule columns", `name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
 			unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick,
-			coalesce(last_instance::text, ''), last_fired_at, epoch`,
+			coalesce(last_instance::text, ''), last_fired_at, epoch, coalesce(also_keys, '')`,
 			[]string{"sqlSchedulesAll", "sqlScheduleLock", "sqlSchedulePause", "sqlScheduleRecord"}},
 		{"the held keys", `held AS (SELECT key FROM {schema}.instances WHERE id = ANY ($1::uuid[]) AND key IS NOT NULL
 			UNION SELECT key FROM {schema}.key_holds WHERE instance_id = ANY ($1::uuid[]))`,

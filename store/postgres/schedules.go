@@ -51,7 +51,7 @@ func (s *Store) SyncSchedules(ctx context.Context, namespace string, want []stor
 			b.Queue(s.q(sqlScheduleUpsert), pgx.NamedArgs{
 				"name": d.Name, "namespace": namespace, "workflow": d.Workflow, "cron": d.Cron,
 				"time_zone": d.TimeZone, "queue": d.Queue, "priority": d.Priority, "key": d.Key,
-				"key_intent": string(d.KeyIntent), "unique_statuses": statuses, "overlap": string(d.Overlap),
+				"key_intent": string(d.KeyIntent), "also_keys": keysText(d.Also), "unique_statuses": statuses, "overlap": string(d.Overlap),
 				"catch_up": string(d.CatchUp), "grace_us": d.Grace.Microseconds(), "now": s.clockNow(),
 			})
 		}
@@ -198,13 +198,14 @@ func readSchedules(ctx context.Context, q querier, stmt string) ([]store.Schedul
 
 func scanSchedule(r pgx.CollectableRow) (store.Schedule, error) {
 	var sc store.Schedule
-	var intent, overlap, catchUp string
+	var intent, overlap, catchUp, also string
 	var statuses []string
 	var graceUS int64
 	var lastTick, lastFired *time.Time
 	err := r.Scan(&sc.Name, &sc.Namespace, &sc.Workflow, &sc.Cron, &sc.TimeZone, &sc.Queue, &sc.Priority, &sc.Key,
 		&intent, &statuses, &overlap, &catchUp, &graceUS, &sc.Paused, &sc.Anchor, &lastTick, &sc.LastInstance,
-		&lastFired, &sc.Epoch)
+		&lastFired, &sc.Epoch, &also)
+	sc.Also = keyRefsOf(also)
 	sc.KeyIntent, sc.Overlap, sc.CatchUp = gate.Intent(intent), periodic.Overlap(overlap), periodic.CatchUp(catchUp)
 	sc.Grace = time.Duration(graceUS) * time.Microsecond
 	for _, st := range statuses {

@@ -137,6 +137,19 @@ func keysText(keys []store.KeyRef) string {
 	return b.String()
 }
 
+// keyRefsOf reads keysText's text back (nil for "").
+func keyRefsOf(text string) []store.KeyRef {
+	if text == "" {
+		return nil
+	}
+	var out []store.KeyRef
+	for e := range strings.SplitSeq(text, "\x1f") {
+		k, intent, _ := strings.Cut(e, "\x1e")
+		out = append(out, store.KeyRef{Key: k, Intent: gate.Intent(intent)})
+	}
+	return out
+}
+
 // historyKeys is how a history row keeps the keys of its step (the history
 // table's key column): its Key, and its other keys after it, joined by
 // U+001F, which no key holds (History splits them again).

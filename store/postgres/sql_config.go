@@ -155,7 +155,7 @@ const (
 	sqlSchedulesAll = `
 SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
        unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
-       last_fired_at, epoch
+       last_fired_at, epoch, coalesce(also_keys, '')
 FROM {schema}.schedules ORDER BY name`
 
 	// sqlScheduleLock locks schedule $1 and reads it (the schedule columns,
@@ -163,7 +163,7 @@ FROM {schema}.schedules ORDER BY name`
 	sqlScheduleLock = `
 SELECT name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
        unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
-       last_fired_at, epoch
+       last_fired_at, epoch, coalesce(also_keys, '')
 FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
 
 	// sqlSchedulesDeleteOmitted deletes the namespace's ($1) schedules not in $2.
@@ -173,12 +173,12 @@ FROM {schema}.schedules WHERE name = $1 FOR UPDATE`
 	// at @now; an existing one keeps its run-time state and moves its epoch.
 	sqlScheduleUpsert = `
 INSERT INTO {schema}.schedules (name, namespace, workflow, cron, time_zone, queue, priority, key, key_intent,
-    unique_statuses, overlap, catch_up, grace_us, anchor)
+    unique_statuses, overlap, catch_up, grace_us, anchor, also_keys)
 VALUES (@name, @namespace, @workflow, @cron, @time_zone, @queue, @priority, nullif(@key, ''), @key_intent,
-    @unique_statuses::text[], @overlap, @catch_up, @grace_us, coalesce(@now::timestamptz, now()))
+    @unique_statuses::text[], @overlap, @catch_up, @grace_us, coalesce(@now::timestamptz, now()), nullif(@also_keys, ''))
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, cron = excluded.cron,
     time_zone = excluded.time_zone, queue = excluded.queue, priority = excluded.priority, key = excluded.key,
-    key_intent = excluded.key_intent, unique_statuses = excluded.unique_statuses, overlap = excluded.overlap,
+    key_intent = excluded.key_intent, also_keys = excluded.also_keys, unique_statuses = excluded.unique_statuses, overlap = excluded.overlap,
     catch_up = excluded.catch_up, grace_us = excluded.grace_us, epoch = schedules.epoch + 1, updated_at = now()`
 
 	// sqlSchedulePause sets paused ($2); a change moves the epoch, and a
@@ -191,7 +191,7 @@ UPDATE {schema}.schedules SET paused = $2, epoch = epoch + (paused <> $2)::int,
 WHERE name = $1
 RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
           unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
-          last_fired_at, epoch`
+          last_fired_at, epoch, coalesce(also_keys, '')`
 
 	// sqlScheduleRecord records a tick ($2) and, unless $3 is NULL, the
 	// instance it started at $4 (NULL: now), and returns the schedule (the
@@ -204,7 +204,7 @@ UPDATE {schema}.schedules SET last_tick = $2, epoch = epoch + 1,
 WHERE name = $1
 RETURNING name, namespace, workflow, cron, time_zone, queue, priority, coalesce(key, ''), key_intent,
           unique_statuses, overlap, catch_up, grace_us, paused, anchor, last_tick, coalesce(last_instance::text, ''),
-          last_fired_at, epoch`
+          last_fired_at, epoch, coalesce(also_keys, '')`
 
 	// sqlInstanceRunning says whether an instance exists and is not terminal.
 	sqlInstanceRunning = `

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/periodic"
 	"github.com/godurable/godurable/store"
 )
@@ -101,6 +102,30 @@ var scheduleDefTests = []test{
 		all, err = h.s.ListSchedules(h.ctx)
 		require.NoError(h.t, err)
 		require.Equal(h.t, []string{"invoices"}, scheduleNames(all))
+	}},
+	{"schedules/a definition keeps several keys, in the one order", func(h *harness) {
+		sc := every5("multi")
+		sc.Key, sc.KeyIntent = "stripe:global", gate.GateIntent
+		sc.Also = []store.KeyRef{{Key: "acct:1", Intent: gate.IdentityIntent}}
+		got := h.syncSchedules("workers", sc)[0]
+		require.Equal(h.t, "acct:1", got.Key, "the identity first, as store.NormalizeKeys orders them")
+		require.Equal(h.t, gate.IdentityIntent, got.KeyIntent)
+		require.Equal(h.t, []store.KeyRef{{Key: "stripe:global", Intent: gate.GateIntent}}, got.Also)
+		require.Equal(h.t, got, h.schedule("multi"))
+
+		same := h.syncSchedules("workers", sc)[0]
+		require.Equal(h.t, got.Epoch, same.Epoch, "the same keys are the same definition")
+		sc.Also = []store.KeyRef{{Key: "acct:2", Intent: gate.IdentityIntent}}
+		changed := h.syncSchedules("workers", sc)[0]
+		require.NotEqual(h.t, got.Epoch, changed.Epoch, "another key is another definition")
+		require.Equal(h.t, "acct:2", changed.Key)
+
+		sc.Also = []store.KeyRef{{Key: "stripe:global"}}
+		_, err := h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{sc}, store.SyncOptions{})
+		require.Error(h.t, err, "a key twice")
+		sc.Key, sc.Also = "", []store.KeyRef{{Key: "acct:1"}}
+		_, err = h.s.SyncSchedules(h.ctx, "workers", []store.Schedule{sc}, store.SyncOptions{})
+		require.Error(h.t, err, "other keys without a key")
 	}},
 	{"schedules/another namespace cannot take a schedule over", func(h *harness) {
 		h.syncSchedules("billing", every5("invoices"))

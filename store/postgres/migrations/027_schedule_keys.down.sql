@@ -1,0 +1,1 @@
+ALTER TABLE {schema}.schedules DROP COLUMN also_keys;
