@@ -1,6 +1,8 @@
 package store
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -58,6 +60,28 @@ type Health struct {
 	// back: they show as ready rows, aged by OldestReady.
 	HandedBack       []HandBackHealth `json:"handed_back"`
 	HandedBackCapped bool             `json:"handed_back_capped"`
+	// BlockedBy, sorted by name, counts the blocked rows per name of the
+	// key they wait for, identity (K = 1) names included: a row of several
+	// keys counts under the key that blocked it (Instance.BlockedOn), so
+	// that the key holding it back shows whichever of its keys that is.
+	// Reserved successors (blocked, with a worker) count too.
+	BlockedBy []NameCount `json:"blocked_by"`
+}
+
+// NameCount counts rows under one key name.
+type NameCount struct {
+	Name  string `json:"name"`
+	Count int64  `json:"count"`
+}
+
+// NameCounts returns counts as NameCounts sorted by name ([] for none).
+func NameCounts(counts map[string]int64) []NameCount {
+	out := make([]NameCount, 0, len(counts))
+	for name, n := range counts {
+		out = append(out, NameCount{Name: name, Count: n})
+	}
+	slices.SortFunc(out, func(a, b NameCount) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // HandBackHealth counts the handed-back rows of one workflow version.

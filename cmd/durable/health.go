@@ -114,6 +114,17 @@ func printHealth(w io.Writer, h store.Health) {
 	}
 	tw.Flush()
 
+	if len(h.BlockedBy) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "BLOCKED ON KEY NAME\tROWS")
+		for _, b := range h.BlockedBy {
+			fmt.Fprintf(tw, "%s\t%d\n", b.Name, b.Count)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "  a row of several keys counts under the key that blocked it; `durable explain KEY` says why a key's rows wait")
+	}
+
 	if len(h.RateLimits) > 0 {
 		fmt.Fprintln(w)
 		tw = table(w)

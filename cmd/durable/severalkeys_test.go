@@ -78,6 +78,19 @@ func TestExplainSeveralKeys(t *testing.T) {
 	assert.Equal(t, "stripe:t", line(t, out, holder)[len(line(t, out, holder))-1])
 }
 
+// TestHealthSeveralKeys: health lists the blocked rows by the name of the
+// key that blocked them.
+func TestHealthSeveralKeys(t *testing.T) {
+	st, _, _, _ := severalKeysStore(t)
+	h, err := st.Health(context.Background(), time.Time{})
+	require.NoError(t, err)
+	var b bytes.Buffer
+	printHealth(&b, h)
+	out := b.String()
+	t.Log("\n" + out)
+	assert.Regexp(t, `\nBLOCKED ON KEY NAME +ROWS\nstripe +1\n`, out, "the row of two keys waits for stripe:t")
+}
+
 // TestExplainOneKeyUnchanged: a key whose rows have one key prints no
 // column or clause of other keys.
 func TestExplainOneKeyUnchanged(t *testing.T) {

@@ -24,6 +24,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	defer s.unlock(nil)
 	now = s.now(now)
 	h := store.Health{Queues: []store.QueueHealth{}, Gates: []store.GateHealth{}, Warnings: []gate.Warning{}}
+	blockedBy := map[string]int64{}
 
 	queues := map[string]*store.QueueHealth{}
 	oldest := map[string]time.Time{}
@@ -72,7 +73,11 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			q.Ready++
 		case store.StatusBlocked:
 			qh(in.Queue).Blocked++
-			if g := gates[gate.NameOf(r.waitsOn())]; g != nil { // the key it is blocked on
+			on := gate.NameOf(r.waitsOn()) // the key it is blocked on
+			if on != "" {
+				blockedBy[on]++
+			}
+			if g := gates[on]; g != nil {
 				g.BlockedReady++
 			}
 		case store.StatusExecuting:
@@ -163,6 +168,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 	slices.SortFunc(h.Warnings, func(a, b gate.Warning) int {
 		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Name, b.Name))
 	})
+	h.BlockedBy = store.NameCounts(blockedBy)
 	return h, nil
 }
 

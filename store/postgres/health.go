@@ -252,6 +252,7 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			HighestKeyActive: g.highest,
 		})
 	}
+	h.BlockedBy = store.NameCounts(blocked)
 	seen := map[string]bool{}
 	for _, in := range intents {
 		k, err := gate.New(in.name, "x", gate.Intent(in.intent))

@@ -21,6 +21,7 @@ func (h *harness) health(now time.Time) store.Health {
 	require.NotNil(h.t, hl.Warnings, "warnings is [] when empty, never null")
 	require.NotNil(h.t, hl.RateLimits, "rate_limits is [] when empty, never null")
 	require.NotNil(h.t, hl.HandedBack, "handed_back is [] when empty, never null")
+	require.NotNil(h.t, hl.BlockedBy, "blocked_by is [] when empty, never null")
 	return hl
 }
 
@@ -135,7 +136,7 @@ var healthTests = []test{
 		require.Empty(h.t, hl.Warnings)
 		b, err := json.Marshal(hl)
 		require.NoError(h.t, err)
-		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[],"rate_limits":[],"handed_back":[],"handed_back_capped":false}`, string(b))
+		require.JSONEq(h.t, `{"queues":[],"gates":[],"warnings":[],"rate_limits":[],"handed_back":[],"handed_back_capped":false,"blocked_by":[]}`, string(b))
 
 		h.insert(inst(""))
 		b, err = json.Marshal(h.queueHealth(h.health(at(0)), queue))
@@ -210,6 +211,7 @@ var healthTests = []test{
 		require.Equal(h.t, int64(0), q.Ready)
 		require.Equal(h.t, int64(1), q.Executing)
 		require.Empty(h.t, h.health(at(0)).Gates, "a K = 1 name is not a gate")
+		require.Equal(h.t, []store.NameCount{{Name: "account", Count: 2}}, h.health(at(0)).BlockedBy, "but its blocked rows show by name")
 	}},
 	{"health/awaiting counts signal, timer and children parks", func(h *harness) {
 		h.insertKeyed("", 3)

@@ -240,6 +240,12 @@ var severalKeysTests = []test{
 		require.NotNil(h.t, api)
 		require.Equal(h.t, [4]int64{2, 1, 2, 1}, [4]int64{api.Active, int64(api.HighestKeyActive), int64(api.SaturatedKeys), api.BlockedReady},
 			"active, most on one key, keys without room, rows blocked on its keys")
+
+		k1 := h.insert(multi("acct:1", "zz:2"))[0] // acct:1 is held: it waits for acct:1, whatever zz:2 says
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)))
+		require.Equal(h.t, "acct:1", h.get(k1).BlockedOn)
+		require.Equal(h.t, []store.NameCount{{Name: "acct", Count: 1}, {Name: "api", Count: 1}}, h.health(at(4*time.Second)).BlockedBy,
+			"each blocked row under the name of the key that blocked it")
 	}},
 	{"severalKeys/a crash frees every key: reaped, the K = 1 key at once and the gate's slot at the next reconcile", func(h *harness) {
 		h.severalKeys()
