@@ -632,7 +632,6 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 	return r
 }
 
-// roundOf is a round as read (nil: the row has none).
 // tryOthers fills r.st.Tried (see sqlHandOffTry) for the other keys of
 // the rows of several keys at the head of a read key's line that no slot
 // freed reads (r.keys), in one round trip of tx, when there are such keys
@@ -687,6 +686,7 @@ func collectKeys(rows pgx.Rows, set map[string]bool) error {
 	return err
 }
 
+// roundOf is a round as read (nil: the row has none).
 func roundOf(r *int64) int64 {
 	if r == nil {
 		return admission.NoRound
