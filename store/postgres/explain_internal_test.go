@@ -103,7 +103,6 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"hand-off candidates of workflows": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{"wf", "other"}, []int32{1, 1}}},
 		"hand-off":                         {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil, ids[:1]}},
 		"hand-off try":                     {sqlHandOffTry, []any{[]string{"a:1", "a:2"}, int64(1)}},
-		"hand-off tried":                   {sqlHandOffTried, []any{[]string{"a:1", "a:2"}}},
 		"successors lock":                  {sqlSuccessorsLock, []any{ids, fences, "w"}},
 		"succeed":                          {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
 		"reserve":                          {sqlReserve, []any{ids, "w", int64(60e6), nil}},
@@ -193,7 +192,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 // fleet's concurrency, not with the batch).
 var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve": true, "key busy": true,
 	"hand-off": true, "hand-off lock": true, "hand-off busy": true, "hand-off gates": true, "hand-off candidates": true,
-	"hand-off try": true, "hand-off tried": true,
+	"hand-off try":                     true,
 	"hand-off candidates of workflows": true,
 	"release":                          true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
 	"join parents": true, "set pending": true}

@@ -38,7 +38,6 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		"sqlHandOffGates":     sqlHandOffGates,
 		"sqlHandOffLock":      sqlHandOffLock,
 		"sqlHandOffTry":       sqlHandOffTry,
-		"sqlHandOffTried":     sqlHandOffTried,
 		"sqlHealthGates":      sqlHealthGates,
 		"sqlInsert":           sqlInsert,
 		"sqlInsertRounds":     sqlInsertRounds,
@@ -99,19 +98,12 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 		{"the K = 1 busy check", `((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL)`,
-			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim",
-				"sqlHandOffTried"}},
+			[]string{"sqlInsert", "sqlInsertRounds", "sqlClaimCandidates", "sqlKeyBusy", "sqlClaim"}},
 		{"the executing check", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL) OR (SELECT true FROM {schema}.instances e
 			WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL LIMIT 1) IS NOT NULL)`,
-			[]string{"sqlKeyBusy", "sqlClaim", "sqlHandOffTried"}},
-		{"the executing check blind to the outcomes' holds", `(((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status =
-			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM
-			{schema}.key_holds kh WHERE kh.key = k AND kh.instance_id <> ALL ($1::uuid[]) LIMIT 1) IS NOT NULL) OR (SELECT true
-			FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-			LIMIT 1) IS NOT NULL)`,
-			[]string{"sqlHandOffBusy"}},
+			[]string{"sqlKeyBusy", "sqlClaim"}},
 		{"the marked-holder mark", `CROSS JOIN LATERAL (SELECT e.id FROM {schema}.instances e WHERE e.key = k AND e.status =
 			'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL AND NOT e.waiters LIMIT 1 FOR NO KEY
 			UPDATE SKIP LOCKED) h`,

@@ -664,7 +664,7 @@ func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, fre
 	locked, busy := map[string]bool{}, map[string]bool{}
 	b := &pgx.Batch{}
 	b.Queue(s.q(sqlHandOffTry), keys, s.keySalt).Query(func(rows pgx.Rows) error { return collectKeys(rows, locked) })
-	b.Queue(s.q(sqlHandOffTried), keys).Query(func(rows pgx.Rows) error { return collectKeys(rows, busy) })
+	b.Queue(s.q(sqlKeyBusy), keys).Query(func(rows pgx.Rows) error { return collectKeys(rows, busy) })
 	if err := tx.send(ctx, b, false); err != nil {
 		return err
 	}

@@ -320,7 +320,7 @@ WHERE i.id = d.id AND i.status = 'ready'`
 	sqlKeyTryLock = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) FROM unnest($1::text[]) AS k`
 
 	// sqlKeyBusy returns the keys of $1 that have an executing row (the
-	// executing check, as in sqlClaim and sqlHandOffBusy; see sql.go). It
+	// executing check, as in sqlClaim; see sql.go). It
 	// must run as its own statement after sqlKeyTryLock so that its
 	// snapshot is taken while the locks are held.
 	sqlKeyBusy = `

@@ -231,28 +231,18 @@ ORDER BY h.key, s.shard`
 
 	// sqlHandOffTry tries the advisory locks of the keys $1 (sorted) that
 	// are K = 1 keys (the K = 1 key test; see sql.go), never waiting, and
-	// returns those it holds; sqlHandOffTried then returns, of the same
-	// keys, those with an executing row (the executing check), read after
-	// the locks. They are the other keys of the rows of several keys at
-	// the head of a freed key's line that no slot of the batch frees
-	// (admission.FreeState.Tried). The freeing transaction runs them only
-	// when it already holds the lock of every K = 1 key it frees, so that
-	// it waits for no K = 1 lock once it holds one out of order (lock
-	// order (2)); a lock tried and not used is held to the commit.
+	// returns those it holds; sqlKeyBusy then returns, of the same keys,
+	// those with an executing row, read after the locks. The keys are the
+	// other keys of the rows of several keys at the head of a freed key's
+	// line that no slot of the batch frees (admission.FreeState.Tried).
+	// The freeing transaction runs them only when it already holds the
+	// lock of every K = 1 key it frees, so that it waits for no K = 1 lock
+	// once it holds one out of order (lock order (2)); a lock tried and
+	// not used is held to the commit.
 	sqlHandOffTry = `
 SELECT k FROM unnest($1::text[]) AS x(k)
 WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
            THEN pg_try_advisory_xact_lock(hashtextextended(k, $2::bigint)) ELSE false END`
-	// sqlHandOffTried: see sqlHandOffTry.
-	sqlHandOffTried = `
-SELECT k FROM unnest($1::text[]) AS x(k)
-WHERE (((SELECT true FROM {schema}.instances e
-         WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
-         LIMIT 1) IS NOT NULL
-       OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL)
-       OR (SELECT true FROM {schema}.instances e
-           WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
-           LIMIT 1) IS NOT NULL)`
 
 	// sqlHandOffCandidates locks and returns the first n waiting rows
 	// (ready or blocked, not reserved) of each held key, n being the sum

@@ -346,6 +346,18 @@ var severalKeysTests = []test{
 		h.commit("w", at(4*time.Second), done(got[0]))
 		require.Len(h.t, h.claimIDs(at(5*time.Second)), 1, "the gate's slot is back")
 	}},
+	{"severalKeys/a row of two K = 1 keys takes both keys a row of the same keys frees", func(h *harness) {
+		h.severalKeys()
+		r := h.hold(multi("acct:1", "acct:2"))
+		w := h.insert(multi("acct:1", "acct:2"))[0]
+		require.Empty(h.t, h.claimIDs(at(time.Second)))
+		h.requireStatus(store.StatusBlocked, w)
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(r))
+		require.Equal(h.t, []string{w}, claimedIDs(got), "the ended row's hold of acct:2 frees with it")
+		h.insert(dueNow("acct:2"))
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "acct:2 is held by the row handed the slots")
+	}},
 	{"severalKeys/a row of several keys does not pass a row waiting in its other key's line", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
