@@ -137,3 +137,78 @@ func TestChainEnd(t *testing.T) {
 		})
 	}
 }
+
+// aheadLog is the PostgreSQL store recording the successors each
+// hand-off outcome asks for, by instance.
+type aheadLog struct {
+	*postgres.Store
+	mu    sync.Mutex
+	ahead map[string][]int
+}
+
+func (s *aheadLog) CompleteHandOff(ctx context.Context, worker string, outs []store.Outcome, now time.Time,
+	h store.HandOff) ([]store.OutcomeResult, []store.Claimed, error) {
+	s.mu.Lock()
+	for _, o := range outs {
+		s.ahead[o.ID] = append(s.ahead[o.ID], o.Ahead)
+	}
+	s.mu.Unlock()
+	return s.Store.CompleteHandOff(ctx, worker, outs, now, h)
+}
+
+// TestSeveralKeysAskNoSuccessors: the outcome of a row of several keys asks
+// for no successors (flushItem.several), while a row of one key on a key
+// with rows waiting asks for some.
+func TestSeveralKeysAskNoSuccessors(t *testing.T) {
+	ctx := context.Background()
+	pg := newPGStore(t)
+	_, err := pg.SyncLimits(ctx, []gate.Limit{{Name: "hot", Limit: 1, Shards: 1}})
+	require.NoError(t, err)
+	var rows []store.NewInstance
+	multi := map[string]bool{}
+	for i := range 12 {
+		ni := store.NewInstance{ID: store.NewInstanceID(), Workflow: "w", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: "hot:1", KeyIntent: gate.GateIntent}
+		if i%2 == 0 {
+			ni.Key, ni.KeyIntent = "acct:1", gate.IdentityIntent
+			ni.Also = []store.KeyRef{{Key: "hot:1", Intent: gate.GateIntent}}
+			multi[ni.ID] = true
+		}
+		rows = append(rows, ni)
+	}
+	_, err = pg.Insert(ctx, rows)
+	require.NoError(t, err)
+
+	h := &stepLog{step: 10 * time.Millisecond, done: make(chan struct{}), want: len(rows)}
+	log := &aheadLog{Store: pg, ahead: map[string][]int{}}
+	c := metricnoop.Int64Counter{}
+	rt := New(Config{Store: log, Logger: slog.New(slog.DiscardHandler),
+		Clock: wallClock{}, WorkerID: "test", Queues: map[string]int{"q": 10}, Lease: time.Minute,
+		HeartbeatInterval: time.Second, PollInterval: 20 * time.Millisecond, MaxFlushBatch: 100,
+		ReaperInterval: time.Hour, ReconcileInterval: time.Hour, MaxErrorLength: 1 << 10,
+		StaleCounter: c, ReapedCounter: c}, h)
+	s := rt.NewScheduler()
+	s.Start()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the steps did not all run")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.Stop(stopCtx))
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	asked := 0
+	for id, aheads := range log.ahead {
+		for _, n := range aheads {
+			if multi[id] {
+				require.Zero(t, n, "a row of several keys asks for no successors")
+			} else {
+				asked += n
+			}
+		}
+	}
+	require.Positive(t, asked, "rows of one key on a key with rows waiting ask for successors")
+}
