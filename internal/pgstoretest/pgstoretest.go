@@ -18,7 +18,15 @@ var Migrated = pgtest.NewSchemas(
 		_, err := postgres.Migrate(ctx, pool, schema)
 		return err
 	},
+	// Every table of the schema but the migrations' record is emptied: a
+	// table a migration adds is emptied without being listed here.
 	func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-		_, err := pool.Exec(ctx, "TRUNCATE instances, key_slots, key_holds, limits, signals, history, rate_limits, rate_buckets, queue_policies, limit_changes, schedules, leases, worked_queues, paused_queues RESTART IDENTITY")
+		var tables string
+		err := pool.QueryRow(ctx, `SELECT string_agg(format('%I.%I', schemaname, tablename), ', ' ORDER BY tablename)
+			FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations'`, schema).Scan(&tables)
+		if err != nil {
+			return err
+		}
+		_, err = pool.Exec(ctx, "TRUNCATE "+tables+" RESTART IDENTITY")
 		return err
 	})
