@@ -1,21 +1,17 @@
 package ui_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/godurable/godurable/gate"
-	"github.com/godurable/godurable/store"
+	"github.com/godurable/godurable/internal/keystest"
 	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/ui"
 )
@@ -28,22 +24,8 @@ import (
 // rows wait for another key, how many and on which; the instance list
 // shows every key of a row.
 func TestUISeveralKeys(t *testing.T) {
-	ctx := context.Background()
-	st := memory.New(memory.Options{})
-	_, err := st.SyncLimits(ctx, []gate.Limit{{Name: "stripe", Limit: 1, Shards: 1}})
-	require.NoError(t, err)
-	ni := func(account string) store.NewInstance {
-		return store.NewInstance{ID: store.NewInstanceID(), Workflow: "charge", Version: 1, Queue: "default", Step: "start",
-			State: json.RawMessage(`{}`), Key: account, KeyIntent: gate.IdentityIntent,
-			Also: []store.KeyRef{{Key: "stripe:t", Intent: gate.GateIntent}}}
-	}
-	res, err := st.Insert(ctx, []store.NewInstance{ni("account:1"), ni("account:2")})
-	require.NoError(t, err)
-	cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "default", Worker: "worker-1", Limit: 10, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, cl.Claimed, 1)
-	holder, blocked := res[0].ID, res[1].ID
-	require.Equal(t, holder, cl.Claimed[0].ID)
+	f := keystest.New(t)
+	st, holder, blocked := f.Store, f.Holder, f.Blocked
 
 	srv := httptest.NewServer(ui.Handler(st, ui.Options{}))
 	defer srv.Close()

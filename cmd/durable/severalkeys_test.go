@@ -13,34 +13,21 @@ import (
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/internal/explain"
+	"github.com/godurable/godurable/internal/keystest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
 )
 
-// severalKeysStore is a memory store with a gate stripe of K = 1 and two
-// rows of two keys: holder (account:1, stripe:t) executes; blocked
-// (account:2, stripe:t) waits for stripe:t; and one row of one key,
-// account:7, ready.
+// severalKeysStore is keystest's store of two rows of two keys, holder
+// (account:1, stripe:t) executing and blocked (account:2, stripe:t) waiting
+// for stripe:t, and one row of one key, account:7, ready.
 func severalKeysStore(t *testing.T) (st store.Store, holder, blocked, single string) {
 	t.Helper()
-	ctx := context.Background()
-	st = memory.New(memory.Options{})
-	_, err := st.SyncLimits(ctx, []gate.Limit{{Name: "stripe", Limit: 1, Shards: 1}})
+	f := keystest.New(t)
+	one, err := f.Store.Insert(context.Background(), []store.NewInstance{{ID: store.NewInstanceID(), Workflow: "charge",
+		Version: 1, Queue: "default", Step: "start", State: json.RawMessage(`{}`), Key: "account:7", KeyIntent: gate.IdentityIntent}})
 	require.NoError(t, err)
-	ni := func(key string, also ...store.KeyRef) store.NewInstance {
-		return store.NewInstance{ID: store.NewInstanceID(), Workflow: "charge", Version: 1, Queue: "default", Step: "start",
-			State: json.RawMessage(`{}`), Key: key, KeyIntent: gate.IdentityIntent, Also: also}
-	}
-	stripe := store.KeyRef{Key: "stripe:t", Intent: gate.GateIntent}
-	res, err := st.Insert(ctx, []store.NewInstance{ni("account:1", stripe), ni("account:2", stripe)})
-	require.NoError(t, err)
-	cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "default", Worker: "worker-a", Limit: 10, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, cl.Claimed, 1)
-	require.Equal(t, res[0].ID, cl.Claimed[0].ID)
-	one, err := st.Insert(ctx, []store.NewInstance{ni("account:7")})
-	require.NoError(t, err)
-	return st, res[0].ID, res[1].ID, one[0].ID
+	return f.Store, f.Holder, f.Blocked, one[0].ID
 }
 
 // TestExplainSeveralKeys prints the explanation of keys of rows of

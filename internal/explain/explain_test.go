@@ -11,68 +11,36 @@ import (
 
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/internal/explain"
+	"github.com/godurable/godurable/internal/keystest"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
 )
-
-// severalKeys is a memory store with a gate stripe of K = 1 and two rows
-// of two keys each: holder (account:1, stripe:t) executes; blocked
-// (account:2, stripe:t) waits for stripe:t, which holder has, while its
-// account:2 is free.
-type severalKeys struct {
-	st              store.Store
-	holder, blocked string
-}
-
-func newSeveralKeys(t *testing.T) severalKeys {
-	t.Helper()
-	ctx := context.Background()
-	st := memory.New(memory.Options{})
-	_, err := st.SyncLimits(ctx, []gate.Limit{{Name: "stripe", Limit: 1, Shards: 1}})
-	require.NoError(t, err)
-	ni := func(account string) store.NewInstance {
-		return store.NewInstance{ID: store.NewInstanceID(), Workflow: "charge", Version: 1, Queue: "default", Step: "start",
-			State: json.RawMessage(`{}`), Key: account, KeyIntent: gate.IdentityIntent,
-			Also: []store.KeyRef{{Key: "stripe:t", Intent: gate.GateIntent}}}
-	}
-	res, err := st.Insert(ctx, []store.NewInstance{ni("account:1"), ni("account:2")})
-	require.NoError(t, err)
-	cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "default", Worker: "worker-1", Limit: 10, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, cl.Claimed, 1, "stripe:t admits one")
-	require.Equal(t, res[0].ID, cl.Claimed[0].ID)
-	in, err := st.Get(ctx, res[1].ID)
-	require.NoError(t, err)
-	require.Equal(t, store.StatusBlocked, in.Status)
-	require.Equal(t, "stripe:t", in.BlockedOn)
-	return severalKeys{st: st, holder: res[0].ID, blocked: res[1].ID}
-}
 
 // TestKeySeveralKeys: the key a row of several keys is blocked on lists
 // it with its other keys and the key it waits for; its holder shows its
 // other keys; a key whose row waits elsewhere says so, and on which key.
 func TestKeySeveralKeys(t *testing.T) {
 	ctx := context.Background()
-	f := newSeveralKeys(t)
+	f := keystest.New(t)
 	now := time.Now()
 
-	x, err := explain.Key(ctx, f.st, "stripe:t", now)
+	x, err := explain.Key(ctx, f.Store, "stripe:t", now)
 	require.NoError(t, err)
 	require.Len(t, x.Holders, 1)
-	assert.Equal(t, f.holder, x.Holders[0].ID)
+	assert.Equal(t, f.Holder, x.Holders[0].ID)
 	assert.Equal(t, []string{"account:1"}, x.Holders[0].OtherKeys)
 	assert.Equal(t, 1, x.Waiting.Count)
 	assert.Equal(t, 1, x.Waiting.Blocked)
 	assert.Zero(t, x.Waiting.Elsewhere)
 	require.NotNil(t, x.Waiting.Next)
-	assert.Equal(t, f.blocked, x.Waiting.Next.ID)
+	assert.Equal(t, f.Blocked, x.Waiting.Next.ID)
 	assert.Equal(t, []string{"account:2"}, x.Waiting.Next.OtherKeys)
 	assert.Equal(t, "stripe:t", x.Waiting.Next.BlockedOn)
 	assert.Equal(t, "concurrency", x.Blocking)
 	assert.NotContains(t, x.Verdict, "another of their keys")
 
 	// account:2 is free: its one row waits in stripe:t's line.
-	x, err = explain.Key(ctx, f.st, "account:2", now)
+	x, err = explain.Key(ctx, f.Store, "account:2", now)
 	require.NoError(t, err)
 	assert.Empty(t, x.Holders)
 	assert.Zero(t, x.Waiting.Count)
@@ -83,7 +51,7 @@ func TestKeySeveralKeys(t *testing.T) {
 		"wait for another of their keys (blocked on stripe:t (1)); they run once each of their keys has room", x.Verdict)
 
 	// account:1 is held by the row of two keys, and nothing else waits.
-	x, err = explain.Key(ctx, f.st, "account:1", now)
+	x, err = explain.Key(ctx, f.Store, "account:1", now)
 	require.NoError(t, err)
 	require.Len(t, x.Holders, 1)
 	assert.Equal(t, []string{"stripe:t"}, x.Holders[0].OtherKeys)
