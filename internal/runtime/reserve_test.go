@@ -52,6 +52,28 @@ func (h *stepLog) Execute(ctx context.Context, c store.Claimed) store.Outcome {
 	return h.testHost.Execute(ctx, c)
 }
 
+// runAll runs a live scheduler of worker "test" (queue q, 10 executors)
+// on st until h has seen every step it waits for, then stops it.
+func runAll(t *testing.T, st store.Store, h *stepLog) {
+	t.Helper()
+	c := metricnoop.Int64Counter{}
+	rt := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler),
+		Clock: wallClock{}, WorkerID: "test", Queues: map[string]int{"q": 10}, Lease: time.Minute,
+		HeartbeatInterval: time.Second, PollInterval: 50 * time.Millisecond, MaxFlushBatch: 100,
+		ReaperInterval: time.Hour, ReconcileInterval: time.Hour, MaxErrorLength: 1 << 10,
+		StaleCounter: c, ReapedCounter: c}, h)
+	s := rt.NewScheduler()
+	s.Start()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the steps did not all run")
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.Stop(stopCtx))
+}
+
 // TestClaimReservationsSkipTheFirstFlush: the live scheduler asks its
 // claims for successors, so the second step of a full key starts as soon
 // as the first ends, in its slot, rather than after the first outcome's
@@ -71,22 +93,7 @@ func TestClaimReservationsSkipTheFirstFlush(t *testing.T) {
 	require.NoError(t, err)
 
 	h := &stepLog{step: 20 * time.Millisecond, done: make(chan struct{}), want: n}
-	c := metricnoop.Int64Counter{}
-	rt := New(Config{Store: slowHandOffs{Store: pg, delay: flushDelay}, Logger: slog.New(slog.DiscardHandler),
-		Clock: wallClock{}, WorkerID: "test", Queues: map[string]int{"q": 10}, Lease: time.Minute,
-		HeartbeatInterval: time.Second, PollInterval: 50 * time.Millisecond, MaxFlushBatch: 100,
-		ReaperInterval: time.Hour, ReconcileInterval: time.Hour, MaxErrorLength: 1 << 10,
-		StaleCounter: c, ReapedCounter: c}, h)
-	s := rt.NewScheduler()
-	s.Start()
-	select {
-	case <-h.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the steps did not all run")
-	}
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, s.Stop(stopCtx))
+	runAll(t, slowHandOffs{Store: pg, delay: flushDelay}, h)
 
 	h.mu.Lock()
 	runs := h.runs
@@ -181,22 +188,7 @@ func TestSeveralKeysAskNoSuccessors(t *testing.T) {
 
 	h := &stepLog{step: 10 * time.Millisecond, done: make(chan struct{}), want: len(rows)}
 	log := &aheadLog{Store: pg, ahead: map[string][]int{}}
-	c := metricnoop.Int64Counter{}
-	rt := New(Config{Store: log, Logger: slog.New(slog.DiscardHandler),
-		Clock: wallClock{}, WorkerID: "test", Queues: map[string]int{"q": 10}, Lease: time.Minute,
-		HeartbeatInterval: time.Second, PollInterval: 20 * time.Millisecond, MaxFlushBatch: 100,
-		ReaperInterval: time.Hour, ReconcileInterval: time.Hour, MaxErrorLength: 1 << 10,
-		StaleCounter: c, ReapedCounter: c}, h)
-	s := rt.NewScheduler()
-	s.Start()
-	select {
-	case <-h.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the steps did not all run")
-	}
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, s.Stop(stopCtx))
+	runAll(t, log, h)
 
 	log.mu.Lock()
 	defer log.mu.Unlock()
