@@ -640,8 +640,12 @@ func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, fre
 	if r == nil || len(r.multi) == 0 {
 		return nil
 	}
+	read := make(map[string]bool, len(r.keys))
+	for _, k := range r.keys {
+		read[k] = true
+	}
 	for _, f := range freed {
-		if f.successor == "" && f.shard < 0 && f.key != "" && !slices.Contains(r.keys, f.key) {
+		if f.successor == "" && f.shard < 0 && f.key != "" && !read[f.key] {
 			return nil // its lock is yet to be waited for (queueFree)
 		}
 	}
@@ -651,7 +655,7 @@ func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, fre
 			continue // the head of each line only
 		}
 		for _, k := range w.Also {
-			if !slices.Contains(r.keys, k) {
+			if !read[k] {
 				keys = append(keys, k)
 			}
 		}
