@@ -537,16 +537,19 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 			_, policy := s.policies[r.inst.Queue]
 			w := admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
 				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy}
-			for _, o := range r.keys() {
-				if _, rated := s.rates.Lookup(gate.NameOf(o)); rated {
-					w.Rated = true
+			_, w.Rated = s.rates.Lookup(gate.NameOf(k))
+			if r.multi() {
+				for _, o := range r.keys() {
+					if _, rated := s.rates.Lookup(gate.NameOf(o)); rated {
+						w.Rated = true
+					}
+					if o != k {
+						w.Also = append(w.Also, o)
+					}
 				}
-				if o != k {
-					w.Also = append(w.Also, o)
+				if i == 0 {
+					s.triable(&st, w.Also, want)
 				}
-			}
-			if i == 0 {
-				s.triable(&st, w.Also, want)
 			}
 			lineOf[w.ID] = k
 			waiting = append(waiting, w)
