@@ -1,17 +1,21 @@
 package ui_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/internal/keystest"
+	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/ui"
 )
@@ -66,6 +70,34 @@ func TestUISeveralKeys(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, link("account:2")+", "+link("stripe:t")+` <span class="dim blocked-on">blocked on stripe:t</span>`)
 	assert.Contains(t, body, link("account:1")+", "+link("stripe:t")+"</td>")
+}
+
+// TestUITimelineKeys: the instance page's step history names every key
+// each step ran under, and none for a step that ran under none.
+func TestUITimelineKeys(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New(memory.Options{})
+	now := time.Now()
+	res, err := st.Insert(ctx, []store.NewInstance{{ID: store.NewInstanceID(), Workflow: "charge", Version: 1, Queue: "default",
+		Step: "load", State: json.RawMessage(`{}`)}})
+	require.NoError(t, err)
+	id := res[0].ID
+	for _, h := range []store.HistoryEntry{{Step: "load", Outcome: "next"}, {Step: "charge", Key: "account:1", Also: []string{"region:eu"}, Outcome: "next"}} {
+		cl, err := st.Claim(ctx, store.ClaimRequest{Queue: "default", Worker: "worker-1", Limit: 1, Lease: time.Hour, Now: now})
+		require.NoError(t, err)
+		require.Len(t, cl.Claimed, 1)
+		h.Worker, h.StartedAt, h.FinishedAt = "worker-1", now, now.Add(time.Millisecond)
+		_, err = st.Complete(ctx, "worker-1", []store.Outcome{{ID: id, Fence: cl.Claimed[0].Fence, Kind: store.OutcomeReady,
+			Step: "charge", State: json.RawMessage(`{}`), History: &h}}, now)
+		require.NoError(t, err)
+	}
+
+	srv := httptest.NewServer(ui.Handler(st, ui.Options{}))
+	defer srv.Close()
+	code, body := get(t, client(t), srv.URL+"/instances/"+id)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<strong>charge</strong> #0 → next <span class="keys dim">under <a href="/key?key=account%3a1">account:1</a>, <a href="/key?key=region%3aeu">region:eu</a></span>`)
+	assert.Contains(t, body, "<strong>load</strong> #0 → next</span>", "a step without a key names none")
 }
 
 // TestUIOneKeyPagesUnchanged: rows of one key get no column or line of

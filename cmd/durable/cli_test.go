@@ -380,13 +380,13 @@ func cliShow(t *testing.T, s *seeded) {
 	assert.Equal(t, []string{"key", "account:1", "(identity)"}, line(t, out, "key"))
 	assert.Contains(t, out, `"amount": 5`, "the state, as JSON")
 	assert.Contains(t, out, "result:\n  5")
-	assert.Equal(t, []string{"fetch", "0", "next", "seed-worker"}, line(t, out, "fetch")[:4])
-	assert.Equal(t, []string{"apply", "0", "done", "seed-worker"}, line(t, out, "apply")[:4])
+	assert.Equal(t, []string{"fetch", "0", "account:1", "next", "seed-worker"}, line(t, out, "fetch")[:5], "each step with the key it ran under")
+	assert.Equal(t, []string{"apply", "0", "account:1", "done", "seed-worker"}, line(t, out, "apply")[:5])
 
 	out = s.ok(t, "show", "-json=false", s.failed) // flags before and after the arguments
 	assert.Equal(t, []string{"status", "failed"}, line(t, out, "status"))
 	assert.Equal(t, []string{"stop", "reason", "card", "declined"}, line(t, out, "stop reason"), "a Stop's reason, said as one")
-	assert.Equal(t, []string{"call", "0", "stop", "seed-worker"}, line(t, out, "call")[:4])
+	assert.Equal(t, []string{"call", "0", "-", "stop", "seed-worker"}, line(t, out, "call")[:5], "a step without a key")
 	assert.Equal(t, []string{"card", "declined"}, line(t, out, "call")[len(line(t, out, "call"))-2:], "its history row says the reason too")
 
 	out = s.ok(t, "show", s.acctHolder)

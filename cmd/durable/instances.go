@@ -276,16 +276,34 @@ func printInstance(stdout io.Writer, in store.Instance, hist []store.HistoryEntr
 	}
 	fmt.Fprintln(stdout, "history:")
 	tw = table(stdout)
-	fmt.Fprintln(tw, "  STEP\tATTEMPT\tOUTCOME\tWORKER\tSTARTED\tTOOK\tERROR")
+	fmt.Fprintln(tw, "  STEP\tATTEMPT\tKEYS\tOUTCOME\tWORKER\tSTARTED\tTOOK\tERROR")
 	for _, h := range hist {
 		took := "-"
 		if !h.StartedAt.IsZero() && !h.FinishedAt.IsZero() {
 			took = age(h.FinishedAt.Sub(h.StartedAt))
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\n", h.Step, h.Attempt, h.Outcome, orDash(h.Worker),
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Step, h.Attempt, keysList(h.Key, h.Also), h.Outcome, orDash(h.Worker),
 			h.StartedAt.UTC().Format(time.RFC3339), took, orDash(firstLine(h.Error)))
 	}
 	tw.Flush()
+}
+
+// keysList is a step's or a schedule's keys, its first key first, joined
+// by ", " ("-" for none): the history and schedule tables' KEYS column.
+func keysList(key string, also []string) string {
+	if key == "" {
+		return "-"
+	}
+	return strings.Join(append([]string{key}, also...), ", ")
+}
+
+// refKeys is the keys of refs.
+func refKeys(refs []store.KeyRef) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.Key
+	}
+	return out
 }
 
 // severalKeysText is the keys of a row of several keys, its first key

@@ -76,7 +76,7 @@ func schedulesList(ctx context.Context, args []string, stdout, stderr io.Writer)
 // and next fire times.
 func printSchedules(w io.Writer, scs []store.Schedule, hs []store.ScheduleHealth, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "NAME\tNAMESPACE\tWORKFLOW\tCRON\tZONE\tSTATE\tLAST FIRED\tNEXT FIRE\tOVERLAP/CATCH-UP")
+	fmt.Fprintln(tw, "NAME\tNAMESPACE\tWORKFLOW\tKEYS\tCRON\tZONE\tSTATE\tLAST FIRED\tNEXT FIRE\tOVERLAP/CATCH-UP")
 	for i, h := range hs {
 		zone := h.TimeZone
 		if zone == "" {
@@ -91,7 +91,8 @@ func printSchedules(w io.Writer, scs []store.Schedule, hs []store.ScheduleHealth
 		case h.Error != "":
 			state = "error: " + h.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\n", h.Name, h.Namespace, h.Workflow, h.Cron, zone, state,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\n", h.Name, h.Namespace, h.Workflow,
+			keysList(scs[i].Key, refKeys(scs[i].Also)), h.Cron, zone, state,
 			whenPtr(h.LastFiredAt, now), whenPtr(h.NextFire, now), scs[i].Overlap, scs[i].CatchUp)
 	}
 	tw.Flush()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godurable/godurable/durable"
+	"github.com/godurable/godurable/gate"
 )
 
 // TestCLISchedules lists a schedule a worker synced, pauses and resumes it,
@@ -27,7 +28,7 @@ func TestCLISchedules(t *testing.T) {
 
 	e, err := durable.New(durable.Config{Store: st, Namespace: "reports", Logger: slog.New(slog.DiscardHandler),
 		Schedules: []durable.Schedule{{Name: "nightly", Workflow: "sync", Cron: "30 2 * * *", TimeZone: "Europe/Paris",
-			Overlap: durable.OverlapSkip}}})
+			Overlap: durable.OverlapSkip, Keys: []gate.ConcurrencyKey{gate.Identity("tenant", "acme"), gate.Identity("region", "eu")}}}})
 	require.NoError(t, err)
 	require.NoError(t, e.Register(workflows()...))
 	_, err = e.SyncSchedules(ctx)
@@ -35,7 +36,8 @@ func TestCLISchedules(t *testing.T) {
 
 	out = s.ok(t, "schedules", "ls")
 	row := line(t, out, "nightly")
-	assert.Equal(t, []string{"nightly", "reports", "sync", "30", "2", "*", "*", "*", "Europe/Paris", "active", "-"}, row[:11])
+	assert.Equal(t, []string{"nightly", "reports", "sync", "region:eu,", "tenant:acme", "30", "2", "*", "*", "*", "Europe/Paris", "active", "-"}, row[:13],
+		"the KEYS column lists the schedule's keys, its first key first")
 	assert.Contains(t, out, "skip/skip")
 	var entries []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "schedules", "ls", "-json")), &entries))
@@ -46,10 +48,10 @@ func TestCLISchedules(t *testing.T) {
 
 	out = s.ok(t, "schedules", "pause", "nightly")
 	assert.Contains(t, out, `schedule "nightly" paused`)
-	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[9])
+	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[11])
 	_, err = e.SyncSchedules(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[9], "a worker's re-sync keeps the pause")
+	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[11], "a worker's re-sync keeps the pause")
 
 	var h healthReport
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "-json")), &h))

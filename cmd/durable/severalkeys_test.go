@@ -174,3 +174,22 @@ func lineText(t *testing.T, out, prefix string) string {
 	t.Fatalf("no line starting with %q in:\n%s", prefix, out)
 	return ""
 }
+
+// TestShowHistoryKeys prints each step of `durable show`'s history with
+// every key it ran under, its first key first, and "-" for a step that ran
+// under none.
+func TestShowHistoryKeys(t *testing.T) {
+	now := time.Now().UTC()
+	in := store.Instance{ID: store.NewInstanceID(), Workflow: "charge", Status: store.StatusDone, Step: "charge",
+		Key: "account:1", KeyIntent: gate.IdentityIntent, KeyShard: -1, CreatedAt: now, UpdatedAt: now}
+	hist := []store.HistoryEntry{
+		{Step: "load", Outcome: "next", StartedAt: now, FinishedAt: now},
+		{Step: "charge", Key: "account:1", Also: []string{"stripe:t"}, Outcome: "done", StartedAt: now, FinishedAt: now},
+	}
+	var b bytes.Buffer
+	printInstance(&b, in, hist, now)
+	out := b.String()
+	assert.Equal(t, []string{"STEP", "ATTEMPT", "KEYS", "OUTCOME"}, line(t, out, "STEP")[:4])
+	assert.Equal(t, []string{"load", "0", "-", "next"}, line(t, out, "load")[:4])
+	assert.Equal(t, []string{"charge", "0", "account:1,", "stripe:t", "done"}, line(t, out, "charge")[:5])
+}
