@@ -242,23 +242,24 @@ var benchWorkers = func() int {
 
 // BenchmarkInsertMany measures Store.Insert of one batch per iteration
 // (fresh rows each time, durable commits) for batches of 100, 500, 1,000 and
-// 20,000 rows, keyless and with a concurrency key per row (500 keys),
-// through the single statement (stmt) and through COPY (copy).
+// 20,000 rows, keyless, with a concurrency key per row (500 keys) and with
+// two (a K = 1 key of 500 and a gate key of 20), through the single
+// statement (stmt) and through COPY (copy).
 //
 //	go test ./store/postgres -run '^$' -bench InsertMany -benchtime 20x
 func BenchmarkInsertMany(b *testing.B) {
-	for _, kind := range []string{"nokey", "key"} {
+	for _, kind := range []string{"nokey", "key", "several"} {
 		for _, size := range []int{100, 500, 1000, 20_000} {
 			for _, path := range []string{"stmt", "copy"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", kind, size, path), func(b *testing.B) {
-					benchInsertMany(b, kind == "key", size, path == "copy")
+					benchInsertMany(b, kind, size, path == "copy")
 				})
 			}
 		}
 	}
 }
 
-func benchInsertMany(b *testing.B, keyed bool, size int, copyIn bool) {
+func benchInsertMany(b *testing.B, kind string, size int, copyIn bool) {
 	e := benchStore(b, false)
 	if copyIn {
 		postgres.SetCopyInsertMin(e.s, 0)
@@ -270,11 +271,14 @@ func benchInsertMany(b *testing.B, keyed bool, size int, copyIn bool) {
 		ins := make([]store.NewInstance, size)
 		for i := range ins {
 			key := ""
-			if keyed {
+			if kind != "nokey" {
 				key = fmt.Sprintf("acct:%d", i%500)
 			}
 			ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: "q", Step: "s",
 				State: json.RawMessage(fmt.Sprintf(`{"I":%d,"K":-1}`, i)), Key: key}
+			if kind == "several" {
+				ins[i].Also = []store.KeyRef{{Key: fmt.Sprintf("api:%d", i%20), Intent: gate.GateIntent}}
+			}
 		}
 		batches[n] = ins
 	}

@@ -123,7 +123,6 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
-		"set extra keys": {sqlSetExtraKeys, []any{ids[:1], []string{"api:x\x1egate"}}},
 		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.
 		"key waiting": {sqlKeyWaiting, []any{"acct:abcd"}},
 		"key next":    {sqlKeyNext, []any{"acct:abcd"}},

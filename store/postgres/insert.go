@@ -39,10 +39,6 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
 		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p) })
-	case !p.unique && p.multi:
-		// The rows' other keys are written by a second statement
-		// (setExtraKeys): both commit together.
-		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.runInsert(ctx, tx, p) })
 	case !p.unique:
 		err = s.runInsert(ctx, s.pool, p)
 	default:
@@ -116,7 +112,6 @@ type insertPlan struct {
 	rows    []insertRow
 	results []store.InsertResult
 	unique  bool
-	multi   bool // some row has several keys (see setExtraKeys)
 	block   bool
 	blocked []string
 	behind  []string
@@ -139,7 +134,6 @@ func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 			return nil, fmt.Errorf("insert: %w", err)
 		}
 		r := insertRow{idx: i, in: in}
-		p.multi = p.multi || len(in.Also) > 0
 		if in.UniqueKey != "" {
 			r.scope = uniqueScope(in.UniqueStatuses)
 			p.unique = true
@@ -328,8 +322,7 @@ func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {
 	return holder{}, false
 }
 
-// runInsert inserts p.rows in one statement (and their other keys in a
-// second: see setExtraKeys), in q's transaction when p.multi.
+// runInsert inserts p.rows in one statement.
 func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
 	rows, err := q.Query(ctx, s.q(sqlInsert), s.insertArgs(p.rows, p.block)...)
 	if err == nil {
@@ -338,7 +331,7 @@ func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
 	if err != nil {
 		return insertError(err)
 	}
-	return s.setExtraKeys(ctx, q, p)
+	return nil
 }
 
 // queueInsert queues the insert of p.rows on b, a batch of a transaction.
@@ -346,38 +339,6 @@ func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
 	b.Queue(s.q(sqlInsert), s.insertArgs(p.rows, p.block)...).Query(func(rows pgx.Rows) error {
 		return scanInserted(rows, p)
 	})
-	if ids, extras := extraKeysArgs(p); len(ids) > 0 {
-		b.Queue(s.q(sqlSetExtraKeys), uuidArg(ids), extras)
-	}
-}
-
-// setExtraKeys writes the other keys of p's rows of several keys, which
-// the insert statements (sqlInsert, the COPY) leave NULL: a row of one key
-// is inserted as it always was. q is the insert's transaction, so that no
-// claim sees a row of several keys without its other keys.
-func (s *Store) setExtraKeys(ctx context.Context, q querier, p *insertPlan) error {
-	ids, extras := extraKeysArgs(p)
-	if len(ids) == 0 {
-		return nil
-	}
-	if _, err := q.Exec(ctx, s.q(sqlSetExtraKeys), uuidArg(ids), extras); err != nil {
-		return fmt.Errorf("insert: other keys: %w", refused(err))
-	}
-	return nil
-}
-
-// extraKeysArgs lists p's rows of several keys and their other keys' text
-// (keysText): sqlSetExtraKeys' arguments.
-func extraKeysArgs(p *insertPlan) (ids, extras []string) {
-	if !p.multi {
-		return nil, nil
-	}
-	for _, r := range p.rows {
-		if len(r.in.Also) > 0 {
-			ids, extras = append(ids, r.in.ID), append(extras, keysText(r.in.Also))
-		}
-	}
-	return ids, extras
 }
 
 // afterInsert runs once a batch with block has committed: it heals the busy
@@ -428,6 +389,7 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		parents   = make([]*string, n)
 		joinGens  = make([]int32, n)
 		delays    = make([]int64, n)
+		extras    = make([]string, n)
 	)
 	for i, r := range rows {
 		in := r.in
@@ -440,9 +402,10 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		}
 		joinGens[i] = int32(r.joinGen)
 		delays[i] = micros(in.Delay)
+		extras[i] = keysText(in.Also)
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras}
 }
 
 func insertError(err error) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/godurable/godurable/internal/admission"
+	"github.com/godurable/godurable/store"
 )
 
 // copyInsertMin is the smallest batch (rows) that Insert and InsertTx write
@@ -32,8 +33,9 @@ type copyer interface {
 // batches with unique keys take the sqlInsert path).
 const (
 	sqlCopyInstances = `COPY {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-    key, key_intent, run_at, round, parent_id, join_gen, created_at, updated_at) FROM STDIN WITH (FORMAT binary)`
-	copyFields = 16
+    key, key_intent, run_at, round, parent_id, join_gen, created_at, updated_at, extra_keys, extra_intents)
+    FROM STDIN WITH (FORMAT binary)`
+	copyFields = 18
 )
 
 // roundGroup is one (queue, priority, key) of a batch, with what decides
@@ -203,7 +205,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(data), s.q(sqlCopyInstances)); err != nil {
 		return insertError(err)
 	}
-	return s.setExtraKeys(ctx, tx, p)
+	return nil
 }
 
 // copyRows are the rows of copyInsert, computed.
@@ -280,6 +282,12 @@ func (c *copyRows) encode() ([]byte, error) {
 		b = copyInt32(b, int32(r.joinGen))
 		b = copyTime(b, c.now)
 		b = copyTime(b, c.now)
+		if len(in.Also) == 0 {
+			b = copyNull(copyNull(b))
+		} else {
+			b = copyTextArray(b, in.Also, func(k store.KeyRef) string { return k.Key })
+			b = copyTextArray(b, in.Also, func(k store.KeyRef) string { return string(k.Intent) })
+		}
 	}
 	return binary.BigEndian.AppendUint16(b, 0xffff), nil // trailer: -1
 }
@@ -298,6 +306,27 @@ func copyBytes(b, v []byte) []byte {
 func copyText(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
+}
+
+// textOID is the type of the elements of copyTextArray's arrays.
+const textOID = 25
+
+// copyTextArray writes a one-dimensional text[] of text(x) for each x of
+// xs (not empty) in the binary format: the dimensions, the element type,
+// then each element as copyText writes it.
+func copyTextArray[T any](b []byte, xs []T, text func(T) string) []byte {
+	at := len(b)
+	b = binary.BigEndian.AppendUint32(b, 0) // the length, set below
+	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
+	b = binary.BigEndian.AppendUint32(b, 0) // no NULL element
+	b = binary.BigEndian.AppendUint32(b, textOID)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(xs)))
+	b = binary.BigEndian.AppendUint32(b, 1) // lower bound
+	for _, x := range xs {
+		b = copyText(b, text(x))
+	}
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b
 }
 
 func copyInt32(b []byte, v int32) []byte {

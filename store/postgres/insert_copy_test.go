@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/godurable/godurable/internal/admission"
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
 	"github.com/google/uuid"
@@ -36,8 +37,14 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 				Queue: []string{"q", "r", ""}[i%3], Priority: i % 2, Step: "s",
 				State: json.RawMessage(fmt.Sprintf(`{"i":%d,"s":%q}`, i, seed))}
 			switch i % 7 {
-			case 1, 2:
+			case 1:
 				in.Key = fmt.Sprintf("acct:%d", i%5)
+			case 2: // several keys, one of them spelled with what array literals escape
+				in.Key = fmt.Sprintf("acct:%d", i%5)
+				in.Also = []store.KeyRef{{Key: fmt.Sprintf("api:%d", i%3), Intent: gate.GateIntent}}
+				if i%14 == 2 {
+					in.Also = append(in.Also, store.KeyRef{Key: `zone:"a,{b}\\c" d`, Intent: gate.IdentityIntent})
+				}
 			case 3:
 				in.Key = fmt.Sprintf("acct:%d", i%5)
 				in.RunAt = now.Add(-time.Duration(i) * time.Millisecond)
@@ -74,7 +81,8 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	dump := func(e *env) []string {
 		rows, err := e.pool.Query(e.ctx, `SELECT id, workflow, version, queue, priority, status, step, state::text,
 			coalesce(key, '-'), key_intent, run_at, coalesce(round, -1), coalesce(parent_id::text, '-'), join_gen,
-			created_at, updated_at, unique_key IS NULL, unique_statuses IS NULL
+			created_at, updated_at, unique_key IS NULL, unique_statuses IS NULL,
+			coalesce(extra_keys::text, '-'), coalesce(extra_intents::text, '-')
 			FROM instances ORDER BY seq`)
 		require.NoError(t, err)
 		var out []string
@@ -89,6 +97,12 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	a, b := dump(stmt), dump(cp)
 	require.Len(t, a, 1000)
 	require.Equal(t, a, b)
+	for _, e := range []*env{stmt, cp} { // the other keys read back as given
+		in, err := e.s.Get(e.ctx, second[2].ID)
+		require.NoError(t, err)
+		require.Len(t, second[2].Also, 2)
+		require.Equal(t, second[2].Also, in.Also)
+	}
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked' AND key IS NOT NULL AND round > 0`))
 	// Past admission.ReadyCap ready rows, a key's rows went in blocked.
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances i WHERE status = 'ready' AND key IS NOT NULL`))

@@ -119,7 +119,7 @@ func oneKey(c admission.Candidate, k string) bool {
 }
 
 // keysText is how the statements that write a row's other keys take them
-// (sqlSetExtraKeys, sqlCompleteApply, sqlClaimMulti, sqlBlockMulti: the
+// (sqlInsert, sqlCompleteApply, sqlClaimMulti, sqlBlockMulti: the
 // other keys' text, see sql.go): each key and its intent joined by U+001E,
 // the keys joined by U+001F ("" for none). Keys and intents hold no
 // control character (gate.Parse refuses them). One text per row keeps the

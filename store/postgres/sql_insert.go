@@ -6,18 +6,6 @@ package postgres
 
 // Insert.
 const (
-	// sqlSetExtraKeys writes the other keys of rows of several keys just
-	// inserted in the same transaction ($1, their other keys' text $2: see
-	// keysText; migration 025). The insert statements leave them NULL, so a
-	// batch of one-key rows needs no second statement. The rows are found
-	// by id as sqlClaim finds them.
-	sqlSetExtraKeys = `
-UPDATE {schema}.instances i
-SET extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
-    extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
-FROM unnest($1::uuid[], $2::text[]) AS x(id, extras)
-WHERE i.id = x.id AND i.id = ANY ($1::uuid[])`
-
 	// sqlInsert inserts a batch in input order and notifies the queues that
 	// received ready rows. $14 is the notification channel, $17 the store's
 	// clock (Options.Clock; null: the database's). With $18, due rows of K =
@@ -34,7 +22,8 @@ WHERE i.id = x.id AND i.id = ANY ($1::uuid[])`
 	// healInserted), a row ('', 0, key) per key blocked only behind the
 	// batch's own rows (no race to close: they commit together), and a row
 	// (queue, n, '') per notified queue. It takes no row lock on existing
-	// rows: its reads are plain snapshot reads.
+	// rows: its reads are plain snapshot reads. $20 holds each row's other
+	// keys, when it has several (the other keys' text).
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -42,9 +31,9 @@ x AS (
            coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
                 $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[],
-                $16::bigint[])
+                $16::bigint[], $20::text[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras, ord)
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
@@ -93,7 +82,8 @@ k AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO {schema}.instances (id, workflow, version, queue, priority, status, step, state,
-        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at)
+        key, key_intent, run_at, round, unique_key, unique_statuses, parent_id, join_gen, created_at, updated_at,
+        extra_keys, extra_intents)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN NOT x.due THEN 'scheduled'
                 WHEN k.k IS NOT NULL AND (k.busy OR k.ready + row_number() OVER (PARTITION BY x.key, x.due, k.k IS NULL
@@ -108,7 +98,9 @@ ins AS (
            END,
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
-           x.parent_id, x.join_gen, t.now, t.now
+           x.parent_id, x.join_gen, t.now, t.now,
+           (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
+           (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
     LEFT JOIN k ON x.due AND k.k = x.key
