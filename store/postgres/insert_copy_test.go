@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/gate"
+	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/postgres"
 	"github.com/google/uuid"
