@@ -118,7 +118,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"throttle":                         {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
 		// Rows of several keys (see several_keys.go).
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
-		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, []string{"api:x\x1egate"}, "w", ids[:1], []string{"api:x"}, []int32{0}}},
+		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, []string{"api:x\x1egate"}, "w", ids[:1], []string{"api:x"}, []int32{0}, ids[1:2]}},
 		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, []string{"acct:abcd\x1e"}, nil, []string{}}},
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},

@@ -163,10 +163,11 @@ func historyKeys(h *store.HistoryEntry) string {
 // queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
 // plan or a hand-off's) that multi has, rows of several keys made
 // executing for worker earlier in the transaction: each gets its first
-// key in its key column and a hold of each other key, with the shards it
-// was admitted with.
+// key in its key column, unless it has it there already with its other
+// keys in order, and a hold of each other key, with the shards it was
+// admitted with.
 func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string) {
-	var ids, keys, intents, extras, holdIDs, holdKeys []string
+	var ids, keys, intents, extras, holdIDs, holdKeys, same []string
 	var shards, holdShards []int32
 	for _, a := range admitted {
 		m, ok := multi[a.ID]
@@ -178,17 +179,21 @@ func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitte
 		if err := store.NormalizeKeys(&first, &intent, &rest); err != nil {
 			continue // stored keys are valid: a row that is not stays ready
 		}
-		ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
-		shards, extras = append(shards, int32(shardOf[first])), append(extras, keysText(rest))
+		if m.key.Key == first && slices.Equal(m.others, rest) {
+			same = append(same, a.ID) // the claim's update gave it all it needs
+		} else {
+			ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
+			shards, extras = append(shards, int32(shardOf[first])), append(extras, keysText(rest))
+		}
 		for _, o := range rest {
 			holdIDs, holdKeys, holdShards = append(holdIDs, a.ID), append(holdKeys, o.Key), append(holdShards, int32(shardOf[o.Key]))
 		}
 	}
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(same) == 0 {
 		return
 	}
 	b.Queue(s.q(sqlClaimMulti), uuidArg(ids), keys, intents, shards, extras, worker,
-		uuidArg(holdIDs), holdKeys, holdShards)
+		uuidArg(holdIDs), holdKeys, holdShards, uuidArg(same))
 }
 
 // queueBlockMulti queues sqlBlockMulti for the plan's blocked rows of

@@ -219,28 +219,34 @@ LEFT JOIN {schema}.rate_limits r ON r.name = split_part(k, ':', 1)
 ORDER BY x.ord`
 
 	// sqlClaimMulti completes the claim of rows of several keys that
-	// sqlClaim, earlier in the transaction, made executing for worker $6
-	// under the key in their key column: each gets its first key in its key
-	// column ($2, intent $3, shard $4; -1: K = 1) and its other keys ($5,
-	// the other keys' text: see keysText), and a key_holds row, under its
-	// new fence, for each of them ($7..$9: one entry per (row, key), its
-	// shard). It is marked as having waiters, so that its end frees every
-	// key the full way. A row sqlClaim left ready is left alone. The rows
-	// are found by id as sqlClaim finds them; the holds are joined to the
-	// updated rows, materialized.
+	// sqlClaim (or sqlHandOff), earlier in the transaction, made executing
+	// for worker $6 under the key in their key column, and marked as having
+	// waiters (as every row of several keys is, so that its end frees every
+	// key the full way). A row whose key column holds another of its keys
+	// than its first (the key it last waited in line for) gets its first
+	// key in its key column ($2, intent $3, shard $4; -1: K = 1) and its
+	// other keys ($5, the other keys' text: see keysText); a row whose key
+	// column holds its first key already ($10) is not written. Each row
+	// gets a key_holds row, under its fence, for each of its other keys
+	// ($7..$9: one entry per (row, key), its shard). A row sqlClaim left
+	// ready is left alone. The rows are found by id as sqlClaim finds them;
+	// the holds are joined to those rows, materialized.
 	sqlClaimMulti = `
 WITH r AS MATERIALIZED (
     UPDATE {schema}.instances i
-    SET key = x.key, key_intent = x.intent, key_shard = nullif(x.shard, -1), waiters = true,
+    SET key = x.key, key_intent = x.intent, key_shard = nullif(x.shard, -1),
         extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
         extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[]) AS x(id, key, intent, shard, extras)
     WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6
-    RETURNING i.id, i.fence)
+    RETURNING i.id, i.fence),
+k AS MATERIALIZED (
+    SELECT i.id, i.fence FROM {schema}.instances i
+    WHERE i.id = ANY ($10::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6)
 INSERT INTO {schema}.key_holds (instance_id, fence, key, shard)
-SELECT h.id, r.fence, h.key, nullif(h.shard, -1)
+SELECT h.id, f.fence, h.key, nullif(h.shard, -1)
 FROM unnest($7::uuid[], $8::text[], $9::int[]) AS h(id, key, shard)
-JOIN r ON r.id = h.id
+JOIN (SELECT id, fence FROM r UNION ALL SELECT id, fence FROM k) f ON f.id = h.id
 ORDER BY h.key`
 
 	// sqlBlockMulti blocks rows of several keys of the claim's window
@@ -486,7 +492,8 @@ c AS (
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
-        waiters = a.shard < 0 AND i.key IS NOT NULL
+        waiters = i.extra_keys IS NOT NULL
+                  OR a.shard < 0 AND i.key IS NOT NULL
                   AND (SELECT ((SELECT true FROM {schema}.instances b
                                 WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                                 LIMIT 1) IS NOT NULL)

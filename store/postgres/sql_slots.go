@@ -344,7 +344,8 @@ c AS (
     SET status = 'executing', worker = $2, fence = nextval('{schema}.fence_seq'),
         lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
         started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
-        waiters = a.shard < 0 AND i.key IS NOT NULL
+        waiters = i.extra_keys IS NOT NULL
+                  OR a.shard < 0 AND i.key IS NOT NULL
                   AND (SELECT ((SELECT true FROM {schema}.instances b
                                 WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                                 LIMIT 1) IS NOT NULL)
