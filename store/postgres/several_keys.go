@@ -179,7 +179,7 @@ func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitte
 		if err := store.NormalizeKeys(&first, &intent, &rest); err != nil {
 			continue // stored keys are valid: a row that is not stays ready
 		}
-		if m.key.Key == first && slices.Equal(m.others, rest) {
+		if m.key == (store.KeyRef{Key: first, Intent: intent}) && slices.Equal(m.others, rest) {
 			same = append(same, a.ID) // the claim's update gave it all it needs
 		} else {
 			ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
