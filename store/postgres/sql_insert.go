@@ -99,8 +99,10 @@ ins AS (
            nullif(x.unique_key, ''),
            CASE WHEN x.unique_key <> '' THEN string_to_array(x.unique_statuses, ',') END,
            x.parent_id, x.join_gen, t.now, t.now,
-           (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
-           (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
+           CASE WHEN x.extras <> '' THEN
+               (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END,
+           CASE WHEN x.extras <> '' THEN
+               (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
     LEFT JOIN k ON x.due AND k.k = x.key
