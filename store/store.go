@@ -431,13 +431,29 @@ type Instance struct {
 
 // KeyList returns every concurrency key of the instance: its Key, then its
 // Also in key order (nil for an instance without a key).
-func (in Instance) KeyList() []string {
-	if in.Key == "" {
+func (in Instance) KeyList() []string { return keyList(in.Key, in.Also) }
+
+// KeyList returns every concurrency key of the schedule's instances, as
+// Instance.KeyList does.
+func (s Schedule) KeyList() []string { return keyList(s.Key, s.Also) }
+
+// KeyList returns every concurrency key the step ran under: its Key, then
+// its Also (nil for a step without a key).
+func (h HistoryEntry) KeyList() []string {
+	if h.Key == "" {
 		return nil
 	}
-	keys := make([]string, 0, 1+len(in.Also))
-	keys = append(keys, in.Key)
-	for _, a := range in.Also {
+	return append([]string{h.Key}, h.Also...)
+}
+
+// keyList is key, then the keys of also (nil without a key).
+func keyList(key string, also []KeyRef) []string {
+	if key == "" {
+		return nil
+	}
+	keys := make([]string, 0, 1+len(also))
+	keys = append(keys, key)
+	for _, a := range also {
 		keys = append(keys, a.Key)
 	}
 	return keys

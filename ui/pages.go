@@ -485,8 +485,6 @@ type run struct {
 	store.HistoryEntry
 	X, W string
 	Took string
-	// Keys are every key the step ran under, its first key first.
-	Keys []string
 }
 
 // signalView is a signal with its payload ready to print.
@@ -579,11 +577,8 @@ func timeline(hist []store.HistoryEntry) []run {
 		if !h.StartedAt.IsZero() && !h.FinishedAt.IsZero() {
 			took = explain.Age(h.FinishedAt.Sub(h.StartedAt))
 		}
-		r := run{HistoryEntry: h, X: strconv.FormatFloat(x, 'f', 2, 64), W: strconv.FormatFloat(w, 'f', 2, 64), Took: took}
-		if h.Key != "" {
-			r.Keys = append([]string{h.Key}, h.Also...)
-		}
-		out = append(out, r)
+		out = append(out, run{HistoryEntry: h, X: strconv.FormatFloat(x, 'f', 2, 64),
+			W: strconv.FormatFloat(w, 'f', 2, 64), Took: took})
 	}
 	return out
 }

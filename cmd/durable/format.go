@@ -103,10 +103,10 @@ func keysOf(in store.Instance) []string {
 	return []string{}
 }
 
-// keysText is the keys of in for a table column: "-" for none, else
-// every key, comma-separated, Key first.
-func keysText(in store.Instance) string {
-	return orDash(strings.Join(in.KeyList(), ","))
+// keyColumn is keys (a KeyList) for a table column: "-" for none, else
+// every key, comma-separated, the first key first.
+func keyColumn(keys []string) string {
+	return orDash(strings.Join(keys, ","))
 }
 
 // blockedOnText is, for a blocked row of several keys, the key it waits

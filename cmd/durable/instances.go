@@ -128,7 +128,7 @@ func printList(w io.Writer, ins []store.Instance, now time.Time) {
 	fmt.Fprintln(tw, header)
 	for _, in := range ins {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", in.ID, in.Status, in.Workflow, in.Step, in.Attempt,
-			in.Queue, keysText(in), age(now.Sub(in.UpdatedAt))+" ago")
+			in.Queue, keyColumn(in.KeyList()), age(now.Sub(in.UpdatedAt))+" ago")
 		if blockedOn {
 			fmt.Fprintf(tw, "\t%s", blockedOnText(in))
 		}
@@ -282,28 +282,10 @@ func printInstance(stdout io.Writer, in store.Instance, hist []store.HistoryEntr
 		if !h.StartedAt.IsZero() && !h.FinishedAt.IsZero() {
 			took = age(h.FinishedAt.Sub(h.StartedAt))
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Step, h.Attempt, keysList(h.Key, h.Also), h.Outcome, orDash(h.Worker),
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Step, h.Attempt, keyColumn(h.KeyList()), h.Outcome, orDash(h.Worker),
 			h.StartedAt.UTC().Format(time.RFC3339), took, orDash(firstLine(h.Error)))
 	}
 	tw.Flush()
-}
-
-// keysList is a step's or a schedule's keys, its first key first, joined
-// by ", " ("-" for none): the history and schedule tables' KEYS column.
-func keysList(key string, also []string) string {
-	if key == "" {
-		return "-"
-	}
-	return strings.Join(append([]string{key}, also...), ", ")
-}
-
-// refKeys is the keys of refs.
-func refKeys(refs []store.KeyRef) []string {
-	out := make([]string, len(refs))
-	for i, r := range refs {
-		out[i] = r.Key
-	}
-	return out
 }
 
 // severalKeysText is the keys of a row of several keys, its first key

@@ -92,7 +92,7 @@ func printSchedules(w io.Writer, scs []store.Schedule, hs []store.ScheduleHealth
 			state = "error: " + h.Error
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\n", h.Name, h.Namespace, h.Workflow,
-			keysList(scs[i].Key, refKeys(scs[i].Also)), h.Cron, zone, state,
+			keyColumn(scs[i].KeyList()), h.Cron, zone, state,
 			whenPtr(h.LastFiredAt, now), whenPtr(h.NextFire, now), scs[i].Overlap, scs[i].CatchUp)
 	}
 	tw.Flush()

@@ -36,7 +36,7 @@ func TestCLISchedules(t *testing.T) {
 
 	out = s.ok(t, "schedules", "ls")
 	row := line(t, out, "nightly")
-	assert.Equal(t, []string{"nightly", "reports", "sync", "region:eu,", "tenant:acme", "30", "2", "*", "*", "*", "Europe/Paris", "active", "-"}, row[:13],
+	assert.Equal(t, []string{"nightly", "reports", "sync", "region:eu,tenant:acme", "30", "2", "*", "*", "*", "Europe/Paris", "active", "-"}, row[:12],
 		"the KEYS column lists the schedule's keys, its first key first")
 	assert.Contains(t, out, "skip/skip")
 	var entries []map[string]any
@@ -48,10 +48,10 @@ func TestCLISchedules(t *testing.T) {
 
 	out = s.ok(t, "schedules", "pause", "nightly")
 	assert.Contains(t, out, `schedule "nightly" paused`)
-	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[11])
+	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[10])
 	_, err = e.SyncSchedules(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[11], "a worker's re-sync keeps the pause")
+	assert.Equal(t, "paused", line(t, s.ok(t, "schedules", "ls"), "nightly")[10], "a worker's re-sync keeps the pause")
 
 	var h healthReport
 	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "health", "-json")), &h))

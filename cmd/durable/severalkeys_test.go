@@ -191,5 +191,5 @@ func TestShowHistoryKeys(t *testing.T) {
 	out := b.String()
 	assert.Equal(t, []string{"STEP", "ATTEMPT", "KEYS", "OUTCOME"}, line(t, out, "STEP")[:4])
 	assert.Equal(t, []string{"load", "0", "-", "next"}, line(t, out, "load")[:4])
-	assert.Equal(t, []string{"charge", "0", "account:1,", "stripe:t", "done"}, line(t, out, "charge")[:5])
+	assert.Equal(t, []string{"charge", "0", "account:1,stripe:t", "done"}, line(t, out, "charge")[:4])
 }
