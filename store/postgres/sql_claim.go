@@ -477,7 +477,8 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// committed in between (the executing check, as in sqlKeyBusy, read in
 	// the update's own snapshot). Such a row stays ready. Its SET is the
 	// move to executing, as in sqlHandOff (a row that takes a K = 1 key
-	// with blocked rows is marked as having waiters), and it returns the
+	// with blocked rows, and every row of several keys, is marked as having
+	// waiters: see sqlClaimMulti), and it returns the
 	// claimed rows, as sqlClaimReserve, sqlHandOff and sqlReserve do (see
 	// sql.go). The rows are also found by id =
 	// ANY ($1), as the hand-off's are: joined only to the batch, on a table
