@@ -156,7 +156,7 @@ func PerKeyLimitLive(t *testing.T, newStore func() store.Store) {
 	// a round of chained steps ends together and their successors have
 	// yet to start, and on a loaded machine the flush that stops a chain
 	// may come a step or two later than the dip.
-	took = waitFor(5*time.Second, "stripe:big back at 5 for a whole step", func() bool {
+	took = waitFor(2*time.Second+step, "stripe:big back at 5 for a whole step", func() bool {
 		since := time.Now()
 		for time.Since(since) < step {
 			if c, _ := rec.now(big); c > 5 {
