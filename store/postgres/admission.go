@@ -345,7 +345,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			ids[i], shards[i] = a.ID, int32(a.Shard)
 		}
 		res.Claimed = make([]store.Claimed, 0, len(plan.Admitted))
-		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now).Query(func(rows pgx.Rows) error {
+		firsts, intents, extras := claimFirstKeys(cc.multi, plan.Admitted, shards)
+		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now, firsts, intents, extras).Query(func(rows pgx.Rows) error {
 			var cs claimScan
 			for rows.Next() {
 				c, err := scanClaimed(rows, &cs)
@@ -391,7 +392,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		b.Queue(s.q(sqlFlagHolders), waited)
 	}
 	if len(cc.multi) > 0 {
-		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker)
+		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker, true)
 	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	blocked := plan.Blocked

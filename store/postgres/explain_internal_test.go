@@ -87,7 +87,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"candidates of workflows":          {sqlClaimCandidates, []any{"q", nil, []string{"wf", "other"}, 64, 32, int64(1), []int32{1, 1}}},
 		"key busy":                         {sqlKeyBusy, []any{[]string{"acct:abcd"}}},
 		"next due":                         {sqlNextDue, []any{"q"}},
-		"claim":                            {sqlClaim, []any{ids, "w", int64(60e6), shards, nil}},
+		"claim":                            {sqlClaim, []any{ids, "w", int64(60e6), shards, nil, nil, nil, nil}},
 		"claim reserve":                    {sqlClaimReserve, []any{ids, "w", int64(60e6), nil, ids}},
 		"join parents":                     {sqlJoinParents, []any{ids, make([]int32, len(ids)), nil, "c", make([]int32, len(ids))}},
 		"set pending":                      {sqlSetPending, []any{ids, make([]int32, len(ids)), nil, "c"}},

@@ -425,7 +425,7 @@ func TestClaimUpdateLeavesARowOfABusyKeyReady(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, 3) // keyless, acct:a, acct:b
 
-	rows, err = s.pool.Query(ctx, s.q(sqlClaim), uuidArg(ids), "w", int64(60e6), []int32{-1, -1, -1}, nil)
+	rows, err = s.pool.Query(ctx, s.q(sqlClaim), uuidArg(ids), "w", int64(60e6), []int32{-1, -1, -1}, nil, nil, nil, nil)
 	require.NoError(t, err)
 	claimed := map[string]bool{}
 	var cs claimScan

@@ -95,7 +95,9 @@ func BenchmarkEncodeArgs(b *testing.B) {
 		args func() []any
 	}{
 		{"complete", sqlCompleteApply, func() []any { return s.completeArgs("bench-worker", outs, time.Time{}, outcomeChains{}) }},
-		{"claim", sqlClaim, func() []any { return []any{uuidArg(ids), "bench-worker", micros(time.Minute), shards, nil} }},
+		{"claim", sqlClaim, func() []any {
+			return []any{uuidArg(ids), "bench-worker", micros(time.Minute), shards, nil, nil, nil, nil}
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			sd, err := conn.Conn().Prepare(ctx, "", s.q(bc.sql))

@@ -160,13 +160,53 @@ func historyKeys(h *store.HistoryEntry) string {
 	return h.Key + "\x1f" + strings.Join(h.Also, "\x1f")
 }
 
+// firstKeys returns the keys a claimed row of several keys runs under:
+// its first key, in its key column, and its other keys, in key order
+// (store.NormalizeKeys), and whether its key column and other keys hold
+// them so already. ok is false for stored keys that do not normalize,
+// which no insert writes.
+func (m multiRow) firstKeys() (first store.KeyRef, rest []store.KeyRef, inPlace, ok bool) {
+	first, rest = m.key, slices.Clone(m.others)
+	if err := store.NormalizeKeys(&first.Key, &first.Intent, &rest); err != nil {
+		return store.KeyRef{}, nil, false, false
+	}
+	return first, rest, m.key == first && slices.Equal(m.others, rest), true
+}
+
+// claimFirstKeys fills, for sqlClaim, the rotation of the admitted rows of
+// several keys whose key column holds another key than their first (the
+// key they last waited in line for): their first key, its intent and the
+// other keys' text (see keysText) at their index, and their first key's
+// shard in shards. Other rows keep NULLs, and sqlClaim leaves their keys
+// as they are. It returns nils when no row needs it.
+func claimFirstKeys(multi map[string]multiRow, admitted []admission.Admitted, shards []int32) (firsts, intents, extras []*string) {
+	for i, a := range admitted {
+		m, ok := multi[a.ID]
+		if !ok {
+			continue
+		}
+		first, rest, inPlace, ok := m.firstKeys()
+		if !ok || inPlace {
+			continue
+		}
+		if firsts == nil {
+			firsts, intents, extras = make([]*string, len(admitted)), make([]*string, len(admitted)), make([]*string, len(admitted))
+		}
+		in, text := string(first.Intent), keysText(rest)
+		firsts[i], intents[i], extras[i] = &first.Key, &in, &text
+		shards[i] = int32(m.shards(a)[first.Key])
+	}
+	return firsts, intents, extras
+}
+
 // queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
 // plan or a hand-off's) that multi has, rows of several keys made
-// executing for worker earlier in the transaction: each gets its first
-// key in its key column, unless it has it there already with its other
-// keys in order, and a hold of each other key, with the shards it was
-// admitted with.
-func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string) {
+// executing for worker earlier in the transaction: each gets a hold of
+// each other key, with the shards it was admitted with, and, unless placed
+// is true (sqlClaim gave every such row its first key: see
+// claimFirstKeys) or the row has it there already with its other keys in
+// order, its first key in its key column.
+func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string, placed bool) {
 	var ids, keys, intents, extras, holdIDs, holdKeys, same []string
 	var shards, holdShards []int32
 	for _, a := range admitted {
@@ -175,15 +215,15 @@ func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitte
 			continue
 		}
 		shardOf := m.shards(a)
-		first, intent, rest := m.key.Key, m.key.Intent, slices.Clone(m.others)
-		if err := store.NormalizeKeys(&first, &intent, &rest); err != nil {
+		first, rest, inPlace, ok := m.firstKeys()
+		if !ok {
 			continue // stored keys are valid: a row that is not stays ready
 		}
-		if m.key == (store.KeyRef{Key: first, Intent: intent}) && slices.Equal(m.others, rest) {
+		if placed || inPlace {
 			same = append(same, a.ID) // the claim's update gave it all it needs
 		} else {
-			ids, keys, intents = append(ids, a.ID), append(keys, first), append(intents, string(intent))
-			shards, extras = append(shards, int32(shardOf[first])), append(extras, keysText(rest))
+			ids, keys, intents = append(ids, a.ID), append(keys, first.Key), append(intents, string(first.Intent))
+			shards, extras = append(shards, int32(shardOf[first.Key])), append(extras, keysText(rest))
 		}
 		for _, o := range rest {
 			holdIDs, holdKeys, holdShards = append(holdIDs, a.ID), append(holdKeys, o.Key), append(holdShards, int32(shardOf[o.Key]))
@@ -223,8 +263,9 @@ func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 }
 
 // holdsOf sets, on the claimed rows of several keys (those multi has), the
-// shards they were admitted with: sqlClaim and sqlHandOff return them as
-// they were before sqlClaimMulti gave each its first key back.
+// shards they were admitted with: sqlHandOff returns such a row as it was
+// before sqlClaimMulti gave it its first key back, and neither statement
+// returns its holds.
 func holdsOf(claimed []store.Claimed, multi map[string]multiRow, admitted []admission.Admitted) {
 	byID := make(map[string]admission.Admitted, len(admitted))
 	for _, a := range admitted {

@@ -795,7 +795,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 			return err
 		})
 		if len(multi) > 0 {
-			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker)
+			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker, false)
 		}
 	}
 	if len(plan.Reserved) > 0 {

@@ -220,13 +220,14 @@ ORDER BY x.ord`
 
 	// sqlClaimMulti completes the claim of rows of several keys that
 	// sqlClaim (or sqlHandOff), earlier in the transaction, made executing
-	// for worker $6 under the key in their key column, and marked as having
-	// waiters (as every row of several keys is, so that its end frees every
-	// key the full way). A row whose key column holds another of its keys
-	// than its first (the key it last waited in line for) gets its first
-	// key in its key column ($2, intent $3, shard $4; -1: K = 1) and its
-	// other keys ($5, the other keys' text: see keysText); a row whose key
-	// column holds its first key already ($10) is not written. Each row
+	// for worker $6, and marked as having waiters (as every row of several
+	// keys is, so that its end frees every key the full way). A row that
+	// sqlHandOff moved with another of its keys than its first in its key
+	// column (the key it last waited in line for) gets its first key there
+	// ($2, intent $3, shard $4; -1: K = 1) and its other keys ($5, the
+	// other keys' text: see keysText); a row whose key column holds its
+	// first key already, as sqlClaim leaves every row it claims, ($10) is
+	// not written. Each row
 	// gets a key_holds row, under its fence, for each of its other keys
 	// ($7..$9: one entry per (row, key), its shard). A row sqlClaim left
 	// ready is left alone. The rows are found by id as sqlClaim finds them;
@@ -480,7 +481,14 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// with blocked rows, and every row of several keys, is marked as having
 	// waiters: see sqlClaimMulti), and it returns the
 	// claimed rows, as sqlClaimReserve, sqlHandOff and sqlReserve do (see
-	// sql.go). The rows are also found by id =
+	// sql.go). A row of several keys whose key column holds another of its
+	// keys than its first (the key it last waited in line for) gets its
+	// first key there in the same update ($6, intent $7, its shard in $4)
+	// and its other keys ($8, the other keys' text: see keysText); NULLs
+	// (or $6 shorter than $1) leave a row's keys as they are. Its
+	// executing check reads the key the row ends with in its key column. A
+	// second update of such a row in sqlClaimMulti wrote each of its
+	// indexes again (make bench's scenario 11). The rows are also found by id =
 	// ANY ($1), as the hand-off's are: joined only to the batch, on a table
 	// without statistics (fresh, before its first ANALYZE) the planner read
 	// every ready row of the primary key into a hash, 3.5–5.4 ms a claim of
@@ -498,8 +506,14 @@ c AS (
                   AND (SELECT ((SELECT true FROM {schema}.instances b
                                 WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                                 LIMIT 1) IS NOT NULL)
-                       FROM (SELECT i.key AS k) x)
-    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+                       FROM (SELECT i.key AS k) x),
+        key = coalesce(a.first, i.key),
+        key_intent = CASE WHEN a.first IS NULL THEN i.key_intent ELSE a.intent END,
+        extra_keys = CASE WHEN a.first IS NULL THEN i.extra_keys
+                          ELSE (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END,
+        extra_intents = CASE WHEN a.first IS NULL THEN i.extra_intents
+                             ELSE (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END
+    FROM unnest($1::uuid[], $4::int[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS a(id, shard, first, intent, extras, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'
       AND (i.key IS NULL OR a.shard >= 0
            OR NOT (SELECT (((SELECT true FROM {schema}.instances e
@@ -509,7 +523,7 @@ c AS (
                            OR (SELECT true FROM {schema}.instances e
                                WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                                LIMIT 1) IS NOT NULL)
-                   FROM (SELECT i.key AS k) x))
+                   FROM (SELECT coalesce(a.first, i.key) AS k) x))
     RETURNING i.*, a.ord
 )
 SELECT id::text, workflow, version, queue, priority, status, step, state, attempt,

@@ -144,7 +144,7 @@ FROM generate_series(1, $1) i`, n)
 		{"key next", sqlKeyNext, []any{"acct:b-7"}},
 		{"slots delete idle", sqlSlotsDeleteIdle, []any{keys}},
 		{"key busy", sqlKeyBusy, []any{keys}},
-		{"claim", sqlClaim, []any{ready, "w", int64(60e6), shards, nil}},
+		{"claim", sqlClaim, []any{ready, "w", int64(60e6), shards, nil, nil, nil, nil}},
 		{"hand-off", sqlHandOff, []any{ready, "w", int64(60e6), shards, nil, []string{}}},
 		{"gate holders", sqlGateHolders, []any{"api:g-1", "api:g-10"}},
 	} {
