@@ -392,7 +392,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		b.Queue(s.q(sqlFlagHolders), waited)
 	}
 	if len(cc.multi) > 0 {
-		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker, true)
+		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker)
 	}
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	blocked := plan.Blocked

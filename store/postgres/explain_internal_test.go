@@ -101,7 +101,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"hand-off gates":                   {sqlHandOffGates, []any{ids}},
 		"hand-off candidates":              {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{}, []int32{}}},
 		"hand-off candidates of workflows": {sqlHandOffCandidates, []any{ids, make([]int32, len(ids)), []string{"wf", "other"}, []int32{1, 1}}},
-		"hand-off":                         {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil, ids[:1]}},
+		"hand-off":                         {sqlHandOff, []any{ids, "w", int64(60e6), shards, nil, ids[:1], nil, nil, nil}},
 		"hand-off try":                     {sqlHandOffTry, []any{[]string{"a:1", "a:2"}, int64(1)}},
 		"successors lock":                  {sqlSuccessorsLock, []any{ids, fences, "w"}},
 		"succeed":                          {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
@@ -118,7 +118,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"throttle":                         {sqlThrottle, []any{ids, make([]time.Time, len(ids)), time.Now()}},
 		// Rows of several keys (see several_keys.go).
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
-		"claim multi":    {sqlClaimMulti, []any{ids[:1], []string{"acct:abcd"}, []string{""}, []int32{-1}, []string{"api:x\x1egate"}, "w", ids[:1], []string{"api:x"}, []int32{0}, ids[1:2]}},
+		"claim multi":    {sqlClaimMulti, []any{ids[:2], []string{"api:x", "api:y"}, []int32{0, 0}, "w"}},
 		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, []string{"acct:abcd\x1e"}, nil, []string{}}},
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},

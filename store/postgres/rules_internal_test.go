@@ -89,11 +89,11 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 				"sqlHandOffBusy", "sqlFlagHolders", "sqlPromoteIfRoom", "sqlBlock", "sqlBlockBacklog",
 				"sqlStranded", "sqlPromote"}},
 		{"the other keys' keys", `(SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(`,
-			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaimMulti", "sqlBlockMulti"}},
+			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaim", "sqlHandOff", "sqlBlockMulti"}},
 		{"the other keys' intents", `(SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(`,
-			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaimMulti", "sqlBlockMulti"}},
+			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaim", "sqlHandOff", "sqlBlockMulti"}},
 		{"the other keys' text's end", `, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))`,
-			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaimMulti", "sqlBlockMulti"}},
+			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaim", "sqlHandOff", "sqlBlockMulti"}},
 		{"the K = 1 busy check", `((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL)`,

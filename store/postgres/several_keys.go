@@ -28,8 +28,9 @@ import (
 // key whose lock the claim holds. The row then waits in that key's line
 // (sqlBlockMulti puts the key in its key column), so that the key's
 // freeing, which takes the same lock, promotes it. Admitted, it gets its
-// first key back in its key column and a hold of each other key
-// (sqlClaimMulti); its outcome (sqlCompleteApply reads the holds,
+// first key back in its key column in the update that makes it executing
+// (sqlClaim, sqlHandOff) and a hold of each other key (sqlClaimMulti);
+// its outcome (sqlCompleteApply reads the holds,
 // sqlHoldsDelete deletes them), release (sqlHoldsEnd) or reap
 // (sqlHoldsOrphaned) deletes the holds and frees their slots with its own.
 //
@@ -119,7 +120,7 @@ func oneKey(c admission.Candidate, k string) bool {
 }
 
 // keysText is how the statements that write a row's other keys take them
-// (sqlInsert, sqlCompleteApply, sqlClaimMulti, sqlBlockMulti: the
+// (sqlInsert, sqlCompleteApply, sqlClaim, sqlHandOff, sqlBlockMulti: the
 // other keys' text, see sql.go): each key and its intent joined by U+001E,
 // the keys joined by U+001F ("" for none). Keys and intents hold no
 // control character (gate.Parse refuses them). One text per row keeps the
@@ -200,40 +201,31 @@ func claimFirstKeys(multi map[string]multiRow, admitted []admission.Admitted, sh
 }
 
 // queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
-// plan or a hand-off's) that multi has, rows of several keys made
-// executing for worker earlier in the transaction: each gets a hold of
-// each other key, with the shards it was admitted with, and, unless placed
-// is true (sqlClaim gave every such row its first key: see
-// claimFirstKeys) or the row has it there already with its other keys in
-// order, its first key in its key column.
-func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string, placed bool) {
-	var ids, keys, intents, extras, holdIDs, holdKeys, same []string
-	var shards, holdShards []int32
+// plan or a hand-off's) that multi has, rows of several keys that sqlClaim
+// or sqlHandOff made executing for worker earlier in the transaction, each
+// with its first key in its key column (see claimFirstKeys): each gets a
+// hold of each other key, with the shard it was admitted with.
+func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string) {
+	var holdIDs, holdKeys []string
+	var holdShards []int32
 	for _, a := range admitted {
 		m, ok := multi[a.ID]
 		if !ok {
 			continue
 		}
-		shardOf := m.shards(a)
-		first, rest, inPlace, ok := m.firstKeys()
+		_, rest, _, ok := m.firstKeys()
 		if !ok {
 			continue // stored keys are valid: a row that is not stays ready
 		}
-		if placed || inPlace {
-			same = append(same, a.ID) // the claim's update gave it all it needs
-		} else {
-			ids, keys, intents = append(ids, a.ID), append(keys, first.Key), append(intents, string(first.Intent))
-			shards, extras = append(shards, int32(shardOf[first.Key])), append(extras, keysText(rest))
-		}
+		shardOf := m.shards(a)
 		for _, o := range rest {
 			holdIDs, holdKeys, holdShards = append(holdIDs, a.ID), append(holdKeys, o.Key), append(holdShards, int32(shardOf[o.Key]))
 		}
 	}
-	if len(ids) == 0 && len(same) == 0 {
+	if len(holdIDs) == 0 {
 		return
 	}
-	b.Queue(s.q(sqlClaimMulti), uuidArg(ids), keys, intents, shards, extras, worker,
-		uuidArg(holdIDs), holdKeys, holdShards, uuidArg(same))
+	b.Queue(s.q(sqlClaimMulti), uuidArg(holdIDs), holdKeys, holdShards, worker)
 }
 
 // queueBlockMulti queues sqlBlockMulti for the plan's blocked rows of
@@ -263,9 +255,8 @@ func (s *Store) queueBlockMulti(b *pgx.Batch, cc *claimContext, plan admission.P
 }
 
 // holdsOf sets, on the claimed rows of several keys (those multi has), the
-// shards they were admitted with: sqlHandOff returns such a row as it was
-// before sqlClaimMulti gave it its first key back, and neither statement
-// returns its holds.
+// shards they were admitted with: sqlClaim and sqlHandOff return a row's
+// key column's shard only, and not its holds.
 func holdsOf(claimed []store.Claimed, multi map[string]multiRow, admitted []admission.Admitted) {
 	byID := make(map[string]admission.Admitted, len(admitted))
 	for _, a := range admitted {

@@ -787,7 +787,8 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 				multi = append(multi, a.ID)
 			}
 		}
-		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now), uuidArg(multi)).Query(func(rows pgx.Rows) error {
+		firsts, intents, extras := claimFirstKeys(r.multi, plan.HandOffs, shards)
+		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now), uuidArg(multi), firsts, intents, extras).Query(func(rows pgx.Rows) error {
 			err := scan(nil)(rows)
 			if len(multi) > 0 {
 				holdsOf(*claimed, r.multi, plan.HandOffs)
@@ -795,7 +796,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 			return err
 		})
 		if len(multi) > 0 {
-			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker, false)
+			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker)
 		}
 	}
 	if len(plan.Reserved) > 0 {

@@ -286,8 +286,8 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     ORDER BY n) FROM unnest(string_to_array(nullif(t, ''), E'\x1f')) WITH
 //     ORDINALITY AS u(e, n)) and extra_intents the same with part 2 (NULL
 //     for none), so that each statement joins its batch to the rows by id
-//     with nothing to group. In sqlInsert, sqlCompleteApply,
-//     sqlClaimMulti and sqlBlockMulti.
+//     with nothing to group. In sqlInsert, sqlCompleteApply, sqlClaim,
+//     sqlHandOff and sqlBlockMulti.
 //
 // TestRulesAreWrittenAlike checks that every statement that applies one of
 // these rules writes it the same, whitespace aside.

@@ -220,34 +220,21 @@ ORDER BY x.ord`
 
 	// sqlClaimMulti completes the claim of rows of several keys that
 	// sqlClaim (or sqlHandOff), earlier in the transaction, made executing
-	// for worker $6, and marked as having waiters (as every row of several
-	// keys is, so that its end frees every key the full way). A row that
-	// sqlHandOff moved with another of its keys than its first in its key
-	// column (the key it last waited in line for) gets its first key there
-	// ($2, intent $3, shard $4; -1: K = 1) and its other keys ($5, the
-	// other keys' text: see keysText); a row whose key column holds its
-	// first key already, as sqlClaim leaves every row it claims, ($10) is
-	// not written. Each row
-	// gets a key_holds row, under its fence, for each of its other keys
-	// ($7..$9: one entry per (row, key), its shard). A row sqlClaim left
-	// ready is left alone. The rows are found by id as sqlClaim finds them;
-	// the holds are joined to those rows, materialized.
+	// for worker $4 with their first key in their key column, and marked as
+	// having waiters (as every row of several keys is, so that its end
+	// frees every key the full way): each row gets a key_holds row, under
+	// its fence, for each of its other keys ($1..$3: one entry per (row,
+	// key), its shard; -1: K = 1). A row sqlClaim left ready gets none. The
+	// rows are found by id, as sqlClaim finds them, materialized; the holds
+	// are inserted in key order.
 	sqlClaimMulti = `
-WITH r AS MATERIALIZED (
-    UPDATE {schema}.instances i
-    SET key = x.key, key_intent = x.intent, key_shard = nullif(x.shard, -1),
-        extra_keys = (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
-        extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[]) AS x(id, key, intent, shard, extras)
-    WHERE i.id = x.id AND i.id = ANY ($1::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6
-    RETURNING i.id, i.fence),
-k AS MATERIALIZED (
+WITH f AS MATERIALIZED (
     SELECT i.id, i.fence FROM {schema}.instances i
-    WHERE i.id = ANY ($10::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $6)
+    WHERE i.id = ANY ($1::uuid[]) AND i.status = 'executing' COLLATE "C" AND i.worker = $4)
 INSERT INTO {schema}.key_holds (instance_id, fence, key, shard)
 SELECT h.id, f.fence, h.key, nullif(h.shard, -1)
-FROM unnest($7::uuid[], $8::text[], $9::int[]) AS h(id, key, shard)
-JOIN (SELECT id, fence FROM r UNION ALL SELECT id, fence FROM k) f ON f.id = h.id
+FROM unnest($1::uuid[], $2::text[], $3::int[]) AS h(id, key, shard)
+JOIN f ON f.id = h.id
 ORDER BY h.key`
 
 	// sqlBlockMulti blocks rows of several keys of the claim's window
@@ -486,9 +473,9 @@ WHERE s.key = d.key AND s.shard = d.shard`
 	// first key there in the same update ($6, intent $7, its shard in $4)
 	// and its other keys ($8, the other keys' text: see keysText); NULLs
 	// (or $6 shorter than $1) leave a row's keys as they are. Its
-	// executing check reads the key the row ends with in its key column. A
-	// second update of such a row in sqlClaimMulti wrote each of its
-	// indexes again (make bench's scenario 11). The rows are also found by id =
+	// executing check reads the key the row ends with in its key column.
+	// So such a row is written once: a second update would write each of
+	// its indexes again. The rows are also found by id =
 	// ANY ($1), as the hand-off's are: joined only to the batch, on a table
 	// without statistics (fresh, before its first ANALYZE) the planner read
 	// every ready row of the primary key into a hash, 3.5–5.4 ms a claim of

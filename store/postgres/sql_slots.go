@@ -325,9 +325,11 @@ ORDER BY c.key, c.queue, c.priority, c.round`
 	// executing for worker $2, each with the freed shard it takes ($4[i];
 	// -1: a K = 1 key), and returns them; its SET (the move to executing)
 	// and its final SELECT (the claimed rows) are sqlClaim's (see sql.go).
-	// A K = 1 row moves only while no row of its key executes (the
-	// executing check of sqlKeyBusy, written out with the key read as
-	// i.key): the freeing transaction holds the key's lock and checked
+	// A row of several keys gets its first key in its key column as
+	// sqlClaim gives it ($7..$9, with its first key's shard in $4). A K = 1
+	// row moves only while no row of its key executes (the executing check
+	// of sqlKeyBusy, written out with the key read as the row's key column
+	// after the update): the freeing transaction holds the key's lock and checked
 	// that, so this only keeps a flaw from meeting the unique index, which
 	// would refuse the whole outcome batch; a row of several keys moves
 	// only when $6 names it (admission.Free gave it a slot of each of its
@@ -349,17 +351,23 @@ c AS (
                   AND (SELECT ((SELECT true FROM {schema}.instances b
                                 WHERE b.key = k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
                                 LIMIT 1) IS NOT NULL)
-                       FROM (SELECT i.key AS k) x)
-    FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS a(id, shard, ord), t
+                       FROM (SELECT i.key AS k) x),
+        key = coalesce(a.first, i.key),
+        key_intent = CASE WHEN a.first IS NULL THEN i.key_intent ELSE a.intent END,
+        extra_keys = CASE WHEN a.first IS NULL THEN i.extra_keys
+                          ELSE (SELECT array_agg(split_part(e, E'\x1e', 1) ORDER BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END,
+        extra_intents = CASE WHEN a.first IS NULL THEN i.extra_intents
+                             ELSE (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END
+    FROM unnest($1::uuid[], $4::int[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY AS a(id, shard, first, intent, extras, ord), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.status IN ('ready', 'blocked') AND i.worker IS NULL
       AND (i.extra_keys IS NULL OR i.id = ANY ($6::uuid[]))
       AND CASE WHEN a.shard >= 0 THEN true
                ELSE (SELECT true FROM {schema}.instances e
-                     WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                     WHERE e.key = coalesce(a.first, i.key) AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                      LIMIT 1) IS NULL
-                   AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = i.key LIMIT 1) IS NULL
+                   AND (SELECT true FROM {schema}.key_holds kh WHERE kh.key = coalesce(a.first, i.key) LIMIT 1) IS NULL
                 AND (SELECT true FROM {schema}.instances e
-                     WHERE e.key = i.key AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
+                     WHERE e.key = coalesce(a.first, i.key) AND e.status = 'executing' COLLATE "POSIX" AND e.key_shard IS NOT NULL
                      LIMIT 1) IS NULL END
     RETURNING i.*, a.ord
 )

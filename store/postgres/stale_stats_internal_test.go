@@ -145,7 +145,7 @@ FROM generate_series(1, $1) i`, n)
 		{"slots delete idle", sqlSlotsDeleteIdle, []any{keys}},
 		{"key busy", sqlKeyBusy, []any{keys}},
 		{"claim", sqlClaim, []any{ready, "w", int64(60e6), shards, nil, nil, nil, nil}},
-		{"hand-off", sqlHandOff, []any{ready, "w", int64(60e6), shards, nil, []string{}}},
+		{"hand-off", sqlHandOff, []any{ready, "w", int64(60e6), shards, nil, []string{}, nil, nil, nil}},
 		{"gate holders", sqlGateHolders, []any{"api:g-1", "api:g-10"}},
 	} {
 		for _, mode := range []string{"auto", "force_generic_plan"} {
