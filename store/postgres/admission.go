@@ -338,6 +338,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		}
 		b.Queue(s.q(sqlBucketsSet), ids, credits, ats)
 	}
+	var mc multiClaim // what the admitted rows of several keys write
 	if len(plan.Admitted) > 0 {
 		ids := make([]string, len(plan.Admitted))
 		shards := make([]int32, len(plan.Admitted))
@@ -345,8 +346,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 			ids[i], shards[i] = a.ID, int32(a.Shard)
 		}
 		res.Claimed = make([]store.Claimed, 0, len(plan.Admitted))
-		firsts, intents, extras := claimFirstKeys(cc.multi, plan.Admitted, shards)
-		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now, firsts, intents, extras).Query(func(rows pgx.Rows) error {
+		mc = claimMulti(cc.multi, plan.Admitted, shards)
+		b.Queue(s.q(sqlClaim), uuidArg(ids), req.Worker, micros(lease), shards, now, mc.firsts, mc.intents, mc.extras).Query(func(rows pgx.Rows) error {
 			var cs claimScan
 			for rows.Next() {
 				c, err := scanClaimed(rows, &cs)
@@ -391,9 +392,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	if len(waited) > 0 {
 		b.Queue(s.q(sqlFlagHolders), waited)
 	}
-	if len(cc.multi) > 0 {
-		s.queueClaimMulti(b, cc.multi, plan.Admitted, req.Worker)
-	}
+	s.queueHolds(b, mc, req.Worker)
 	// Blocking runs after the claim: the backlog statement must not see the admitted rows as ready.
 	blocked := plan.Blocked
 	if len(plan.BlockedOn) > 0 {

@@ -94,6 +94,12 @@ func TestRulesAreWrittenAlike(t *testing.T) {
 			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaim", "sqlHandOff", "sqlBlockMulti"}},
 		{"the other keys' text's end", `, ''), E'\x1f')) WITH ORDINALITY AS u(e, n))`,
 			[]string{"sqlInsert", "sqlCompleteApply", "sqlClaim", "sqlHandOff", "sqlBlockMulti"}},
+		{"the first key put back", `key = coalesce(a.first, i.key), key_intent = CASE WHEN a.first IS NULL THEN i.key_intent ELSE
+			a.intent END, extra_keys = CASE WHEN a.first IS NULL THEN i.extra_keys ELSE (SELECT array_agg(split_part(e, E'\x1e', 1)
+			ORDER BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END,
+			extra_intents = CASE WHEN a.first IS NULL THEN i.extra_intents ELSE (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER
+			BY n) FROM unnest(string_to_array(nullif(a.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END FROM unnest($1::uuid[], $4::int[], $`,
+			[]string{"sqlClaim", "sqlHandOff"}},
 		{"the K = 1 busy check", `((SELECT true FROM {schema}.instances e WHERE e.key = k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS
 			NOT NULL AND e.key_shard IS NULL LIMIT 1) IS NOT NULL OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k
 			LIMIT 1) IS NOT NULL)`,

@@ -161,71 +161,64 @@ func historyKeys(h *store.HistoryEntry) string {
 	return h.Key + "\x1f" + strings.Join(h.Also, "\x1f")
 }
 
-// firstKeys returns the keys a claimed row of several keys runs under:
-// its first key, in its key column, and its other keys, in key order
-// (store.NormalizeKeys), and whether its key column and other keys hold
-// them so already. ok is false for stored keys that do not normalize,
-// which no insert writes.
-func (m multiRow) firstKeys() (first store.KeyRef, rest []store.KeyRef, inPlace, ok bool) {
-	first, rest = m.key, slices.Clone(m.others)
-	if err := store.NormalizeKeys(&first.Key, &first.Intent, &rest); err != nil {
-		return store.KeyRef{}, nil, false, false
-	}
-	return first, rest, m.key == first && slices.Equal(m.others, rest), true
+// multiClaim is what the update that makes a claim's or a hand-off's
+// admitted rows executing (sqlClaim, sqlHandOff) and sqlClaimMulti write
+// for its rows of several keys.
+type multiClaim struct {
+	// firsts, intents and extras are, at the index of each row whose key
+	// column holds another key than its first (the key it last waited in
+	// line for), its first key, that key's intent and its other keys' text
+	// (see keysText); NULL for the other rows, nil when no row needs it.
+	firsts, intents, extras []*string
+	// The holds of the rows' other keys: one entry per (row, key), with
+	// the shard it was admitted with.
+	holdIDs, holdKeys []string
+	holdShards        []int32
 }
 
-// claimFirstKeys fills, for sqlClaim, the rotation of the admitted rows of
-// several keys whose key column holds another key than their first (the
-// key they last waited in line for): their first key, its intent and the
-// other keys' text (see keysText) at their index, and their first key's
-// shard in shards. Other rows keep NULLs, and sqlClaim leaves their keys
-// as they are. It returns nils when no row needs it.
-func claimFirstKeys(multi map[string]multiRow, admitted []admission.Admitted, shards []int32) (firsts, intents, extras []*string) {
+// claimMulti returns what the admitted rows that multi has write, the
+// rows of several keys, and sets the shard of each row whose key column
+// takes its first key to that key's shard in shards (admitted's order).
+// Each row runs with its first key in its key column and its other keys in
+// key order (store.NormalizeKeys); a row whose stored keys do not
+// normalize, which no insert writes, gets nothing.
+func claimMulti(multi map[string]multiRow, admitted []admission.Admitted, shards []int32) multiClaim {
+	var mc multiClaim
+	if len(multi) == 0 {
+		return mc
+	}
 	for i, a := range admitted {
 		m, ok := multi[a.ID]
 		if !ok {
 			continue
 		}
-		first, rest, inPlace, ok := m.firstKeys()
-		if !ok || inPlace {
+		first, rest := m.key, slices.Clone(m.others)
+		if err := store.NormalizeKeys(&first.Key, &first.Intent, &rest); err != nil {
 			continue
-		}
-		if firsts == nil {
-			firsts, intents, extras = make([]*string, len(admitted)), make([]*string, len(admitted)), make([]*string, len(admitted))
-		}
-		in, text := string(first.Intent), keysText(rest)
-		firsts[i], intents[i], extras[i] = &first.Key, &in, &text
-		shards[i] = int32(m.shards(a)[first.Key])
-	}
-	return firsts, intents, extras
-}
-
-// queueClaimMulti queues sqlClaimMulti for the admitted rows (of a claim's
-// plan or a hand-off's) that multi has, rows of several keys that sqlClaim
-// or sqlHandOff made executing for worker earlier in the transaction, each
-// with its first key in its key column (see claimFirstKeys): each gets a
-// hold of each other key, with the shard it was admitted with.
-func (s *Store) queueClaimMulti(b *pgx.Batch, multi map[string]multiRow, admitted []admission.Admitted, worker string) {
-	var holdIDs, holdKeys []string
-	var holdShards []int32
-	for _, a := range admitted {
-		m, ok := multi[a.ID]
-		if !ok {
-			continue
-		}
-		_, rest, _, ok := m.firstKeys()
-		if !ok {
-			continue // stored keys are valid: a row that is not stays ready
 		}
 		shardOf := m.shards(a)
+		if m.key != first || !slices.Equal(m.others, rest) {
+			if mc.firsts == nil {
+				mc.firsts, mc.intents, mc.extras = make([]*string, len(admitted)), make([]*string, len(admitted)), make([]*string, len(admitted))
+			}
+			in, text := string(first.Intent), keysText(rest)
+			mc.firsts[i], mc.intents[i], mc.extras[i] = &first.Key, &in, &text
+			shards[i] = int32(shardOf[first.Key])
+		}
 		for _, o := range rest {
-			holdIDs, holdKeys, holdShards = append(holdIDs, a.ID), append(holdKeys, o.Key), append(holdShards, int32(shardOf[o.Key]))
+			mc.holdIDs, mc.holdKeys = append(mc.holdIDs, a.ID), append(mc.holdKeys, o.Key)
+			mc.holdShards = append(mc.holdShards, int32(shardOf[o.Key]))
 		}
 	}
-	if len(holdIDs) == 0 {
-		return
+	return mc
+}
+
+// queueHolds queues sqlClaimMulti for mc's holds, of rows that sqlClaim or
+// sqlHandOff made executing for worker earlier in the transaction.
+func (s *Store) queueHolds(b *pgx.Batch, mc multiClaim, worker string) {
+	if len(mc.holdIDs) > 0 {
+		b.Queue(s.q(sqlClaimMulti), uuidArg(mc.holdIDs), mc.holdKeys, mc.holdShards, worker)
 	}
-	b.Queue(s.q(sqlClaimMulti), uuidArg(holdIDs), holdKeys, holdShards, worker)
 }
 
 // queueBlockMulti queues sqlBlockMulti for the plan's blocked rows of

@@ -787,17 +787,15 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 				multi = append(multi, a.ID)
 			}
 		}
-		firsts, intents, extras := claimFirstKeys(r.multi, plan.HandOffs, shards)
-		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now), uuidArg(multi), firsts, intents, extras).Query(func(rows pgx.Rows) error {
+		mc := claimMulti(r.multi, plan.HandOffs, shards)
+		b.Queue(s.q(sqlHandOff), ids, worker, micros(h.Lease), shards, tsArg(now), uuidArg(multi), mc.firsts, mc.intents, mc.extras).Query(func(rows pgx.Rows) error {
 			err := scan(nil)(rows)
 			if len(multi) > 0 {
 				holdsOf(*claimed, r.multi, plan.HandOffs)
 			}
 			return err
 		})
-		if len(multi) > 0 {
-			s.queueClaimMulti(b, r.multi, plan.HandOffs, worker)
-		}
+		s.queueHolds(b, mc, worker)
 	}
 	if len(plan.Reserved) > 0 {
 		ids := make([]string, len(plan.Reserved))

@@ -288,6 +288,10 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 //     for none), so that each statement joins its batch to the rows by id
 //     with nothing to group. In sqlInsert, sqlCompleteApply, sqlClaim,
 //     sqlHandOff and sqlBlockMulti.
+//   - The first key put back: the move to executing of a row of several
+//     keys that waited in another key's line gives it its first key in
+//     its key column, in the same update (a.first, a.intent, a.extras;
+//     NULL: keys left as they are). In sqlClaim and sqlHandOff.
 //
 // TestRulesAreWrittenAlike checks that every statement that applies one of
 // these rules writes it the same, whitespace aside.
