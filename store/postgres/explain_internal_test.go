@@ -447,15 +447,18 @@ func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int3
 }
 
 // TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
-// live rows of each changed name (sqlLiveByName) while it holds the
-// name's counters; the count reads instances_live_key_name_c, not the
-// table, analyzed or not, with custom and generic plans.
+// live rows of each changed name and key, in any position (sqlLiveByName,
+// sqlLiveByKey), while it holds the name's counters; the counts read
+// instances_live_key_name_c for the key column and
+// instances_live_extra_key_names for the other keys, not the table,
+// analyzed or not, with custom and generic plans.
 func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
-	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, extra_keys, created_at, updated_at)
 		SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN i % 10 = 0 THEN 'ready' ELSE 'done' END, 's', now(), 0,
-		       CASE WHEN i % 2 = 0 THEN 'api:' || (i % 100) END, now(), now()
+		       CASE WHEN i % 2 = 0 THEN 'api:' || (i % 100) WHEN i % 3 = 0 THEN 'acct:' || i END,
+		       CASE WHEN i % 3 = 0 AND i % 2 <> 0 THEN ARRAY['api:' || (i % 100)] END, now(), now()
 		FROM generate_series(1, 20000) i`)
 	require.NoError(t, err)
 	for _, analyze := range []bool{false, true} {
@@ -464,10 +467,19 @@ func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for _, mode := range []string{"auto", "force_generic_plan"} {
-			plan := explainPrepared(t, s, mode, false, sqlLiveByName, []any{[]string{"api", "other"}}, "live by name")
-			text := strings.Join(plan, "\n")
-			require.Contains(t, text, "instances_live_key_name_c", "analyzed %v (%s):\n%s", analyze, mode, text)
-			require.NotContains(t, text, "Seq Scan on instances", "analyzed %v (%s):\n%s", analyze, mode, text)
+			for _, c := range []struct {
+				name, sql string
+				args      []any
+			}{
+				{"live by name", sqlLiveByName, []any{[]string{"api", "other"}}},
+				{"live by key", sqlLiveByKey, []any{[]string{"api:1", "api:3"}, []string{"api", "api"}}},
+			} {
+				plan := explainPrepared(t, s, mode, false, c.sql, c.args, c.name)
+				text := strings.Join(plan, "\n")
+				require.Contains(t, text, "instances_live_key_name_c", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
+				require.Contains(t, text, "instances_live_extra_key_names", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
+				require.NotContains(t, text, "Seq Scan on instances", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
+			}
 		}
 	}
 }

@@ -76,22 +76,34 @@ SELECT k.key, (SELECT count(*) FROM {schema}.key_slots a WHERE a.key = k.key) AS
        l.shard, l.capacity, l.available
 FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 
-	// sqlLiveByName counts the live rows of each key name of $1, from
-	// instances_live_key_name_c (migration 021), whose predicate the
-	// condition repeats.
+	// sqlLiveByName counts the live rows of each key name of $1 under each
+	// of their keys of that name, in any position, as the memory store
+	// does: the key column from instances_live_key_name_c (migration 021),
+	// the other keys from instances_live_extra_key_names (migration 028),
+	// whose predicates the conditions repeat.
 	sqlLiveByName = `
-SELECT key_name, count(*) FROM {schema}.instances
-WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-GROUP BY key_name`
+SELECT n, count(*) FROM (
+    SELECT key_name AS n FROM {schema}.instances
+    WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+    UNION ALL
+    SELECT split_part(e.k, ':', 1) FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+    WHERE {schema}.key_names(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
+      AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND split_part(e.k, ':', 1) = ANY ($1::text[])
+) x GROUP BY n`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
-	// whose names are $2, among the live rows of those names
-	// (instances_live_key_name_c, as sqlLiveByName).
+	// whose names are $2, in any position, among the live rows of those
+	// names (the indexes of sqlLiveByName).
 	sqlLiveByKey = `
-SELECT key, count(*) FROM {schema}.instances
-WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
-  AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-GROUP BY key`
+SELECT k, count(*) FROM (
+    SELECT key AS k FROM {schema}.instances
+    WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
+      AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+    UNION ALL
+    SELECT e.k FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+    WHERE {schema}.key_names(i.extra_keys) && $2::text[] AND i.extra_keys IS NOT NULL
+      AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = ANY ($1::text[])
+) x GROUP BY k`
 
 	// sqlPoliciesAll reads every queue policy with the namespace that owns
 	// it (a policy without a per-key budget reads 0).

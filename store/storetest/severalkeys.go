@@ -212,6 +212,18 @@ var severalKeysTests = []test{
 		require.Empty(h.t, h.claim("w", 10, at(3*time.Second)))
 		require.Zero(h.t, h.reconcile(0, at(4*time.Second)).Drift)
 	}},
+	{"severalKeys/a limit change counts the live rows holding a key of the name or the key itself in any position", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		h.commit("w", at(time.Second), done(h.hold(multi("acct:0", "stripe:big")))) // ended: not live
+		held := h.hold(multi("acct:2", "stripe:big"))                               // stripe:big held as its other key
+		require.Equal(h.t, "acct:2", held.Key)
+		h.insert(multi("acct:1", "stripe:big"), multi("acct:3", "stripe:small", "stripe:tiny"), dueNow("stripe:big"))
+
+		res := h.syncLimits(gate.Limit{Name: "stripe", Limit: 3}, gate.Limit{Name: "stripe:big", Limit: 4})
+		require.Equal(h.t, map[string]int64{"stripe": 5, "stripe:big": 3}, res.Live,
+			"a row counts once under each of its keys of the name; the ended row not at all")
+	}},
 	{"severalKeys/health counts a gate held as another key, and a row blocked on it, under the gate's name", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1}, gate.Limit{Name: "zz", Limit: 5})
