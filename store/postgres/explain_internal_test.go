@@ -119,7 +119,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// Rows of several keys (see several_keys.go).
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
 		"claim multi":    {sqlClaimMulti, []any{ids[:2], []string{"api:x", "api:y"}, []int32{0, 0}, "w"}},
-		"block multi":    {sqlBlockMulti, []any{ids[:1], []string{"api:x"}, []string{"gate"}, []string{"acct:abcd\x1e"}, nil, []string{}}},
+		"block multi":    {sqlBlockMulti, []any{ids, repeat("api:x", n), repeat("gate", n), repeat("acct:abcd\x1e", n), nil, []string{}}},
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
@@ -184,6 +184,15 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 	}
 }
 
+// repeat is a batch argument of n copies of v.
+func repeat(v string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
 // byID are the statements of TestHotPathPlansUseIndexes that look rows up
 // by the ids (or keys) of a batch: every index scan of instances in their
 // plans must have an index condition (a scan without one reads the whole
@@ -194,7 +203,7 @@ var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve
 	"hand-off try":                     true,
 	"hand-off candidates of workflows": true,
 	"release":                          true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
-	"join parents": true, "set pending": true}
+	"join parents": true, "set pending": true, "block multi": true}
 
 // concurrencyIndexes are the partial indexes of instances whose size is
 // bounded by what the fleet holds (executing rows, reservations), not by

@@ -244,7 +244,11 @@ ORDER BY h.key`
 	// key's line and that key's freeing promotes it (see migration 025). A
 	// row blocked on a K = 1 key of $6 is blocked only as sqlBlock blocks
 	// one (the waited-on check, read once per row before the update), and
-	// otherwise it stays ready.
+	// otherwise it stays ready. The update finds its rows by b's ids
+	// alone, b the outer side of the join and each row an index probe: a
+	// second condition id = ANY ($1) makes the planner read the rows by
+	// that array and filter a nested loop over b for each, quadratic in
+	// the window (TestHotPathPlansUseIndexes).
 	sqlBlockMulti = `
 WITH b AS MATERIALIZED (
     SELECT x.id, x.key, x.intent, x.extras
@@ -261,7 +265,7 @@ SET status = 'blocked', key = b.key, key_intent = b.intent,
     extra_intents = (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(b.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)),
     updated_at = coalesce($5::timestamptz, now())
 FROM b
-WHERE i.id = b.id AND i.id = ANY ($1::uuid[]) AND i.status = 'ready'`
+WHERE i.id = b.id AND i.status = 'ready'`
 
 	// sqlClaimContext returns the claim's now, the queue's policy (NULLs:
 	// none) and whether the queue is paused.
