@@ -49,3 +49,8 @@ func TestPerKeyLimitLive(t *testing.T) {
 	st := memory.New(memory.Options{})
 	enginetest.PerKeyLimitLive(t, func() store.Store { return st })
 }
+
+func TestPerKeyLimitLiveSeveralKeys(t *testing.T) {
+	st := memory.New(memory.Options{})
+	enginetest.PerKeyLimitLiveSeveralKeys(t, func() store.Store { return st })
+}

@@ -86,6 +86,19 @@ func (r *keyRecorder) afterMark(key string) int {
 // few steps, and from then on no step of the key starts while 5 run, and
 // it runs at 5. Counts come from the step bodies, not the store.
 func PerKeyLimitLive(t *testing.T, newStore func() store.Store) {
+	perKeyLimitLive(t, newStore, false)
+}
+
+// PerKeyLimitLiveSeveralKeys is PerKeyLimitLive with every row holding the
+// gate key as its other key: each row's first key is an identity of its
+// own (acct:i, never busy), so the stripe keys are held through key_holds
+// and their rows wait in their lines. Such rows are never reserved as
+// successors, so the lowered limit binds at the key's next claim.
+func PerKeyLimitLiveSeveralKeys(t *testing.T, newStore func() store.Store) {
+	perKeyLimitLive(t, newStore, true)
+}
+
+func perKeyLimitLive(t *testing.T, newStore func() store.Store, several bool) {
 	const (
 		step = 200 * time.Millisecond
 		big  = "stripe:big"
@@ -93,9 +106,13 @@ func PerKeyLimitLive(t *testing.T, newStore func() store.Store) {
 	rec := newKeyRecorder()
 	wf := durable.NewWorkflow[sleepState]("work", "run", durable.WorkflowOptions{Queue: "mail"})
 	wf.Step("run", func(ctx steps.Context, s sleepState) (transitions.Transition, error) {
-		rec.enter(ctx.Key())
+		for _, k := range ctx.Keys() {
+			rec.enter(k)
+		}
 		time.Sleep(step)
-		rec.exit(ctx.Key())
+		for _, k := range ctx.Keys() {
+			rec.exit(k)
+		}
 		return transitions.Done(s.N), nil
 	})
 	var engines []*durable.Engine
@@ -115,8 +132,21 @@ func PerKeyLimitLive(t *testing.T, newStore func() store.Store) {
 		}
 	})
 	ctx := context.Background()
-	insertWork(t, engines[0], []gate.ConcurrencyKey{gate.Gate("stripe", "big")}, 1000)
-	insertWork(t, engines[0], []gate.ConcurrencyKey{gate.Gate("stripe", "small")}, 200)
+	insert := func(k gate.ConcurrencyKey, n int) {
+		if !several {
+			insertWork(t, engines[0], []gate.ConcurrencyKey{k}, n)
+			return
+		}
+		reqs := make([]durable.InsertRequest, n)
+		for i := range reqs {
+			reqs[i] = durable.InsertRequest{Workflow: "work", State: sleepState{N: i},
+				Options: durable.InsertOptions{Keys: []gate.ConcurrencyKey{gate.Identity("acct", fmt.Sprintf("%s-%d", k.ID(), i)), k}}}
+		}
+		_, err := engines[0].InsertMany(context.Background(), reqs)
+		require.NoError(t, err)
+	}
+	insert(gate.Gate("stripe", "big"), 1000)
+	insert(gate.Gate("stripe", "small"), 200)
 	for _, e := range engines {
 		require.NoError(t, e.Start(ctx))
 	}

@@ -256,3 +256,7 @@ func TestDebounceAcrossEngines(t *testing.T) {
 func TestPerKeyLimitLive(t *testing.T) {
 	enginetest.PerKeyLimitLive(t, newEnv(t).stores())
 }
+
+func TestPerKeyLimitLiveSeveralKeys(t *testing.T) {
+	enginetest.PerKeyLimitLiveSeveralKeys(t, newEnv(t).stores())
+}
