@@ -13,10 +13,9 @@ import (
 // claim that read the new limit creates the counters of the new shards
 // (sqlSlotsEnsure) and debits them; when it does so after the reshape read
 // the key's counters, the reshape must leave those counters as the claim
-// made them. Overwritten from the reshape's older read, their slots came
-// back free while the claim's rows held them: stripe:big ran 75 steps at
-// once under a per-key limit of 50 (enginetest.PerKeyLimitLiveSeveralKeys,
-// once in a few dozen runs).
+// made them: overwritten from the reshape's older read, their slots would
+// come back free while the claim's rows hold them, and the key would run
+// over its limit.
 func TestReshapeKeepsCountersAClaimCreated(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
