@@ -535,11 +535,29 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		inSight   = map[string]int{}        // K = 1 key -> its rows in the window (admission.State.InSight)
 	)
 	var multiOne []string // K = 1 keys of rows of several keys: always locked here
+	// A key's limit comes from the window for the rows it is the key column
+	// of, and from sqlKeyLimits, a later statement, for the rows it is
+	// another key of: a limit change committed in between gives the key
+	// two limits in one window. Such a key decides nothing this claim (its
+	// rows are left ready for the next, which reads one limit), so that no
+	// row is admitted or blocked under the limit the key no longer has.
+	var firstLimit map[string]*gate.Limit
+	mixed := map[string]bool{}
+	if len(cc.multi) > 0 {
+		firstLimit = map[string]*gate.Limit{}
+	}
 	for _, c := range cc.candidates {
 		if c.Key == "" {
 			continue
 		}
 		for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate, Rate: c.Rate}}, c.Also...) {
+			if firstLimit != nil {
+				if l, seen := firstLimit[n.Key]; !seen {
+					firstLimit[n.Key] = n.Gate
+				} else if (l == nil) != (n.Gate == nil) || l != nil && *l != *n.Gate {
+					mixed[n.Key] = true
+				}
+			}
 			allKeys = append(allKeys, n.Key)
 			if n.Rate != nil {
 				bucketCap[n.Rate.BucketFor(n.Key)] = n.Rate.Capacity()
@@ -656,6 +674,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		})
 	}
 	limitMoved := map[string]bool{} // keys whose limit changed since the window was read
+	for k := range mixed {
+		limitMoved[k] = true
+	}
 	if len(gateKeys) > 0 && !lock && len(cc.multi) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
@@ -761,6 +782,12 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 				s.settled.mark(k)
 			}
 		}
+	}
+	for k := range mixed {
+		if _, gated := gateLimit[k]; gated {
+			st.Gates[k] = admission.GateState{HeldElsewhere: true}
+		}
+		st.Locked[k] = false
 	}
 	plan = admission.Decide(cc.candidates, st)
 	if seen != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/internal/admission"
 	"github.com/godurable/godurable/store"
 )
@@ -49,4 +50,57 @@ func TestAdmitReadsAKeyOfSeveralAfterItsLock(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, plan.Admitted, "acct:a is held")
 	require.Equal(t, "acct:a", plan.BlockedOn[multi], "blocked on acct:a, read busy under its lock")
+}
+
+// TestAdmitLeavesAKeyOfTwoLimitsReady: a claim's window reads the limit of
+// a key its rows wait in line for, and sqlKeyLimits, a later statement,
+// reads it for the rows that hold it as another key; a limit change
+// committed in between gives the key two limits in one claim. Its rows
+// are then left ready for the next claim, whatever order they come in:
+// decided under the limit the key no longer has, a row would be admitted
+// over a lowered limit (the counters not yet reshaped) or blocked by a
+// raised one (with nothing left to promote it until a slot frees).
+func TestAdmitLeavesAKeyOfTwoLimitsReady(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		stored, then gate.Limit // the limit stored now, and the one the window read
+	}{
+		{"lowered", gate.Limit{Name: "stripe:big", Limit: 5, Shards: 1}, gate.Limit{Name: "stripe:big", Limit: 50, Shards: 5}},
+		{"raised", gate.Limit{Name: "stripe:big", Limit: 50, Shards: 5}, gate.Limit{Name: "stripe", Limit: 5, Shards: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newInternalStore(t)
+			_, err := s.pool.Exec(ctx, s.q(`INSERT INTO {schema}.limits (name, "limit", shards) VALUES ('stripe', 5, 1), ($1, $2, $3)`),
+				tc.stored.Name, tc.stored.Limit, tc.stored.Shards)
+			require.NoError(t, err)
+			// Five slots in use, over counters not yet reshaped for a
+			// lowering (five shards of ten) or already reshaped for a raise.
+			_, err = s.pool.Exec(ctx, s.q(`INSERT INTO {schema}.key_slots (key, shard, capacity, available)
+				SELECT 'stripe:big', sh, 10, CASE WHEN sh = 0 THEN 5 ELSE 10 END FROM generate_series(0, 4) sh`))
+			require.NoError(t, err)
+
+			tx, err := s.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			stored, then := tc.stored, tc.then
+			line, other := uuid.NewString(), uuid.NewString()
+			cc := &claimContext{now: time.Now(), limit: 10, queue: "q", busyOne: map[string]bool{}, tried: map[string]bool{},
+				candidates: []admission.Candidate{
+					// Holds stripe:big as another key: its limit read by sqlKeyLimits, now.
+					{ID: other, Key: "acct:b", Also: []admission.Need{{Key: "stripe:big", Gate: &stored}}},
+					// Waits in stripe:big's line: its limit read by the window, before.
+					{ID: line, Key: "stripe:big", Gate: &then, Also: []admission.Need{{Key: "acct:a"}}},
+				},
+				multi: map[string]multiRow{
+					other: {key: store.KeyRef{Key: "acct:b"}, others: []store.KeyRef{{Key: "stripe:big", Intent: gate.GateIntent}}},
+					line:  {key: store.KeyRef{Key: "stripe:big", Intent: gate.GateIntent}, others: []store.KeyRef{{Key: "acct:a"}}},
+				},
+			}
+			plan, _, err := s.admit(ctx, tx, cc, false)
+			require.NoError(t, err)
+			require.Empty(t, plan.BlockedOn, "nothing is blocked under a limit read two ways")
+			require.Empty(t, plan.Admitted, "nothing is admitted under a limit read two ways")
+		})
+	}
 }
