@@ -151,9 +151,11 @@ type Reservation struct {
 //     freeing worker's executor until its flush commits. Make bench's
 //     scenario 4 (a gate of 1,000, 200 executors) ran at 3,000-5,600
 //     steps/s on hand-offs, against about 13,000 on claims. A row of
-//     several keys takes such a slot all the same: its claim takes a
-//     round trip more than a plain one, and reads no counter
-//     optimistically;
+//     several keys is no exception: the head of such a key's line may be
+//     a row promoted for one of the spare slots and not yet claimed, and
+//     handed this slot it would leave that one with no row to take it
+//     until the reconciler: the key would run at fewer and fewer of its
+//     slots;
 //
 // Every other freed slot is in Rest. A slot that names a successor is not
 // decided: it passes to that row (Successions).
@@ -206,11 +208,17 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			rest = append(rest, spare{Freed: f})
 			continue
 		}
+		if roomy(f, st) {
+			if !slices.Contains(plan.Roomy, f.Key) {
+				plan.Roomy = append(plan.Roomy, f.Key)
+			}
+			done[f.Key] = true
+			rest = append(rest, spare{Freed: f, passes: true})
+			continue
+		}
 		line := next[f.Key]
 		ready := len(line) > 0 && takes(line[0], room, st.Runs) && !st.Paused[line[0].Queue]
 		if ready && len(line[0].Also) > 0 {
-			// A row of several keys takes the slot even from a key with
-			// slots to spare (Roomy).
 			w := line[0]
 			if also, ok := alsoSlots(w, rest, next, st.Tried, tried); ok {
 				next[f.Key] = line[1:]
@@ -221,18 +229,8 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 				}
 				continue
 			}
-			if !roomy(f, st) {
-				done[f.Key] = true // unless the row takes it once every slot is known (below)
-				multi = append(multi, f)
-				continue
-			}
-		}
-		if roomy(f, st) {
-			if !slices.Contains(plan.Roomy, f.Key) {
-				plan.Roomy = append(plan.Roomy, f.Key)
-			}
-			done[f.Key] = true
-			rest = append(rest, spare{Freed: f, passes: true})
+			done[f.Key] = true // unless the row takes it once every slot is known (below)
+			multi = append(multi, f)
 			continue
 		}
 		if !ready {

@@ -554,7 +554,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			if firstLimit != nil {
 				if l, seen := firstLimit[n.Key]; !seen {
 					firstLimit[n.Key] = n.Gate
-				} else if (l == nil) != (n.Gate == nil) || l != nil && *l != *n.Gate {
+				} else if (l == nil) != (n.Gate == nil) || l != nil && (l.Limit != n.Gate.Limit || l.Shards != n.Gate.Shards) {
 					mixed[n.Key] = true
 				}
 			}

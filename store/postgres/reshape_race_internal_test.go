@@ -47,7 +47,8 @@ func TestReshapeKeepsCountersAClaimCreated(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var n int
 		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%key_slots%'`).Scan(&n)
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%' || $1 || '.key_slots%'`, s.q("{schema}")).Scan(&n)
 		return err == nil && n > 0
 	}, 5*time.Second, 5*time.Millisecond, "the reshape never waited for the claim's counters")
 	require.NoError(t, claim.Commit(ctx))

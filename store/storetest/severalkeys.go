@@ -324,6 +324,30 @@ var severalKeysTests = []test{
 		h.insert(dueNow("acct:9"))
 		require.Empty(h.t, h.claimIDs(at(4*time.Second)), "acct:9 is held by the row handed acct:1's slot")
 	}},
+	{"severalKeys/a gate with a slot to spare hands no slot to a row of several keys, so no slot is left without a row", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		var ids []string
+		for i := range 4 {
+			ni := multi(fmt.Sprintf("acct:%d", i), "stripe:big")
+			ni.Also[0].Intent = gate.GateIntent
+			ids = append(ids, h.insert(ni)[0])
+		}
+		cs := h.claim("w", 10, at(time.Second))
+		require.Len(h.t, cs, 2)
+		h.requireStatus(store.StatusBlocked, ids[2:]...)
+		// One holder ends without a hand-off: its slot is credited and
+		// promotes the next row, which no claim has taken yet.
+		h.commit("w", at(2*time.Second), done(cs[0]))
+		h.requireStatus(store.StatusReady, ids[2])
+		h.requireStatus(store.StatusBlocked, ids[3])
+		// The other ends with a hand-off while the gate has that slot to
+		// spare: handed to the promoted row, it would leave the spare slot
+		// with no row to take it and the last row blocked.
+		got := h.handOff("w", at(3*time.Second), map[string]int{queue: 5}, done(cs[1]))
+		require.Empty(h.t, got, "a gate with a slot to spare hands nothing")
+		require.ElementsMatch(h.t, ids[2:], h.claimIDs(at(4*time.Second)), "both slots go to the two rows left")
+	}},
 	{"severalKeys/a freed slot is not handed to a row of several keys whose other key is held, nor past it", func(h *harness) {
 		h.severalKeys()
 		holder := h.holdKey("acct:1")
