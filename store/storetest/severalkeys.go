@@ -29,6 +29,20 @@ func multi(key string, also ...string) store.NewInstance {
 	return ni
 }
 
+// insertHoldingGate inserts n rows, due now, each of an identity of its
+// own (acct:i) and gate key k as its other key, one insert each (in
+// order), and returns their ids.
+func (h *harness) insertHoldingGate(k string, n int) []string {
+	h.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ni := multi(fmt.Sprintf("acct:%d", i), k)
+		ni.Also[0].Intent = gate.GateIntent
+		ids[i] = h.insert(ni)[0]
+	}
+	return ids
+}
+
 // claimIDs claims up to 10 rows for worker w at now and returns their ids.
 func (h *harness) claimIDs(now time.Time) []string {
 	h.t.Helper()
@@ -192,12 +206,7 @@ var severalKeysTests = []test{
 	{"severalKeys/raising a key's own limit admits at once the rows that hold it as another key", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
-		var ids []string
-		for i := range 6 {
-			ni := multi(fmt.Sprintf("acct:%d", i), "stripe:big")
-			ni.Also[0].Intent = gate.GateIntent
-			ids = append(ids, h.insert(ni)[0])
-		}
+		ids := h.insertHoldingGate("stripe:big", 6)
 		require.Len(h.t, h.claim("w", 10, at(time.Second)), 2)
 		h.requireStatus(store.StatusBlocked, ids[2:]...)
 		for _, id := range ids[2:] {
@@ -327,12 +336,7 @@ var severalKeysTests = []test{
 	{"severalKeys/a gate with a slot to spare hands no slot to a row of several keys, so no slot is left without a row", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
-		var ids []string
-		for i := range 4 {
-			ni := multi(fmt.Sprintf("acct:%d", i), "stripe:big")
-			ni.Also[0].Intent = gate.GateIntent
-			ids = append(ids, h.insert(ni)[0])
-		}
+		ids := h.insertHoldingGate("stripe:big", 4)
 		cs := h.claim("w", 10, at(time.Second))
 		require.Len(h.t, cs, 2)
 		h.requireStatus(store.StatusBlocked, ids[2:]...)
