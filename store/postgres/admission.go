@@ -785,9 +785,9 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	}
 	for k := range mixed {
 		if _, gated := gateLimit[k]; gated {
-			st.Gates[k] = admission.GateState{HeldElsewhere: true}
+			st.Gates[k] = admission.GateState{HeldElsewhere: true} // its rows are left ready
 		}
-		st.Locked[k] = false
+		delete(st.Locked, k) // its rows under K = 1 too
 	}
 	plan = admission.Decide(cc.candidates, st)
 	if seen != nil {
