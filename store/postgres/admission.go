@@ -538,26 +538,17 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// A key's limit comes from the window for the rows it is the key column
 	// of, and from sqlKeyLimits, a later statement, for the rows it is
 	// another key of: a limit change committed in between gives the key
-	// two limits in one window. Such a key decides nothing this claim (its
-	// rows are left ready for the next, which reads one limit), so that no
-	// row is admitted or blocked under the limit the key no longer has.
-	var firstLimit map[string]*gate.Limit
-	mixed := map[string]bool{}
-	if len(cc.multi) > 0 {
-		firstLimit = map[string]*gate.Limit{}
-	}
+	// two limits in one window (two gated ones, or gated and K = 1). Such a
+	// key decides nothing this claim (its rows are left ready for the next,
+	// which reads one limit), so that no row is admitted or blocked under
+	// the limit the key no longer has (limitMoved, as for a limit that
+	// changed after the window: below).
+	limitMoved := map[string]bool{}
 	for _, c := range cc.candidates {
 		if c.Key == "" {
 			continue
 		}
 		for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate, Rate: c.Rate}}, c.Also...) {
-			if firstLimit != nil {
-				if l, seen := firstLimit[n.Key]; !seen {
-					firstLimit[n.Key] = n.Gate
-				} else if (l == nil) != (n.Gate == nil) || l != nil && (l.Limit != n.Gate.Limit || l.Shards != n.Gate.Shards) {
-					mixed[n.Key] = true
-				}
-			}
 			allKeys = append(allKeys, n.Key)
 			if n.Rate != nil {
 				bucketCap[n.Rate.BucketFor(n.Key)] = n.Rate.Capacity()
@@ -570,10 +561,19 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 					multiOne = append(multiOne, n.Key)
 				}
 			default:
-				if _, ok := gateLimit[n.Key]; !ok {
+				if l, ok := gateLimit[n.Key]; !ok {
 					gateLimit[n.Key] = *n.Gate
 					gateKeys = append(gateKeys, n.Key)
+				} else if l.Limit != n.Gate.Limit || l.Shards != n.Gate.Shards {
+					limitMoved[n.Key] = true
 				}
+			}
+		}
+	}
+	if len(cc.multi) > 0 {
+		for k := range inSight {
+			if _, gated := gateLimit[k]; gated {
+				limitMoved[k] = true
 			}
 		}
 	}
@@ -672,10 +672,6 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			_, err := pgx.ForEachRow(rows, []any{&k}, func() error { st.Busy[k] = true; return nil })
 			return err
 		})
-	}
-	limitMoved := map[string]bool{} // keys whose limit changed since the window was read
-	for k := range mixed {
-		limitMoved[k] = true
 	}
 	if len(gateKeys) > 0 && !lock && len(cc.multi) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
@@ -783,11 +779,8 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			}
 		}
 	}
-	for k := range mixed {
-		if _, gated := gateLimit[k]; gated {
-			st.Gates[k] = admission.GateState{HeldElsewhere: true} // its rows are left ready
-		}
-		delete(st.Locked, k) // its rows under K = 1 too
+	for k := range limitMoved {
+		delete(st.Locked, k) // its rows under K = 1 too, when the window read it two ways
 	}
 	plan = admission.Decide(cc.candidates, st)
 	if seen != nil {
