@@ -119,7 +119,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// Rows of several keys (see several_keys.go).
 		"key limits":     {sqlKeyLimits, []any{[]string{"acct:abcd", "api:x"}}},
 		"claim multi":    {sqlClaimMulti, []any{ids[:2], []string{"api:x", "api:y"}, []int32{0, 0}, "w"}},
-		"block multi":    {sqlBlockMulti, []any{ids, repeat("api:x", n), repeat("gate", n), repeat("acct:abcd\x1e", n), nil, []string{}}},
+		"block multi":    {sqlBlockMulti, []any{ids, slices.Repeat([]string{"api:x"}, n), slices.Repeat([]string{"gate"}, n), slices.Repeat([]string{"acct:abcd\x1e"}, n), nil, []string{}}},
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
@@ -182,15 +182,6 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 			}
 		}
 	}
-}
-
-// repeat is a batch argument of n copies of v.
-func repeat(v string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = v
-	}
-	return out
 }
 
 // byID are the statements of TestHotPathPlansUseIndexes that look rows up
