@@ -487,13 +487,11 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 		return err
 	}
 	var (
-		setKeys                   []string // counters read and locked above: overwritten
-		setShards, setCaps, setAv []int32
-		newKeys                   []string // counters the read did not find: created
-		newShards, newCaps, newAv []int32
-		dropKeys                  []string
-		promoteKeys               []string
-		promoteNs                 []int32
+		set         slotRows // counters read and locked above: overwritten
+		create      slotRows // counters the read did not find: created only
+		dropKeys    []string
+		promoteKeys []string
+		promoteNs   []int32
 	)
 	for _, k := range mapKeys(counters) {
 		byShard := counters[k]
@@ -514,29 +512,23 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 		free := 0
 		for sh, t := range target {
 			free += t.available
-			if _, read := byShard[sh]; !read {
-				newKeys, newShards = append(newKeys, k), append(newShards, int32(sh))
-				newCaps, newAv = append(newCaps, int32(t.capacity)), append(newAv, int32(t.available))
-				continue
+			if _, read := byShard[sh]; read {
+				set.add(k, sh, t)
+			} else {
+				create.add(k, sh, t)
 			}
-			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
-			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
 		}
 		if free > 0 {
 			promoteKeys, promoteNs = append(promoteKeys, k), append(promoteNs, int32(free))
 		}
 	}
 	b = &pgx.Batch{}
-	if len(setKeys) > 0 {
-		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
-	}
-	if len(newKeys) > 0 {
-		// A claim that read the new limit may have created one of these
-		// since the read above, and debited it: its counter is left as the
-		// claim made it (sqlSlotsCreate), since overwriting it from this
-		// read would free the slots of the claim's rows.
-		b.Queue(s.q(sqlSlotsCreate), newKeys, newShards, newCaps, newAv)
-	}
+	set.queue(b, s.q(sqlSlotsInsert))
+	// A claim that read the new limit may have created one of these since
+	// the read above, and debited it: its counter is left as the claim made
+	// it (sqlSlotsCreate), since overwriting it from this read would free
+	// the slots of the claim's rows.
+	create.queue(b, s.q(sqlSlotsCreate))
 	if len(promoteKeys) > 0 {
 		// A raised limit admits the key's blocked rows now, not at the
 		// reconciler's next sweep; the rows are locked after the counters,

@@ -374,17 +374,15 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		}
 	}
 	var (
-		setKeys                   []string
-		setShards, setCaps, setAv []int32
+		set slotRows // counters this sweep locked: overwritten
 		// Counters this sweep did not lock (none existed when it took its
 		// locks): a claim may have created and debited them since, after
 		// the holders were read, so they are only created, never
 		// overwritten (see sqlSlotsCreate).
-		newKeys                   []string
-		newShards, newCaps, newAv []int32
-		idle, orphan              []string
-		promoteKeys               []string
-		promoteNs                 []int32
+		create       slotRows
+		idle, orphan []string
+		promoteKeys  []string
+		promoteNs    []int32
 	)
 	for _, k := range mapKeys(keys) {
 		l, limited := limits.For(k)
@@ -408,14 +406,12 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 				continue
 			}
 			if !ok {
-				newKeys, newShards = append(newKeys, k), append(newShards, int32(sh))
-				newCaps, newAv = append(newCaps, int32(t.capacity)), append(newAv, int32(t.available))
+				create.add(k, sh, t)
 				continue
 			}
 			rep.CountersRepaired++
 			rep.Drift += absInt(t.available - old.available)
-			setKeys, setShards = append(setKeys, k), append(setShards, int32(sh))
-			setCaps, setAv = append(setCaps, int32(t.capacity)), append(setAv, int32(t.available))
+			set.add(k, sh, t)
 		}
 		if !busy {
 			idle = append(idle, k)
@@ -440,11 +436,9 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 	}
 
 	b = &pgx.Batch{}
-	if len(setKeys) > 0 {
-		b.Queue(s.q(sqlSlotsInsert), setKeys, setShards, setCaps, setAv)
-	}
-	if len(newKeys) > 0 {
-		b.Queue(s.q(sqlSlotsCreate), newKeys, newShards, newCaps, newAv).Exec(func(ct pgconn.CommandTag) error {
+	set.queue(b, s.q(sqlSlotsInsert))
+	if q := create.queue(b, s.q(sqlSlotsCreate)); q != nil {
+		q.Exec(func(ct pgconn.CommandTag) error {
 			rep.CountersRepaired += int(ct.RowsAffected())
 			return nil
 		})
@@ -478,6 +472,27 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 
 // slotTarget is what a counter holds, or should hold.
 type slotTarget struct{ capacity, available int }
+
+// slotRows are counters to write, one entry per (key, shard), as the
+// arrays sqlSlotsInsert and sqlSlotsCreate take.
+type slotRows struct {
+	keys                    []string
+	shards, caps, available []int32
+}
+
+func (r *slotRows) add(key string, shard int, t slotTarget) {
+	r.keys, r.shards = append(r.keys, key), append(r.shards, int32(shard))
+	r.caps, r.available = append(r.caps, int32(t.capacity)), append(r.available, int32(t.available))
+}
+
+// queue queues stmt over r's counters on b, and returns it; nil when r has
+// none.
+func (r slotRows) queue(b *pgx.Batch, stmt string) *pgx.QueuedQuery {
+	if len(r.keys) == 0 {
+		return nil
+	}
+	return b.Queue(stmt, r.keys, r.shards, r.caps, r.available)
+}
 
 // scanCounters reads rows of (key, shard, capacity, available) into into.
 func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
