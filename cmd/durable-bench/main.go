@@ -88,7 +88,7 @@ func main() {
 	flag.BoolVar(&o.stmts, "stmts", false, "print round trips and statement times per scenario")
 	flag.DurationVar(&o.waitEvery, "sample", 20*time.Millisecond, "how often pg_stat_activity is sampled for wait events (0: never)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench database at exit")
-	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians); scenario 10: rounds of every cell")
+	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
 	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
 	flag.Parse()
 	if o.insertBatch < 1 {
