@@ -392,12 +392,15 @@ ORDER BY c.ord`
 	// those still reserved, with their queue. The outcome transaction runs
 	// it in its first round trip and passes each locked one the slot of
 	// its predecessor's outcome, if that outcome commits (sqlSucceed).
+	// The batch, sorted by id, probes and locks each row in turn, as
+	// sqlHeartbeat does.
 	sqlSuccessorsLock = `
-SELECT i.id::text, i.queue FROM unnest($1::uuid[], $2::bigint[]) AS x(id, fence)
-JOIN {schema}.instances i
-  ON i.id = x.id AND i.worker = $3 AND i.fence = x.fence AND i.status = 'blocked' COLLATE "C"
-WHERE i.id = ANY ($1::uuid[])
-ORDER BY i.id FOR UPDATE OF i`
+SELECT i.id::text, i.queue
+FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS x(id, fence) ORDER BY x.id) x
+CROSS JOIN LATERAL (
+    SELECT i.id, i.queue FROM {schema}.instances i
+    WHERE i.id = x.id AND i.worker = $3 AND i.fence = x.fence AND i.status = 'blocked' COLLATE "C"
+    FOR UPDATE) i`
 
 	// sqlSucceed makes reservations of worker $2 (locked by
 	// sqlSuccessorsLock) executing, each with the slot its predecessor's
