@@ -303,11 +303,12 @@ ORDER BY x.ord`
 	// locking the rows in id order like every other multi-row transition (a
 	// plain join locked them in plan order and deadlocked with Complete):
 	// the batch, sorted by id, probes and locks each row in turn, as
-	// sqlCompleteApply does. Joined to the batch with a sort and a lock
-	// above the join, the rows were read by id = ANY and each compared with
-	// every entry of the batch in a nested loop's filter, quadratic in the
-	// claims a worker holds (about 190 ms for 1,000 claims, their rows
-	// locked throughout: TestHotPathPlansUseIndexes).
+	// sqlCompleteApply does. A join of the batch with the sort and the
+	// lock above it lets the planner read the rows by id = ANY and compare
+	// each with every entry of the batch in a nested loop's filter:
+	// quadratic in the claims a worker holds (about 190 ms for 1,000
+	// claims, every claim's row locked throughout;
+	// TestHotPathPlansUseIndexes).
 	sqlHeartbeat = `
 UPDATE {schema}.instances i
 SET lease_expires_at = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
