@@ -5,7 +5,6 @@ package runtime
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/godurable/godurable/store"
@@ -31,20 +30,13 @@ func (s *Scheduler) executor(q *queueRunner) {
 // that row, and the slot of its key it holds, waiting.
 func (q *queueRunner) waiting() bool { return len(q.work) > 0 && q.idle.Load() == 0 }
 
-// holdsGate reports whether a claimed row holds a slot of a gate key: its
-// key's, or, for a row of several keys, another key's.
-func holdsGate(c store.Claimed) bool {
-	return c.KeyShard >= 0 || slices.ContainsFunc(c.AlsoShards, func(shard int) bool { return shard >= 0 })
-}
-
 // running is a claim whose step an executor is about to run.
 type running struct {
 	c      store.Claimed
 	st     *claimState
 	ctx    context.Context
 	cancel context.CancelFunc
-	// gate: it is contended and holds a gate's slot, as its key or as
-	// another of its keys (see free).
+	// gate: it is contended and holds a gate's slot (see free).
 	gate bool
 	// pred is, for a successor, its predecessor's outcome, sent to the
 	// flusher as the successor's step starts (see run).
@@ -88,7 +80,7 @@ func (s *Scheduler) begin(c store.Claimed, toRelease *[]store.ClaimRef) *running
 	if !lost && !canceled && !stopping {
 		ctx, cancel := context.WithCancel(s.runCtx)
 		st.cancel = cancel
-		r = &running{c: c, st: st, ctx: ctx, cancel: cancel, gate: c.Contended && holdsGate(c)}
+		r = &running{c: c, st: st, ctx: ctx, cancel: cancel, gate: c.Contended && c.KeyShard >= 0}
 	}
 	s.mu.Unlock()
 	if r != nil {

@@ -433,7 +433,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	}
 	admitted := 0
 	for i, c := range res.Claimed {
-		res.Claimed[i].Contended = c.After != "" || s.anyHot(c.Instance)
+		res.Claimed[i].Contended = c.After != "" || c.Key != "" && s.hot.has(c.Key)
 		if c.After == "" {
 			admitted++
 		}
@@ -875,15 +875,4 @@ func scanClaimed(rows pgx.Rows, cs *claimScan) (store.Claimed, error) {
 			Payload: json.RawMessage(cs.sigPayload), DedupKey: cs.sigDedup.String, CreatedAt: created}
 	}
 	return c, nil
-}
-
-// anyHot reports whether a key of in, its key or another of its keys, was
-// recently found saturated: rows likely wait for a slot the row's outcome
-// frees (store.Claimed.Contended), as the memory store says of a row one of
-// whose keys has blocked rows.
-func (s *Store) anyHot(in store.Instance) bool {
-	if in.Key != "" && s.hot.has(in.Key) {
-		return true
-	}
-	return slices.ContainsFunc(in.Also, func(k store.KeyRef) bool { return s.hot.has(k.Key) })
 }

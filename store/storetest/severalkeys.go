@@ -445,16 +445,6 @@ var severalKeysTests = []test{
 			require.NotEqual(h.t, m, c.ID, "a row of several keys is never reserved")
 		}
 	}},
-	{"severalKeys/a row claimed while rows wait for its other key is contended", func(h *harness) {
-		h.severalKeys()
-		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
-		ids := h.insertHoldingGate("api:x", 2) // each of an identity of its own, never busy
-		cs := h.claim("w", 10, at(time.Second))
-		require.Equal(h.t, ids[:1], claimedIDs(cs))
-		require.Equal(h.t, "api:x", h.get(ids[1]).BlockedOn)
-		require.True(h.t, cs[0].Contended,
-			"a row waits for the slot of api:x the claimed row holds as its other key: its outcome may pass it on, and a worker counts it as holding a contended gate's slot")
-	}},
 	{"severalKeys/MaxActivePerKey counts a row under each of its keys", func(h *harness) {
 		h.severalKeys()
 		h.syncPolicies(store.DefaultNamespace, store.ConcurrencyPolicy{Queue: queue, MaxActive: 10, MaxActivePerKey: 1})
