@@ -426,6 +426,46 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 	}
 }
 
+// TestHandOffCandidatesReadTheTurnOncePerQueue: with many keys in one
+// batch (an outcome flush of rows of distinct K = 1 keys), the heads that
+// decide the turn are read once per queue, not once per key: each probe of
+// the pick indexes runs once, or once per workflow version the worker
+// runs, whatever the number of keys.
+func TestHandOffCandidatesReadTheTurnOncePerQueue(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	ins := make([]store.NewInstance, 60)
+	ids := make([]string, 50)
+	wants := make([]int32, len(ids))
+	for i := range ins {
+		key := fmt.Sprintf("acct:%d", i)
+		if i >= len(ids) {
+			key = "" // keyless rows, for the probe of the keyless pick index
+		}
+		ins[i] = store.NewInstance{ID: store.NewInstanceID(), Workflow: "wf", Version: 1, Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: key}
+		if i < len(ids) {
+			ids[i], wants[i] = ins[i].ID, 1
+		}
+	}
+	_, err := s.Insert(ctx, ins)
+	require.NoError(t, err)
+	for _, workflows := range [][]store.WorkflowVersion{{}, {{Workflow: "wf", Version: 1}, {Workflow: "other", Version: 1}}} {
+		text := explainHandOffCandidates(t, s, ids, wants, workflows)
+		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_(?:keyed|free)(?:_version)? on instances \w+ .*loops=(\d+)`)
+		m := probe.FindAllStringSubmatch(text, -1)
+		require.NotEmpty(t, m, "%v: no probe of the pick indexes:\n%s", workflows, text)
+		for _, p := range m {
+			want := "1"
+			if len(workflows) > 0 {
+				want = fmt.Sprint(len(workflows))
+			}
+			require.Equal(t, want, p[1], "%v: the turn was read per key, not per queue:\n%s", workflows, text)
+		}
+		require.Contains(t, text, fmt.Sprintf("rows=%d loops=1", len(ids)), "%v: the candidates read:\n%s", workflows, text)
+	}
+}
+
 // explainHandOffCandidates runs sqlHandOffCandidates under EXPLAIN ANALYZE
 // with a generic plan, in a transaction rolled back (the read locks its
 // candidates), and returns the plan's text.

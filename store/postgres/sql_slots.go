@@ -249,8 +249,8 @@ WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split
 	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants),
 	// in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
-	// long line; a key's rows of one queue and priority have distinct
-	// rounds), skipping rows others hold, like sqlPromote; a ready row of
+	// long line; a gate's rows of one round, its turns, come back first in,
+	// first out), skipping rows others hold, like sqlPromote; a ready row of
 	// the key that no claim has taken yet stands in the line before the
 	// key's later blocked rows. Each comes with what a hand-off must know
 	// of it: its turn (priority, round) and the first ready rows of its
@@ -264,11 +264,19 @@ WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split
 	// whether it is in turn; whether its queue has a policy, any of its keys
 	// a rate limit; and its keys (a row of several keys takes a slot only
 	// with a slot of each: admission.Waiting.Also). A held key is a key of a
-	// row $1 or one it holds as another key (key_holds). The
-	// heads are read once per key, queue and priority: g is MATERIALIZED
-	// for that (inlined into the final join, its probes ran once per
-	// candidate, each walking the key's line up to the last one:
-	// TestHandOffCandidatesReadTheTurnOncePerGroup).
+	// row $1 or one it holds as another key (key_holds).
+	//
+	// The heads are read once per queue, not per key: the first ready row
+	// of another key than a group's is the queue's first keyed ready row
+	// (h1), unless that row is of the group's key, and then the first
+	// ready row of another key than h1's (h2), read up to the last
+	// candidate of h1's key's groups; either counts only before the
+	// group's last candidate. The first keyless ready row (f1) counts for
+	// a group of its priority or a worse one. Read per group instead, the
+	// probes cost about two thirds of the read in a batch of many keys
+	// (256 groups, three workflow versions: 11.8 of 18 ms in one plan
+	// auto_explain logged); read per candidate, they walk a long line for
+	// each (TestHandOffCandidatesReadTheTurnOncePerGroup).
 	sqlHandOffCandidates = `
 WITH held AS (SELECT k.key, sum(w.n)::int AS n
               FROM unnest($1::uuid[], $2::int[]) AS w(id, n)
@@ -277,40 +285,70 @@ WITH held AS (SELECT k.key, sum(w.n)::int AS n
               GROUP BY k.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
-    CROSS JOIN LATERAL (SELECT id, key, key_name, key_intent, queue, workflow, version, priority, round, extra_keys, extra_intents
+    CROSS JOIN LATERAL (SELECT id, key, key_name, key_intent, queue, workflow, version, priority, round, run_at, seq,
+                               extra_keys, extra_intents
                         FROM {schema}.instances
                         WHERE key = f.key AND status IN ('ready', 'blocked') AND worker IS NULL
                         ORDER BY queue, priority, round LIMIT f.n FOR NO KEY UPDATE SKIP LOCKED) b),
-g AS MATERIALIZED (
+gk AS MATERIALIZED (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority),
+h1 AS MATERIALIZED (
+    SELECT q.queue, o.key, o.priority, o.round FROM (SELECT DISTINCT queue FROM gk) q
+    CROSS JOIN LATERAL (
+        SELECT x.key, x.priority, x.round FROM (
+            (SELECT r.key, r.priority, r.round FROM {schema}.instances r
+             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NOT NULL AND r.queue = q.queue
+             ORDER BY r.priority, r.round LIMIT 1)
+            UNION ALL
+            SELECT w.key, w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
+            CROSS JOIN LATERAL (SELECT r.key, r.priority, r.round FROM {schema}.instances r
+                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NOT NULL AND r.queue = q.queue
+                                  AND r.workflow = wf.name AND r.version = wf.version
+                                ORDER BY r.priority, r.round LIMIT 1) w) x
+        ORDER BY x.priority, x.round LIMIT 1) o),
+h2 AS MATERIALIZED (
+    SELECT h.queue, o.priority, o.round FROM h1 h
+    CROSS JOIN LATERAL (SELECT g.priority, g.last FROM gk g WHERE g.queue = h.queue AND g.key = h.key
+                        ORDER BY g.priority DESC, g.last DESC LIMIT 1) b
+    CROSS JOIN LATERAL (
+        SELECT x.priority, x.round FROM (
+            (SELECT r.priority, r.round FROM {schema}.instances r
+             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NOT NULL AND r.queue = h.queue
+               AND (r.priority, r.round) < (b.priority, b.last) AND r.key <> h.key
+             ORDER BY r.priority, r.round LIMIT 1)
+            UNION ALL
+            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
+            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NOT NULL AND r.queue = h.queue
+                                  AND r.workflow = wf.name AND r.version = wf.version
+                                  AND (r.priority, r.round) < (b.priority, b.last) AND r.key <> h.key
+                                ORDER BY r.priority, r.round LIMIT 1) w) x
+        ORDER BY x.priority, x.round LIMIT 1) o),
+f1 AS MATERIALIZED (
+    SELECT q.queue, o.priority, o.round FROM (SELECT DISTINCT queue FROM gk) q
+    CROSS JOIN LATERAL (
+        SELECT x.priority, x.round FROM (
+            (SELECT r.priority, r.round FROM {schema}.instances r
+             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NULL AND r.queue = q.queue
+             ORDER BY r.priority, r.round LIMIT 1)
+            UNION ALL
+            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
+            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
+                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NULL AND r.queue = q.queue
+                                  AND r.workflow = wf.name AND r.version = wf.version
+                                ORDER BY r.priority, r.round LIMIT 1) w) x
+        ORDER BY x.priority, x.round LIMIT 1) o),
+g AS (
     SELECT g.key, g.queue, g.priority, o.priority AS other_priority, o.round AS other_round,
            f.priority AS free_priority, f.round AS free_round
-    FROM (SELECT key, queue, priority, max(round) AS last FROM c GROUP BY key, queue, priority) g
+    FROM gk g
+    LEFT JOIN h1 ON h1.queue = g.queue
+    LEFT JOIN h2 ON h2.queue = g.queue
     LEFT JOIN LATERAL (
-        SELECT x.priority, x.round FROM (
-            (SELECT r.priority, r.round FROM {schema}.instances r
-             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NOT NULL AND r.queue = g.queue
-               AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
-             ORDER BY r.priority, r.round LIMIT 1)
-            UNION ALL
-            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
-            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
-                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NOT NULL AND r.queue = g.queue
-                                  AND r.workflow = wf.name AND r.version = wf.version AND (r.priority, r.round) < (g.priority, g.last) AND r.key <> g.key
-                                ORDER BY r.priority, r.round LIMIT 1) w) x
-        ORDER BY x.priority, x.round LIMIT 1) o ON true
-    LEFT JOIN LATERAL (
-        SELECT x.priority, x.round FROM (
-            (SELECT r.priority, r.round FROM {schema}.instances r
-             WHERE cardinality($3::text[]) = 0 AND r.status = 'ready' AND r.key IS NULL AND r.queue = g.queue
-               AND r.priority <= g.priority
-             ORDER BY r.priority, r.round LIMIT 1)
-            UNION ALL
-            SELECT w.priority, w.round FROM unnest($3::text[], $4::int[]) AS wf(name, version)
-            CROSS JOIN LATERAL (SELECT r.priority, r.round FROM {schema}.instances r
-                                WHERE r.status = 'ready' COLLATE "C" AND r.key IS NULL AND r.queue = g.queue
-                                  AND r.workflow = wf.name AND r.version = wf.version AND r.priority <= g.priority
-                                ORDER BY r.priority, r.round LIMIT 1) w) x
-        ORDER BY x.priority, x.round LIMIT 1) f ON true)
+        SELECT x.priority, x.round FROM (SELECT h1.priority, h1.round WHERE h1.key <> g.key
+                                         UNION ALL
+                                         SELECT h2.priority, h2.round WHERE h1.key = g.key) x
+        WHERE (x.priority, x.round) < (g.priority, g.last)) o ON true
+    LEFT JOIN f1 f ON f.queue = g.queue AND f.priority <= g.priority)
 SELECT c.id::text, c.key, c.queue, c.workflow, c.version, c.priority, c.round,
        g.other_priority, g.other_round, g.free_priority, g.free_round,
        EXISTS (SELECT 1 FROM {schema}.queue_policies p WHERE p.queue = c.queue),
@@ -319,7 +357,7 @@ SELECT c.id::text, c.key, c.queue, c.workflow, c.version, c.priority, c.round,
                   OR (c.extra_keys IS NOT NULL AND rl.name = ANY (ARRAY(SELECT split_part(x, ':', 1) FROM unnest(c.extra_keys) x)))),
        c.key_intent, c.extra_keys, c.extra_intents
 FROM c JOIN g ON g.key = c.key AND g.queue = c.queue AND g.priority = c.priority
-ORDER BY c.key, c.queue, c.priority, c.round`
+ORDER BY c.key, c.queue, c.priority, c.round, c.run_at, c.seq`
 
 	// sqlHandOff moves the rows a hand-off chose from ready or blocked to
 	// executing for worker $2, each with the freed shard it takes ($4[i];
