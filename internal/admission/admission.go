@@ -244,9 +244,11 @@ type Plan struct {
 // blocked on the first that is full (Plan.BlockedOn), else left ready if
 // one of them leaves it ready, so that the key it waits for is one whose
 // state the claimer holds. The rule that leaves a K = 1 key's only row in
-// sight ready applies to rows of one key: the freeing of a key finds a
-// ready row by its key alone, so a row with several is blocked, and woken
-// by the key that blocked it. It takes a token of each of its rated keys'
+// sight ready applies to a row of several keys only for the key in its
+// key column (Candidate.Key), the line it waits in: the freeing of a key
+// finds a ready row by its key column alone, so a row is blocked on a
+// busy K = 1 key it holds as another key, and woken by that key. It
+// takes a token of each of its rated keys'
 // buckets (one of a bucket that two of its keys share), and a row refused
 // by one bucket is rescheduled to when every one of them has its token.
 // A row with several keys is never reserved and never has a successor: a
@@ -347,10 +349,10 @@ const (
 	unsettles                 // the row is left ready, and the key is Unsettled
 )
 
-// room decides key n of a row (multi: the row has several keys) without
-// debiting: the index in its counters of the shard a gate key would debit
-// (-1: none), and the verdict.
-func (d *decider) room(n Need, multi bool) (best int, v verdict) {
+// room decides key n of a row whose key column, the line it waits in, is
+// line, without debiting: the index in its counters of the shard a gate
+// key would debit (-1: none), and the verdict.
+func (d *decider) room(n Need, line string) (best int, v verdict) {
 	switch {
 	case n.Key == "":
 		return -1, admits
@@ -359,8 +361,8 @@ func (d *decider) room(n Need, multi bool) (best int, v verdict) {
 			return -1, leaveReady // another claim or an outcome holds the key
 		}
 		if d.st.Busy[n.Key] || d.taken[n.Key] {
-			if !multi && d.inSight(n.Key) < 2 {
-				return -1, leaveReady // its key's only row in sight
+			if n.Key == line && d.inSight(n.Key) < 2 {
+				return -1, leaveReady // its key's only row in sight, in that key's line
 			}
 			return -1, isFull
 		}
@@ -407,7 +409,7 @@ func (d *decider) decide(c Candidate) {
 	var unsettled []string // keys that left the row ready and are Unsettled
 	for i, n := range needs {
 		var v verdict
-		best[i], v = d.room(n, multi)
+		best[i], v = d.room(n, c.Key)
 		switch v {
 		case isFull:
 			if blockedOn == "" {

@@ -127,7 +127,7 @@ func TestDecideSeveralKeys(t *testing.T) {
 			},
 		},
 		{
-			name: "the only row in sight of a busy K = 1 key is blocked when it has other keys",
+			name: "the only row in sight of a busy K = 1 key in its key column is left ready, as a row of one key is",
 			window: []Candidate{
 				also(row("a", "k:1"), one("k:2")),
 			},
@@ -135,7 +135,20 @@ func TestDecideSeveralKeys(t *testing.T) {
 				st.Locked["k:1"], st.Locked["k:2"], st.Busy["k:1"] = true, true, true
 			}),
 			check: func(t *testing.T, p Plan) {
-				require.Equal(t, map[string]string{"a": "k:1"}, p.BlockedOn, "the freeing of k:1 finds ready rows by their first key only")
+				require.Empty(t, p.Admitted)
+				require.Empty(t, p.Blocked, "the freeing of k:1 finds it by its key column")
+			},
+		},
+		{
+			name: "the only row in sight of a busy K = 1 key it holds as another key is blocked on it",
+			window: []Candidate{
+				also(row("a", "k:2"), one("k:1")),
+			},
+			st: state(func(st *State) {
+				st.Locked["k:1"], st.Locked["k:2"], st.Busy["k:1"] = true, true, true
+			}),
+			check: func(t *testing.T, p Plan) {
+				require.Equal(t, map[string]string{"a": "k:1"}, p.BlockedOn, "the freeing of k:1 finds ready rows by their key column only")
 			},
 		},
 		{

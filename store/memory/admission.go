@@ -176,7 +176,8 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 	if hasPol {
 		st.Policy = &admission.Policy{MaxActive: pol.MaxActive, MaxActivePerKey: pol.MaxActivePerKey}
 	}
-	for i, k := range r.keys() {
+	line := r.waitsOn() // the candidate's key: the line it waits in, as PostgreSQL's key column
+	for _, k := range r.keys() {
 		n := admission.Need{Key: k}
 		ks := s.key(k)
 		st.KeyActive[k] = q.keyExec[k]
@@ -207,7 +208,7 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 				st.Buckets[bucket] = b
 			}
 		}
-		if i == 0 {
+		if k == line {
 			c.Key, c.Gate, c.Rate = n.Key, n.Gate, n.Rate
 		} else {
 			c.Also = append(c.Also, n)
@@ -223,9 +224,16 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 	}
 	switch {
 	case len(p.Admitted) == 1:
-		d := decision{verdict: admitted, shard: p.Admitted[0].Shard}
-		for _, h := range p.Admitted[0].Also {
-			d.also = append(d.also, h.Shard)
+		// The candidate's key is the row's line, not always its first key:
+		// each shard goes to its key.
+		a := p.Admitted[0]
+		shardOf := map[string]int{c.Key: a.Shard}
+		for _, h := range a.Also {
+			shardOf[h.Key] = h.Shard
+		}
+		d := decision{verdict: admitted, shard: shardOf[r.inst.Key]}
+		for _, o := range r.inst.Also {
+			d.also = append(d.also, shardOf[o.Key])
 		}
 		return d
 	case len(p.Blocked) == 1:

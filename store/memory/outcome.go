@@ -206,10 +206,11 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		out[i] = store.InsertResult{ID: r.inst.ID, Canceled: canceled}
 	}
 	// Rounds are given to the due rows of the batch together (see
-	// assignRounds); due rows of one K = 1 key go in blocked as
-	// admission.InsertBlocked decides (see oneState). A row of several
-	// keys goes in ready: the claim that finds one of them full blocks it
-	// on that key.
+	// assignRounds); due rows whose key (the first, for a row of several
+	// keys: the line it waits in, as PostgreSQL's key column) is a K = 1
+	// key go in blocked as admission.InsertBlocked decides (see oneState).
+	// Otherwise a row of several keys goes in ready: the claim that finds
+	// one of them full blocks it on that key.
 	var due, waitingRows []*row
 	var waiting []admission.InsertRow
 	for _, r := range rows {
@@ -217,7 +218,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			continue
 		}
 		due = append(due, r)
-		if k := r.inst.Key; k != "" && !r.multi() && s.isOne(k) {
+		if k := r.inst.Key; k != "" && s.isOne(k) {
 			waiting = append(waiting, admission.InsertRow{Key: k, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
 			waitingRows = append(waitingRows, r)
 		}
