@@ -197,8 +197,9 @@ func TestHealRetriesAHolderItCouldNotMark(t *testing.T) {
 
 // TestWaitedKeys: the K = 1 keys a claim marks the holders of are those
 // it blocks rows of, and those it passes a row of over while the key is
-// held (busy in the window, or taken by the claim itself); not those it
-// passes over for want of room, nor gate keys, nor rows it reserves or
+// held (busy in the window, or taken by the claim itself; for a row of
+// several keys, the key in its key column read busy by admit); not those
+// it passes over for want of room, nor gate keys, nor rows it reserves or
 // reschedules.
 func TestWaitedKeys(t *testing.T) {
 	g := &gate.Limit{Name: "api", Limit: 2, Shards: 1}
@@ -220,6 +221,16 @@ func TestWaitedKeys(t *testing.T) {
 	require.Equal(t, []string{}, waitedKeys(&claimContext{}, admission.Plan{}), "never nil: a statement argument")
 	gated := &claimContext{candidates: []admission.Candidate{{ID: "6", Key: "api:x", Gate: g}}}
 	require.Equal(t, []string{}, waitedKeys(gated, admission.Plan{Blocked: []string{"6"}}), "a gate's blocked row marks nothing")
+
+	// Rows of several keys: one left ready as the only row in sight of the
+	// busy K = 1 key in its key column marks that key's holder (admit read
+	// it busy, under its lock); one left ready for want of room does not.
+	also := []admission.Need{{Key: "api:y", Gate: g}}
+	multi := &claimContext{busyMulti: map[string]bool{"acct:m": true}, candidates: []admission.Candidate{
+		{ID: "m1", Key: "acct:m", Also: also},    // left ready: acct:m busy
+		{ID: "m2", Key: "acct:free", Also: also}, // left ready: the claim was full
+	}}
+	require.Equal(t, []string{"acct:m"}, waitedKeys(multi, admission.Plan{}))
 }
 
 // TestHealHandsAKeyItGaveUpOnToTheLateHeal: when the holder stays locked

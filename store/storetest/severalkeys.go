@@ -155,6 +155,19 @@ var severalKeysTests = []test{
 		h.commit("w", at(2*time.Second), done(c))
 		require.ElementsMatch(h.t, []string{acct, api}, h.claimIDs(at(3*time.Second)))
 	}},
+	{"severalKeys/the only row in sight of the busy K = 1 key in its key column stays ready, and runs once the key frees", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
+		ids := h.insert(dueNow("acct:1"), multi("acct:1", "api:x")) // in that claim order: acct:1 takes turns
+		holder := h.claimOne("w", at(time.Second))
+		require.Equal(h.t, ids[0], holder.ID)
+		require.Empty(h.t, h.claimIDs(at(2*time.Second)), "acct:1 is held")
+		h.requireStatus(store.StatusReady, ids[1])
+		require.Equal(h.t, 2, h.available("api:x"), "left ready, it took nothing of api:x")
+
+		h.commit("w", at(3*time.Second), done(holder))
+		require.Equal(h.t, ids[1:], h.claimIDs(at(4*time.Second)))
+	}},
 	{"severalKeys/a blocked row is woken by the key that blocked it, not by its others", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
