@@ -158,7 +158,13 @@ var severalKeysTests = []test{
 	{"severalKeys/the only row in sight of the busy K = 1 key in its key column stays ready, and runs once the key frees", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
-		ids := h.insert(dueNow("acct:1"), multi("acct:1", "api:x")) // in that claim order: acct:1 takes turns
+		// The row of several keys is due only after acct:1's holder is
+		// claimed: inserted while acct:1 was held it would go in blocked,
+		// and in one window with the holder it would be the key's second
+		// row in sight.
+		later := multi("acct:1", "api:x")
+		later.RunAt = at(1500 * time.Millisecond)
+		ids := h.insert(dueNow("acct:1"), later)
 		holder := h.claimOne("w", at(time.Second))
 		require.Equal(h.t, ids[0], holder.ID)
 		require.Empty(h.t, h.claimIDs(at(2*time.Second)), "acct:1 is held")
