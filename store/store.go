@@ -97,7 +97,12 @@
 //     admit it, in the same claim, and holds a slot of each while it
 //     executes. Refused by one, it debits none: blocked, it waits in the
 //     line of the first full key in key order (Instance.BlockedOn) and is
-//     woken by that key's freed slot; MaxActivePerKey applies to each of
+//     woken by that key's freed slot. It waits in the line of its first
+//     key until a key blocks it, and the line it waits in is the one whose
+//     only-row-in-sight exception (above) it takes: a busy K = 1 key it
+//     holds as another key blocks it. A due row whose first key is a busy
+//     K = 1 key goes in blocked at insert as a row of that key would.
+//     MaxActivePerKey applies to each of
 //     its keys, and it takes a token of each rated key's bucket or none. It
 //     takes turns as a row of its Key (see Order) and is never reserved. A
 //     freed slot of one of its keys is handed to it (HandOffer) only with a
