@@ -98,9 +98,10 @@
 //     executes. Refused by one, it debits none: blocked, it waits in the
 //     line of the first full key in key order (Instance.BlockedOn) and is
 //     woken by that key's freed slot. It waits in the line of its first
-//     key until a key blocks it, and the line it waits in is the one whose
-//     only-row-in-sight exception (above) it takes: a busy K = 1 key it
-//     holds as another key blocks it. A due row whose first key is a busy
+//     key until a key blocks it, then in that key's line until a claim
+//     takes it; it takes the only-row-in-sight exception (above) for the
+//     key of the line it waits in alone: a busy K = 1 key it holds as
+//     another key blocks it. A due row whose first key is a busy
 //     K = 1 key goes in blocked at insert as a row of that key would.
 //     MaxActivePerKey applies to each of
 //     its keys, and it takes a token of each rated key's bucket or none. It
