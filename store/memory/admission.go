@@ -224,16 +224,19 @@ func (s *Store) admit(r *row, q *queueState, pol store.ConcurrencyPolicy, hasPol
 	}
 	switch {
 	case len(p.Admitted) == 1:
-		// The candidate's key is the row's line, not always its first key:
-		// each shard goes to its key.
 		a := p.Admitted[0]
-		shardOf := map[string]int{c.Key: a.Shard}
-		for _, h := range a.Also {
-			shardOf[h.Key] = h.Shard
-		}
-		d := decision{verdict: admitted, shard: shardOf[r.inst.Key]}
-		for _, o := range r.inst.Also {
-			d.also = append(d.also, shardOf[o.Key])
+		d := decision{verdict: admitted, shard: a.Shard}
+		if r.multi() {
+			// The candidate's key is the row's line, not always its first
+			// key: each shard goes to its key.
+			shardOf := map[string]int{c.Key: a.Shard}
+			for _, h := range a.Also {
+				shardOf[h.Key] = h.Shard
+			}
+			d.shard = shardOf[r.inst.Key]
+			for _, o := range r.inst.Also {
+				d.also = append(d.also, shardOf[o.Key])
+			}
 		}
 		return d
 	case len(p.Blocked) == 1:

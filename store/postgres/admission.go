@@ -141,10 +141,10 @@ type claimContext struct {
 	// tried the ones whose advisory lock the window statement tried, with
 	// whether it was had (see oneLocked).
 	busyOne, tried map[string]bool
-	// busyMulti holds the K = 1 keys admit read busy under their locks
-	// (admission.State.Busy), every K = 1 key of a row of several keys
-	// among them.
-	busyMulti map[string]bool
+	// busyLocked holds the K = 1 keys admit read busy under their locks
+	// (admission.State.Busy): every K = 1 key of a row of several keys, and
+	// the keys of rows of one key whose lock the window did not try.
+	busyLocked map[string]bool
 	// multi holds the window's rows of several keys, by id.
 	multi map[string]multiRow
 }
@@ -504,7 +504,7 @@ func waitedKeys(cc *claimContext, plan admission.Plan) []string {
 			}
 			continue
 		}
-		if len(c.Also) > 0 && isOne(c) && f == 0 && !waited[c.Key] && (cc.busyMulti[c.Key] || taken[c.Key]) {
+		if len(c.Also) > 0 && isOne(c) && f == 0 && !waited[c.Key] && (cc.busyLocked[c.Key] || taken[c.Key]) {
 			// A row of several keys left ready as the only row in sight of
 			// the busy K = 1 key in its key column waits on that key's
 			// holder, as a row of one key does.
@@ -685,7 +685,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			return err
 		})
 	}
-	cc.busyMulti = st.Busy
+	cc.busyLocked = st.Busy
 	if len(gateKeys) > 0 && !lock && len(cc.multi) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {

@@ -226,7 +226,7 @@ func TestWaitedKeys(t *testing.T) {
 	// busy K = 1 key in its key column marks that key's holder (admit read
 	// it busy, under its lock); one left ready for want of room does not.
 	also := []admission.Need{{Key: "api:y", Gate: g}}
-	multi := &claimContext{busyMulti: map[string]bool{"acct:m": true}, candidates: []admission.Candidate{
+	multi := &claimContext{busyLocked: map[string]bool{"acct:m": true}, candidates: []admission.Candidate{
 		{ID: "m1", Key: "acct:m", Also: also},    // left ready: acct:m busy
 		{ID: "m2", Key: "acct:free", Also: also}, // left ready: the claim was full
 	}}
