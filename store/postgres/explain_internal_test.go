@@ -412,16 +412,7 @@ func TestHandOffCandidatesReadTheTurnOncePerGroup(t *testing.T) {
 	// each of the version pick index).
 	for _, workflows := range [][]store.WorkflowVersion{{}, {{Workflow: "wf", Version: 1}, {Workflow: "other", Version: 1}}} {
 		text := explainHandOffCandidates(t, s, []string{ins[0].ID}, []int32{100}, workflows)
-		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_keyed(?:_version)? on instances \w+ .*loops=(\d+)`)
-		m := probe.FindAllStringSubmatch(text, -1)
-		require.NotEmpty(t, m, "%v: no probe of the keyed pick index:\n%s", workflows, text)
-		for _, p := range m {
-			want := "1"
-			if len(workflows) > 0 {
-				want = fmt.Sprint(len(workflows)) // once per workflow, not per candidate
-			}
-			require.Equal(t, want, p[1], "%v: the turn was read per candidate, not per group:\n%s", workflows, text)
-		}
+		requireProbesOnce(t, text, `keyed`, workflows, "the turn was read per candidate, not per group")
 		require.Contains(t, text, "rows=100 loops=1", "%v: the candidates read:\n%s", workflows, text)
 	}
 }
@@ -452,17 +443,25 @@ func TestHandOffCandidatesReadTheTurnOncePerQueue(t *testing.T) {
 	require.NoError(t, err)
 	for _, workflows := range [][]store.WorkflowVersion{{}, {{Workflow: "wf", Version: 1}, {Workflow: "other", Version: 1}}} {
 		text := explainHandOffCandidates(t, s, ids, wants, workflows)
-		probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_(?:keyed|free)(?:_version)? on instances \w+ .*loops=(\d+)`)
-		m := probe.FindAllStringSubmatch(text, -1)
-		require.NotEmpty(t, m, "%v: no probe of the pick indexes:\n%s", workflows, text)
-		for _, p := range m {
-			want := "1"
-			if len(workflows) > 0 {
-				want = fmt.Sprint(len(workflows))
-			}
-			require.Equal(t, want, p[1], "%v: the turn was read per key, not per queue:\n%s", workflows, text)
-		}
+		requireProbesOnce(t, text, `(?:keyed|free)`, workflows, "the turn was read per key, not per queue")
 		require.Contains(t, text, fmt.Sprintf("rows=%d loops=1", len(ids)), "%v: the candidates read:\n%s", workflows, text)
+	}
+}
+
+// requireProbesOnce checks, in an EXPLAIN ANALYZE text, that every probe
+// of the pick indexes named by index (a pattern: "keyed", "free") ran once,
+// or once per workflow version the worker runs, and that there is one.
+func requireProbesOnce(t *testing.T, text, index string, workflows []store.WorkflowVersion, msg string) {
+	t.Helper()
+	probe := regexp.MustCompile(`Index (?:Only )?Scan using instances_pick_` + index + `(?:_version)? on instances \w+ .*loops=(\d+)`)
+	m := probe.FindAllStringSubmatch(text, -1)
+	require.NotEmpty(t, m, "%v: no probe of the pick indexes:\n%s", workflows, text)
+	want := "1"
+	if len(workflows) > 0 {
+		want = fmt.Sprint(len(workflows))
+	}
+	for _, p := range m {
+		require.Equal(t, want, p[1], "%v: %s:\n%s", workflows, msg, text)
 	}
 }
 
