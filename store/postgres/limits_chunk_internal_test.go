@@ -146,12 +146,7 @@ func TestLimitChangeWaitsAtLastForAHeldCounter(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- sync(2) }()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE '%key_slots%FOR UPDATE' AND datname = current_database())`).Scan(&waiting))
-		return waiting
-	}, 10*time.Second, 10*time.Millisecond, "after its passes the change waits for the held counter")
+	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%FOR UPDATE"), 10*time.Second, 10*time.Millisecond, "after its passes the change waits for the held counter")
 	require.Equal(t, [2]int{2, 2}, counter("api:a", 0))
 	requireFree(t, s, `key = 'api:a'`, "the waiting transaction holds the held key's counters only")
 	release()

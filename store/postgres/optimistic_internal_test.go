@@ -90,12 +90,7 @@ func claimWhileHeld(t *testing.T, s *Store, key string, limit int) (pgx.Tx, <-ch
 		}
 		got <- res.Claimed
 	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%key_slots%(key, shard) IN%FOR UPDATE%'`).Scan(&n)
-		return err == nil && n > 0
-	}, 10*time.Second, 5*time.Millisecond, "the claim never waited for the counters at its end")
+	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%(key, shard) IN%FOR UPDATE%"), 10*time.Second, 5*time.Millisecond, "the claim never waited for the counters at its end")
 	return tx, got
 }
 

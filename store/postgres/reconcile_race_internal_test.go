@@ -43,20 +43,12 @@ func TestReconcileNeverOverwritesACounterItDidNotLock(t *testing.T) {
 	_, err = t0.Exec(ctx, s.q(`SELECT 1 FROM {schema}.key_slots WHERE key = 'aaa:blocker' FOR UPDATE`))
 	require.NoError(t, err)
 
-	waiting := func(like string) func() bool {
-		return func() bool {
-			var n int
-			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE $1`, like).Scan(&n)
-			return err == nil && n > 0
-		}
-	}
 	swept := make(chan error, 1)
 	go func() {
 		_, err := s.Reconcile(ctx, 0, time.Time{})
 		swept <- err
 	}()
-	require.Eventually(t, waiting("%key_slots%FOR UPDATE%"), 10*time.Second, 5*time.Millisecond, "the sweep never waited for its locks")
+	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%FOR UPDATE%"), 10*time.Second, 5*time.Millisecond, "the sweep never waited for its locks")
 
 	// The first claim creates the key's counter and admits one row.
 	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Minute})
@@ -84,7 +76,7 @@ func TestReconcileNeverOverwritesACounterItDidNotLock(t *testing.T) {
 	// second one: uncommitted) and to reach the counter the second claim
 	// holds, if it writes it at all.
 	require.Eventually(t, func() bool {
-		if waiting("%INSERT INTO%key_slots%")() {
+		if lockWaiting(s, "%INSERT INTO {schema}.key_slots%")() {
 			return true
 		}
 		select {

@@ -44,13 +44,7 @@ func TestReshapeKeepsCountersAClaimCreated(t *testing.T) {
 	}()
 	// The reshape has read the counters and waits to write the ones the
 	// claim created.
-	require.Eventually(t, func() bool {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%' || $1 || '.key_slots%'`, s.q("{schema}")).Scan(&n)
-		return err == nil && n > 0
-	}, 5*time.Second, 5*time.Millisecond, "the reshape never waited for the claim's counters")
+	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%"), 5*time.Second, 5*time.Millisecond, "the reshape never waited for the claim's counters")
 	require.NoError(t, claim.Commit(ctx))
 	select {
 	case err := <-reshaped:

@@ -26,6 +26,21 @@ func newInternalStore(t *testing.T) *Store {
 	return s
 }
 
+// lockWaiting reports, for require.Eventually, whether a statement of s
+// waits for a lock: one whose text matches like, a LIKE pattern written
+// with {schema} for s's schema, as statements are. Matching the schema
+// keeps another test's waits on the same server from passing for this
+// one's.
+func lockWaiting(s *Store, like string) func() bool {
+	pattern := render(like, s.schema)
+	return func() bool {
+		var n int
+		err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n)
+		return err == nil && n > 0
+	}
+}
+
 func claimOne(t *testing.T, s *Store) store.Claimed {
 	t.Helper()
 	ctx := context.Background()
