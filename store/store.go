@@ -338,7 +338,8 @@ type NewInstance struct {
 	Key       string
 	KeyIntent gate.Intent
 	// Also are the instance's other keys when it has several (see
-	// NormalizeKeys): each of its steps runs only when every one of its
+	// NormalizeKeys: Key is then the first declared gate, else the first
+	// key in key order): each of its steps runs only when every one of its
 	// keys has room.
 	Also []KeyRef
 	// RunAt is when the instance becomes eligible (zero: the store's now
