@@ -338,8 +338,7 @@ type NewInstance struct {
 	Key       string
 	KeyIntent gate.Intent
 	// Also are the instance's other keys when it has several (see
-	// NormalizeKeys: Key is then the first declared gate, else the first
-	// key in key order): each of its steps runs only when every one of its
+	// NormalizeKeys): each of its steps runs only when every one of its
 	// keys has room.
 	Also []KeyRef
 	// RunAt is when the instance becomes eligible (zero: the store's now
