@@ -94,25 +94,25 @@ func TestSeveralKeysSeen(t *testing.T) {
 	env := durabletest.New(t, durabletest.Options{Limits: []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "mail", Limit: 3}}}, wf)
 	id := env.Insert("keys", counter{}, durable.InsertOptions{Keys: []gate.ConcurrencyKey{stripe, acct}})
 	in := env.Get(id)
-	assert.Equal(t, "stripe:global", in.Key, "the gate is first")
-	assert.Equal(t, []string{"stripe:global", "acct:1"}, in.Keys)
+	assert.Equal(t, "acct:1", in.Key, "the identity is first")
+	assert.Equal(t, []string{"acct:1", "stripe:global"}, in.Keys)
 
 	rep, err := env.Engine.Tick(context.Background())
 	require.NoError(t, err)
 	require.Len(t, rep.Claimed, 1)
-	assert.Equal(t, "stripe:global", rep.Claimed[0].Key)
-	assert.Equal(t, []string{"stripe:global", "acct:1"}, rep.Claimed[0].Keys)
-	assert.Equal(t, []string{"mail:eu", "acct:1"}, env.Get(id).Keys, "AddKey(mail), DropKey(stripe)")
+	assert.Equal(t, "acct:1", rep.Claimed[0].Key)
+	assert.Equal(t, []string{"acct:1", "stripe:global"}, rep.Claimed[0].Keys)
+	assert.Equal(t, []string{"acct:1", "mail:eu"}, env.Get(id).Keys, "AddKey(mail), DropKey(stripe)")
 
 	env.RunUntilDone(id)
 	assert.Equal(t, [][]string{
-		{"stripe:global", "acct:1"},
-		{"mail:eu", "acct:1"},
-		{"stripe:global", "acct:1", "x:1"},
+		{"acct:1", "stripe:global"},
+		{"acct:1", "mail:eu"},
+		{"acct:1", "stripe:global", "x:1"},
 		{"mail:eu"},
 		nil,
 	}, seen)
-	assert.Equal(t, []string{"stripe:global", "mail:eu", "stripe:global", "mail:eu", ""}, first)
+	assert.Equal(t, []string{"acct:1", "acct:1", "acct:1", "mail:eu", ""}, first)
 	hist, err := env.Store.History(context.Background(), id)
 	require.NoError(t, err)
 	var ran [][]string
@@ -136,23 +136,22 @@ func TestSeveralKeysBlockedOn(t *testing.T) {
 	wf := durable.NewWorkflow[counter]("hold", "a", durable.WorkflowOptions{})
 	wf.Step("a", func(ctx steps.Context, c counter) (transitions.Transition, error) { return transitions.Done(0), nil })
 	env := durabletest.New(t, durabletest.Options{Limits: []gate.Limit{{Name: "stripe", Limit: 1}}}, wf)
-	// The first crashes holding acct:1 until its lease ends; the second,
-	// with the gate too (its first key), finds the account held and waits
-	// for it.
+	// The first crashes holding stripe:global until its lease ends; the
+	// second, with the account too, finds the gate full and waits for it.
 	env.CrashDuring("a")
-	holder := env.Insert("hold", counter{}, durable.InsertOptions{Key: acct})
+	holder := env.Insert("hold", counter{}, durable.InsertOptions{Key: stripe})
 	env.RunUntilIdle()
 	require.Equal(t, store.StatusExecuting, env.Get(holder).Status)
 	id := env.Insert("hold", counter{}, durable.InsertOptions{Keys: []gate.ConcurrencyKey{acct, stripe}})
 	env.RunUntilIdle()
 	in := env.Get(id)
 	require.Equal(t, store.StatusBlocked, in.Status)
-	assert.Equal(t, "acct:1", in.BlockedOn)
-	assert.Equal(t, "stripe:global", in.Key)
+	assert.Equal(t, "stripe:global", in.BlockedOn)
+	assert.Equal(t, "acct:1", in.Key)
 	assert.Empty(t, env.Get(holder).BlockedOn, "only a blocked instance waits on a key")
 	assert.Equal(t, store.StatusDone, env.RunUntilDone(id).Status)
 	assert.Empty(t, env.Get(id).BlockedOn)
-	assert.Equal(t, 1, env.MaxConcurrency("acct:1"))
+	assert.Equal(t, 1, env.MaxConcurrency("stripe:global"))
 }
 
 // A key edit that cannot apply is a programming error: the instance fails
@@ -236,7 +235,7 @@ func TestChildKeys(t *testing.T) {
 			in := env.RunUntilDone(id)
 			if c.msg == "" {
 				assert.Equal(t, store.StatusDone, in.Status, in.LastError)
-				assert.Equal(t, []string{"stripe:global", "acct:1"}, leafKeys)
+				assert.Equal(t, []string{"acct:1", "stripe:global"}, leafKeys)
 				return
 			}
 			assert.Equal(t, store.StatusFailed, in.Status)

@@ -153,15 +153,15 @@ func TestScheduleOfSeveralKeys(t *testing.T) {
 	scs, err := e.SyncSchedules(ctx)
 	require.NoError(t, err)
 	require.Len(t, scs, 1)
-	assert.Equal(t, "stripe:global", scs[0].Key)
-	assert.Equal(t, []store.KeyRef{{Key: "acct:1", Intent: gate.IdentityIntent}}, scs[0].Also)
+	assert.Equal(t, "acct:1", scs[0].Key)
+	assert.Equal(t, []store.KeyRef{{Key: "stripe:global", Intent: gate.GateIntent}}, scs[0].Also)
 
 	clock.Set(t0.Add(time.Second))
 	rep, err := e.Tick(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Scheduled)
 	require.Len(t, rep.Claimed, 1)
-	assert.Equal(t, []string{"stripe:global", "acct:1"}, rep.Claimed[0].Keys, "the tick's instance holds both keys")
+	assert.Equal(t, []string{"acct:1", "stripe:global"}, rep.Claimed[0].Keys, "the tick's instance holds both keys")
 
 	for _, bad := range []durable.Schedule{
 		{Name: "s", Workflow: "wf", Cron: "@daily", Key: gate.Identity("acct", "1"), Keys: keys},

@@ -71,19 +71,11 @@ func NormalizeNewInstance(i int, in *NewInstance) error {
 }
 
 // NormalizeKeys validates an instance's keys (key with its intent, and
-// also) and puts them in their one order: key is the first declared gate
-// in key order, else the first key in key order, and also holds the others
-// in key order (nil for one key or none), whatever order they came in. An
-// instance holds at most MaxKeys keys, none twice and none empty; also
-// without key is refused.
-//
-// A gate comes first because the first key is the one a row executes
-// under (its key column on PostgreSQL): the slot its outcome passes on to
-// the next row of that key's line, and the key whose heat makes the row
-// contended. A gate is the key rows of several keys wait for in practice
-// (one entity's K = 1 key is rarely full when a gate shared by many is),
-// so a row holding an entity key and a gate passes the gate's slot along
-// the gate's line, as a row of the gate alone does.
+// also) and puts them in their one order: key is the first in key order
+// of those declared identities or of no intent, else the first gate, and
+// also holds the others in key order (nil for one key or none), whatever
+// order they came in. An instance holds at most MaxKeys keys, none twice
+// and none empty; also without key is refused.
 func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
 	if *key == "" && *intent == "" && len(*also) == 0 {
 		return nil
@@ -114,7 +106,7 @@ func NormalizeKeys(key *string, intent *gate.Intent, also *[]KeyRef) error {
 			return fmt.Errorf("key %q given twice", keys[i].Key)
 		}
 	}
-	first := slices.IndexFunc(keys, func(k KeyRef) bool { return k.Intent == gate.GateIntent })
+	first := slices.IndexFunc(keys, func(k KeyRef) bool { return k.Intent != gate.GateIntent })
 	if first < 0 {
 		first = 0
 	}

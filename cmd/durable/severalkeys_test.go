@@ -117,9 +117,9 @@ func TestListAndShowSeveralKeys(t *testing.T) {
 	out := b.String()
 	t.Log("\n" + out)
 	assert.Equal(t, []string{"ID", "STATUS", "WORKFLOW", "STEP", "ATTEMPT", "QUEUE", "KEY", "UPDATED", "BLOCKED", "ON"}, line(t, out, "ID"))
-	assert.Equal(t, []string{blocked, "blocked", "charge", "start", "0", "default", "stripe:t,account:2"}, line(t, out, blocked)[:7])
+	assert.Equal(t, []string{blocked, "blocked", "charge", "start", "0", "default", "account:2,stripe:t"}, line(t, out, blocked)[:7])
 	assert.Equal(t, "stripe:t", line(t, out, blocked)[len(line(t, out, blocked))-1])
-	assert.Equal(t, []string{holder, "executing", "charge", "start", "0", "default", "stripe:t,account:1"}, line(t, out, holder)[:7])
+	assert.Equal(t, []string{holder, "executing", "charge", "start", "0", "default", "account:1,stripe:t"}, line(t, out, holder)[:7])
 	assert.Equal(t, "-", line(t, out, holder)[len(line(t, out, holder))-1])
 	assert.Equal(t, "account:7", line(t, out, single)[6])
 
@@ -138,18 +138,18 @@ func TestListAndShowSeveralKeys(t *testing.T) {
 		return b.String()
 	}
 	out = showText(blocked)
-	assert.Regexp(t, `^keys\s+stripe:t \(gate\), account:2 \(identity\)$`, strings.TrimSpace(lineText(t, out, "keys")))
+	assert.Regexp(t, `^keys\s+account:2 \(identity\), stripe:t \(gate\)$`, strings.TrimSpace(lineText(t, out, "keys")))
 	assert.Equal(t, []string{"blocked", "on", "stripe:t:"}, line(t, out, "blocked on")[:3])
 	out = showText(holder)
-	assert.Regexp(t, `keys\s+stripe:t \(gate, shard 0\), account:1 \(identity(, shard -?\d+)?\)\n`, out)
+	assert.Regexp(t, `keys\s+account:1 \(identity(, shard -?\d+)?\), stripe:t \(gate, shard 0\)\n`, out)
 	assert.NotContains(t, out, "blocked on")
 	out = showText(single)
 	assert.Equal(t, []string{"key", "account:7", "(identity)"}, line(t, out, "key"))
 	assert.NotContains(t, out, "keys")
 
 	for id, want := range map[string]instanceView{
-		blocked: {Keys: []string{"stripe:t", "account:2"}, BlockedOn: "stripe:t"},
-		holder:  {Keys: []string{"stripe:t", "account:1"}},
+		blocked: {Keys: []string{"account:2", "stripe:t"}, BlockedOn: "stripe:t"},
+		holder:  {Keys: []string{"account:1", "stripe:t"}},
 		single:  {Keys: []string{"account:7"}},
 	} {
 		in, err := st.Get(ctx, id)

@@ -52,7 +52,6 @@ func oldScanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 		in.BlockedOn = in.Key
 	}
 	if len(extraKeys) > 0 {
-		in.KeyIntent = gateIntent(intent) // the key column's intent orders the keys (store.NormalizeKeys)
 		if err := severalKeys(in, extraKeys, extraIntents); err != nil {
 			return instanceRow{}, err
 		}
@@ -63,10 +62,7 @@ func oldScanInstanceRow(row pgx.Row, extra ...any) (instanceRow, error) {
 		}
 		return slices.Clone(b)
 	}
-	in.Status = publicStatus(status)
-	if len(extraKeys) == 0 {
-		in.KeyIntent = gateIntent(intent)
-	}
+	in.Status, in.KeyIntent = publicStatus(status), gateIntent(intent)
 	in.State, in.Result = clone(state), clone(result)
 	in.TimeoutAt, in.LeaseExpiresAt, in.StartedAt, in.ReadySince = fromPtr(timeoutAt), fromPtr(leaseAt), fromPtr(startedAt), fromPtr(readySince)
 	return r, nil

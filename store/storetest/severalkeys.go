@@ -105,8 +105,8 @@ var severalKeysTests = []test{
 		ids := h.insert(gateFirst, identityFirst, allGates)
 		for _, id := range ids[:2] {
 			in := h.get(id)
-			require.Equal(h.t, "api:x", in.Key, "the first declared gate, in key order")
-			require.Equal(h.t, []store.KeyRef{{Key: "acct:0"}, {Key: "acct:1"}}, in.Also)
+			require.Equal(h.t, "acct:0", in.Key, "the first key of no intent or an identity, in key order")
+			require.Equal(h.t, []store.KeyRef{{Key: "acct:1"}, {Key: "api:x", Intent: gate.GateIntent}}, in.Also)
 		}
 		in := h.get(ids[2])
 		require.Equal(h.t, "b:1", in.Key, "every key a gate: the first")
@@ -311,8 +311,8 @@ var severalKeysTests = []test{
 		o.KeyIntent = gate.GateIntent
 		h.commit("w", at(time.Second), o)
 		in := h.get(m)
-		require.Equal(h.t, "api:x", in.Key)
-		require.Equal(h.t, []store.KeyRef{{Key: "acct:1"}}, in.Also)
+		require.Equal(h.t, "acct:1", in.Key)
+		require.Equal(h.t, []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}, in.Also)
 		require.Empty(h.t, h.claimIDs(at(2*time.Second)), "api:x is held")
 		require.Equal(h.t, "api:x", h.get(m).BlockedOn)
 
@@ -333,8 +333,8 @@ var severalKeysTests = []test{
 		o.Children[0].Also = []store.KeyRef{{Key: "acct:1"}}
 		h.commit("w", at(time.Second), o)
 		in := h.get(kids[0])
-		require.Equal(h.t, "api:x", in.Key, "its keys in their one order")
-		require.Equal(h.t, []store.KeyRef{{Key: "acct:1"}}, in.Also)
+		require.Equal(h.t, "acct:1", in.Key, "its keys in their one order")
+		require.Equal(h.t, []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}, in.Also)
 	}},
 	{"severalKeys/a freed slot goes to a row of several keys with its other K = 1 key when that key is free", func(h *harness) {
 		h.severalKeys()
