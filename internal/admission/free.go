@@ -24,6 +24,11 @@ type Freed struct {
 	// Ahead is how many successors to reserve, with FreeState.Reserve,
 	// for the row that takes this slot.
 	Ahead int
+	// Also are, for the slot of the first key of a row of several keys
+	// (or of the successor it names), that row's other keys: a chain
+	// passes every key's slot along, so only a row of the same keys is
+	// reserved after it (see Free).
+	Also []string
 }
 
 // Waiting is one of the next waiting rows (ready or blocked) of a freed
@@ -45,9 +50,12 @@ type Waiting struct {
 	// a token, so such rows go the claim's way.
 	Policy, Rated bool
 	// Also are the row's other keys, when it has several: it takes the
-	// freed slot only with a slot of each of them (see Free), and is never
-	// reserved.
-	Also []string
+	// freed slot only with a slot of each of them (see Free). AtFirst is
+	// true when Key is its first key (store.NormalizeKeys), the key it
+	// executes under and whose slot a chain passes: only then is it
+	// reserved, or has successors reserved after it.
+	Also    []string
+	AtFirst bool
 }
 
 // FreeState is what the freeing transaction read, under the locks it
@@ -173,7 +181,12 @@ type Reservation struct {
 // above) gets up to its slot's Ahead of the key's next waiting rows after
 // the hand-offs as its successors, by the same rule except for room (they
 // run in its executor after it, so they must be of its queue); the first
-// row that cannot be reserved ends the key's reservations.
+// row that cannot be reserved ends the key's reservations. A chain passes
+// every slot its rows hold (a row of several keys passes its other keys'
+// holds with its first key's slot), so a row is reserved only after a row
+// of the same keys, in the line of its first key (Waiting.AtFirst,
+// Freed.Also): it holds nothing while reserved, and takes every slot of
+// its predecessor when the predecessor's outcome passes them.
 //
 // Free does not modify its arguments.
 func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
@@ -190,6 +203,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	type holder struct {
 		id, queue string
 		slot      Freed
+		also      []string // its other keys (see Freed.Also)
 	}
 	var holders []holder       // rows the plan makes executing, in slot order
 	var rest []spare           // the slots not handed off, in order
@@ -201,7 +215,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 		if f.Successor != "" {
 			plan.Successions = append(plan.Successions, Admitted{ID: f.Successor, Shard: f.Shard})
-			holders = append(holders, holder{f.Successor, f.Queue, f})
+			holders = append(holders, holder{f.Successor, f.Queue, f, f.Also})
 			continue
 		}
 		if done[f.Key] || !slotPasses(f, st) {
@@ -224,6 +238,9 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 				next[f.Key] = line[1:]
 				room[w.Queue]--
 				plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
+				if w.AtFirst {
+					holders = append(holders, holder{w.ID, w.Queue, f, w.Also})
+				}
 				if f.Shard < 0 {
 					done[f.Key] = true
 				}
@@ -242,14 +259,14 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		next[f.Key] = line[1:]
 		room[w.Queue]--
 		plan.HandOffs = append(plan.HandOffs, Admitted{ID: w.ID, Shard: f.Shard})
-		holders = append(holders, holder{w.ID, w.Queue, f})
+		holders = append(holders, holder{w.ID, w.Queue, f, nil})
 		if f.Shard < 0 {
 			done[f.Key] = true // a K = 1 key has one slot
 		}
 	}
 	// A row of several keys that could not take its slot above, when the
 	// slot came, may once every slot of the batch is known; otherwise the
-	// slot is not handed off. No reservation follows such a hand-off.
+	// slot is not handed off.
 	for _, f := range multi {
 		w := next[f.Key][0]
 		also, ok := alsoSlots(w, rest, next, st.Tried, tried)
@@ -260,6 +277,9 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		next[f.Key] = next[f.Key][1:]
 		room[w.Queue]--
 		plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
+		if w.AtFirst {
+			holders = append(holders, holder{w.ID, w.Queue, f, w.Also})
+		}
 	}
 	for _, r := range rest {
 		if !r.taken {
@@ -287,7 +307,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		}
 		for n := 0; n < h.slot.Ahead && !stopped[k]; n++ {
 			line := next[k]
-			if len(line) == 0 || !reservable(line[0], h.queue, st.Runs) || st.Paused[h.queue] {
+			if len(line) == 0 || !reservable(line[0], h.queue, h.also, st.Runs) || st.Paused[h.queue] {
 				stopped[k] = true
 				break
 			}
@@ -355,9 +375,19 @@ func alsoSlots(w Waiting, rest []spare, next map[string][]Waiting, tried, took m
 func (w Waiting) inTurn() bool { return InTurn(w.Turn, w.Head) }
 
 // reservable reports whether w may be reserved as the successor of a row
-// of queue.
-func reservable(w Waiting, queue string, runs func(string, int) bool) bool {
-	return w.inTurn() && !w.Policy && !w.Rated && len(w.Also) == 0 && w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
+// of queue whose other keys are also: a row of the same keys, a row of
+// several keys only in the line of its first key (see Free).
+func reservable(w Waiting, queue string, also []string, runs func(string, int) bool) bool {
+	return w.inTurn() && !w.Policy && !w.Rated && sameKeys(w.Also, also) && (len(w.Also) == 0 || w.AtFirst) &&
+		w.Queue == queue && (runs == nil || runs(w.Workflow, w.Version))
+}
+
+// sameKeys reports whether a and b hold the same keys, in any order.
+func sameKeys(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // slotPasses reports whether the freed slot may pass to another row of its

@@ -41,6 +41,14 @@ func withGate(k string, limit, shards int) func(*FreeState) {
 
 func handed(p FreePlan) []Admitted { return p.HandOffs }
 
+// multiAt is a waiting row of several keys in key's line, at its first key
+// or not, with the other keys also.
+func multiAt(id, key string, first bool, also ...string) Waiting {
+	w := waiting(id, key)
+	w.Also, w.AtFirst = also, first
+	return w
+}
+
 func TestFree(t *testing.T) {
 	one := []Freed{{Key: "a:1", Shard: -1}}
 	line := []Waiting{waiting("r1", "a:1"), waiting("r2", "a:1")}
@@ -269,6 +277,31 @@ func TestFreeReservations(t *testing.T) {
 			st:       reserve(withGate("g:1", 2, 2)),
 			handed:   []Admitted{{ID: "g1", Shard: 0}, {ID: "g2", Shard: 1}},
 			reserved: []Reservation{{ID: "g3", After: "g1"}, {ID: "g4", After: "g2"}}},
+		{name: "a successor of several keys gets the next rows of the same keys in its first key's line reserved",
+			freed:   []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 3, Also: []string{"g:1", "b:1"}}},
+			waiting: []Waiting{multiAt("m1", "a:1", true, "b:1", "g:1"), multiAt("m2", "a:1", true, "g:1", "b:1"), multiAt("m3", "a:1", true, "g:2")},
+			st:      reserve(nil), succeed: []Admitted{{ID: "s", Shard: -1}},
+			reserved: []Reservation{{ID: "m1", After: "s"}, {ID: "m2", After: "s"}}},
+		{name: "a row of other keys than its predecessor's is not reserved: a row of one key after a row of several",
+			freed:   []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 2, Also: []string{"g:1"}}},
+			waiting: []Waiting{waiting("r1", "a:1"), multiAt("m1", "a:1", true, "g:1")},
+			st:      reserve(nil), succeed: []Admitted{{ID: "s", Shard: -1}}},
+		{name: "a row of other keys than its predecessor's is not reserved: a row of several after a row of one",
+			freed:   []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 2}},
+			waiting: []Waiting{multiAt("m1", "a:1", true, "g:1"), waiting("r1", "a:1")},
+			st:      reserve(nil), succeed: []Admitted{{ID: "s", Shard: -1}}},
+		{name: "a row of the same keys waiting in another line than its first key's is not reserved",
+			freed:   []Freed{{Key: "a:1", Shard: -1, Successor: "s", Queue: "q", Ahead: 2, Also: []string{"g:1"}}},
+			waiting: []Waiting{multiAt("m1", "a:1", false, "g:1")},
+			st:      reserve(nil), succeed: []Admitted{{ID: "s", Shard: -1}}},
+		{name: "a row of several keys handed a slot at its first key gets rows of its keys reserved; elsewhere none",
+			freed: []Freed{{Key: "a:1", Shard: -1, Ahead: 1, Also: []string{"g:9"}}, {Key: "a:2", Shard: -1, Ahead: 1}},
+			waiting: []Waiting{multiAt("m1", "a:1", true, "b:1"), multiAt("m2", "a:1", true, "b:1"),
+				multiAt("n1", "a:2", false, "b:2"), multiAt("n2", "a:2", true, "b:2")},
+			st: reserve(func(st *FreeState) { st.Tried = map[string]bool{"b:1": true, "b:2": true} }),
+			handed: []Admitted{{ID: "m1", Shard: -1, Also: []Hold{{Key: "b:1", Shard: -1}}},
+				{ID: "n1", Shard: -1, Also: []Hold{{Key: "b:2", Shard: -1}}}},
+			reserved: []Reservation{{ID: "m2", After: "m1"}}},
 		{name: "a gate shard the lowered limit no longer has passes to its successor, and reserves nothing",
 			freed:   []Freed{{Key: "g:1", Shard: 1, Successor: "s", Queue: "q", Ahead: 2}},
 			waiting: []Waiting{waiting("g1", "g:1")},

@@ -180,7 +180,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		s.mu.Unlock()
 		s.dropSuccessor(ref, toRelease)
 		out.Contended = true
-		s.handCh <- flushItem{o: out, queue: q.name, several: len(c.Also) > 0}
+		s.handCh <- flushItem{o: out, queue: q.name}
 	default:
 		// A step whose key had rows waiting passes its executor slot on:
 		// to the successor reserved for it, which starts now, in the slot
@@ -195,7 +195,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 			next.pred = &flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
 			return next
 		}
-		s.handCh <- flushItem{o: out, queue: q.name, slot: true, several: len(c.Also) > 0}
+		s.handCh <- flushItem{o: out, queue: q.name, slot: true}
 		return nil
 	}
 	q.busy.Add(-1)

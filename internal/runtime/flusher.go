@@ -22,11 +22,6 @@ type flushItem struct {
 	// reservation the outcome passes its slot to, already running.
 	slot      bool
 	successor store.ClaimRef
-	// several: the row held several keys. Its outcome asks for no
-	// successors: the rows its slots go to are mostly rows of several keys
-	// too, which are never reserved, and each one asked for is a waiting
-	// row the store reads and locks in the freeing transaction.
-	several bool
 }
 
 // release returns claims that did not run to the store and forgets them.
@@ -133,9 +128,6 @@ func (s *Scheduler) commit(items []flushItem, withSlots bool, out *retrier) {
 			batch[i].Ahead = d
 			if batch[i].Successor.ID != "" {
 				batch[i].Ahead = max(0, d-s.chainLen(batch[i].Successor))
-			}
-			if items[i].several {
-				batch[i].Ahead = 0
 			}
 		}
 		s.mu.Unlock()

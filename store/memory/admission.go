@@ -407,7 +407,7 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 		}
 		s.keys[k].executing--
 		if r.passed {
-			continue // the slot went on to its successor (a row of one key)
+			continue // the slot went on to its successor (a row of the same keys)
 		}
 		sh := shard
 		if i > 0 {
@@ -417,7 +417,11 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 			}
 		}
 		if s.freeing != nil && credit {
-			*s.freeing = append(*s.freeing, admission.Freed{Key: k, Shard: sh})
+			f := admission.Freed{Key: k, Shard: sh}
+			if i == 0 && r.multi() {
+				f.Also = r.otherKeys() // the row's chain would pass them all (admission.Free)
+			}
+			*s.freeing = append(*s.freeing, f)
 			continue
 		}
 		s.freeSlot(k, sh, credit, n)
@@ -558,6 +562,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 						w.Also = append(w.Also, o)
 					}
 				}
+				w.AtFirst = k == r.inst.Key
 				if i == 0 {
 					s.triable(&st, w.Also, want)
 				}

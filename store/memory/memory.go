@@ -252,6 +252,15 @@ func (r *row) keys() []string { return r.inst.KeyList() }
 // multi reports whether r has several keys.
 func (r *row) multi() bool { return len(r.inst.Also) > 0 }
 
+// otherKeys are the keys of r after its first (nil for one key).
+func (r *row) otherKeys() []string {
+	var out []string
+	for _, o := range r.inst.Also {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // shardOf is the gate shard executing row r debited of its key k (-1:
 // none).
 func (r *row) shardOf(k string) int {

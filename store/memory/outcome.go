@@ -404,7 +404,7 @@ func (s *Store) complete(worker string, outcomes []store.Outcome, now time.Time,
 				continue // its own outcome came in the batch too
 			}
 			ends = append(ends, admission.Freed{Key: succ.inst.Key, Shard: succ.inst.KeyShard,
-				Successor: succ.inst.ID, Queue: succ.inst.Queue, Ahead: o.Ahead})
+				Successor: succ.inst.ID, Queue: succ.inst.Queue, Ahead: o.Ahead, Also: succ.otherKeys()})
 			claimed = append(claimed, store.Claimed{Instance: store.Instance{ID: succ.inst.ID, Fence: succ.inst.Fence,
 				Queue: succ.inst.Queue, Status: store.StatusExecuting}, Contended: true})
 		}

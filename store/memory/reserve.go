@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"slices"
 	"time"
 
 	"github.com/godurable/godurable/internal/admission"
@@ -61,23 +62,27 @@ func (s *Store) giveBack(r *row, now time.Time, n *notes) {
 	s.requeue(r, now, n)
 }
 
-// succeed passes the slot of executing row pred to its reservation succ,
-// which becomes executing under its reservation's fence with pred's shard:
-// the key's slots in use do not change. pred stays executing until its
-// outcome is applied, which then frees nothing (passed).
+// succeed passes the slots of executing row pred to its reservation succ,
+// which becomes executing under its reservation's fence with pred's shards
+// (a reservation holds the same keys as the row it follows: see
+// admission.Free): the keys' slots in use do not change. pred stays
+// executing until its outcome is applied, which then frees nothing
+// (passed).
 func (s *Store) succeed(pred, succ *row, lease time.Duration, now time.Time) {
 	delete(s.reserved, succ.inst.ID)
 	succ.inst.Status = store.StatusExecuting
 	succ.inst.LeaseExpiresAt = now.Add(lease)
 	succ.inst.StartedAt = now
 	succ.inst.KeyShard = pred.inst.KeyShard
+	succ.inst.AlsoShards = slices.Clone(pred.inst.AlsoShards)
 	succ.inst.UpdatedAt = now
 	s.executing[succ.inst.ID] = succ
 	q := s.queue(succ.inst.Queue)
 	q.executing++
-	ks := s.keys[succ.inst.Key]
-	ks.executing++
-	q.keyExec[succ.inst.Key]++
+	for _, k := range succ.keys() {
+		s.keys[k].executing++
+		q.keyExec[k]++
+	}
 	pred.passed = true
 }
 

@@ -168,6 +168,14 @@ type multiRow struct {
 	others []store.KeyRef
 }
 
+// atFirst reports whether the row's key column holds its first key
+// (store.NormalizeKeys), the key it executes under, so that it waits in
+// that key's line (admission.Waiting.AtFirst).
+func (m multiRow) atFirst() bool {
+	first, rest := m.key, slices.Clone(m.others)
+	return store.NormalizeKeys(&first.Key, &first.Intent, &rest) == nil && first.Key == m.key.Key
+}
+
 // shards maps each key of the row to the shard a plan's admission of it
 // debited (-1: K = 1).
 func (m multiRow) shards(a admission.Admitted) map[string]int {

@@ -121,6 +121,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"claim multi":    {sqlClaimMulti, []any{ids[:2], []string{"api:x", "api:y"}, []int32{0, 0}, "w"}},
 		"block multi":    {sqlBlockMulti, []any{ids, slices.Repeat([]string{"api:x"}, n), slices.Repeat([]string{"gate"}, n), slices.Repeat([]string{"acct:abcd\x1e"}, n), nil, []string{}}},
 		"holds delete":   {sqlHoldsDelete, []any{ids}},
+		"holds pass":     {sqlHoldsPass, []any{ids, ids}},
 		"holds end":      {sqlHoldsEnd, []any{ids}},
 		"holds orphaned": {sqlHoldsOrphaned, []any{1000}},
 		// KeyInfo (durable explain, the ui's key page) and the ui's inbox.

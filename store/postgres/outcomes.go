@@ -139,6 +139,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		histStart, histEnd   []*time.Time
 	)
 	leftQueues := map[string]bool{} // queues whose rows left executing
+	var passHolds [][2]string       // (row, successor): holds that pass along a chain
 	for _, a := range done {
 		results[a.ord-1].Stale = false
 		results[a.ord-1].Unwaited = true // unless its key may have rows waiting (below)
@@ -147,8 +148,14 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		o := outcomes[a.ord-1]
 		leftQueues[a.queue] = true
 		if a.oldKey != "" && !ch.chained[o.ID] {
-			if f, ok := ch.pass(outcomes, results, o, freedSlot{key: a.oldKey, shard: a.oldShard, waiters: a.waiters}, succQueue); ok {
+			f := freedSlot{key: a.oldKey, shard: a.oldShard, waiters: a.waiters, also: holdKeys(a.holds)}
+			if f, ok := ch.pass(outcomes, results, o, f, succQueue); ok {
 				freed = append(freed, f)
+				if f.successor != "" && a.holds != "" {
+					// A successor holds the same keys (admission.Free):
+					// the row's holds pass to it with its first key's slot.
+					passHolds = append(passHolds, [2]string{o.ID, f.successor})
+				}
 			}
 		}
 		if o.ConsumeSignal != 0 {
@@ -183,8 +190,9 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 	}
 
 	// The holds of the rows of several keys whose claims the batch ended:
-	// deleted first, and freed with the rows' own slots.
-	holds, held, err := endedHolds(outcomes, done)
+	// deleted first, and freed with the rows' own slots, unless they pass
+	// to a successor.
+	holds, held, err := endedHolds(outcomes, done, passHolds)
 	if err != nil {
 		return nil, nil, fmt.Errorf("complete: %w", err)
 	}
@@ -199,6 +207,13 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		}
 		var yield []string
 		freed, yield = s.handOff(b, reads, worker, freed, h, now, &claimed)
+		if len(passHolds) > 0 { // after sqlSucceed, which gives the successors their fences
+			preds, succs := make([]string, len(passHolds)), make([]string, len(passHolds))
+			for i, p := range passHolds {
+				preds[i], succs[i] = p[0], p[1]
+			}
+			b.Queue(s.q(sqlHoldsPass), uuidArg(preds), uuidArg(succs))
+		}
 		for _, succ := range yield {
 			for i, o := range outcomes { // the outcome that names it ends the chain
 				if o.Successor.ID == succ && !results[i].Stale {

@@ -275,13 +275,14 @@ func holdsOf(claimed []store.Claimed, multi map[string]multiRow, admitted []admi
 
 // endedHolds reads the holds the committed outcomes' rows held
 // (applied.holds, from sqlCompleteApply) as freed slots, every key freed
-// the full way, and lists the rows that had any.
-func endedHolds(outcomes []store.Outcome, done []applied) (freed []freedSlot, ids []string, err error) {
+// the full way, and lists the rows that had any; the holds of the rows
+// passed (row, successor) pass to their successors instead (sqlHoldsPass).
+func endedHolds(outcomes []store.Outcome, done []applied, passed [][2]string) (freed []freedSlot, ids []string, err error) {
 	for _, a := range done {
-		if a.holds == "" {
+		id := outcomes[a.ord-1].ID
+		if a.holds == "" || slices.ContainsFunc(passed, func(p [2]string) bool { return p[0] == id }) {
 			continue
 		}
-		id := outcomes[a.ord-1].ID
 		ids = append(ids, id)
 		for h := range strings.SplitSeq(a.holds, "\x1e") {
 			k, sh, ok := strings.Cut(h, "\x1f")
@@ -293,6 +294,20 @@ func endedHolds(outcomes []store.Outcome, done []applied) (freed []freedSlot, id
 		}
 	}
 	return freed, ids, nil
+}
+
+// holdKeys are the keys of holds as sqlCompleteApply returns them (nil for
+// none).
+func holdKeys(holds string) []string {
+	if holds == "" {
+		return nil
+	}
+	var out []string
+	for h := range strings.SplitSeq(holds, "\x1e") {
+		k, _, _ := strings.Cut(h, "\x1f")
+		out = append(out, k)
+	}
+	return out
 }
 
 // freedHolds reads sqlHoldsEnd's or sqlHoldsOrphaned's rows as freed

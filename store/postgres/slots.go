@@ -27,6 +27,9 @@ type freedSlot struct {
 	// rows waiting on it (see migration 013): an outcome then skips the
 	// key's freeing (see skipUnwaited).
 	waiters bool
+	// also are, for the slot of a row of several keys' key column, the
+	// keys of its holds (admission.Freed.Also).
+	also []string
 }
 
 // queueFree queues, on b, what must follow rows leaving executing: the
@@ -591,6 +594,7 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 				}
 				r.multi[w.ID] = m
 				w.Also = extraKeys
+				w.AtFirst = m.atFirst()
 				extraKeys, extraIntents = nil, nil
 			}
 			w.Head = nil
@@ -724,9 +728,9 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 	for _, f := range freed {
 		switch {
 		case f.successor != "":
-			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue, Ahead: f.ahead})
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue, Ahead: f.ahead, Also: f.also})
 		case r != nil && f.key != "" && slices.Contains(r.keys, f.key):
-			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Ahead: f.ahead})
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Ahead: f.ahead, Also: f.also})
 		default:
 			rest = append(rest, f)
 		}

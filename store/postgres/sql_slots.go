@@ -449,18 +449,33 @@ CROSS JOIN LATERAL (
 	// takes a K = 1 key is marked as having waiters (see migration 013):
 	// a claim may have blocked rows behind its predecessor, marked, that
 	// this transaction's snapshot predates, and the key's slot passes on
-	// without a freeing.
+	// without a freeing. So is a row of several keys, as every claim of one
+	// is (see sqlClaim); its predecessor's holds pass to it next
+	// (sqlHoldsPass).
 	sqlSucceed = `
 WITH t AS (SELECT coalesce($5::timestamptz, now()) AS now),
 c AS (
     UPDATE {schema}.instances i
     SET status = 'executing', lease_expires_at = t.now + $3::bigint * interval '1 microsecond',
-        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now, waiters = a.shard < 0
+        started_at = t.now, key_shard = nullif(a.shard, -1), updated_at = t.now,
+        waiters = a.shard < 0 OR i.extra_keys IS NOT NULL
     FROM unnest($1::uuid[], $4::int[]) AS a(id, shard), t
     WHERE i.id = a.id AND i.id = ANY ($1::uuid[]) AND i.worker = $2 AND i.status = 'blocked'
     RETURNING i.id::text, i.fence, i.queue
 )
 SELECT * FROM c`
+
+	// sqlHoldsPass gives the holds of rows $1, whose outcomes the
+	// transaction committed, to their successors $2 (a row of the same keys:
+	// see admission.Free), which sqlSucceed made executing earlier in the
+	// transaction, under the successor's fence: a chain passes every slot
+	// its rows hold, as it passes the key column's. The holds are found by
+	// their rows' ids, as sqlHoldsDelete finds them.
+	sqlHoldsPass = `
+UPDATE {schema}.key_holds h SET instance_id = x.succ, fence = i.fence
+FROM unnest($1::uuid[], $2::uuid[]) AS x(pred, succ)
+JOIN {schema}.instances i ON i.id = x.succ
+WHERE h.instance_id = x.pred`
 
 	// sqlReserve reserves waiting rows (locked by sqlHandOffCandidates) for
 	// worker $2 as successors (store.Claimed.After): blocked, so that no

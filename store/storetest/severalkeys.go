@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/godurable/godurable/gate"
@@ -450,7 +451,43 @@ var severalKeysTests = []test{
 		h.commit("w", at(3*time.Second), done(api))
 		require.Equal(h.t, []string{c.ID}, h.claimIDs(at(4*time.Second)))
 	}},
-	{"severalKeys/no row of several keys is reserved, and none is given successors", func(h *harness) {
+	{"severalKeys/a hand-off reserves rows of the same keys after a row of several keys, and a chain passes every key's slot", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "g", Limit: 1})
+		holder := h.hold(multi("acct:1", "g:x"))
+		ids := h.insert(multi("acct:1", "g:x"), multi("acct:1", "g:x"), multi("acct:1", "g:x"), multi("acct:1", "g:y"))
+		require.Empty(h.t, h.claimIDs(at(time.Second)), "both keys are held")
+		o := contended([]store.Outcome{done(holder)})[0]
+		o.Ahead = 3
+		_, running, reserved := h.completeHandOff(at(2*time.Second), store.HandOff{Room: map[string]int{queue: 1}, Reserve: true}, o)
+		require.Equal(h.t, []string{ids[0]}, claimedIDs(running), "the next row of the account, with the gate's slot its outcome freed")
+		require.Equal(h.t, ids[1:3], claimedIDs(reserved), "the rows of the same keys after it, in line; not the row of another gate")
+		for _, r := range reserved {
+			require.Equal(h.t, ids[0], r.After)
+		}
+		h.requireStatus(store.StatusBlocked, ids[3])
+		one, gx := h.insert(dueNow("acct:1"))[0], h.insert(dueNow("g:x"))[0]
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "the chain holds the account and the gate's one slot")
+
+		// ids[0] → ids[1], then ids[1] → ids[2]: each successor is passed
+		// both keys' slots, and nothing else runs meanwhile.
+		_, running, more := h.completeHandOff(at(4*time.Second), store.HandOff{Room: map[string]int{}, Reserve: true}, successor(done(running[0]), reserved[0]))
+		require.Equal(h.t, []string{ids[1]}, claimedIDs(running))
+		require.Empty(h.t, more)
+		require.Empty(h.t, h.claimIDs(at(5*time.Second)), "the successor holds both keys")
+		require.Equal(h.t, 0, h.slotsFree("g:x"), "the gate's slot passed on, not freed")
+		_, running, _ = h.completeHandOff(at(6*time.Second), store.HandOff{Room: map[string]int{}, Reserve: true}, successor(done(running[0]), reserved[1]))
+		require.Equal(h.t, []string{ids[2]}, claimedIDs(running))
+		require.Empty(h.t, h.claimIDs(at(7*time.Second)), "the successor holds both keys")
+
+		// The chain's last outcome frees both keys the usual way.
+		h.commit("w", at(8*time.Second), done(running[0]))
+		require.Equal(h.t, 1, h.slotsFree("g:x"))
+		got := h.claimIDs(at(9 * time.Second))
+		require.Contains(h.t, got, gx, "the gate is free")
+		require.True(h.t, slices.Contains(got, one) != slices.Contains(got, ids[3]), "the account is free, for one of its rows: %v", got)
+	}},
+	{"severalKeys/a claim reserves no row of several keys, and gives none successors", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
 		ids := []string{h.insert(multi("api:x", "acct:1"))[0], h.insert(dueNow("api:x"))[0], h.insert(dueNow("api:x"))[0]}
@@ -461,7 +498,7 @@ var severalKeysTests = []test{
 		m := h.insert(multi("api:x", "acct:2"))[0]
 		res = h.claimReq(store.ClaimRequest{Queue: queue, Worker: "w", Limit: 10, Lease: lease, Now: at(3 * time.Second), Reserve: 2})
 		for _, c := range res.Claimed {
-			require.NotEqual(h.t, m, c.ID, "a row of several keys is never reserved")
+			require.NotEqual(h.t, m, c.ID, "a claim never reserves a row of several keys")
 		}
 	}},
 	{"severalKeys/MaxActivePerKey counts a row under each of its keys", func(h *harness) {
