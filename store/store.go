@@ -105,12 +105,15 @@
 //     K = 1 key goes in blocked at insert as a row of that key would.
 //     MaxActivePerKey applies to each of
 //     its keys, and it takes a token of each rated key's bucket or none. It
-//     takes turns as a row of its Key (see Order) and is never reserved. A
-//     freed slot of one of its keys is handed to it (HandOffer) only with a
-//     slot of each of its other keys in the same transaction: one the same
-//     batch frees that no row waiting in that key's line takes, or a free
-//     K = 1 key; otherwise the key's hand-offs and reservations stop at it,
-//     and a claim that decides every one of its keys admits it.
+//     takes turns as a row of its Key (see Order). A freed slot of one of
+//     its keys is handed to it (HandOffer) only with a slot of each of its
+//     other keys in the same transaction: one the same batch frees that no
+//     row waiting in that key's line takes, or a free K = 1 key; otherwise
+//     the key's hand-offs and reservations stop at it, and a claim that
+//     decides every one of its keys admits it. A claim reserves no such row;
+//     a hand-off reserves one, in the line of its first key, only as the
+//     successor of a row of the same keys, and the chain then passes every
+//     key's slot to it (it holds nothing while reserved).
 //
 // # Order
 //

@@ -251,8 +251,9 @@ type Plan struct {
 // takes a token of each of its rated keys'
 // buckets (one of a bucket that two of its keys share), and a row refused
 // by one bucket is rescheduled to when every one of them has its token.
-// A row with several keys is never reserved and never has a successor: a
-// key's line stops at such a row blocked on it.
+// A claim reserves no row with several keys and gives such a row no
+// successor (Deal): a key's line stops at such a row blocked on it. A
+// hand-off may (see Free).
 //
 // Decide does not modify st.
 func Decide(window []Candidate, st State) Plan {
