@@ -246,8 +246,11 @@ WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split
 
 	// sqlHandOffCandidates locks and returns the first n waiting rows
 	// (ready or blocked, not reserved) of each held key, n being the sum
-	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants),
-	// in the key's line (queue, priority, round: the order of
+	// of the wants $2 of the rows $1 that hold it (see outcomeChains.wants;
+	// at most one for a row that holds it as another key: a chain follows a
+	// row's first key, so its successors are read there, and another key's
+	// line is read for the hand-off of its slot, as when such rows asked for
+	// no successors), in the key's line (queue, priority, round: the order of
 	// instances_key_round, so that the read stops at the first rows of a
 	// long line; a gate's rows of one round, its turns, come back first in,
 	// first out), skipping rows others hold, like sqlPromote; a ready row of
@@ -278,10 +281,10 @@ WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split
 	// auto_explain logged); read per candidate, they walk a long line for
 	// each (TestHandOffCandidatesReadTheTurnOncePerGroup).
 	sqlHandOffCandidates = `
-WITH held AS (SELECT k.key, sum(w.n)::int AS n
+WITH held AS (SELECT k.key, sum(k.n)::int AS n
               FROM unnest($1::uuid[], $2::int[]) AS w(id, n)
-              CROSS JOIN LATERAL (SELECT i.key FROM {schema}.instances i WHERE i.id = w.id AND i.key IS NOT NULL
-                                  UNION ALL SELECT kh.key FROM {schema}.key_holds kh WHERE kh.instance_id = w.id) k
+              CROSS JOIN LATERAL (SELECT i.key, w.n FROM {schema}.instances i WHERE i.id = w.id AND i.key IS NOT NULL
+                                  UNION ALL SELECT kh.key, least(w.n, 1) FROM {schema}.key_holds kh WHERE kh.instance_id = w.id) k(key, n)
               GROUP BY k.key),
 c AS MATERIALIZED (
     SELECT b.* FROM held f
