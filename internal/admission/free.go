@@ -24,10 +24,9 @@ type Freed struct {
 	// Ahead is how many successors to reserve, with FreeState.Reserve,
 	// for the row that takes this slot.
 	Ahead int
-	// Also are, for the slot of the first key of a row of several keys
-	// (or of the successor it names), that row's other keys: a chain
-	// passes every key's slot along, so only a row of the same keys is
-	// reserved after it (see Free).
+	// Also are, for a slot that names a successor of several keys, the
+	// successor's other keys: a chain passes every key's slot along, so
+	// only a row of the same keys is reserved after it (see Free).
 	Also []string
 }
 

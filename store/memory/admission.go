@@ -417,11 +417,7 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 			}
 		}
 		if s.freeing != nil && credit {
-			f := admission.Freed{Key: k, Shard: sh}
-			if i == 0 && r.multi() {
-				f.Also = r.otherKeys() // the row's chain would pass them all (admission.Free)
-			}
-			*s.freeing = append(*s.freeing, f)
+			*s.freeing = append(*s.freeing, admission.Freed{Key: k, Shard: sh})
 			continue
 		}
 		s.freeSlot(k, sh, credit, n)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -139,7 +140,7 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		histStart, histEnd   []*time.Time
 	)
 	leftQueues := map[string]bool{} // queues whose rows left executing
-	var passHolds [][2]string       // (row, successor): holds that pass along a chain
+	var passHolds map[string]string // row -> the successor its holds pass to along a chain
 	for _, a := range done {
 		results[a.ord-1].Stale = false
 		results[a.ord-1].Unwaited = true // unless its key may have rows waiting (below)
@@ -148,14 +149,17 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		o := outcomes[a.ord-1]
 		leftQueues[a.queue] = true
 		if a.oldKey != "" && !ch.chained[o.ID] {
-			f := freedSlot{key: a.oldKey, shard: a.oldShard, waiters: a.waiters, also: holdKeys(a.holds)}
-			if f, ok := ch.pass(outcomes, results, o, f, succQueue); ok {
-				freed = append(freed, f)
+			if f, ok := ch.pass(outcomes, results, o, freedSlot{key: a.oldKey, shard: a.oldShard, waiters: a.waiters}, succQueue); ok {
 				if f.successor != "" && a.holds != "" {
 					// A successor holds the same keys (admission.Free):
 					// the row's holds pass to it with its first key's slot.
-					passHolds = append(passHolds, [2]string{o.ID, f.successor})
+					if passHolds == nil {
+						passHolds = map[string]string{}
+					}
+					passHolds[o.ID] = f.successor
+					f.also = holdKeys(a.holds)
 				}
+				freed = append(freed, f)
 			}
 		}
 		if o.ConsumeSignal != 0 {
@@ -208,9 +212,10 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 		var yield []string
 		freed, yield = s.handOff(b, reads, worker, freed, h, now, &claimed)
 		if len(passHolds) > 0 { // after sqlSucceed, which gives the successors their fences
-			preds, succs := make([]string, len(passHolds)), make([]string, len(passHolds))
-			for i, p := range passHolds {
-				preds[i], succs[i] = p[0], p[1]
+			preds := slices.Sorted(maps.Keys(passHolds))
+			succs := make([]string, len(preds))
+			for i, p := range preds {
+				succs[i] = passHolds[p]
 			}
 			b.Queue(s.q(sqlHoldsPass), uuidArg(preds), uuidArg(succs))
 		}

@@ -275,12 +275,13 @@ func holdsOf(claimed []store.Claimed, multi map[string]multiRow, admitted []admi
 
 // endedHolds reads the holds the committed outcomes' rows held
 // (applied.holds, from sqlCompleteApply) as freed slots, every key freed
-// the full way, and lists the rows that had any; the holds of the rows
-// passed (row, successor) pass to their successors instead (sqlHoldsPass).
-func endedHolds(outcomes []store.Outcome, done []applied, passed [][2]string) (freed []freedSlot, ids []string, err error) {
+// the full way, and lists the rows that had any; the holds of a row that
+// passed names (row -> successor) pass to its successor instead
+// (sqlHoldsPass).
+func endedHolds(outcomes []store.Outcome, done []applied, passed map[string]string) (freed []freedSlot, ids []string, err error) {
 	for _, a := range done {
 		id := outcomes[a.ord-1].ID
-		if a.holds == "" || slices.ContainsFunc(passed, func(p [2]string) bool { return p[0] == id }) {
+		if _, ok := passed[id]; a.holds == "" || ok {
 			continue
 		}
 		ids = append(ids, id)

@@ -27,8 +27,8 @@ type freedSlot struct {
 	// rows waiting on it (see migration 013): an outcome then skips the
 	// key's freeing (see skipUnwaited).
 	waiters bool
-	// also are, for the slot of a row of several keys' key column, the
-	// keys of its holds (admission.Freed.Also).
+	// also are, for a slot that passes to a successor, the keys of the
+	// holds that pass with it (admission.Freed.Also).
 	also []string
 }
 
@@ -730,7 +730,7 @@ func (s *Store) handOff(b *pgx.Batch, r *handOffReads, worker string, freed []fr
 		case f.successor != "":
 			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Successor: f.successor, Queue: f.queue, Ahead: f.ahead, Also: f.also})
 		case r != nil && f.key != "" && slices.Contains(r.keys, f.key):
-			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Ahead: f.ahead, Also: f.also})
+			slots = append(slots, admission.Freed{Key: f.key, Shard: f.shard, Ahead: f.ahead})
 		default:
 			rest = append(rest, f)
 		}
