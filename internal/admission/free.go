@@ -208,6 +208,17 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 	var rest []spare           // the slots not handed off, in order
 	var multi []Freed          // slots whose key's next row has several keys
 	tried := map[string]bool{} // Tried keys a hand-off took
+	// handMulti hands f to w, the next row of f's key, of several keys,
+	// with also, the slots of its other keys; at its first key, it gets
+	// successors of its keys.
+	handMulti := func(w Waiting, f Freed, also []alsoHold) {
+		next[f.Key] = next[f.Key][1:]
+		room[w.Queue]--
+		plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
+		if w.AtFirst {
+			holders = append(holders, holder{w.ID, w.Queue, f, w.Also})
+		}
+	}
 	for _, f := range freed {
 		if f.Key == "" {
 			continue
@@ -234,12 +245,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 		if ready && len(line[0].Also) > 0 {
 			w := line[0]
 			if also, ok := alsoSlots(w, rest, next, st.Tried, tried); ok {
-				next[f.Key] = line[1:]
-				room[w.Queue]--
-				plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
-				if w.AtFirst {
-					holders = append(holders, holder{w.ID, w.Queue, f, w.Also})
-				}
+				handMulti(w, f, also)
 				if f.Shard < 0 {
 					done[f.Key] = true
 				}
@@ -273,12 +279,7 @@ func Free(freed []Freed, waiting []Waiting, st FreeState) FreePlan {
 			rest = append(rest, spare{Freed: f, passes: true})
 			continue
 		}
-		next[f.Key] = next[f.Key][1:]
-		room[w.Queue]--
-		plan.HandOffs = append(plan.HandOffs, takeAlso(w, f, also, rest, tried))
-		if w.AtFirst {
-			holders = append(holders, holder{w.ID, w.Queue, f, w.Also})
-		}
+		handMulti(w, f, also)
 	}
 	for _, r := range rest {
 		if !r.taken {
