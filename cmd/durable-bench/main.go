@@ -65,9 +65,12 @@ type options struct {
 	pickRows   int
 	cpuProfile string
 	stmts      bool
-	waitEvery  time.Duration
-	keep       bool
-	rounds     int
+	// serverProfile prints each measured run's statements from
+	// pg_stat_statements (see serverProfile).
+	serverProfile bool
+	waitEvery     time.Duration
+	keep          bool
+	rounds        int
 	// insertBatch is scenario 8's rows per InsertMany call.
 	insertBatch int
 }
@@ -86,6 +89,7 @@ func main() {
 	flag.IntVar(&o.pickRows, "pick-rows", 200_000, "scenario 6: size of the large ready backlog (the issue's figure is 1,000,000)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process while each scenario is measured to this path with -sN.prof appended")
 	flag.BoolVar(&o.stmts, "stmts", false, "print round trips and statement times per scenario")
+	flag.BoolVar(&o.serverProfile, "server-profile", false, "print, for every measured run, its CPU per step and the server's time per statement from pg_stat_statements (the server must load it)")
 	flag.DurationVar(&o.waitEvery, "sample", 20*time.Millisecond, "how often pg_stat_activity is sampled for wait events (0: never)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench database at exit")
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
@@ -127,6 +131,8 @@ type bench struct {
 	tracer *stmtTracer
 	log    *slog.Logger
 	obs    *observer
+	// profile is set with -server-profile.
+	profile *serverProfile
 }
 
 func run(ctx context.Context, o options, w io.Writer) error {
@@ -155,6 +161,12 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	bn.dbURL = withDatabase(o.url, dbName)
 	bn.obs = newObserver(bn.dbURL, dbName, o.waitEvery)
 	bn.obs.profile = o.cpuProfile
+	if o.serverProfile {
+		bn.profile = &serverProfile{url: bn.dbURL, top: 12}
+		if err := bn.profile.check(ctx); err != nil {
+			return err
+		}
+	}
 	if !o.jsonOut {
 		bn.header(ctx, admin)
 	}

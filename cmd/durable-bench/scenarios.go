@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -95,6 +96,11 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	}
 	runtime.GC()
 	b.tracer.reset()
+	if b.profile != nil {
+		if err := b.profile.reset(ctx); err != nil {
+			return nil, fmt.Errorf("server profile: %w", err)
+		}
+	}
 	if err := b.obs.start(ctx); err != nil {
 		return nil, err
 	}
@@ -127,7 +133,25 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	}
 	lat := e.rec.latencies(n, floor)
 	r.P50, r.P99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	if b.profile != nil {
+		if err := b.reportRun(ctx, w.name, e.schema, r); err != nil {
+			return nil, fmt.Errorf("server profile: %w", err)
+		}
+	}
 	return r, nil
+}
+
+// reportRun prints one measured run's rate, CPU per step and server
+// statements (-server-profile), on stderr when the results go out as JSON.
+func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) error {
+	w := b.w
+	if b.o.jsonOut {
+		w = os.Stderr
+	}
+	perStep := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(max(r.Steps, 1)) }
+	fmt.Fprintf(w, "  run %s: %.0f %s; cpu/step: bench %.0fµs + pg %.0fµs; machine %.0f%% busy\n",
+		name, r.Rate, r.Unit, perStep(r.Obs.BenchCPU), perStep(r.Obs.PGCPU), r.Obs.MachineBusy*100)
+	return b.profile.report(ctx, w, name, schema, r.Steps)
 }
 
 // insertAtRate inserts n instances made by gen at rate per second, in a

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// serverProfile reads where the server's time goes in each measured run,
+// from pg_stat_statements (-server-profile): the statements the engines
+// ran against the run's schema, by total execution time, per 10,000 steps.
+// Comparisons (scenarios 4, 5, 6 and 11) measure several runs and print one
+// result line; this prints every run, so that a round that went another way
+// than the others (a plan, a mode of the engine) shows which statements
+// made the difference. The extension must be loaded by the server
+// (shared_preload_libraries); the bench creates it in its own database.
+type serverProfile struct {
+	url string // the bench database
+	top int    // statements printed per run
+}
+
+// profileStatementWidth is how much of a statement's text a line shows.
+const profileStatementWidth = 110
+
+// check creates the extension in the bench database and tells whether the
+// server collects statements, with what to do when it does not.
+func (p *serverProfile) check(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return fmt.Errorf("-server-profile: create extension pg_stat_statements: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1 FROM pg_stat_statements LIMIT 1"); err != nil {
+		return fmt.Errorf("-server-profile needs the server to load pg_stat_statements "+
+			"(ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements', then restart it): %w", err)
+	}
+	return nil
+}
+
+// reset forgets what the server collected so far, so that the next report
+// covers one run. It runs after the run's inserts, before its engines start.
+func (p *serverProfile) reset(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, "SELECT pg_stat_statements_reset()")
+	return err
+}
+
+// profiledStatement is one statement's share of a run.
+type profiledStatement struct {
+	calls, rows int64
+	total       time.Duration
+	text        string
+}
+
+// report prints the run's statements against schema, steps steps in all:
+// the top ones by execution time, each per 10,000 steps, and the total of
+// all of them. The report's own statements and the observer's are not the
+// engines': they name no schema of the bench's.
+func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema string, steps int64) error {
+	conn, err := pgx.Connect(ctx, p.url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(ctx, `SELECT calls, rows, total_exec_time, query FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND strpos(query, $1) > 0
+		ORDER BY total_exec_time DESC`, pgx.Identifier{schema}.Sanitize()+".")
+	if err != nil {
+		return err
+	}
+	var all []profiledStatement
+	var ms float64
+	var s profiledStatement
+	if _, err := pgx.ForEachRow(rows, []any{&s.calls, &s.rows, &ms, &s.text}, func() error {
+		s.total = time.Duration(ms * float64(time.Millisecond))
+		all = append(all, s)
+		return nil
+	}); err != nil {
+		return err
+	}
+	per := 10000 / float64(max(steps, 1))
+	var total time.Duration
+	for _, s := range all {
+		total += s.total
+	}
+	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %d statements\n", run, ms10k(total, per), len(all))
+	for i, s := range all {
+		if i == p.top {
+			break
+		}
+		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows  %s\n", ms10k(s.total, per),
+			float64(s.calls)*per, float64(s.rows)*per, oneLine(s.text, schema, profileStatementWidth))
+	}
+	return nil
+}
+
+func ms10k(d time.Duration, per float64) float64 { return float64(d) / float64(time.Millisecond) * per }
+
+var spaces = regexp.MustCompile(`\s+`)
+
+// oneLine is a statement's text on one line, without its schema, cut to
+// width characters.
+func oneLine(q, schema string, width int) string {
+	q = strings.ReplaceAll(q, pgx.Identifier{schema}.Sanitize()+".", "")
+	q = strings.TrimSpace(spaces.ReplaceAllString(q, " "))
+	if r := []rune(q); len(r) > width {
+		q = string(r[:width]) + "…"
+	}
+	return q
+}
