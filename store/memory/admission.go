@@ -426,7 +426,7 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 }
 
 // triable adds to st.Tried the K = 1 keys among also (the other keys of a
-// row at the head of a freed key's line) that no slot of the batch frees
+// row in a freed key's line, as far as the hand-off reads it) that no slot of the batch frees
 // (want) and that no row holds: the store's lock is the lock PostgreSQL
 // tries (see admission.FreeState.Tried).
 func (s *Store) triable(st *admission.FreeState, also []string, want map[string]int) {
@@ -544,7 +544,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 		if want[k] == 0 {
 			continue
 		}
-		for i, r := range s.line(k, ks, want[k]) {
+		for _, r := range s.line(k, ks, want[k]) {
 			_, policy := s.policies[r.inst.Queue]
 			w := admission.Waiting{ID: r.inst.ID, Key: k, Queue: r.inst.Queue,
 				Workflow: r.inst.Workflow, Version: r.inst.Version, Turn: turn(r), Head: s.head(r, h.Workflows), Policy: policy}
@@ -559,9 +559,7 @@ func (s *Store) handOff(freed []admission.Freed, worker string, h store.HandOff,
 					}
 				}
 				w.AtFirst = k == r.inst.Key
-				if i == 0 {
-					s.triable(&st, w.Also, want)
-				}
+				s.triable(&st, w.Also, want)
 			}
 			lineOf[w.ID] = k
 			waiting = append(waiting, w)

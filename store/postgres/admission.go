@@ -445,7 +445,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 	}
 	admitted := 0
 	for i, c := range res.Claimed {
-		res.Claimed[i].Contended = c.After != "" || c.Key != "" && s.hot.has(c.Key)
+		res.Claimed[i].Contended = c.After != "" || s.anyKeyHot(c.Instance)
 		if c.After == "" {
 			admitted++
 		}
@@ -821,6 +821,16 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		}
 	}
 	return plan, seen, nil
+}
+
+// anyKeyHot reports whether a key of r was recently found saturated (see
+// recentKeys): its outcome may hand that key's slot on
+// (store.Claimed.Contended), as the memory store's anyKeyBlocked says. A
+// row of several keys holds its gate as another key: asked only of its
+// first key, a saturated gate's slots never passed from such a row to the
+// next rows of the gate's line, and went by credit, promotion and claim.
+func (s *Store) anyKeyHot(r store.Instance) bool {
+	return r.Key != "" && s.hot.has(r.Key) || slices.ContainsFunc(r.Also, func(k store.KeyRef) bool { return s.hot.has(k.Key) })
 }
 
 // limitDiffers reports whether a key's limit as read beside its counters

@@ -637,9 +637,11 @@ func (s *Store) queueHandOffReads(b *pgx.Batch, ids []string, outcomes []store.O
 }
 
 // tryOthers fills r.st.Tried (see sqlHandOffTry) for the other keys of
-// the rows of several keys at the head of a read key's line that no slot
-// freed reads (r.keys), in one round trip of tx, when there are such keys
-// and the transaction already holds the lock of every K = 1 key freed.
+// the rows of several keys read in a freed key's line that no slot freed
+// reads (r.keys), in one round trip of tx, when there are such keys and
+// the transaction already holds the lock of every K = 1 key freed. Every
+// row read, not only a line's head: a batch that frees several slots of a
+// gate hands them to as many of its rows, each with its own other key.
 func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, freed []freedSlot) error {
 	if r == nil || len(r.multi) == 0 {
 		return nil
@@ -654,10 +656,7 @@ func (s *Store) tryOthers(ctx context.Context, tx *batchTx, r *handOffReads, fre
 		}
 	}
 	var keys []string
-	for i, w := range r.waiting {
-		if i > 0 && r.waiting[i-1].Key == w.Key {
-			continue // the head of each line only
-		}
+	for _, w := range r.waiting {
 		for _, k := range w.Also {
 			if !read[k] {
 				keys = append(keys, k)

@@ -353,6 +353,33 @@ var severalKeysTests = []test{
 		h.insert(dueNow("acct:9"))
 		require.Empty(h.t, h.claimIDs(at(4*time.Second)), "acct:9 is held by the row handed acct:1's slot")
 	}},
+	{"severalKeys/a row holding a full gate as another key is claimed contended, so that its end may hand the gate's slot on", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
+		ids := h.insertHoldingGate("stripe:big", 2)
+		cs := h.claim("w", 10, at(time.Second))
+		require.Len(h.t, cs, 1)
+		require.Equal(h.t, ids[0], cs[0].ID)
+		require.Equal(h.t, "acct:0", cs[0].Key, "the gate is another key of the row")
+		h.requireStatus(store.StatusBlocked, ids[1])
+		require.True(h.t, cs[0].Contended, "a row waits for the gate it holds")
+	}},
+	{"severalKeys/a batch that frees several slots of a gate hands them to as many rows of several keys, each with its own other key", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
+		ids := h.insertHoldingGate("stripe:big", 4)
+		cs := h.claim("w", 10, at(time.Second))
+		require.Len(h.t, cs, 2)
+		h.requireStatus(store.StatusBlocked, ids[2:]...)
+
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(cs[0]), done(cs[1]))
+		require.ElementsMatch(h.t, ids[2:], claimedIDs(got), "both freed slots, each to a row with its own account")
+		for _, c := range got {
+			require.Equal(h.t, []store.KeyRef{{Key: "stripe:big", Intent: gate.GateIntent}}, c.Also)
+		}
+		h.insert(dueNow("acct:3"))
+		require.Empty(h.t, h.claimIDs(at(3*time.Second)), "acct:3 is held by the row handed a slot")
+	}},
 	{"severalKeys/a gate with a slot to spare hands no slot to a row of several keys, so no slot is left without a row", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
