@@ -515,8 +515,8 @@ type Claimed struct {
 	Signal *Signal
 	// TimedOut is true when the row runs because its await timed out.
 	TimedOut bool
-	// Contended is a hint that rows were waiting for the row's key when it
-	// was claimed: the slot its outcome frees will likely be handed off
+	// Contended is a hint that rows were waiting for one of the row's keys
+	// when it was claimed: a slot its outcome frees will likely be handed off
 	// (see HandOffer), so a worker keeps the executor that ran it for the
 	// row handed back. It never changes what the store admits.
 	Contended bool

@@ -426,9 +426,9 @@ func (s *Store) leaveExecuting(r *row, credit bool, n *notes) {
 }
 
 // triable adds to st.Tried the K = 1 keys among also (the other keys of a
-// row in a freed key's line, as far as the hand-off reads it) that no slot of the batch frees
-// (want) and that no row holds: the store's lock is the lock PostgreSQL
-// tries (see admission.FreeState.Tried).
+// row in a freed key's line, as far as the hand-off reads it) that no slot
+// of the batch frees (want) and that no row holds: the store's lock is the
+// lock PostgreSQL tries (see admission.FreeState.Tried).
 func (s *Store) triable(st *admission.FreeState, also []string, want map[string]int) {
 	for _, k := range also {
 		if _, freed := want[k]; freed {

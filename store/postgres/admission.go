@@ -826,9 +826,10 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 // anyKeyHot reports whether a key of r was recently found saturated (see
 // recentKeys): its outcome may hand that key's slot on
 // (store.Claimed.Contended), as the memory store's anyKeyBlocked says. A
-// row of several keys holds its gate as another key: asked only of its
-// first key, a saturated gate's slots never passed from such a row to the
-// next rows of the gate's line, and went by credit, promotion and claim.
+// row of several keys may hold a saturated gate as another key: its
+// outcome then asks for a hand-off of the gate's slot to the next rows of
+// the gate's line, which a slot otherwise reaches by a credit, a promotion
+// and a claim.
 func (s *Store) anyKeyHot(r store.Instance) bool {
 	return r.Key != "" && s.hot.has(r.Key) || slices.ContainsFunc(r.Also, func(k store.KeyRef) bool { return s.hot.has(k.Key) })
 }
