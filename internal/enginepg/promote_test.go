@@ -63,10 +63,14 @@ func TestSkippedPromotionIsRetried(t *testing.T) {
 	requireStatus(t, ctx, st, blocked, store.StatusReady)
 }
 
-// TestStrandedKeyBeyondTheRetriesIsHealedByTheReconciler holds the blocked
-// row's lock past every retry: the key stays stranded until the
-// reconciler's sweep, which promotes the row.
-func TestStrandedKeyBeyondTheRetriesIsHealedByTheReconciler(t *testing.T) {
+// TestStrandedKeyBeyondTheRetriesIsHealedOnceFree holds the blocked row's
+// lock past every retry of the outcome's heal: the key stays stranded while
+// the lock is held, and once it goes the row is promoted once, by the
+// store's late heal (healLater), which keeps trying the key, or by the
+// reconciler's sweep, whichever comes first (the late heal's first try is
+// 50 ms after the heal gave up, so on a loaded machine the sweep below may
+// find the row promoted already).
+func TestStrandedKeyBeyondTheRetriesIsHealedOnceFree(t *testing.T) {
 	st, pool := pgStore(t)
 	ctx := waitCtx(t, 30*time.Second)
 	c, blocked := blockedBehindRunning(t, ctx, st)
@@ -78,12 +82,12 @@ func TestStrandedKeyBeyondTheRetriesIsHealedByTheReconciler(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone, Result: json.RawMessage(`1`)}}, time.Time{})
 	require.NoError(t, err)
+	requireStatus(t, ctx, st, blocked, store.StatusBlocked) // the heal's retries are spent
 	require.NoError(t, tx.Commit(ctx))
-	requireStatus(t, ctx, st, blocked, store.StatusBlocked)
 
 	rep, err := st.Reconcile(ctx, 0, time.Time{})
 	require.NoError(t, err)
-	require.Equal(t, 1, rep.Promoted)
+	require.LessOrEqual(t, rep.Promoted, 1, "promoted once, by the sweep or by the late heal before it")
 	requireStatus(t, ctx, st, blocked, store.StatusReady)
 }
 
