@@ -147,6 +147,10 @@ type claimContext struct {
 	busyLocked map[string]bool
 	// multi holds the window's rows of several keys, by id.
 	multi map[string]multiRow
+	// free holds, for the gate keys of the rows of several keys, the free
+	// slots of their counters as alsoLimits read them, without a lock: a
+	// hint of which rows a full gate will refuse (see admit).
+	free map[string]int
 }
 
 // The window statement's last column (sqlClaimCandidates) says what it
@@ -564,6 +568,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// the limit the key no longer has (limitMoved, as for a limit that
 	// changed after the window: below).
 	limitMoved := map[string]bool{}
+	refused := refusedByFullGates(cc.candidates, cc.free)
 	for _, c := range cc.candidates {
 		if c.Key == "" {
 			continue
@@ -575,8 +580,11 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 			}
 			switch {
 			case n.Gate == nil:
-				oneKeys = append(oneKeys, n.Key)
 				inSight[n.Key]++
+				if refused[c.ID] {
+					continue // left unlocked: its gate refuses it (see refusedByFullGates)
+				}
+				oneKeys = append(oneKeys, n.Key)
 				if len(c.Also) > 0 {
 					multiOne = append(multiOne, n.Key)
 				}
@@ -821,6 +829,54 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		}
 	}
 	return plan, seen, nil
+}
+
+// refusedByFullGates returns the rows of several keys of window that a
+// gate key of theirs will refuse, by free, the gates' free slots read
+// without a lock: walked in claim order, a row of a gate takes one of its
+// free slots, and a row of several keys that one of its gates has none left
+// for is refused. Their K = 1 keys are not locked (see admit): a claim
+// holds its locks to its commit, and a freeing transaction waits for the
+// lock of each K = 1 key it frees and tries those of the rows it may hand a
+// slot to, which are these rows, at the heads of the full gates' lines. A
+// row is decided on its locked counters all the same: one of its gates
+// full, it is blocked on that gate; none full after all, its unlocked key
+// leaves it ready for the next claim (admission.Decide). A gate free does
+// not name has as many free slots as rows ask.
+func refusedByFullGates(window []admission.Candidate, free map[string]int) map[string]bool {
+	if len(free) == 0 {
+		return nil
+	}
+	left := maps.Clone(free)
+	var refused map[string]bool
+	for _, c := range window {
+		gates := 0
+		full := false
+		for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate}}, c.Also...) {
+			if n.Gate == nil {
+				continue
+			}
+			gates++
+			if f, ok := left[n.Key]; ok && f <= 0 {
+				full = true
+			}
+		}
+		switch {
+		case gates == 0:
+		case full && len(c.Also) > 0:
+			if refused == nil {
+				refused = map[string]bool{}
+			}
+			refused[c.ID] = true
+		case !full:
+			for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate}}, c.Also...) {
+				if _, ok := left[n.Key]; ok && n.Gate != nil {
+					left[n.Key]--
+				}
+			}
+		}
+	}
+	return refused
 }
 
 // anyKeyHot reports whether a key of r was recently found saturated (see

@@ -54,20 +54,33 @@ func (s *Store) alsoLimits(ctx context.Context, q querier, cc *claimContext) err
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	needs := make(map[string]admission.Need, len(keys))
-	rows, err := q.Query(ctx, s.q(sqlKeyLimits), keys)
-	if err != nil {
-		return fmt.Errorf("limits of other keys: %w", err)
+	all := slices.Clone(keys) // and the key columns, for the gates' free slots
+	for _, m := range cc.multi {
+		all = append(all, m.key.Key)
 	}
-	var k string
-	var lc limitColumns
-	_, err = pgx.ForEachRow(rows, []any{&k, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey}, func() error {
-		n := admission.Need{Key: k}
-		n.Gate, n.Rate = lc.limits(k)
-		needs[k] = n
-		return nil
+	slices.Sort(all)
+	all = slices.Compact(all)
+	needs := make(map[string]admission.Need, len(keys))
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlKeyLimits), keys).Query(func(rows pgx.Rows) error {
+		var k string
+		var lc limitColumns
+		_, err := pgx.ForEachRow(rows, []any{&k, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey}, func() error {
+			n := admission.Need{Key: k}
+			n.Gate, n.Rate = lc.limits(k)
+			needs[k] = n
+			return nil
+		})
+		return err
 	})
-	if err != nil {
+	cc.free = map[string]int{}
+	b.Queue(s.q(sqlSlotsFree), all).Query(func(rows pgx.Rows) error {
+		var k string
+		var n int
+		_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { cc.free[k] = n; return nil })
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("limits of other keys: %w", err)
 	}
 	for i, c := range cc.candidates {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +104,36 @@ func TestAdmitLeavesAKeyOfTwoLimitsReady(t *testing.T) {
 			require.Empty(t, plan.Admitted, "nothing is admitted under a limit read two ways")
 		})
 	}
+}
+
+// TestRefusedByFullGates: walked in claim order, rows of several keys
+// take their gates' free slots as read; the rows of several keys a gate
+// has no slot left for are refused, a row of one gate key takes a slot
+// too, and a gate with no counters read refuses nothing.
+func TestRefusedByFullGates(t *testing.T) {
+	g := &gate.Limit{Name: "api", Limit: 2, Shards: 1}
+	row := func(id, key string, gated bool, also ...string) admission.Candidate {
+		c := admission.Candidate{ID: id, Key: key}
+		if gated {
+			c.Gate = g
+		}
+		for _, k := range also {
+			n := admission.Need{Key: k}
+			if strings.HasPrefix(k, "api:") {
+				n.Gate = g
+			}
+			c.Also = append(c.Also, n)
+		}
+		return c
+	}
+	window := []admission.Candidate{
+		row("a", "acct:1", false, "api:x"),
+		row("b", "api:x", true), // one key: takes the last free slot
+		row("c", "acct:2", false, "api:x"),
+		row("d", "api:x", true, "acct:3"),  // in the gate's line
+		row("e", "acct:4", false, "api:y"), // api:y was not read
+		row("f", "acct:5", false),
+	}
+	require.Equal(t, map[string]bool{"c": true, "d": true}, refusedByFullGates(window, map[string]int{"api:x": 2}))
+	require.Nil(t, refusedByFullGates(window, nil), "nothing read, nothing refused")
 }

@@ -206,6 +206,11 @@ LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
+	// sqlSlotsFree returns the free slots of the counters of the keys of $1
+	// that have counters, read without a lock (see refusedByFullGates).
+	sqlSlotsFree = `
+SELECT key, sum(available)::int FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
+
 	// sqlKeyLimits reads the limits the keys $1 run under (the key-limit
 	// lookup; see sql.go) and their names' rate limits, in $1's order: the
 	// other keys of the rows of several keys in a claim's window, which
