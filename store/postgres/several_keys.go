@@ -44,43 +44,43 @@ import (
 // is its first identity) stays under instances_key_one_posix.
 
 // alsoLimits fills the Also of the window's rows of several keys with the
-// limits their other keys run under (sqlKeyLimits).
+// limits their other keys run under, and cc.free with the free slots of
+// their gates, the gate in their key column included (sqlKeyLimits).
 func (s *Store) alsoLimits(ctx context.Context, q querier, cc *claimContext) error {
 	var keys []string
-	for _, m := range cc.multi {
+	for _, c := range cc.candidates {
+		m, ok := cc.multi[c.ID]
+		if !ok {
+			continue
+		}
+		if c.Gate != nil {
+			keys = append(keys, c.Key)
+		}
 		for _, o := range m.others {
 			keys = append(keys, o.Key)
 		}
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	all := slices.Clone(keys) // and the key columns, for the gates' free slots
-	for _, m := range cc.multi {
-		all = append(all, m.key.Key)
-	}
-	slices.Sort(all)
-	all = slices.Compact(all)
 	needs := make(map[string]admission.Need, len(keys))
-	b := &pgx.Batch{}
-	b.Queue(s.q(sqlKeyLimits), keys).Query(func(rows pgx.Rows) error {
-		var k string
-		var lc limitColumns
-		_, err := pgx.ForEachRow(rows, []any{&k, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey}, func() error {
-			n := admission.Need{Key: k}
-			n.Gate, n.Rate = lc.limits(k)
-			needs[k] = n
-			return nil
-		})
-		return err
-	})
 	cc.free = map[string]int{}
-	b.Queue(s.q(sqlSlotsFree), all).Query(func(rows pgx.Rows) error {
-		var k string
-		var n int
-		_, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { cc.free[k] = n; return nil })
-		return err
+	rows, err := q.Query(ctx, s.q(sqlKeyLimits), keys)
+	if err != nil {
+		return fmt.Errorf("limits of other keys: %w", err)
+	}
+	var k string
+	var lc limitColumns
+	var free *int32
+	_, err = pgx.ForEachRow(rows, []any{&k, &lc.limit, &lc.shards, &lc.rLimit, &lc.rPeriod, &lc.rBurst, &lc.rPerKey, &free}, func() error {
+		n := admission.Need{Key: k}
+		n.Gate, n.Rate = lc.limits(k)
+		needs[k] = n
+		if free != nil {
+			cc.free[k] = int(*free)
+		}
+		return nil
 	})
-	if err := q.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return fmt.Errorf("limits of other keys: %w", err)
 	}
 	for i, c := range cc.candidates {

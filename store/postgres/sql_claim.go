@@ -206,17 +206,16 @@ LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
 LEFT JOIN {schema}.rate_limits r ON r.name = c.key_name
 ORDER BY c.priority, c.round, c.run_at, c.seq`
 
-	// sqlSlotsFree returns the free slots of the counters of the keys of $1
-	// that have counters, read without a lock (see refusedByFullGates).
-	sqlSlotsFree = `
-SELECT key, sum(available)::int FROM {schema}.key_slots WHERE key = ANY ($1::text[]) GROUP BY key`
-
 	// sqlKeyLimits reads the limits the keys $1 run under (the key-limit
-	// lookup; see sql.go) and their names' rate limits, in $1's order: the
-	// other keys of the rows of several keys in a claim's window, which
-	// the window statement returns without their limits.
+	// lookup; see sql.go), their names' rate limits and, for a key with a
+	// limit, the free slots of its counters read without a lock (NULL: no
+	// counters), in $1's order: the keys of the rows of several keys in a
+	// claim's window, whose other keys the window statement returns without
+	// their limits (see alsoLimits), and whose gates' free slots tell which
+	// rows a full gate will refuse (see refusedByFullGates).
 	sqlKeyLimits = `
-SELECT k, l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key
+SELECT k, l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
+       CASE WHEN l.name IS NOT NULL THEN (SELECT sum(s.available)::int FROM {schema}.key_slots s WHERE s.key = k) END
 FROM unnest($1::text[]) WITH ORDINALITY AS x(k, ord)
 LEFT JOIN LATERAL (SELECT lk.name, lk."limit", lk.shards FROM {schema}.limits lk
                    WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) l ON true
