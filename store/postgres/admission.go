@@ -849,30 +849,28 @@ func refusedByFullGates(window []admission.Candidate, free map[string]int) map[s
 	}
 	left := maps.Clone(free)
 	var refused map[string]bool
+	var gates []string // the row's gate keys whose free slots were read
 	for _, c := range window {
-		gates := 0
-		full := false
-		for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate}}, c.Also...) {
-			if n.Gate == nil {
-				continue
-			}
-			gates++
-			if f, ok := left[n.Key]; ok && f <= 0 {
-				full = true
+		gates = gates[:0]
+		if _, ok := left[c.Key]; ok && c.Gate != nil {
+			gates = append(gates, c.Key)
+		}
+		for _, n := range c.Also {
+			if _, ok := left[n.Key]; ok && n.Gate != nil {
+				gates = append(gates, n.Key)
 			}
 		}
 		switch {
-		case gates == 0:
-		case full && len(c.Also) > 0:
-			if refused == nil {
-				refused = map[string]bool{}
-			}
-			refused[c.ID] = true
-		case !full:
-			for _, n := range append([]admission.Need{{Key: c.Key, Gate: c.Gate}}, c.Also...) {
-				if _, ok := left[n.Key]; ok && n.Gate != nil {
-					left[n.Key]--
+		case slices.ContainsFunc(gates, func(k string) bool { return left[k] <= 0 }):
+			if len(c.Also) > 0 {
+				if refused == nil {
+					refused = map[string]bool{}
 				}
+				refused[c.ID] = true
+			}
+		default:
+			for _, k := range gates {
+				left[k]--
 			}
 		}
 	}
