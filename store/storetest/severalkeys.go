@@ -44,6 +44,20 @@ func (h *harness) insertHoldingGate(k string, n int) []string {
 	return ids
 }
 
+// fillGate makes gate key stripe:big, of limit slots, full: it inserts n
+// rows holding it as another key (insertHoldingGate), claims them at 1 s,
+// and checks that the first limit of them run and the rest are blocked.
+// It returns the rows' ids and the claimed rows.
+func (h *harness) fillGate(limit, n int) ([]string, []store.Claimed) {
+	h.t.Helper()
+	h.syncLimits(gate.Limit{Name: "stripe", Limit: limit})
+	ids := h.insertHoldingGate("stripe:big", n)
+	cs := h.claim("w", 10, at(time.Second))
+	require.Equal(h.t, ids[:limit], claimedIDs(cs))
+	h.requireStatus(store.StatusBlocked, ids[limit:]...)
+	return ids, cs
+}
+
 // claimIDs claims up to 10 rows for worker w at now and returns their ids.
 func (h *harness) claimIDs(now time.Time) []string {
 	h.t.Helper()
@@ -355,22 +369,13 @@ var severalKeysTests = []test{
 	}},
 	{"severalKeys/a row holding a full gate as another key is claimed contended, so that its end may hand the gate's slot on", func(h *harness) {
 		h.severalKeys()
-		h.syncLimits(gate.Limit{Name: "stripe", Limit: 1})
-		ids := h.insertHoldingGate("stripe:big", 2)
-		cs := h.claim("w", 10, at(time.Second))
-		require.Len(h.t, cs, 1)
-		require.Equal(h.t, ids[0], cs[0].ID)
+		_, cs := h.fillGate(1, 2)
 		require.Equal(h.t, "acct:0", cs[0].Key, "the gate is another key of the row")
-		h.requireStatus(store.StatusBlocked, ids[1])
 		require.True(h.t, cs[0].Contended, "a row waits for the gate it holds")
 	}},
 	{"severalKeys/a batch that frees several slots of a gate hands them to as many rows of several keys, each with its own other key", func(h *harness) {
 		h.severalKeys()
-		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
-		ids := h.insertHoldingGate("stripe:big", 4)
-		cs := h.claim("w", 10, at(time.Second))
-		require.Len(h.t, cs, 2)
-		h.requireStatus(store.StatusBlocked, ids[2:]...)
+		ids, cs := h.fillGate(2, 4)
 
 		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 5}, done(cs[0]), done(cs[1]))
 		require.ElementsMatch(h.t, ids[2:], claimedIDs(got), "both freed slots, each to a row with its own account")
@@ -382,11 +387,7 @@ var severalKeysTests = []test{
 	}},
 	{"severalKeys/a gate with a slot to spare hands no slot to a row of several keys, so no slot is left without a row", func(h *harness) {
 		h.severalKeys()
-		h.syncLimits(gate.Limit{Name: "stripe", Limit: 2})
-		ids := h.insertHoldingGate("stripe:big", 4)
-		cs := h.claim("w", 10, at(time.Second))
-		require.Len(h.t, cs, 2)
-		h.requireStatus(store.StatusBlocked, ids[2:]...)
+		ids, cs := h.fillGate(2, 4)
 		// One holder ends without a hand-off: its slot is credited and
 		// promotes the next row, which no claim has taken yet.
 		h.commit("w", at(2*time.Second), done(cs[0]))
