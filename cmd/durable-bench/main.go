@@ -336,10 +336,8 @@ func (b *bench) printLine(r *result) {
 	fmt.Fprintf(b.w, "[%d] %-34s %s p50 %7s p99 %7s  %s%s  %s %s\n", r.ID, r.Name, figure,
 		fmtDur(r.P50), fmtDur(r.P99), r.check(), ratio, r.Target, met)
 	o := r.Obs
-	perStep := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(max(r.Steps, 1)) }
-	fmt.Fprintf(b.w, "    n=%d steps=%d in %s; cpu/step: bench %.0fµs + pg %.0fµs; machine %.0f%% busy over %.2fs; heap max %.0f MB\n",
-		r.N, r.Steps, r.Elapsed.Round(time.Millisecond), perStep(o.BenchCPU), perStep(o.PGCPU),
-		o.MachineBusy*100, o.Wall.Seconds(), o.HeapMaxMB)
+	fmt.Fprintf(b.w, "    n=%d steps=%d in %s; %s over %.2fs; heap max %.0f MB\n",
+		r.N, r.Steps, r.Elapsed.Round(time.Millisecond), r.cpuPerStep(), o.Wall.Seconds(), o.HeapMaxMB)
 	if len(o.Waits) > 0 {
 		fmt.Fprintf(b.w, "    backends: %s\n", o.topWaits(6))
 	}
@@ -349,6 +347,14 @@ func (b *bench) printLine(r *result) {
 	if b.o.stmts {
 		b.tracer.report(b.w, r.Steps)
 	}
+}
+
+// cpuPerStep is what a step of r cost the bench process and the server,
+// and how busy the machine was.
+func (r *result) cpuPerStep() string {
+	perStep := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(max(r.Steps, 1)) }
+	return fmt.Sprintf("cpu/step: bench %.0fµs + pg %.0fµs; machine %.0f%% busy",
+		perStep(r.Obs.BenchCPU), perStep(r.Obs.PGCPU), r.Obs.MachineBusy*100)
 }
 
 func (b *bench) summary(rs []*result) {

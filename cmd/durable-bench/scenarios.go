@@ -148,9 +148,7 @@ func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) e
 	if b.o.jsonOut {
 		w = os.Stderr
 	}
-	perStep := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(max(r.Steps, 1)) }
-	fmt.Fprintf(w, "  run %s: %.0f %s; cpu/step: bench %.0fµs + pg %.0fµs; machine %.0f%% busy\n",
-		name, r.Rate, r.Unit, perStep(r.Obs.BenchCPU), perStep(r.Obs.PGCPU), r.Obs.MachineBusy*100)
+	fmt.Fprintf(w, "  run %s: %.0f %s; %s\n", name, r.Rate, r.Unit, r.cpuPerStep())
 	return b.profile.report(ctx, w, name, schema, r.Steps)
 }
 
