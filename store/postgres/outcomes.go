@@ -157,7 +157,13 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 						passHolds = map[string]string{}
 					}
 					passHolds[o.ID] = f.successor
-					f.also = holdKeys(a.holds)
+					hs, err := parseHolds(o.ID, a.holds)
+					if err != nil {
+						return nil, nil, fmt.Errorf("complete: %w", err)
+					}
+					for _, h := range hs {
+						f.also = append(f.also, h.Key)
+					}
 				}
 				freed = append(freed, f)
 			}

@@ -298,30 +298,33 @@ func endedHolds(outcomes []store.Outcome, done []applied, passed map[string]stri
 			continue
 		}
 		ids = append(ids, id)
-		for h := range strings.SplitSeq(a.holds, "\x1e") {
-			k, sh, ok := strings.Cut(h, "\x1f")
-			shard, perr := strconv.Atoi(sh)
-			if !ok || perr != nil {
-				return nil, nil, fmt.Errorf("the holds of %s: %q", id, a.holds)
-			}
-			freed = append(freed, freedSlot{key: k, shard: shard, waiters: true})
+		hs, err := parseHolds(id, a.holds)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, h := range hs {
+			freed = append(freed, freedSlot{key: h.Key, shard: h.Shard, waiters: true})
 		}
 	}
 	return freed, ids, nil
 }
 
-// holdKeys are the keys of holds as sqlCompleteApply returns them (nil for
-// none).
-func holdKeys(holds string) []string {
+// parseHolds reads the holds of row id as sqlCompleteApply returns them
+// (key U+001F shard, joined by U+001E; "" for none).
+func parseHolds(id, holds string) ([]admission.Hold, error) {
 	if holds == "" {
-		return nil
+		return nil, nil
 	}
-	var out []string
+	var hs []admission.Hold
 	for h := range strings.SplitSeq(holds, "\x1e") {
-		k, _, _ := strings.Cut(h, "\x1f")
-		out = append(out, k)
+		k, sh, ok := strings.Cut(h, "\x1f")
+		shard, err := strconv.Atoi(sh)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("the holds of %s: %q", id, holds)
+		}
+		hs = append(hs, admission.Hold{Key: k, Shard: shard})
 	}
-	return out
+	return hs, nil
 }
 
 // freedHolds reads sqlHoldsEnd's or sqlHoldsOrphaned's rows as freed
