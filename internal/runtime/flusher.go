@@ -44,8 +44,12 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 // executor waits for its flush to be handed a row, so these flushes are
 // kept apart from plain work's batch (which grows while it is in flight:
 // fewer, larger transactions, what plain throughput needs) and do not wait
-// behind it. One is enough: a second gives a hot gate nothing and halves
-// the batches of busy K = 1 keys, each of which reads its keys' state once.
+// behind it. There must be one: a successor's outcome is sent after the
+// outcome that passes it the slot (see run), and must commit after it,
+// which one flusher's order keeps; with a second, make bench's scenario
+// 11 stalled, a row left executing with its outcome never committed. A
+// second, fed by key so that a chain's outcomes share one, gave scenario
+// 11's rows of several keys nothing either (one ABBA pair, 2026-12-04).
 const handFlushers = 1
 
 // flusher group-commits the outcomes of ch; withSlots says that their
