@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/godurable/godurable/internal/pgstatements"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,7 +18,9 @@ import (
 // Comparisons (scenarios 4, 5, 6 and 11) measure several runs and print one
 // result line; this prints every run, so that a round that went another way
 // than the others (a plan, a mode of the engine) shows which statements
-// made the difference. The extension must be loaded by the server
+// made the difference. Statements are named as store/postgres names them
+// (package pgstatements), and each run's rows are counted by the path that
+// took them to their step (rowPaths). The extension must be loaded by the server
 // (shared_preload_libraries); the bench creates it in its own database.
 type serverProfile struct {
 	url string // the bench database
@@ -25,7 +28,7 @@ type serverProfile struct {
 }
 
 // profileStatementWidth is how much of a statement's text a line shows.
-const profileStatementWidth = 110
+const profileStatementWidth = 90
 
 // check creates the extension in the bench database and tells whether the
 // server collects statements, with what to do when it does not.
@@ -97,15 +100,54 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		total += s.total
 	}
 	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %d statements\n", run, ms10k(total, per), len(all))
+	paths := map[string]float64{}
+	names := make([]string, len(all))
+	for i, s := range all {
+		name, ok := pgstatements.Name(s.text)
+		if !ok {
+			name = "?"
+		}
+		names[i] = name
+		if p, ok := rowPaths[name]; ok {
+			paths[p] += float64(s.rows) * per
+		}
+	}
+	fmt.Fprintf(w, "    rows per 10,000 steps of %s:", run)
+	for i, p := range rowPathOrder {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s %.0f", sep, p, paths[p])
+	}
+	fmt.Fprintln(w)
 	for i, s := range all {
 		if i == p.top {
 			break
 		}
-		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows  %s\n", ms10k(s.total, per),
-			float64(s.calls)*per, float64(s.rows)*per, oneLine(s.text, schema, profileStatementWidth))
+		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows  %-22s %s\n", ms10k(s.total, per),
+			float64(s.calls)*per, float64(s.rows)*per, names[i], oneLine(s.text, schema, profileStatementWidth))
 	}
 	return nil
 }
+
+// rowPaths maps the statements that move rows to executing, to a
+// reservation or to blocked to the path they count under in a run's
+// profile: how a run's rows reached their steps (claims, hand-offs,
+// successors) and how many were blocked on the way tells which mode of
+// the engine the run was in.
+var rowPaths = map[string]string{
+	"sqlClaim":        "claimed",
+	"sqlHandOff":      "handed off",
+	"sqlReserve":      "reserved",
+	"sqlClaimReserve": "reserved",
+	"sqlBlock":        "blocked",
+	"sqlBlockMulti":   "blocked",
+	"sqlBlockBacklog": "blocked",
+	"sqlRelease":      "released",
+}
+
+var rowPathOrder = []string{"claimed", "handed off", "reserved", "blocked", "released"}
 
 func ms10k(d time.Duration, per float64) float64 { return float64(d) / float64(time.Millisecond) * per }
 

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"github.com/godurable/godurable/internal/pgstatements"
+)
 
 func TestOneLine(t *testing.T) {
 	for _, c := range []struct {
@@ -15,6 +20,20 @@ func TestOneLine(t *testing.T) {
 	} {
 		if got := oneLine(c.q, "bench_s11b", c.width); got != c.want {
 			t.Errorf("oneLine(%q, %d) = %q, want %q", c.q, c.width, got, c.want)
+		}
+	}
+}
+
+// TestRowPathsNameStatements: every statement a profile counts rows of is
+// one of store/postgres's, so that a rename does not silently zero a path.
+func TestRowPathsNameStatements(t *testing.T) {
+	all := pgstatements.Statements()
+	for name := range rowPaths {
+		if _, ok := all[name]; !ok {
+			t.Errorf("rowPaths counts %s, which store/postgres does not have", name)
+		}
+		if !slices.Contains(rowPathOrder, rowPaths[name]) {
+			t.Errorf("rowPaths counts %s under %q, which the profile does not print", name, rowPaths[name])
 		}
 	}
 }

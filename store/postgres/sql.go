@@ -1,5 +1,7 @@
 package postgres
 
+//go:generate go run ../../internal/pgstatements/gen
+
 // Every statement the backend runs. {schema} is replaced by the quoted schema
 // name once per Store, so each statement's text is fixed and pgx caches its
 // prepared form. Batches travel as arrays (unnest), never as one parameter per
