@@ -20,8 +20,9 @@ import (
 // than the others (a plan, a mode of the engine) shows which statements
 // made the difference. Statements are named as store/postgres names them
 // (package pgstatements), and each run's rows are counted by the path that
-// took them to their step (rowPaths). The extension must be loaded by the server
-// (shared_preload_libraries); the bench creates it in its own database.
+// took them to their step (rowPaths). The extension must be loaded by the
+// server (shared_preload_libraries); the bench creates it in its own
+// database.
 type serverProfile struct {
 	url string // the bench database
 	top int    // statements printed per run
@@ -131,11 +132,10 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 	return nil
 }
 
-// rowPaths maps the statements that move rows to executing, to a
-// reservation or to blocked to the path they count under in a run's
-// profile: how a run's rows reached their steps (claims, hand-offs,
-// successors) and how many were blocked on the way tells which mode of
-// the engine the run was in.
+// rowPaths names, for each statement that starts, reserves, blocks or
+// gives back rows, the path a run's profile counts its rows under. How a
+// run's rows reached their steps (claims, hand-offs, successors) and how
+// many were blocked on the way tells which mode the engine was in.
 var rowPaths = map[string]string{
 	"sqlClaim":        "claimed",
 	"sqlHandOff":      "handed off",
@@ -147,6 +147,7 @@ var rowPaths = map[string]string{
 	"sqlRelease":      "released",
 }
 
+// rowPathOrder is the order a profile prints the paths in.
 var rowPathOrder = []string{"claimed", "handed off", "reserved", "blocked", "released"}
 
 func ms10k(d time.Duration, per float64) float64 { return float64(d) / float64(time.Millisecond) * per }
