@@ -46,10 +46,10 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 // fewer, larger transactions, what plain throughput needs) and do not wait
 // behind it. There must be one: a successor's outcome is sent after the
 // outcome that passes it the slot (see run), and must commit after it,
-// which one flusher's order keeps; with a second, make bench's scenario
-// 11 stalled, a row left executing with its outcome never committed. A
-// second, fed by key so that a chain's outcomes share one, gave scenario
-// 11's rows of several keys nothing either (one ABBA pair, 2026-12-04).
+// which one flusher's order keeps (built with two, make bench's scenario
+// 11 stalled with a row left executing, its outcome never committed). A
+// second fed by key, so that a chain's outcomes share one, gave scenario
+// 11's rows of several keys nothing (one ABBA pair, 2026-12-04).
 const handFlushers = 1
 
 // flusher group-commits the outcomes of ch; withSlots says that their
