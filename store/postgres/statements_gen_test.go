@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/godurable/godurable/internal/pgstatements"
+	"github.com/godurable/godurable/internal/pgstatements/source"
 	"github.com/stretchr/testify/require"
 )
 
 // TestStatementsGenIsCurrent: statements_gen.go registers every statement
 // of the package, as go generate writes it.
 func TestStatementsGenIsCurrent(t *testing.T) {
-	want, err := pgstatements.Generate(".")
+	want, err := source.Generate(".")
 	require.NoError(t, err)
 	got, err := os.ReadFile("statements_gen.go")
 	require.NoError(t, err)

@@ -7,11 +7,11 @@ import (
 	"log"
 	"os"
 
-	"github.com/godurable/godurable/internal/pgstatements"
+	"github.com/godurable/godurable/internal/pgstatements/source"
 )
 
 func main() {
-	src, err := pgstatements.Generate(".")
+	src, err := source.Generate(".")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package pgstatements
+// Package source writes store/postgres's statements_gen.go, which
+// registers the package's SQL statements with package pgstatements. It is
+// apart from pgstatements so that a program using the store does not link
+// the Go parser.
+package source
 
 import (
 	"bytes"
