@@ -134,9 +134,52 @@ func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
 			}
 			ids, err := e.InsertMany(context.Background(), reqs)
 			require.NoError(t, err)
-			waitDone(t, e, ids, 30*time.Second)
+			waitDoneOrTellWhy(t, e, ids, 30*time.Second)
 		})
 	}
+}
+
+// waitDoneOrTellWhy waits for the instances ids to be done, as waitDone,
+// and when one is not by timeout, tells a lost wakeup from a row that no
+// claim would start: it wakes the engine (an insert of a keyless row wakes
+// its queue's pick loop) and says whether the late rows then finish.
+func waitDoneOrTellWhy(t *testing.T, e *durable.Engine, ids []string, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var late []durable.Instance
+	for _, id := range ids {
+		in, err := e.Wait(ctx, id)
+		if err != nil {
+			in, _ = e.Get(context.Background(), id)
+			late = append(late, in)
+			continue
+		}
+		require.Equal(t, store.StatusDone, in.Status)
+	}
+	if len(late) == 0 {
+		return
+	}
+	_, err := e.Insert(context.Background(), "work", sleepState{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	woken, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	ranAfterWake := 0
+	for _, in := range late {
+		if done, err := e.Wait(woken, in.ID); err == nil && done.Status == store.StatusDone {
+			ranAfterWake++
+		}
+	}
+	statuses := map[store.Status]int{}
+	for _, in := range late {
+		statuses[in.Status]++
+	}
+	why := "a lost wakeup, if they waited ready"
+	if ranAfterWake < len(late) {
+		why = "rows that a claim did not start either"
+	}
+	t.Fatalf("%d instances not done after %s (by status %v; the first %+v); %d of them finished within 5 s of a wake: %s",
+		len(late), timeout, statuses, late[0], ranAfterWake, why)
 }
 
 // ClaimsOncePerRow inserts rows one at a time into an engine that never
