@@ -150,9 +150,12 @@ func waitDoneOrTellWhy(t *testing.T, e *durable.Engine, ids []string, timeout ti
 	var late []durable.Instance
 	for _, id := range ids {
 		in, err := e.Wait(ctx, id)
-		if err != nil {
-			in, _ = e.Get(context.Background(), id)
-			late = append(late, in)
+		if err != nil { // past the timeout: each row as it is now
+			in, err = e.Get(context.Background(), id)
+			require.NoError(t, err)
+			if in.Status != store.StatusDone {
+				late = append(late, in)
+			}
 			continue
 		}
 		require.Equal(t, store.StatusDone, in.Status)
