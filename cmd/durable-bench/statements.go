@@ -113,15 +113,11 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 			paths[p] += float64(s.rows) * per
 		}
 	}
-	fmt.Fprintf(w, "    rows per 10,000 steps of %s:", run)
+	counts := make([]string, len(rowPathOrder))
 	for i, p := range rowPathOrder {
-		sep := ","
-		if i == 0 {
-			sep = ""
-		}
-		fmt.Fprintf(w, "%s %s %.0f", sep, p, paths[p])
+		counts[i] = fmt.Sprintf("%s %.0f", p, paths[p])
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "    rows per 10,000 steps of %s: %s\n", run, strings.Join(counts, ", "))
 	for i, s := range all {
 		if i == p.top {
 			break
