@@ -264,9 +264,11 @@ func TestAwaitSignalAndTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7, n)
 
+	// The timeout counts from the commit of the step that awaits, which
+	// can come before Insert returns here: the clock starts before Insert.
+	began := time.Now()
 	late, err := e.Insert(ctx, "wait", counter{}, durable.InsertOptions{})
 	require.NoError(t, err)
-	began := time.Now()
 	n, err = durable.Result[int](ctx, e, late)
 	require.NoError(t, err)
 	assert.Equal(t, -1, n, "the await timed out")
