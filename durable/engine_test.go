@@ -264,7 +264,7 @@ func TestAwaitSignalAndTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7, n)
 
-	// The timeout counts from the commit of the step that awaits, which
+	// The timeout counts from the flush of the step that awaits, which
 	// can come before Insert returns here: the clock starts before Insert.
 	began := time.Now()
 	late, err := e.Insert(ctx, "wait", counter{}, durable.InsertOptions{})
