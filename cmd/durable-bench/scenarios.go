@@ -216,7 +216,7 @@ func k1Workload(b *bench, name string) workload {
 // A second pair, also not part of the ratio, guards the other shape of
 // the same rows: one hot account, its steps one at a time, with a gate
 // that has room (hotAccount). Which key a row of several keys executes
-// under trades one shape for the other (docs/design/multikey.md §4.8).
+// under trades one shape for the other (docs/design/multikey.md, "Tried").
 func scenarioSeveralKeys(ctx context.Context, b *bench) (*result, error) {
 	base := k1Workload(b, "s11a")
 	accts, apis := base.keys, 20
