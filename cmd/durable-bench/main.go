@@ -73,6 +73,8 @@ type options struct {
 	rounds        int
 	// insertBatch is scenario 8's rows per InsertMany call.
 	insertBatch int
+	// s11Step is how long each step of scenario 11's comparison sleeps.
+	s11Step time.Duration
 }
 
 func main() {
@@ -94,7 +96,12 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench database at exit")
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
 	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
+	flag.DurationVar(&o.s11Step, "s11-step", time.Millisecond, "scenario 11: how long each step of its comparison and reference takes (the issue's figure is 1 ms; the hot-account pair keeps 1 ms)")
 	flag.Parse()
+	if o.s11Step <= 0 {
+		fmt.Fprintln(os.Stderr, "durable-bench: -s11-step must be positive")
+		os.Exit(2)
+	}
 	if o.insertBatch < 1 {
 		fmt.Fprintln(os.Stderr, "durable-bench: -insert-batch must be 1 or more")
 		os.Exit(2)

@@ -186,7 +186,7 @@ func plainWorkload(b *bench, name string) workload {
 }
 
 func scenarioK1(ctx context.Context, b *bench) (*result, error) {
-	w := k1Workload(b, "s2")
+	w := k1Workload(b, "s2", time.Millisecond)
 	r, err := b.measure(ctx, w)
 	if r != nil {
 		r.Note = fmt.Sprintf("%d instances per key", w.n/w.keys)
@@ -194,13 +194,14 @@ func scenarioK1(ctx context.Context, b *bench) (*result, error) {
 	return r, err
 }
 
-// k1Workload is scenario 2's: 5,000 steps of 1 ms over 500 K = 1 keys.
-func k1Workload(b *bench, name string) workload {
+// k1Workload is scenario 2's: 5,000 steps of d (1 ms there) over 500
+// K = 1 keys.
+func k1Workload(b *bench, name string, d time.Duration) workload {
 	n, keys := b.scaled(5000, 100), 500
 	return workload{name: name, workflow: "work", stepsPer: 1, keys: keys, k: 1, n: n,
 		gen: func(i int) durable.InsertRequest {
 			k := i % keys
-			return req("work", state{I: i, K: k, D: time.Millisecond}, gate.Identity("acct", strconv.Itoa(k)))
+			return req("work", state{I: i, K: k, D: d}, gate.Identity("acct", strconv.Itoa(k)))
 		}}
 }
 
@@ -218,14 +219,14 @@ func k1Workload(b *bench, name string) workload {
 // that has room (hotAccount). Which key a row of several keys executes
 // under trades one shape for the other (docs/design/multikey.md, "Tried").
 func scenarioSeveralKeys(ctx context.Context, b *bench) (*result, error) {
-	base := k1Workload(b, "s11a")
+	base := k1Workload(b, "s11a", b.o.s11Step)
 	accts, apis := base.keys, 20
 	api := gate.Limit{Name: "api", Limit: 10}
 	rows := func(name string, keys func(i int) []gate.ConcurrencyKey) workload {
 		return workload{name: name, workflow: "work", stepsPer: 1, n: base.n,
 			limits: []gate.Limit{api}, keyK: map[string]int{"acct": 1, "api": api.Limit},
 			gen: func(i int) durable.InsertRequest {
-				return durable.InsertRequest{Workflow: "work", State: state{I: i, K: -1, D: time.Millisecond, M: true},
+				return durable.InsertRequest{Workflow: "work", State: state{I: i, K: -1, D: b.o.s11Step, M: true},
 					Options: durable.InsertOptions{Keys: keys(i)}}
 			}}
 	}
@@ -238,8 +239,8 @@ func scenarioSeveralKeys(ctx context.Context, b *bench) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Note = fmt.Sprintf("%d rows of acct:i%%%d (K=1) + api:i%%%d (gate %d) vs the acct key alone; %s",
-		several.n, accts, apis, api.Limit, r.Note)
+	r.Note = fmt.Sprintf("%d rows of acct:i%%%d (K=1) + api:i%%%d (gate %d), steps of %v, vs the acct key alone; %s",
+		several.n, accts, apis, api.Limit, b.o.s11Step, r.Note)
 	h, err := b.hotAccount(ctx)
 	if err != nil {
 		return nil, err
