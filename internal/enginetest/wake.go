@@ -145,21 +145,7 @@ func WakesWithoutPolling(t *testing.T, newStore func() store.Store) {
 // its queue's pick loop) and says whether the late rows then finish.
 func waitDoneOrTellWhy(t *testing.T, e *durable.Engine, ids []string, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var late []durable.Instance
-	for _, id := range ids {
-		in, err := e.Wait(ctx, id)
-		if err != nil { // past the timeout: each row as it is now
-			in, err = e.Get(context.Background(), id)
-			require.NoError(t, err)
-			if in.Status != store.StatusDone {
-				late = append(late, in)
-			}
-			continue
-		}
-		require.Equal(t, store.StatusDone, in.Status)
-	}
+	late := waitEnded(t, e, ids, timeout)
 	if len(late) == 0 {
 		return
 	}
