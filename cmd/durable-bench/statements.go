@@ -63,22 +63,26 @@ func (p *serverProfile) reset(ctx context.Context) error {
 
 // profiledStatement is one statement's share of a run.
 type profiledStatement struct {
-	calls, rows int64
-	total       time.Duration
-	text        string
+	calls, rows          int64
+	walRecords, walBytes int64
+	total                time.Duration
+	text                 string
 }
 
 // report prints the run's statements against schema, steps steps in all:
-// the top ones by execution time, each per 10,000 steps, and the total of
-// all of them. The report's own statements and the observer's are not the
-// engines': they name no schema of the bench's.
+// the top ones by execution time, each per 10,000 steps with the WAL
+// records it wrote a step, and the total of all of them. WAL records are
+// a measure of a run's writes: a row's update that is not HOT writes one
+// record for the heap and one for each index the new version enters. The
+// report's own statements and the observer's are not the engines': they
+// name no schema of the bench's.
 func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema string, steps int64) error {
 	conn, err := pgx.Connect(ctx, p.url)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	rows, err := conn.Query(ctx, `SELECT calls, rows, total_exec_time, query FROM pg_stat_statements
+	rows, err := conn.Query(ctx, `SELECT calls, rows, wal_records, wal_bytes::bigint, total_exec_time, query FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND strpos(query, $1) > 0
 		ORDER BY total_exec_time DESC`, pgx.Identifier{schema}.Sanitize()+".")
@@ -88,7 +92,7 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 	var all []profiledStatement
 	var ms float64
 	var s profiledStatement
-	if _, err := pgx.ForEachRow(rows, []any{&s.calls, &s.rows, &ms, &s.text}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&s.calls, &s.rows, &s.walRecords, &s.walBytes, &ms, &s.text}, func() error {
 		s.total = time.Duration(ms * float64(time.Millisecond))
 		all = append(all, s)
 		return nil
@@ -97,10 +101,13 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 	}
 	per := 10000 / float64(max(steps, 1))
 	var total time.Duration
+	var walRecords, walBytes int64
 	for _, s := range all {
 		total += s.total
+		walRecords, walBytes = walRecords+s.walRecords, walBytes+s.walBytes
 	}
-	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %d statements\n", run, ms10k(total, per), len(all))
+	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %d statements; WAL %.1f records, %.0f bytes a step\n",
+		run, ms10k(total, per), len(all), float64(walRecords)/float64(max(steps, 1)), float64(walBytes)/float64(max(steps, 1)))
 	paths := map[string]float64{}
 	names := make([]string, len(all))
 	for i, s := range all {
@@ -122,8 +129,9 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		if i == p.top {
 			break
 		}
-		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows  %-22s %s\n", ms10k(s.total, per),
-			float64(s.calls)*per, float64(s.rows)*per, names[i], oneLine(s.text, schema, profileStatementWidth))
+		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows %5.1f WAL/step  %-22s %s\n", ms10k(s.total, per),
+			float64(s.calls)*per, float64(s.rows)*per, float64(s.walRecords)/float64(max(steps, 1)), names[i],
+			oneLine(s.text, schema, profileStatementWidth))
 	}
 	return nil
 }
