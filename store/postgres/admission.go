@@ -275,10 +275,10 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, lock bool) (s
 		return row.Scan(&cc.now, &cc.maxActive, &cc.perKey, &cc.paused)
 	})
 	b.Queue(s.q(sqlNextDue), req.Queue).QueryRow(func(row pgx.Row) error { return row.Scan(&cc.nextDue) })
-	// The statements above run their generic plans from the start (see
-	// sqlNoSeqScanGeneric); the window and the claim's update are planned
-	// as PostgreSQL chooses: their generic plans were slower.
-	b.Queue(sqlAutoPlans)
+	// The whole claim runs its generic plans from the start (see
+	// sqlNoSeqScanGeneric), the window included: PostgreSQL never settles
+	// on the window's generic plan by itself, and its custom plan took
+	// longer to make than to run.
 	b.Queue(s.q(sqlClaimCandidates), req.Queue, now, workflows, window, req.Limit, s.keySalt, versions).Query(func(rows pgx.Rows) error {
 		var (
 			c              admission.Candidate

@@ -48,13 +48,20 @@ const (
 	//     took 1-2 ms per plan on a fresh connection: about 90 ms in a
 	//     5,000-row keyed run of the peers driver that lasted 500 ms
 	//     (pg_stat_statements with track_planning), and the flush's
-	//     notification of policy queues was planned at every flush.
-	// The claim's window and update are not on it (see claim): with
-	// generic plans everywhere, the keyed window took twice as long. Nor
-	// are a flush's follow-ups (signals, children, inbox), except in a
-	// hand-off transaction (see complete): a generic plan is made at the
-	// first execution, when a fresh table's statistics say little, and
-	// make bench's scenario 7 lost about a seventh to sqlRecheckInbox's.
+	//     notification of policy queues was planned at every flush;
+	//   - the claim's window (sqlClaimCandidates) took 1.1-1.9 ms to plan
+	//     at each call and 0.6 ms to run (make bench's scenario 11 with
+	//     100 ms steps, track_planning), and a claim on an idle engine
+	//     waited for the plan: scenario 9's insert-to-start p50 was 6.4
+	//     and 6.8 ms under auto, 3.2 and 3.7 on generic plans, which run
+	//     the window in 0.7 ms (the keyed window once took twice as long
+	//     on its generic plan; the peers' keyed run gained 6 % from it on
+	//     2026-12-05).
+	// A flush's follow-ups (signals, children, inbox) are not on it,
+	// except in a hand-off transaction (see complete): a generic plan is
+	// made at the first execution, when a fresh table's statistics say
+	// little, and make bench's scenario 7 lost about a seventh to
+	// sqlRecheckInbox's.
 	sqlNoSeqScanGeneric = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 	// sqlAutoPlans lets PostgreSQL choose between custom and generic plans
 	// again for the rest of the transaction (its default).
