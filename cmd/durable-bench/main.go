@@ -91,7 +91,7 @@ func main() {
 	flag.IntVar(&o.pickRows, "pick-rows", 200_000, "scenario 6: size of the large ready backlog (the issue's figure is 1,000,000)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process while each scenario is measured to this path with -sN.prof appended")
 	flag.BoolVar(&o.stmts, "stmts", false, "print round trips and statement times per scenario")
-	flag.BoolVar(&o.serverProfile, "server-profile", false, "print, for every measured run, its CPU per step, how its rows reached their steps (claimed, handed off, reserved; blocked on the way) and the server's time per statement, named, from pg_stat_statements (the server must load it)")
+	flag.BoolVar(&o.serverProfile, "server-profile", false, "print, for every measured run, its CPU per step, how its rows reached their steps (claimed, handed off, reserved; blocked on the way) and the server's time and WAL per statement, named, from pg_stat_statements (the server must load it; its planning is counted with pg_stat_statements.track_planning on)")
 	flag.DurationVar(&o.waitEvery, "sample", 20*time.Millisecond, "how often pg_stat_activity is sampled for wait events (0: never)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench database at exit")
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")

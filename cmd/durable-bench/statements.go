@@ -65,13 +65,16 @@ func (p *serverProfile) reset(ctx context.Context) error {
 type profiledStatement struct {
 	calls, rows          int64
 	walRecords, walBytes int64
-	total                time.Duration
+	total, plan          time.Duration // executing, planning (both in total)
 	text                 string
 }
 
 // report prints the run's statements against schema, steps steps in all:
-// the top ones by execution time, each per 10,000 steps with the WAL
-// records it wrote a step, and the total of all of them. WAL records are
+// the top ones by time, each per 10,000 steps with the WAL records it
+// wrote a step, and the total of all of them. A statement's time is its
+// execution and, when the server tracks it
+// (pg_stat_statements.track_planning), its planning: a statement planned
+// at every call can take longer to plan than to run. WAL records are
 // a measure of a run's writes: a row's update that is not HOT writes one
 // record for the heap and one for each index the new version enters. The
 // report's own statements and the observer's are not the engines': they
@@ -82,32 +85,42 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	rows, err := conn.Query(ctx, `SELECT calls, rows, wal_records, wal_bytes::bigint, total_exec_time, query FROM pg_stat_statements
+	var planning bool
+	if err := conn.QueryRow(ctx, `SELECT current_setting('pg_stat_statements.track_planning')::bool`).Scan(&planning); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT calls, rows, wal_records, wal_bytes::bigint, total_exec_time, total_plan_time, query
+		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND strpos(query, $1) > 0
-		ORDER BY total_exec_time DESC`, pgx.Identifier{schema}.Sanitize()+".")
+		ORDER BY total_exec_time + total_plan_time DESC`, pgx.Identifier{schema}.Sanitize()+".")
 	if err != nil {
 		return err
 	}
 	var all []profiledStatement
-	var ms float64
+	var ms, planMS float64
 	var s profiledStatement
-	if _, err := pgx.ForEachRow(rows, []any{&s.calls, &s.rows, &s.walRecords, &s.walBytes, &ms, &s.text}, func() error {
-		s.total = time.Duration(ms * float64(time.Millisecond))
+	if _, err := pgx.ForEachRow(rows, []any{&s.calls, &s.rows, &s.walRecords, &s.walBytes, &ms, &planMS, &s.text}, func() error {
+		s.plan = time.Duration(planMS * float64(time.Millisecond))
+		s.total = time.Duration(ms*float64(time.Millisecond)) + s.plan
 		all = append(all, s)
 		return nil
 	}); err != nil {
 		return err
 	}
 	per := 10000 / float64(max(steps, 1))
-	var total time.Duration
+	var total, plan time.Duration
 	var walRecords, walBytes int64
 	for _, s := range all {
-		total += s.total
+		total, plan = total+s.total, plan+s.plan
 		walRecords, walBytes = walRecords+s.walRecords, walBytes+s.walBytes
 	}
-	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %d statements; WAL %.1f records, %.0f bytes a step\n",
-		run, ms10k(total, per), len(all), float64(walRecords)/float64(max(steps, 1)), float64(walBytes)/float64(max(steps, 1)))
+	planned := "planning not counted (pg_stat_statements.track_planning is off)"
+	if planning {
+		planned = fmt.Sprintf("%.0f ms of it planning", ms10k(plan, per))
+	}
+	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %s, %d statements; WAL %.1f records, %.0f bytes a step\n",
+		run, ms10k(total, per), planned, len(all), float64(walRecords)/float64(max(steps, 1)), float64(walBytes)/float64(max(steps, 1)))
 	paths := map[string]float64{}
 	names := make([]string, len(all))
 	for i, s := range all {
@@ -129,9 +142,9 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		if i == p.top {
 			break
 		}
-		fmt.Fprintf(w, "      %6.0f ms %6.0f calls %7.0f rows %5.1f WAL/step  %-22s %s\n", ms10k(s.total, per),
-			float64(s.calls)*per, float64(s.rows)*per, float64(s.walRecords)/float64(max(steps, 1)), names[i],
-			oneLine(s.text, schema, profileStatementWidth))
+		fmt.Fprintf(w, "      %6.0f ms (plan %5.0f) %6.0f calls %7.0f rows %5.1f WAL/step  %-22s %s\n", ms10k(s.total, per),
+			ms10k(s.plan, per), float64(s.calls)*per, float64(s.rows)*per, float64(s.walRecords)/float64(max(steps, 1)),
+			names[i], oneLine(s.text, schema, profileStatementWidth))
 	}
 	return nil
 }
