@@ -49,14 +49,10 @@ const (
 	//     5,000-row keyed run of the peers driver that lasted 500 ms
 	//     (pg_stat_statements with track_planning), and the flush's
 	//     notification of policy queues was planned at every flush;
-	//   - the claim's window (sqlClaimCandidates) took 1.1-1.9 ms to plan
-	//     at each call and 0.6 ms to run (make bench's scenario 11 with
-	//     100 ms steps, track_planning), and a claim on an idle engine
-	//     waited for the plan: scenario 9's insert-to-start p50 was 6.4
-	//     and 6.8 ms under auto, 3.2 and 3.7 on generic plans, which run
-	//     the window in 0.7 ms (the keyed window once took twice as long
-	//     on its generic plan; the peers' keyed run gained 6 % from it on
-	//     2026-12-05).
+	//   - the claim's window (sqlClaimCandidates) never settles either,
+	//     and its custom plan costs more to make than to run (1-2 ms
+	//     against under 1 ms): every claim would pay it, an idle engine's
+	//     first claim of a new row included.
 	// A flush's follow-ups (signals, children, inbox) are not on it,
 	// except in a hand-off transaction (see complete): a generic plan is
 	// made at the first execution, when a fresh table's statistics say
