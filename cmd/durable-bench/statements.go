@@ -24,15 +24,17 @@ import (
 // server (shared_preload_libraries); the bench creates it in its own
 // database.
 type serverProfile struct {
-	url string // the bench database
-	top int    // statements printed per run
+	url      string // the bench database
+	top      int    // statements printed per run
+	planning bool   // the server counts planning (pg_stat_statements.track_planning; read by check)
 }
 
 // profileStatementWidth is how much of a statement's text a line shows.
 const profileStatementWidth = 90
 
 // check creates the extension in the bench database and tells whether the
-// server collects statements, with what to do when it does not.
+// server collects statements, with what to do when it does not, and
+// whether it counts their planning.
 func (p *serverProfile) check(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, p.url)
 	if err != nil {
@@ -46,7 +48,7 @@ func (p *serverProfile) check(ctx context.Context) error {
 		return fmt.Errorf("-server-profile needs the server to load pg_stat_statements "+
 			"(ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements', then restart it): %w", err)
 	}
-	return nil
+	return conn.QueryRow(ctx, `SELECT current_setting('pg_stat_statements.track_planning')::bool`).Scan(&p.planning)
 }
 
 // reset forgets what the server collected so far, so that the next report
@@ -65,7 +67,7 @@ func (p *serverProfile) reset(ctx context.Context) error {
 type profiledStatement struct {
 	calls, rows          int64
 	walRecords, walBytes int64
-	total, plan          time.Duration // executing, planning (both in total)
+	total, plan          time.Duration // executing and planning; planning alone
 	text                 string
 }
 
@@ -85,10 +87,6 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	var planning bool
-	if err := conn.QueryRow(ctx, `SELECT current_setting('pg_stat_statements.track_planning')::bool`).Scan(&planning); err != nil {
-		return err
-	}
 	rows, err := conn.Query(ctx, `SELECT calls, rows, wal_records, wal_bytes::bigint, total_exec_time, total_plan_time, query
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -108,7 +106,8 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 	}); err != nil {
 		return err
 	}
-	per := 10000 / float64(max(steps, 1))
+	n := float64(max(steps, 1))
+	per := 10000 / n
 	var total, plan time.Duration
 	var walRecords, walBytes int64
 	for _, s := range all {
@@ -116,11 +115,11 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 		walRecords, walBytes = walRecords+s.walRecords, walBytes+s.walBytes
 	}
 	planned := "planning not counted (pg_stat_statements.track_planning is off)"
-	if planning {
+	if p.planning {
 		planned = fmt.Sprintf("%.0f ms of it planning", ms10k(plan, per))
 	}
 	fmt.Fprintf(w, "    server time of %s: %.0f ms per 10,000 steps, %s, %d statements; WAL %.1f records, %.0f bytes a step\n",
-		run, ms10k(total, per), planned, len(all), float64(walRecords)/float64(max(steps, 1)), float64(walBytes)/float64(max(steps, 1)))
+		run, ms10k(total, per), planned, len(all), float64(walRecords)/n, float64(walBytes)/n)
 	paths := map[string]float64{}
 	names := make([]string, len(all))
 	for i, s := range all {
@@ -143,7 +142,7 @@ func (p *serverProfile) report(ctx context.Context, w io.Writer, run, schema str
 			break
 		}
 		fmt.Fprintf(w, "      %6.0f ms (plan %5.0f) %6.0f calls %7.0f rows %5.1f WAL/step  %-22s %s\n", ms10k(s.total, per),
-			ms10k(s.plan, per), float64(s.calls)*per, float64(s.rows)*per, float64(s.walRecords)/float64(max(steps, 1)),
+			ms10k(s.plan, per), float64(s.calls)*per, float64(s.rows)*per, float64(s.walRecords)/n,
 			names[i], oneLine(s.text, schema, profileStatementWidth))
 	}
 	return nil
