@@ -75,6 +75,10 @@ type options struct {
 	insertBatch int
 	// s11Step is how long each step of scenario 11's comparison sleeps.
 	s11Step time.Duration
+	// timeline is the interval of each measured run's timeline (0: none):
+	// how many step bodies ran at once, on average, in each interval from
+	// the engines' start.
+	timeline time.Duration
 }
 
 func main() {
@@ -97,6 +101,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
 	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
 	flag.DurationVar(&o.s11Step, "s11-step", time.Millisecond, "scenario 11: how long each step of its comparison and reference takes (the issue's figure is 1 ms; the hot-account pair keeps 1 ms)")
+	flag.DurationVar(&o.timeline, "timeline", 0, "print, for every measured run, how many step bodies of the \"work\" workflow ran at once, on average, in each interval of this length from the engines' start (sampled every 5 ms; 0: none)")
 	flag.Parse()
 	if o.s11Step <= 0 {
 		fmt.Fprintln(os.Stderr, "durable-bench: -s11-step must be positive")
@@ -513,9 +518,11 @@ func (e *env) register(eng *durable.Engine) error {
 				rec.enterKeys(keys)
 			}
 			rec.enter(s.K)
+			rec.running.Add(1)
 			if s.D > 0 {
 				time.Sleep(s.D)
 			}
+			rec.running.Add(-1)
 			rec.leave(s.K)
 			rec.leaveKeys(keys)
 			if s.I >= 0 {

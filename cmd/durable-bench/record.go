@@ -19,6 +19,7 @@ type recorder struct {
 	startAt  []atomic.Int64 // ns since base of the first step start; 0: not started
 	finished atomic.Int64
 	steps    atomic.Int64
+	running  atomic.Int32   // step bodies of the "work" workflow running now
 	cur      []atomic.Int32 // per key index: steps running now
 	max      []atomic.Int32 // per key index: most steps seen running at once
 	// byKey counts the steps of rows of several keys under each key they
@@ -148,4 +149,40 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(sorted)-1) * p)
 	return sorted[i]
+}
+
+// timelineEvery is how often a timeline samples the steps running.
+const timelineEvery = 5 * time.Millisecond
+
+// sampleRunning records r.running every timelineEvery until stop is
+// closed, and then sends what it recorded.
+func (r *recorder) sampleRunning(stop <-chan struct{}, out chan<- []int32) {
+	var samples []int32
+	t := time.NewTicker(timelineEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			out <- samples
+			return
+		case <-t.C:
+			samples = append(samples, r.running.Load())
+		}
+	}
+}
+
+// timeline averages samples taken every timelineEvery over intervals of
+// every (at least one sample each), rounded to whole steps.
+func timeline(samples []int32, every time.Duration) []int {
+	per := max(1, int(every/timelineEvery))
+	var out []int
+	for i := 0; i < len(samples); i += per {
+		j := min(i+per, len(samples))
+		sum := 0
+		for _, v := range samples[i:j] {
+			sum += int(v)
+		}
+		out = append(out, (2*sum+(j-i))/(2*(j-i)))
+	}
+	return out
 }

@@ -107,6 +107,12 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	if err := e.start(ctx); err != nil {
 		return nil, err
 	}
+	var stopSampling chan struct{}
+	sampled := make(chan []int32, 1)
+	if b.o.timeline > 0 {
+		stopSampling = make(chan struct{})
+		go e.rec.sampleRunning(stopSampling, sampled)
+	}
 	inserted := make(chan error, 1)
 	if continuous {
 		go func() { inserted <- e.insertAtRate(ctx, n, w.gen, b.o.rate) }()
@@ -115,6 +121,11 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	}
 	at, failed, err := e.waitTerminal(ctx, w.workflow, n, 10*time.Minute)
 	obs := b.obs.stop()
+	var samples []int32
+	if stopSampling != nil {
+		close(stopSampling)
+		samples = <-sampled
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +149,9 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 			return nil, fmt.Errorf("server profile: %w", err)
 		}
 	}
+	if stopSampling != nil {
+		b.reportTimeline(w.name, samples)
+	}
 	return r, nil
 }
 
@@ -150,6 +164,23 @@ func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) e
 	}
 	fmt.Fprintf(w, "  run %s: %.0f %s; %s\n", name, r.Rate, r.Unit, r.cpuPerStep())
 	return b.profile.report(ctx, w, name, schema, r.Steps)
+}
+
+// reportTimeline prints a measured run's timeline (-timeline), on stderr
+// when the results go out as JSON.
+func (b *bench) reportTimeline(name string, samples []int32) {
+	w := b.w
+	if b.o.jsonOut {
+		w = os.Stderr
+	}
+	var sb strings.Builder
+	for i, v := range timeline(samples, b.o.timeline) {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(strconv.Itoa(v))
+	}
+	fmt.Fprintf(w, "  timeline of %s, steps running per %v from the engines' start: %s\n", name, b.o.timeline, sb.String())
 }
 
 // insertAtRate inserts n instances made by gen at rate per second, in a
