@@ -14,6 +14,7 @@ import (
 
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
+	"github.com/jackc/pgx/v5"
 )
 
 type scenario struct {
@@ -104,6 +105,13 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	if err := b.obs.start(ctx); err != nil {
 		return nil, err
 	}
+	if b.o.holdSnapshot {
+		release, err := e.holdSnapshot(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("hold a snapshot: %w", err)
+		}
+		defer release()
+	}
 	if err := e.start(ctx); err != nil {
 		return nil, err
 	}
@@ -164,6 +172,28 @@ func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) e
 	}
 	fmt.Fprintf(w, "  run %s: %.0f %s; %s\n", name, r.Rate, r.Unit, r.cpuPerStep())
 	return b.profile.report(ctx, w, name, schema, r.Steps)
+}
+
+// holdSnapshot opens a REPEATABLE READ transaction on a connection of its
+// own and takes its snapshot (-hold-snapshot): until release, PostgreSQL
+// keeps every row version that snapshot may see, the ones the engines'
+// claims and outcomes leave behind included.
+func (e *env) holdSnapshot(ctx context.Context) (release func(), err error) {
+	conn, err := pgx.Connect(ctx, e.b.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	release = func() { _ = conn.Close(context.Background()) } // closing it ends the transaction
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err == nil {
+		var n int
+		err = tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{e.schema, "limits"}.Sanitize()).Scan(&n)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // reportTimeline prints a measured run's timeline (-timeline), on stderr
