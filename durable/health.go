@@ -75,6 +75,10 @@ type Health struct {
 	// name, each with the rows waiting for its resume and the steps still
 	// running from before the pause (see store.PausedQueues).
 	PausedQueues []store.PausedQueue `json:"paused_queues"`
+	// OldestSnapshot is the store's (see store.Health): the oldest
+	// snapshot an open transaction or a replication slot keeps alive in
+	// the database, which slows every claim while it is kept.
+	OldestSnapshot store.SnapshotHealth `json:"oldest_snapshot"`
 }
 
 // SkewHealth counts the hand-backs of one unknown workflow version or step.
@@ -200,7 +204,7 @@ func (e *Engine) Health(ctx context.Context) (Health, error) {
 	if err != nil {
 		return Health{}, fmt.Errorf("durable: health: %w", err)
 	}
-	h := Health{At: at, Queues: sh.Queues, Gates: sh.Gates, StaleOutcomes: e.rt.StaleOutcomes()}
+	h := Health{At: at, Queues: sh.Queues, Gates: sh.Gates, StaleOutcomes: e.rt.StaleOutcomes(), OldestSnapshot: sh.OldestSnapshot}
 	if h.Queues == nil {
 		h.Queues = []store.QueueHealth{}
 	}

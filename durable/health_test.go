@@ -145,10 +145,10 @@ func TestEngineHealth(t *testing.T) {
 		var fields map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(b, &fields))
 		for _, f := range []string{"at", "queues", "gates", "rate_limits", "warnings", "last_reconcile", "reconcile_totals", "stale_outcomes", "skipped",
-			"schedules", "handed_back", "handed_back_capped", "unworked_queues", "paused_queues"} {
+			"schedules", "handed_back", "handed_back_capped", "unworked_queues", "paused_queues", "oldest_snapshot"} {
 			assert.Contains(t, fields, f)
 		}
-		assert.Len(t, fields, 14, "no undocumented field: %s", b)
+		assert.Len(t, fields, 15, "no undocumented field: %s", b)
 		assert.Equal(t, "[]", string(fields["unworked_queues"]), "the engine works default: an empty list, not null")
 		assert.Equal(t, "[]", string(fields["paused_queues"]), "an empty list, not null")
 		assert.Equal(t, "[]", string(fields["schedules"]), "an empty list, not null")

@@ -66,6 +66,31 @@ type Health struct {
 	// that the key holding it back shows whichever of its keys that is.
 	// Reserved successors (blocked, with a worker) count too.
 	BlockedBy []NameCount `json:"blocked_by"`
+	// OldestSnapshot is the oldest snapshot that an open transaction in
+	// the store's database, or a replication slot, keeps alive, Health's
+	// own excluded. While it is kept, PostgreSQL keeps every row version
+	// changed since, and each claim reads through those its index holds:
+	// claims get slower until it ends (README, Operating it). The memory
+	// store has none (its zero value).
+	OldestSnapshot SnapshotHealth `json:"oldest_snapshot"`
+}
+
+// SnapshotHealth is how old a snapshot is, and what keeps it.
+type SnapshotHealth struct {
+	// Transactions counts the transaction ids assigned since it was taken
+	// (PostgreSQL's age of its xmin; 0: no snapshot is kept). Every claim
+	// and every flush of outcomes takes one, so it grows with the fleet's
+	// work, and with it the row versions claims read past.
+	Transactions int64 `json:"transactions"`
+	// Open is how long the transaction that holds it has been open, when
+	// the server shows that to the store's role (PostgreSQL shows it for
+	// the role's own sessions, and to superusers and members of
+	// pg_read_all_stats); 0 when it does not, and for a replication slot.
+	Open time.Duration `json:"open"`
+	// Holder says what holds it: "pid N", with the session's application
+	// name and state when the server shows them, or "replication slot
+	// NAME"; "" when nothing does.
+	Holder string `json:"holder"`
 }
 
 // NameCount counts rows under one key name.

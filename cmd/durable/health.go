@@ -159,6 +159,8 @@ func printHealth(w io.Writer, h store.Health) {
 		fmt.Fprintln(w, "  they wait, aged in OLDEST READY, until a worker that does runs them")
 	}
 
+	printSnapshot(w, h.OldestSnapshot)
+
 	fmt.Fprintln(w)
 	if len(h.Warnings) == 0 {
 		fmt.Fprintln(w, "warnings: none")
@@ -167,6 +169,31 @@ func printHealth(w io.Writer, h store.Health) {
 	fmt.Fprintln(w, "WARNINGS")
 	for _, wn := range h.Warnings {
 		fmt.Fprintf(w, "  %s %s: %s\n", wn.Kind, wn.Name, wn.Message)
+	}
+}
+
+// A snapshot kept this long (or, when the server does not show how long,
+// this many transactions back) gets printHealth's note on claims.
+const (
+	oldSnapshotOpen         = time.Minute
+	oldSnapshotTransactions = 100_000
+)
+
+// printSnapshot prints the oldest snapshot kept alive in the database, if
+// any, and a note when it is old enough to slow claims (see
+// store.Health, OldestSnapshot).
+func printSnapshot(w io.Writer, s store.SnapshotHealth) {
+	if s.Holder == "" {
+		return
+	}
+	open := "open for an unknown time"
+	if s.Open > 0 {
+		open = "open " + age(s.Open)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "oldest snapshot: %s, %s, %d transactions ago\n", s.Holder, open, s.Transactions)
+	if s.Open >= oldSnapshotOpen || (s.Open == 0 && s.Transactions >= oldSnapshotTransactions) {
+		fmt.Fprintln(w, "  claims read past the rows changed since it was taken and slow down until it ends (README, Operating it)")
 	}
 }
 

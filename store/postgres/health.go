@@ -145,6 +145,14 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
+		b.Queue(sqlHealthSnapshot).Query(func(rows pgx.Rows) error {
+			var openUS int64
+			_, err := pgx.ForEachRow(rows, []any{&h.OldestSnapshot.Holder, &h.OldestSnapshot.Transactions, &openUS}, func() error {
+				h.OldestSnapshot.Open = time.Duration(openUS) * time.Microsecond
+				return nil
+			})
+			return err
+		})
 		b.Queue(s.q(sqlHealthBlockedByName)).Query(func(rows pgx.Rows) error {
 			var (
 				name string

@@ -1,8 +1,11 @@
 package postgres_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -37,4 +40,44 @@ func TestHealthReadsThroughIndexes(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+}
+
+// TestHealthNamesTheOldestSnapshot: a transaction left open with its
+// snapshot taken shows in Health as the oldest snapshot, with how long it
+// has been open and how many transactions ran since, and is gone once it
+// ends.
+func TestHealthNamesTheOldestSnapshot(t *testing.T) {
+	e := newEnv(t)
+	conn, err := pgx.Connect(e.ctx, e.pool.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(e.ctx, "SET application_name = 'left-open'")
+	require.NoError(t, err)
+	tx, err := conn.BeginTx(e.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, tx.QueryRow(e.ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	// Transactions after the snapshot: each takes a transaction id.
+	for range 3 {
+		_, err := e.pool.Exec(e.ctx, "SELECT txid_current()")
+		require.NoError(t, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+
+	h, err := e.s.Health(e.ctx, time.Time{})
+	require.NoError(t, err)
+	snap := h.OldestSnapshot
+	t.Logf("%+v", snap)
+	// Another test's transaction in this database may be older still: the
+	// oldest is reported, whichever it is.
+	require.GreaterOrEqual(t, snap.Transactions, int64(3), "three transactions took an id since the snapshot")
+	require.GreaterOrEqual(t, snap.Open, time.Second, "the test runs as a role that sees xact_start")
+	if snap.Holder == fmt.Sprintf("pid %d (left-open, idle in transaction)", pid) {
+		require.Less(t, snap.Open, time.Minute)
+	}
+
+	require.NoError(t, tx.Rollback(e.ctx))
+	h, err = e.s.Health(e.ctx, time.Time{})
+	require.NoError(t, err)
+	require.NotContains(t, h.OldestSnapshot.Holder, fmt.Sprintf("pid %d ", pid), "the transaction ended")
 }

@@ -249,6 +249,26 @@ GROUP BY workflow, version ORDER BY workflow, version`
 	// transaction's now().
 	sqlHealthNow = `SELECT coalesce($1::timestamptz, now())`
 
+	// sqlHealthSnapshot returns the oldest snapshot kept alive in this
+	// database (see store.Health, OldestSnapshot): the sessions of the
+	// database holding one (an xmin), but this one and autovacuum's (which
+	// holds no row version back), the WAL senders (a standby's
+	// hot_standby_feedback, for every database) and the replication slots,
+	// the largest xmin age first. The session's start is read on the server's clock.
+	// pg_stat_activity shows another role's xact_start, application name
+	// and state only to a privileged role: NULL, and then empty, otherwise.
+	sqlHealthSnapshot = `
+SELECT holder, xids, coalesce(open_us, 0) FROM (
+    SELECT 'pid ' || pid || coalesce(' (' || coalesce(nullif(application_name, ''), '-') || ', ' || state || ')', '') AS holder,
+           age(backend_xmin)::bigint AS xids,
+           (extract(epoch FROM clock_timestamp() - xact_start) * 1000000)::bigint AS open_us
+    FROM pg_stat_activity
+    WHERE (datname = current_database() OR backend_type = 'walsender') AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+      AND backend_type IS DISTINCT FROM 'autovacuum worker'
+    UNION ALL
+    SELECT 'replication slot ' || slot_name, age(xmin)::bigint, NULL FROM pg_replication_slots WHERE xmin IS NOT NULL) s
+ORDER BY xids DESC, open_us DESC NULLS LAST LIMIT 1`
+
 	// sqlHealthPolicies lists the queue policies.
 	sqlHealthPolicies = `SELECT queue, max_active, coalesce(max_active_per_key, 0) FROM {schema}.queue_policies`
 

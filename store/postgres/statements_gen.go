@@ -63,6 +63,7 @@ func init() {
 	pgstatements.Register("sqlHealthRates", sqlHealthRates)
 	pgstatements.Register("sqlHealthReady", sqlHealthReady)
 	pgstatements.Register("sqlHealthSerial", sqlHealthSerial)
+	pgstatements.Register("sqlHealthSnapshot", sqlHealthSnapshot)
 	pgstatements.Register("sqlHealthStatuses", sqlHealthStatuses)
 	pgstatements.Register("sqlHeartbeat", sqlHeartbeat)
 	pgstatements.Register("sqlHistory", sqlHistory)
