@@ -93,6 +93,21 @@ type SnapshotHealth struct {
 	Holder string `json:"holder"`
 }
 
+// A snapshot kept this long, or, when how long is not shown, this many
+// transactions back, is old (SnapshotHealth.Old).
+const (
+	oldSnapshotOpen         = time.Minute
+	oldSnapshotTransactions = 100_000
+)
+
+// Old reports whether the snapshot has been kept long enough to slow
+// claims noticeably: open for a minute, or, when how long is not shown
+// (a replication slot, another role's session), 100,000 transactions
+// back. durable health and the UI's overview say so.
+func (s SnapshotHealth) Old() bool {
+	return s.Holder != "" && (s.Open >= oldSnapshotOpen || (s.Open == 0 && s.Transactions >= oldSnapshotTransactions))
+}
+
 // NameCount counts rows under one key name.
 type NameCount struct {
 	Name  string `json:"name"`

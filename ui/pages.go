@@ -146,6 +146,9 @@ type overviewData struct {
 	Rates    []store.RateHealth
 	Policies []policyView
 	Warnings []gate.Warning
+	// Snapshot is the oldest snapshot kept alive in the database
+	// (store.Health, OldestSnapshot): shown when it is old.
+	Snapshot store.SnapshotHealth
 	// Engine is true when an engine gave its own view: the last reconcile
 	// (nil before its first sweep), stale outcomes and deployment skew.
 	Engine        bool
@@ -166,14 +169,14 @@ func (s *server) loadOverview(ctx context.Context) (overviewData, error) {
 		if err != nil {
 			return d, err
 		}
-		qs, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
+		qs, d.Gates, d.Rates, d.Warnings, d.Snapshot = h.Queues, h.Gates, h.RateLimits, h.Warnings, h.OldestSnapshot
 		d.Engine, d.LastReconcile, d.Totals, d.StaleOutcomes, d.Skipped = true, h.LastReconcile, h.ReconcileTotals, h.StaleOutcomes, h.Skipped
 	} else {
 		h, err := s.st.Health(ctx, now)
 		if err != nil {
 			return d, err
 		}
-		qs, d.Gates, d.Rates, d.Warnings = h.Queues, h.Gates, h.RateLimits, h.Warnings
+		qs, d.Gates, d.Rates, d.Warnings, d.Snapshot = h.Queues, h.Gates, h.RateLimits, h.Warnings, h.OldestSnapshot
 	}
 	paused, err := s.st.PausedQueues(ctx)
 	if err != nil {

@@ -570,3 +570,38 @@ func TestUICancelTree(t *testing.T) {
 		assert.Equal(t, store.StatusCanceled, in.Status, id)
 	}
 }
+
+// snapshotStore is a store whose Health reports an oldest snapshot.
+type snapshotStore struct {
+	store.Store
+	snap store.SnapshotHealth
+}
+
+func (s snapshotStore) Health(ctx context.Context, now time.Time) (store.Health, error) {
+	h, err := s.Store.Health(ctx, now)
+	h.OldestSnapshot = s.snap
+	return h, err
+}
+
+// TestUIOverviewShowsAnOldSnapshot: the overview says when a snapshot kept
+// in the database is old enough to slow claims, and nothing otherwise.
+func TestUIOverviewShowsAnOldSnapshot(t *testing.T) {
+	for _, c := range []struct {
+		snap store.SnapshotHealth
+		want string
+	}{
+		{store.SnapshotHealth{Holder: "pid 42 (report, idle in transaction)", Open: 3 * time.Minute, Transactions: 1234},
+			"A snapshot has been kept for 3m0s, 1234 transactions ago, by pid 42 (report, idle in transaction)"},
+		{store.SnapshotHealth{Holder: "pid 7 (engine, active)", Open: 2 * time.Millisecond, Transactions: 1}, ""},
+	} {
+		srv := httptest.NewServer(ui.Handler(snapshotStore{Store: memory.New(memory.Options{}), snap: c.snap}, ui.Options{}))
+		_, body := get(t, client(t), srv.URL+"/")
+		srv.Close()
+		if c.want == "" {
+			assert.NotContains(t, body, `id="snapshot"`, "a young snapshot is not shown")
+			continue
+		}
+		assert.Contains(t, body, `id="snapshot"`)
+		assert.Contains(t, body, c.want)
+	}
+}

@@ -172,16 +172,9 @@ func printHealth(w io.Writer, h store.Health) {
 	}
 }
 
-// A snapshot kept this long (or, when the server does not show how long,
-// this many transactions back) gets printHealth's note on claims.
-const (
-	oldSnapshotOpen         = time.Minute
-	oldSnapshotTransactions = 100_000
-)
-
 // printSnapshot prints the oldest snapshot kept alive in the database, if
-// any, and a note when it is old enough to slow claims (see
-// store.Health, OldestSnapshot).
+// any, and a note when it is old enough to slow claims
+// (store.SnapshotHealth.Old).
 func printSnapshot(w io.Writer, s store.SnapshotHealth) {
 	if s.Holder == "" {
 		return
@@ -192,7 +185,7 @@ func printSnapshot(w io.Writer, s store.SnapshotHealth) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "oldest snapshot: %s, %s, %d transactions ago\n", s.Holder, open, s.Transactions)
-	if s.Open >= oldSnapshotOpen || (s.Open == 0 && s.Transactions >= oldSnapshotTransactions) {
+	if s.Old() {
 		fmt.Fprintln(w, "  claims read past the rows changed since it was taken and slow down until it ends (README, Operating it)")
 	}
 }
