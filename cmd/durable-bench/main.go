@@ -104,8 +104,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
 	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
 	flag.DurationVar(&o.s11Step, "s11-step", time.Millisecond, "scenario 11: how long each step of its comparison and reference takes (the issue's figure is 1 ms; the hot-account pair keeps 1 ms)")
-	flag.DurationVar(&o.timeline, "timeline", 0, "print, for every measured run, how many step bodies of the \"work\" workflow ran at once, on average, in each interval of this length from the engines' start (sampled every 5 ms; 0: none)")
-	flag.BoolVar(&o.holdSnapshot, "hold-snapshot", false, "keep a REPEATABLE READ transaction open, its snapshot taken, from just before each measured run's engines start to its end, as a session left idle in a transaction or a long report would (README, Operating it)")
+	flag.DurationVar(&o.timeline, "timeline", 0, "print, for every measured run (scenarios 8 and 9 have none), how many step bodies of the \"work\" workflow ran at once, on average, in each interval of this length from the engines' start (sampled every 5 ms; 0: none)")
+	flag.BoolVar(&o.holdSnapshot, "hold-snapshot", false, "keep a REPEATABLE READ transaction open, its snapshot taken, from just before each measured run's engines start to its end (scenarios 8 and 9 have no such run), as a session left idle in a transaction or a long report would (README, Operating it)")
 	flag.Parse()
 	if o.s11Step <= 0 {
 		fmt.Fprintln(os.Stderr, "durable-bench: -s11-step must be positive")
