@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -163,13 +164,19 @@ func (b *bench) measure(ctx context.Context, w workload) (*result, error) {
 	return r, nil
 }
 
-// reportRun prints one measured run's rate, CPU per step and server
-// statements (-server-profile), on stderr when the results go out as JSON.
-func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) error {
-	w := b.w
+// runOut is where a measured run's own lines go (-server-profile,
+// -timeline): beside the results, or on stderr when they go out as JSON.
+func (b *bench) runOut() io.Writer {
 	if b.o.jsonOut {
-		w = os.Stderr
+		return os.Stderr
 	}
+	return b.w
+}
+
+// reportRun prints one measured run's rate, CPU per step and server
+// statements (-server-profile).
+func (b *bench) reportRun(ctx context.Context, name, schema string, r *result) error {
+	w := b.runOut()
 	fmt.Fprintf(w, "  run %s: %.0f %s; %s\n", name, r.Rate, r.Unit, r.cpuPerStep())
 	return b.profile.report(ctx, w, name, schema, r.Steps)
 }
@@ -196,21 +203,10 @@ func (e *env) holdSnapshot(ctx context.Context) (release func(), err error) {
 	return release, nil
 }
 
-// reportTimeline prints a measured run's timeline (-timeline), on stderr
-// when the results go out as JSON.
+// reportTimeline prints a measured run's timeline (-timeline).
 func (b *bench) reportTimeline(name string, samples []int32) {
-	w := b.w
-	if b.o.jsonOut {
-		w = os.Stderr
-	}
-	var sb strings.Builder
-	for i, v := range timeline(samples, b.o.timeline) {
-		if i > 0 {
-			sb.WriteByte(' ')
-		}
-		sb.WriteString(strconv.Itoa(v))
-	}
-	fmt.Fprintf(w, "  timeline of %s, steps running per %v from the engines' start: %s\n", name, b.o.timeline, sb.String())
+	fmt.Fprintf(b.runOut(), "  timeline of %s, steps running per %v from the engines' start: %s\n",
+		name, b.o.timeline, strings.Trim(fmt.Sprint(timeline(samples, b.o.timeline)), "[]"))
 }
 
 // insertAtRate inserts n instances made by gen at rate per second, in a
