@@ -100,10 +100,11 @@ const (
 	oldSnapshotTransactions = 100_000
 )
 
-// Old reports whether the snapshot has been kept long enough to slow
-// claims noticeably: open for a minute, or, when how long is not shown
-// (a replication slot, another role's session), 100,000 transactions
-// back. durable health and the UI's overview say so.
+// Old reports whether the snapshot has been open for a minute, or, when
+// how long is not shown (a replication slot, another role's session),
+// was taken 100,000 transactions back: a threshold for durable health's
+// note and the UI's overview, not a measure of the slowdown, which grows
+// with the claims made since.
 func (s SnapshotHealth) Old() bool {
 	return s.Holder != "" && (s.Open >= oldSnapshotOpen || (s.Open == 0 && s.Transactions >= oldSnapshotTransactions))
 }

@@ -254,9 +254,10 @@ GROUP BY workflow, version ORDER BY workflow, version`
 	// database holding one (an xmin), but this one and autovacuum's (which
 	// holds no row version back), the WAL senders (a standby's
 	// hot_standby_feedback, for every database) and the replication slots,
-	// the largest xmin age first. The session's start is read on the server's clock.
-	// pg_stat_activity shows another role's xact_start, application name
-	// and state only to a privileged role: NULL, and then empty, otherwise.
+	// the largest xmin age first. A session's age is read on the server's
+	// clock. pg_stat_activity shows another role's xact_start, application
+	// name and state only to a privileged role: NULL, and then empty,
+	// otherwise.
 	sqlHealthSnapshot = `
 SELECT holder, xids, coalesce(open_us, 0) FROM (
     SELECT 'pid ' || pid || coalesce(' (' || coalesce(nullif(application_name, ''), '-') || ', ' || state || ')', '') AS holder,
