@@ -583,15 +583,16 @@ func (s snapshotStore) Health(ctx context.Context, now time.Time) (store.Health,
 	return h, err
 }
 
-// TestUIOverviewShowsAnOldSnapshot: the overview says when a snapshot kept
-// in the database is old enough to slow claims, and nothing otherwise.
+// TestUIOverviewShowsAnOldSnapshot: the overview names the oldest
+// snapshot kept in the database once it is old (store.SnapshotHealth.Old),
+// and nothing otherwise.
 func TestUIOverviewShowsAnOldSnapshot(t *testing.T) {
 	for _, c := range []struct {
 		snap store.SnapshotHealth
 		want string
 	}{
 		{store.SnapshotHealth{Holder: "pid 42 (report, idle in transaction)", Open: 3 * time.Minute, Transactions: 1234},
-			"A snapshot has been kept for 3m0s, 1234 transactions ago, by pid 42 (report, idle in transaction)"},
+			"The oldest snapshot in the database, held by pid 42 (report, idle in transaction), has been open 3m0s (1234 transactions since)"},
 		{store.SnapshotHealth{Holder: "pid 7 (engine, active)", Open: 2 * time.Millisecond, Transactions: 1}, ""},
 	} {
 		srv := httptest.NewServer(ui.Handler(snapshotStore{Store: memory.New(memory.Options{}), snap: c.snap}, ui.Options{}))

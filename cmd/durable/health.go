@@ -173,8 +173,7 @@ func printHealth(w io.Writer, h store.Health) {
 }
 
 // printSnapshot prints the oldest snapshot kept alive in the database, if
-// any, and a note when it is old enough to slow claims
-// (store.SnapshotHealth.Old).
+// any, and a note on claims once it is old (store.SnapshotHealth.Old).
 func printSnapshot(w io.Writer, s store.SnapshotHealth) {
 	if s.Holder == "" {
 		return
