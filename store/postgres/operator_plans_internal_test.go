@@ -159,3 +159,36 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 	require.NoError(t, err)
 	check("analyzed")
 }
+
+// TestKeyWaitingElsewhereReadsLiveRowsOnly: the count of rows that carry a
+// key among their other keys and wait in another key's line (KeyInfo's
+// WaitingElsewhere, which `durable explain` and the ui's key page show)
+// reads the live rows of the key's name, not instances_extra_keys, which
+// holds every row that ever carried the key: with 20,000 ended rows of
+// the key beside three waiting ones, custom and generic plans, analyzed,
+// use instances_live_extra_key_names alone, and the count is the three.
+func TestKeyWaitingElsewhereReadsLiveRowsOnly(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	for _, q := range []string{
+		`INSERT INTO instances (id, workflow, queue, status, step, run_at, key, created_at, updated_at, extra_keys, extra_intents)
+		 SELECT gen_random_uuid(), 'wf', 'q', 'done', 's', now(), 'acct:' || (i % 500), now(), now(),
+		        ARRAY['api:' || (i % 4)], ARRAY['']
+		 FROM generate_series(1, 80000) i`,
+		`INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at, extra_keys, extra_intents)
+		 SELECT gen_random_uuid(), 'wf', 'q', 'blocked', 's', now(), 1, 'acct:' || i, now(), now(), ARRAY['api:3'], ARRAY['']
+		 FROM generate_series(1, 3) i`,
+		`ANALYZE instances`,
+	} {
+		_, err := s.pool.Exec(ctx, s.q(q))
+		require.NoError(t, err, q)
+	}
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		plan := strings.Join(explainPrepared(t, s, mode, false, sqlKeyWaiting, []any{"api:3"}, "key waiting"), "\n")
+		require.Contains(t, plan, "instances_live_extra_key_names", "%s:\n%s", mode, plan)
+		require.NotContains(t, plan, "instances_extra_keys", "%s: the read of ended rows is back:\n%s", mode, plan)
+	}
+	info, err := s.KeyInfo(ctx, "api:3")
+	require.NoError(t, err)
+	require.Equal(t, 3, info.WaitingElsewhere)
+}
