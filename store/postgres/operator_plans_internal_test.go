@@ -13,7 +13,7 @@ import (
 // 1,000,000 instances shaped like a production table under retention:
 // mostly terminal rows (with history), and live ones of every status, of
 // keyless, K = 1 and gated keys (a gate "api" of 10), some K = 1 keys with
-// a blocked backlog. It returns the id of a failed row (with history and
+// a blocked backlog, and rows of several keys, ended and blocked. It returns the id of a failed row (with history and
 // children) and of an awaiting one.
 func operatorTable(t *testing.T, s *Store) (failed, awaiting string) {
 	t.Helper()
@@ -55,6 +55,16 @@ func operatorTable(t *testing.T, s *Store) (failed, awaiting string) {
 		`INSERT INTO instances (id, workflow, queue, status, step, run_at, await_signal, timeout_at, created_at, updated_at)
 		 SELECT gen_random_uuid(), 'wf', 'q', 'awaiting', 's', now(), 'go', now() + interval '1 hour', now(), now()
 		 FROM generate_series(1, 5000) i`,
+		// Rows of several keys (an account and a gate key): ended ones, a
+		// day old, and blocked ones in the gate's line.
+		`INSERT INTO instances (id, workflow, queue, status, step, run_at, key, created_at, updated_at, extra_keys, extra_intents)
+		 SELECT gen_random_uuid(), 'wf', 'q', 'done', 's', now() - interval '1 day', 'acct:' || (i % 5000),
+		        now() - interval '1 day', now() - interval '1 day', ARRAY['api:' || (i % 100)], ARRAY['']
+		 FROM generate_series(1, 100000) i`,
+		`INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at, extra_keys, extra_intents)
+		 SELECT gen_random_uuid(), 'wf', 'q', 'blocked', 's', now(), 200 + i / 1000, 'api:' || (i % 100), now(), now(),
+		        ARRAY['acct:' || (i % 5000)], ARRAY['']
+		 FROM generate_series(1, 2000) i`,
 		// History of the failed rows.
 		`INSERT INTO history (instance_id, step, attempt, started_at, finished_at, outcome)
 		 SELECT id, 's', a, now(), now(), 'error' FROM instances, generate_series(0, 2) a WHERE status = 'failed'`,
