@@ -3,6 +3,7 @@ package durable_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,14 +118,42 @@ func (s *lateListener) Listen(ctx context.Context, fn func(store.Notification)) 
 	return s.Store.Listen(ctx, fn)
 }
 
+// notChecking is a store that listens as its lateListener does but is not
+// a store.ClaimChecker (nor any other optional interface but Notifier):
+// its Store is the store.Store interface alone.
+type notChecking struct {
+	store.Store
+	late *lateListener
+}
+
+func (s notChecking) Listen(ctx context.Context, fn func(store.Notification)) error {
+	return s.late.Listen(ctx, fn)
+}
+
 // TestStartRunsBeforeTheStoreListensAndCancelsStillArrive: a started engine
 // claims and runs steps before its store listens (Start does not wait for
 // it); a cancel committed before then, whose notification nobody heard,
-// reaches the running step as soon as the store listens, by a heartbeat
-// at once, not at the next heartbeat (an hour away here).
+// reaches the running step as soon as the store listens, by a check of
+// the engine's claims at once (store.ClaimChecker), or by a heartbeat at
+// once from a store that cannot check, not at the next heartbeat (an hour
+// away here).
 func TestStartRunsBeforeTheStoreListensAndCancelsStillArrive(t *testing.T) {
+	for _, checks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("checks=%v", checks), func(t *testing.T) {
+			late := &lateListener{Store: memory.New(memory.Options{}), open: make(chan struct{})}
+			var st store.Store = late
+			if !checks {
+				st = notChecking{Store: late, late: late}
+			}
+			_, ok := st.(store.ClaimChecker)
+			require.Equal(t, checks, ok)
+			startsBeforeListening(t, st, late.open)
+		})
+	}
+}
+
+func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
 	ctx := waitCtx(t)
-	st := &lateListener{Store: memory.New(memory.Options{}), open: make(chan struct{})}
 	running := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	wf := durable.NewWorkflow[counter]("block", "wait", durable.WorkflowOptions{})
@@ -149,7 +178,7 @@ func TestStartRunsBeforeTheStoreListensAndCancelsStillArrive(t *testing.T) {
 		t.Fatalf("the step ended (%v) before the store listened: the cancel was heard somehow", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(st.open)
+	close(open)
 	select {
 	case err := <-ended:
 		require.ErrorIs(t, err, context.Canceled)

@@ -1283,6 +1283,19 @@ type Notifier interface {
 	Listen(ctx context.Context, fn func(Notification)) error
 }
 
+// ClaimChecker is implemented by stores that can tell a worker which of
+// its claims it still holds, and which of those were canceled, without
+// renewing their leases: an engine whose Notifier starts listening (again)
+// checks its claims so for the cancels it may not have heard, rather than
+// by a Heartbeat, which locks every row it renews beside the flushes that
+// lock the same rows.
+type ClaimChecker interface {
+	// CheckClaims reports, as Heartbeat does, the claims worker no longer
+	// holds and the held ones whose instance was canceled. It changes
+	// nothing and waits for no row lock.
+	CheckClaims(ctx context.Context, worker string, claims []ClaimRef) (HeartbeatResult, error)
+}
+
 // Notification is one message of a Notifier: at most one field is set
 // (none: the Notifier is listening now; see Listen).
 type Notification struct {

@@ -58,7 +58,7 @@ type Scheduler struct {
 
 	// listening is set once Listen has started listening.
 	listening bool
-	// beat asks the heartbeat loop for a heartbeat at once (see Listen).
+	// beat asks the heartbeat loop for a heartbeat at once (see notified).
 	beat chan struct{}
 
 	// handOffs: the store hands slots off (store.HandOffer), so claims ask
@@ -102,10 +102,12 @@ func (s *Scheduler) notified(n store.Notification) {
 	if n == (store.Notification{}) {
 		// Listening (again): what was notified meanwhile may be lost.
 		s.WakeAll()
-		select {
-		case s.beat <- struct{}{}:
-		default: // one is due already
+		if c, ok := s.e.st.(store.ClaimChecker); ok {
+			s.bgWG.Add(1) // the listener's own goroutine is counted: Stop's Wait has not begun
+			go s.checkClaims(c)
+			return
 		}
+		s.heartbeatNow()
 		return
 	}
 	if n.Queue != "" {
@@ -114,6 +116,35 @@ func (s *Scheduler) notified(n store.Notification) {
 	if n.Canceled != "" {
 		s.Canceled(n.Canceled)
 	}
+}
+
+// heartbeatNow asks the heartbeat loop for a heartbeat at once.
+func (s *Scheduler) heartbeatNow() {
+	select {
+	case s.beat <- struct{}{}:
+	default: // one is due already
+	}
+}
+
+// checkClaims asks the store which of the engine's claims it still holds
+// and which were canceled, as a heartbeat would, for the cancels committed
+// before the store listened. It renews no lease, so a claim's lease stays
+// as the engine knows it; if the check fails, a heartbeat runs at once
+// instead.
+func (s *Scheduler) checkClaims(c store.ClaimChecker) {
+	defer s.bgWG.Done()
+	refs := s.held()
+	if len(refs) == 0 {
+		return
+	}
+	res, err := c.CheckClaims(s.bgCtx, s.e.cfg.WorkerID, refs)
+	if err != nil {
+		if s.bgCtx.Err() == nil {
+			s.heartbeatNow()
+		}
+		return
+	}
+	s.renewed(refs, res, time.Time{}) // the zero time extends no lease
 }
 
 // Canceled stops the step of instance id, if this engine runs it: the
@@ -162,13 +193,15 @@ func (s *Scheduler) WakeAll() {
 // ahead of Start, while Start's store work runs. Start does not wait for
 // it: opening a connection for it is on no step's path. Until it listens,
 // a notification is not heard, so each time it starts listening (again)
-// every pick loop claims and a heartbeat runs at once (see notified): work
-// that became ready meanwhile is claimed, and a cancel of a step this
-// engine runs, committed meanwhile, reaches the step (the heartbeat's
-// answer names it). A scheduler that listens and is not started must be
-// abandoned (Abandon). Listen does nothing the second time. Start does
-// not wait for it: the first claim would wait for a connection's LISTEN,
-// and the heartbeat at once covers what a late listener missed.
+// every pick loop claims and the engine's claims are checked at once (see
+// notified): work that became ready meanwhile is claimed, and a cancel of
+// a step this engine runs, committed meanwhile, reaches the step (the
+// check's answer names it; a store.ClaimChecker answers without renewing
+// or locking the rows, a heartbeat otherwise). A scheduler that listens
+// and is not started must be abandoned (Abandon). Listen does nothing the
+// second time. Start does not wait for it: the first claim would wait for
+// a connection's LISTEN, and the check at once covers what a late
+// listener missed.
 func (s *Scheduler) Listen() {
 	n, ok := s.e.st.(store.Notifier)
 	if !ok || s.listening {

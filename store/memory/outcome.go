@@ -676,6 +676,29 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.Cla
 	return res, nil
 }
 
+// CheckClaims reports the claims worker no longer holds and those whose
+// cancel was requested, as Heartbeat does, without extending a lease.
+func (s *Store) CheckClaims(ctx context.Context, worker string, claims []store.ClaimRef) (store.HeartbeatResult, error) {
+	var res store.HeartbeatResult
+	if err := s.lock(); err != nil {
+		return res, err
+	}
+	defer s.unlock(nil)
+	for _, c := range claims {
+		r := s.current(c.ID, worker, c.Fence)
+		if r == nil {
+			r = s.reservation(c.ID, worker, c.Fence)
+		}
+		switch {
+		case r == nil:
+			res.Lost = append(res.Lost, c)
+		case r.inst.CancelRequested:
+			res.Canceled = append(res.Canceled, c)
+		}
+	}
+	return res, nil
+}
+
 // Release returns worker's current claims to ready, attempt, run_at and
 // any waking signal unchanged, crediting their slots; a claim whose cancel
 // was requested becomes canceled. Claims no longer held are ignored.

@@ -75,7 +75,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{}, outcomeChains{})
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
-	outsideBatch := map[string]bool{"heartbeat": true, "signal wake": true,
+	outsideBatch := map[string]bool{"heartbeat": true, "check claims": true, "signal wake": true,
 		"key waiting": true, "key next": true, "key oldest": true, "inbox": true, "insert busy keys": true}
 	for name, q := range map[string]struct {
 		sql  string
@@ -109,6 +109,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"promote":                          {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
 		"stranded":                         {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
 		"heartbeat":                        {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
+		"check claims":                     {sqlCheckClaims, []any{"w", ids, fences}},
 		"release":                          {sqlRelease, []any{"w", ids, fences, nil}},
 		"recheck inbox":                    {sqlRecheckInbox, []any{ids, nil, "c"}},
 		"reap":                             {sqlReap, []any{nil, 1000}},
@@ -195,7 +196,7 @@ var byID = map[string]bool{"complete apply": true, "claim": true, "claim reserve
 	"hand-off": true, "hand-off lock": true, "hand-off busy": true, "hand-off gates": true, "hand-off candidates": true,
 	"hand-off try":                     true,
 	"hand-off candidates of workflows": true,
-	"release":                          true, "heartbeat": true, "successors lock": true, "succeed": true, "reserve": true,
+	"release":                          true, "heartbeat": true, "check claims": true, "successors lock": true, "succeed": true, "reserve": true,
 	"join parents": true, "set pending": true, "block multi": true}
 
 // concurrencyIndexes are the partial indexes of instances whose size is

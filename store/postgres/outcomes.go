@@ -560,6 +560,42 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.Cla
 	if err != nil {
 		return res, fmt.Errorf("heartbeat: %w", err)
 	}
+	if res, err = heldClaims(rows, claims); err != nil {
+		return res, fmt.Errorf("heartbeat: %w", err)
+	}
+	return res, nil
+}
+
+// CheckClaims reports the claims worker no longer holds and those whose
+// cancel was requested, as Heartbeat does, without extending a lease or
+// locking a row (see store.ClaimChecker).
+func (s *Store) CheckClaims(ctx context.Context, worker string, claims []store.ClaimRef) (store.HeartbeatResult, error) {
+	if err := s.check(); err != nil {
+		return store.HeartbeatResult{}, err
+	}
+	if len(claims) == 0 {
+		return store.HeartbeatResult{}, nil
+	}
+	ids, fences, err := claimArrays(claims)
+	if err != nil {
+		return store.HeartbeatResult{}, fmt.Errorf("check claims: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, s.q(sqlCheckClaims), worker, ids, fences)
+	if err != nil {
+		return store.HeartbeatResult{}, fmt.Errorf("check claims: %w", err)
+	}
+	res, err := heldClaims(rows, claims)
+	if err != nil {
+		return res, fmt.Errorf("check claims: %w", err)
+	}
+	return res, nil
+}
+
+// heldClaims reads the rows (id, cancel requested) of the claims that are
+// still held, and reports the others of claims as lost and the held ones
+// whose cancel was requested as canceled.
+func heldClaims(rows pgx.Rows, claims []store.ClaimRef) (store.HeartbeatResult, error) {
+	var res store.HeartbeatResult
 	held := map[string]bool{} // id -> cancel requested
 	var id string
 	var canceled bool
@@ -567,7 +603,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.Cla
 		held[id] = canceled
 		return nil
 	}); err != nil {
-		return res, fmt.Errorf("heartbeat: %w", err)
+		return res, err
 	}
 	for _, c := range claims {
 		switch canceled, ok := held[c.ID]; {

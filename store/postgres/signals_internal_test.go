@@ -177,3 +177,32 @@ func TestPromotionDoesNotSkipARowBeingSignalled(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, store.StatusReady, statusOf(t, s, waiter.ID), "the blocked row was skipped: its key is free and nobody will promote it")
 }
+
+// TestCheckClaimsWaitsForNoRowLock: CheckClaims answers while another
+// transaction holds the claimed row's lock (a flush applying its outcome),
+// where a heartbeat, which renews the lease, waits for that transaction to
+// end: an engine that starts listening checks its claims beside its
+// flushes, not behind them.
+func TestCheckClaimsWaitsForNoRowLock(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	c := claimOne(t, s)
+	refs := []store.ClaimRef{{ID: c.ID, Fence: c.Fence}}
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, s.q(`SELECT 1 FROM {schema}.instances WHERE id = $1 FOR UPDATE`), c.ID)
+	require.NoError(t, err)
+
+	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := s.CheckClaims(quick, "w", refs)
+	require.NoError(t, err, "the check waited for the row lock")
+	require.Empty(t, res.Lost)
+	require.Empty(t, res.Canceled)
+
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	_, err = s.Heartbeat(short, "w", refs, time.Minute, time.Time{})
+	require.Error(t, err, "a heartbeat renews the row, so it waits for the lock: this test would not tell the two apart")
+}

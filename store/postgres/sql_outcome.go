@@ -321,6 +321,20 @@ FROM (SELECT c.id
 WHERE i.id = o.id
 RETURNING i.id::text, i.cancel_requested`
 
+	// sqlCheckClaims returns, of the claims and reservations ($2, $3: ids
+	// and fences) worker $1 still holds, the id and whether a cancel was
+	// requested: sqlHeartbeat's answer without its update, and without a
+	// row lock, so that it never waits for a flush holding the rows. The
+	// LIMIT keeps the per-id probe from being flattened into a join, which
+	// a small table's statistics plan as a sequential scan.
+	sqlCheckClaims = `
+SELECT c.id::text, c.cancel_requested
+FROM unnest($2::uuid[], $3::bigint[]) AS x(id, fence)
+CROSS JOIN LATERAL (
+    SELECT c.id, c.cancel_requested FROM {schema}.instances c
+    WHERE c.id = x.id AND c.worker = $1 AND c.fence = x.fence AND c.status COLLATE "C" IN ('executing', 'blocked')
+    LIMIT 1) c`
+
 	// sqlRelease returns unstarted claims and reservations to ready,
 	// keeping their place (run_at, round) and attempt; one whose cancel was
 	// requested ends canceled. It returns the key and shard each claim

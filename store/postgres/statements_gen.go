@@ -21,6 +21,7 @@ func init() {
 	pgstatements.Register("sqlBucketsSet", sqlBucketsSet)
 	pgstatements.Register("sqlCancel", sqlCancel)
 	pgstatements.Register("sqlCancelLock", sqlCancelLock)
+	pgstatements.Register("sqlCheckClaims", sqlCheckClaims)
 	pgstatements.Register("sqlChildren", sqlChildren)
 	pgstatements.Register("sqlClaim", sqlClaim)
 	pgstatements.Register("sqlClaimCandidates", sqlClaimCandidates)

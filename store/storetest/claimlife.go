@@ -171,6 +171,33 @@ var claimLifeTests = []test{
 		require.Equal(h.t, refs[:1], hb.Lost, "another worker does not hold the claim")
 		near(h.t, at(8*time.Minute), h.get(cs[0].ID).LeaseExpiresAt, "a foreign heartbeat changes nothing")
 	}},
+	{"fences/a claim check reports lost and canceled claims and renews no lease", func(h *harness) {
+		c, ok := h.s.(store.ClaimChecker)
+		require.True(h.t, ok, "the store checks claims (store.ClaimChecker)")
+		h.insert(inst(""), inst(""), inst(""))
+		cs := h.claim("w", 3, at(0))
+		require.Len(h.t, cs, 3)
+		refs := []store.ClaimRef{ref(cs[0]), ref(cs[1]), ref(cs[2])}
+		expires := h.get(cs[0].ID).LeaseExpiresAt
+		res, err := c.CheckClaims(h.ctx, "w", refs)
+		require.NoError(h.t, err)
+		require.Empty(h.t, res.Lost)
+		require.Empty(h.t, res.Canceled)
+
+		require.NoError(h.t, h.s.Cancel(h.ctx, cs[1].ID, at(time.Minute)))
+		require.NoError(h.t, h.s.Release(h.ctx, "w", refs[2:], at(time.Minute)))
+		h.claimOne("w", at(time.Minute)) // cs[2] again, under a new fence
+		res, err = c.CheckClaims(h.ctx, "w", refs)
+		require.NoError(h.t, err)
+		require.Equal(h.t, []store.ClaimRef{refs[2]}, res.Lost, "the old claim is lost, named by its fence")
+		require.Equal(h.t, []store.ClaimRef{refs[1]}, res.Canceled, "a canceled claim is still held")
+		res, err = c.CheckClaims(h.ctx, "other", refs[:1])
+		require.NoError(h.t, err)
+		require.Equal(h.t, refs[:1], res.Lost, "another worker does not hold the claim")
+		require.Equal(h.t, expires, h.get(cs[0].ID).LeaseExpiresAt, "no lease is renewed")
+		require.Positive(h.t, h.reap(at(lease+time.Second)))
+		h.requireStatus(store.StatusReady, cs[0].ID) // its lease ran out as if never checked
+	}},
 	{"reap/an expired lease returns the row with attempt + 1", func(h *harness) {
 		ids := h.insertKeyed("account:1", 2)
 		c := h.claimOne("w", at(0))
