@@ -13,8 +13,9 @@ import (
 // 1,000,000 instances shaped like a production table under retention:
 // mostly terminal rows (with history), and live ones of every status, of
 // keyless, K = 1 and gated keys (a gate "api" of 10), some K = 1 keys with
-// a blocked backlog, and rows of several keys, ended and blocked. It returns the id of a failed row (with history and
-// children) and of an awaiting one.
+// a blocked backlog, and rows of several keys, ended and blocked. It
+// returns the id of a failed row (with history and children) and of an
+// awaiting one.
 func operatorTable(t *testing.T, s *Store) (failed, awaiting string) {
 	t.Helper()
 	ctx := context.Background()
