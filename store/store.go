@@ -168,10 +168,12 @@
 // # Implementing a backend
 //
 // A backend implements Store, and may implement HandOffer (slot hand-off),
-// TxInserter (inserts in a caller's SQL transaction) and Notifier (wake-ups
-// without polling); it is correct when it passes the conformance suite,
-// storetest.Run, whose subtests are named after the rule they pin ("keys/...",
-// "handoff/..."). docs/backends.md in the repository maps each method to
+// TxInserter (inserts in a caller's SQL transaction), Notifier (wake-ups
+// without polling) and ClaimChecker (a worker's claims checked without
+// renewing them; the suite's fences/ rules ask for it, as its handoff/
+// rules ask for HandOffer); it is correct when it passes the conformance
+// suite, storetest.Run, whose subtests are named after the rule they pin
+// ("keys/...", "handoff/..."). docs/backends.md in the repository maps each method to
 // the rules that pin it. The decisions are pure functions in
 // internal/admission that both backends call with the state they read and
 // locked; NormalizeNewInstance and NormalizeClaim give every request's
@@ -193,7 +195,8 @@
 //     optional hand-off. Pinned by handoff/ and reserve/ (see Hand-off
 //     below).
 //   - Notification, Notifier: wake-ups; internal/enginetest's
-//     WakesWithoutPolling checks them.
+//     WakesWithoutPolling checks them. ClaimChecker: CheckClaims, what an
+//     engine that starts listening asks of its claims. Pinned by fences/.
 //   - SignalRequest, SignalResult, Signal: Signal and Inbox. Pinned by
 //     signals/ and inbox/.
 //   - Schedule (Epoch), FireRequest, FireResult: SyncSchedules and
