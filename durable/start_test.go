@@ -186,3 +186,78 @@ func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
 		t.Fatal("the cancel did not reach the step once the store listened")
 	}
 }
+
+// relistening is a memory store that counts heartbeats and claim checks,
+// that starts listening once open is closed, and listens again (as after
+// a lost connection) once again is closed.
+type relistening struct {
+	*memory.Store
+	open, again       chan struct{}
+	beats, checks     atomic.Int64
+	beatRefs, chkRefs atomic.Int64
+}
+
+func (s *relistening) Heartbeat(ctx context.Context, w string, refs []store.ClaimRef, lease time.Duration, now time.Time) (store.HeartbeatResult, error) {
+	s.beats.Add(1)
+	s.beatRefs.Add(int64(len(refs)))
+	return s.Store.Heartbeat(ctx, w, refs, lease, now)
+}
+
+func (s *relistening) CheckClaims(ctx context.Context, w string, refs []store.ClaimRef) (store.HeartbeatResult, error) {
+	s.checks.Add(1)
+	s.chkRefs.Add(int64(len(refs)))
+	return s.Store.CheckClaims(ctx, w, refs)
+}
+
+func (s *relistening) Listen(ctx context.Context, fn func(store.Notification)) error {
+	select {
+	case <-s.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := s.Store.Listen(ctx, fn); err != nil {
+		return err
+	}
+	select {
+	case <-s.again:
+		fn(store.Notification{}) // listening again
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// TestListeningAgainRenewsTheClaims: when its store first listens, an
+// engine checks the claims it made before (store.ClaimChecker) without a
+// heartbeat; when the store listens again, as after a lost connection
+// during which the claims may have gone unrenewed, it renews them by a
+// heartbeat at once, not at the next one (an hour away here).
+func TestListeningAgainRenewsTheClaims(t *testing.T) {
+	ctx := waitCtx(t)
+	st := &relistening{Store: memory.New(memory.Options{}), open: make(chan struct{}), again: make(chan struct{})}
+	running := make(chan struct{}, 1)
+	wf := durable.NewWorkflow[counter]("block", "wait", durable.WorkflowOptions{})
+	wf.Step("wait", func(sc steps.Context, s counter) (transitions.Transition, error) {
+		running <- struct{}{}
+		<-sc.Done()
+		return transitions.Transition{}, sc.Err()
+	})
+	e := newEngine(t, durable.Config{Store: st, Lease: 3 * time.Hour, HeartbeatInterval: time.Hour}, wf)
+	_, err := e.Insert(ctx, "block", counter{}, durable.InsertOptions{})
+	require.NoError(t, err)
+	start(t, e)
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the step never ran")
+	}
+	close(st.open)
+	require.Eventually(t, func() bool { return st.chkRefs.Load() >= 1 }, 5*time.Second, time.Millisecond,
+		"the first listen checks the running claim")
+	require.Zero(t, st.beats.Load(), "no heartbeat at the first listen")
+	close(st.again)
+	require.Eventually(t, func() bool { return st.beatRefs.Load() >= 1 }, 5*time.Second, time.Millisecond,
+		"listening again renews the running claim by a heartbeat at once")
+	require.Equal(t, int64(1), st.beats.Load())
+	require.Equal(t, int64(1), st.checks.Load(), "the claims are checked at the first listen only")
+}

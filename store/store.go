@@ -196,7 +196,8 @@
 //     below).
 //   - Notification, Notifier: wake-ups; internal/enginetest's
 //     WakesWithoutPolling checks them. ClaimChecker: CheckClaims, what an
-//     engine that starts listening asks of its claims. Pinned by fences/.
+//     engine asks of its claims when its store first listens. Pinned by
+//     fences/.
 //   - SignalRequest, SignalResult, Signal: Signal and Inbox. Pinned by
 //     signals/ and inbox/.
 //   - Schedule (Epoch), FireRequest, FireResult: SyncSchedules and
@@ -1288,10 +1289,11 @@ type Notifier interface {
 
 // ClaimChecker is implemented by stores that can tell a worker which of
 // its claims it still holds, and which of those were canceled, without
-// renewing their leases: an engine whose Notifier starts listening (again)
-// checks its claims so for the cancels it may not have heard, rather than
-// by a Heartbeat, which locks every row it renews beside the flushes that
-// lock the same rows.
+// renewing their leases: when its Notifier first listens, an engine checks
+// its claims so for the cancels it may not have heard, rather than by a
+// Heartbeat, which locks every row it renews beside the flushes that lock
+// the same rows. (When the Notifier listens again after a lost connection,
+// the engine sends a Heartbeat: its claims may have gone unrenewed.)
 type ClaimChecker interface {
 	// CheckClaims reports, as Heartbeat does, the claims worker no longer
 	// holds and the held ones whose instance was canceled. It changes

@@ -60,6 +60,8 @@ type Scheduler struct {
 	listening bool
 	// beat asks the heartbeat loop for a heartbeat at once (see notified).
 	beat chan struct{}
+	// heard is set once the store has listened (see notified).
+	heard atomic.Bool
 
 	// handOffs: the store hands slots off (store.HandOffer), so claims ask
 	// it for successors too (see took).
@@ -102,11 +104,16 @@ func (s *Scheduler) notified(n store.Notification) {
 	if n == (store.Notification{}) {
 		// Listening (again): what was notified meanwhile may be lost.
 		s.WakeAll()
-		if c, ok := s.e.st.(store.ClaimChecker); ok {
+		first := !s.heard.Swap(true)
+		if c, ok := s.e.st.(store.ClaimChecker); ok && first {
+			// The engine's claims are as fresh as its start: they need
+			// a check for cancels, not a renewal.
 			s.bgWG.Add(1) // the listener's own goroutine is counted: Stop's Wait has not begun
 			go s.checkClaims(c)
 			return
 		}
+		// Listening again after a lost connection: the store may have
+		// been unreachable, and the claims unrenewed, for a while.
 		s.heartbeatNow()
 		return
 	}
@@ -196,8 +203,9 @@ func (s *Scheduler) WakeAll() {
 // every pick loop claims and the engine's claims are checked at once (see
 // notified): work that became ready meanwhile is claimed, and a cancel of
 // a step this engine runs, committed meanwhile, reaches the step (the
-// check's answer names it; a store.ClaimChecker answers without renewing
-// or locking the rows, a heartbeat otherwise). A scheduler that listens
+// check's answer names it). The first time, a store.ClaimChecker checks
+// them without renewing or locking their rows; after a lost connection, or
+// with a store that cannot check, a heartbeat does, renewing them too. A scheduler that listens
 // and is not started must be abandoned (Abandon). Listen does nothing the
 // second time. Start does not wait for it: the first claim would wait for
 // a connection's LISTEN, and the check at once covers what a late
