@@ -243,7 +243,7 @@ func TestListeningAgainRenewsTheClaims(t *testing.T) {
 		return transitions.Transition{}, sc.Err()
 	})
 	e := newEngine(t, durable.Config{Store: st, Lease: 3 * time.Hour, HeartbeatInterval: time.Hour}, wf)
-	_, err := e.Insert(ctx, "block", counter{}, durable.InsertOptions{})
+	id, err := e.Insert(ctx, "block", counter{}, durable.InsertOptions{})
 	require.NoError(t, err)
 	start(t, e)
 	select {
@@ -251,6 +251,7 @@ func TestListeningAgainRenewsTheClaims(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the step never ran")
 	}
+	defer func() { _ = st.Cancel(ctx, id, time.Now()) }() // the step ends now, not at the engine's stop deadline
 	close(st.open)
 	require.Eventually(t, func() bool { return st.chkRefs.Load() >= 1 }, 5*time.Second, time.Millisecond,
 		"the first listen checks the running claim")
