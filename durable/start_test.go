@@ -152,8 +152,12 @@ func TestStartRunsBeforeTheStoreListensAndCancelsStillArrive(t *testing.T) {
 	}
 }
 
-func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
-	ctx := waitCtx(t)
+// runBlocked starts an engine on st (leases of 3 hours, a heartbeat an
+// hour) with one instance whose step runs until its context is done, and
+// returns once the step runs: the instance's id, and the channel its step's
+// context error is sent on when it ends.
+func runBlocked(t *testing.T, ctx context.Context, st store.Store) (string, <-chan error) {
+	t.Helper()
 	running := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	wf := durable.NewWorkflow[counter]("block", "wait", durable.WorkflowOptions{})
@@ -170,8 +174,14 @@ func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
 	select {
 	case <-running:
 	case <-ctx.Done():
-		t.Fatal("the step never ran before the store listened")
+		t.Fatal("the step never ran")
 	}
+	return id, ended
+}
+
+func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
+	ctx := waitCtx(t)
+	id, ended := runBlocked(t, ctx, st)                // the store does not listen yet
 	require.NoError(t, st.Cancel(ctx, id, time.Now())) // another process's cancel: only notified
 	select {
 	case err := <-ended:
@@ -235,22 +245,7 @@ func (s *relistening) Listen(ctx context.Context, fn func(store.Notification)) e
 func TestListeningAgainRenewsTheClaims(t *testing.T) {
 	ctx := waitCtx(t)
 	st := &relistening{Store: memory.New(memory.Options{}), open: make(chan struct{}), again: make(chan struct{})}
-	running := make(chan struct{}, 1)
-	wf := durable.NewWorkflow[counter]("block", "wait", durable.WorkflowOptions{})
-	wf.Step("wait", func(sc steps.Context, s counter) (transitions.Transition, error) {
-		running <- struct{}{}
-		<-sc.Done()
-		return transitions.Transition{}, sc.Err()
-	})
-	e := newEngine(t, durable.Config{Store: st, Lease: 3 * time.Hour, HeartbeatInterval: time.Hour}, wf)
-	id, err := e.Insert(ctx, "block", counter{}, durable.InsertOptions{})
-	require.NoError(t, err)
-	start(t, e)
-	select {
-	case <-running:
-	case <-ctx.Done():
-		t.Fatal("the step never ran")
-	}
+	id, _ := runBlocked(t, ctx, st)
 	defer func() { _ = st.Cancel(ctx, id, time.Now()) }() // the step ends now, not at the engine's stop deadline
 	close(st.open)
 	require.Eventually(t, func() bool { return st.chkRefs.Load() >= 1 }, 5*time.Second, time.Millisecond,
