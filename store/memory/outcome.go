@@ -653,12 +653,19 @@ func (s *Store) joining(r *row) *row {
 // Heartbeat extends the leases of worker's current claims and reports the
 // claims it no longer holds and those whose cancel was requested.
 func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.ClaimRef, lease time.Duration, now time.Time) (store.HeartbeatResult, error) {
-	var res store.HeartbeatResult
 	if err := s.lock(); err != nil {
-		return res, err
+		return store.HeartbeatResult{}, err
 	}
 	defer s.unlock(nil)
 	now = s.now(now)
+	return s.heldClaims(worker, claims, func(r *row) { r.inst.LeaseExpiresAt = now.Add(lease) }), nil
+}
+
+// heldClaims reports, of worker's claims, those it no longer holds and the
+// held ones whose cancel was requested, calling each, if not nil, with the
+// row of every held one (s.mu held).
+func (s *Store) heldClaims(worker string, claims []store.ClaimRef, each func(*row)) store.HeartbeatResult {
+	var res store.HeartbeatResult
 	for _, c := range claims {
 		r := s.current(c.ID, worker, c.Fence)
 		if r == nil {
@@ -668,35 +675,24 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, claims []store.Cla
 			res.Lost = append(res.Lost, c)
 			continue
 		}
-		r.inst.LeaseExpiresAt = now.Add(lease)
+		if each != nil {
+			each(r)
+		}
 		if r.inst.CancelRequested {
 			res.Canceled = append(res.Canceled, c)
 		}
 	}
-	return res, nil
+	return res
 }
 
 // CheckClaims reports the claims worker no longer holds and those whose
 // cancel was requested, as Heartbeat does, without extending a lease.
 func (s *Store) CheckClaims(ctx context.Context, worker string, claims []store.ClaimRef) (store.HeartbeatResult, error) {
-	var res store.HeartbeatResult
 	if err := s.lock(); err != nil {
-		return res, err
+		return store.HeartbeatResult{}, err
 	}
 	defer s.unlock(nil)
-	for _, c := range claims {
-		r := s.current(c.ID, worker, c.Fence)
-		if r == nil {
-			r = s.reservation(c.ID, worker, c.Fence)
-		}
-		switch {
-		case r == nil:
-			res.Lost = append(res.Lost, c)
-		case r.inst.CancelRequested:
-			res.Canceled = append(res.Canceled, c)
-		}
-	}
-	return res, nil
+	return s.heldClaims(worker, claims, nil), nil
 }
 
 // Release returns worker's current claims to ready, attempt, run_at and
