@@ -173,8 +173,8 @@
 // renewing them; the suite's fences/ rules ask for it, as its handoff/
 // rules ask for HandOffer); it is correct when it passes the conformance
 // suite, storetest.Run, whose subtests are named after the rule they pin
-// ("keys/...", "handoff/..."). docs/backends.md in the repository maps each method to
-// the rules that pin it. The decisions are pure functions in
+// ("keys/...", "handoff/..."). docs/backends.md in the repository maps
+// each method to the rules that pin it. The decisions are pure functions in
 // internal/admission that both backends call with the state they read and
 // locked; NormalizeNewInstance and NormalizeClaim give every request's
 // defaults and error classes.

@@ -204,12 +204,12 @@ func (s *Scheduler) WakeAll() {
 // notified): work that became ready meanwhile is claimed, and a cancel of
 // a step this engine runs, committed meanwhile, reaches the step (the
 // check's answer names it). The first time, a store.ClaimChecker checks
-// them without renewing or locking their rows; after a lost connection, or
-// with a store that cannot check, a heartbeat does, renewing them too. A scheduler that listens
-// and is not started must be abandoned (Abandon). Listen does nothing the
-// second time. Start does not wait for it: the first claim would wait for
-// a connection's LISTEN, and the check at once covers what a late
-// listener missed.
+// them without renewing or locking their rows; after a lost connection,
+// or with a store that cannot check, a heartbeat does, renewing them too.
+// A scheduler that listens and is not started must be abandoned
+// (Abandon). Listen does nothing the second time. Start does not wait for
+// it: the first claim would wait for a connection's LISTEN, and the check
+// at once covers what a late listener missed.
 func (s *Scheduler) Listen() {
 	n, ok := s.e.st.(store.Notifier)
 	if !ok || s.listening {
