@@ -197,12 +197,11 @@ func startsBeforeListening(t *testing.T, st store.Store, open chan struct{}) {
 	}
 }
 
-// relistening is a memory store that counts heartbeats and claim checks,
-// that starts listening once open is closed, and listens again (as after
-// a lost connection) once again is closed.
+// relistening is a lateListener that counts heartbeats and claim checks,
+// and listens again (as after a lost connection) once again is closed.
 type relistening struct {
-	*memory.Store
-	open, again       chan struct{}
+	*lateListener
+	again             chan struct{}
 	beats, checks     atomic.Int64
 	beatRefs, chkRefs atomic.Int64
 }
@@ -220,12 +219,7 @@ func (s *relistening) CheckClaims(ctx context.Context, w string, refs []store.Cl
 }
 
 func (s *relistening) Listen(ctx context.Context, fn func(store.Notification)) error {
-	select {
-	case <-s.open:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := s.Store.Listen(ctx, fn); err != nil {
+	if err := s.lateListener.Listen(ctx, fn); err != nil {
 		return err
 	}
 	select {
@@ -244,7 +238,8 @@ func (s *relistening) Listen(ctx context.Context, fn func(store.Notification)) e
 // heartbeat at once, not at the next one (an hour away here).
 func TestListeningAgainRenewsTheClaims(t *testing.T) {
 	ctx := waitCtx(t)
-	st := &relistening{Store: memory.New(memory.Options{}), open: make(chan struct{}), again: make(chan struct{})}
+	st := &relistening{lateListener: &lateListener{Store: memory.New(memory.Options{}), open: make(chan struct{})},
+		again: make(chan struct{})}
 	id, _ := runBlocked(t, ctx, st)
 	defer func() { _ = st.Cancel(ctx, id, time.Now()) }() // the step ends now, not at the engine's stop deadline
 	close(st.open)
