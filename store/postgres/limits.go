@@ -89,11 +89,12 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		}
 		b := &pgx.Batch{}
 		if limits != nil {
-			names, values, shards, owners := make([]string, len(nextLs)), make([]int32, len(nextLs)), make([]int32, len(nextLs)), make([]string, len(nextLs))
-			for i, l := range nextLs {
+			gone, put := writes(oldLs, nextLs, func(l ownedLimit) string { return l.Name })
+			names, values, shards, owners := make([]string, len(put)), make([]int32, len(put)), make([]int32, len(put)), make([]string, len(put))
+			for i, l := range put {
 				names[i], values[i], shards[i], owners[i] = l.Name, int32(l.Limit.Limit), int32(l.Shards), l.namespace
 			}
-			b.Queue(s.q(sqlLimitsReplace), names, values, shards, owners)
+			b.Queue(s.q(sqlLimitsApply), gone, names, values, shards, owners)
 			res.Changes = gate.Diff(before, after)
 		}
 
@@ -106,12 +107,13 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			if err != nil {
 				return err
 			}
-			n := len(nextRs)
+			gone, put := writes(oldRs, nextRs, func(r ownedRate) string { return r.Name })
+			n := len(put)
 			rn, rl, rp, rb, rk, ro := make([]string, n), make([]int32, n), make([]int64, n), make([]int32, n), make([]bool, n), make([]string, n)
-			for i, r := range nextRs {
+			for i, r := range put {
 				rn[i], rl[i], rp[i], rb[i], rk[i], ro[i] = r.Name, int32(r.Limit), r.TokenCredit(), int32(r.Burst), r.PerKey, r.namespace
 			}
-			b.Queue(s.q(sqlRatesReplace), rn, rl, rp, rb, rk, ro)
+			b.Queue(s.q(sqlRatesApply), gone, rn, rl, rp, rb, rk, ro)
 			res.RateChanges = gate.DiffRates(rBefore, rAfter)
 		}
 		if b.Len() > 0 {
@@ -163,18 +165,28 @@ var errDryRun = errors.New("dry run")
 // wanted name that another namespace owns.
 func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantRs []gate.RateLimit, namespace string, syncLimits, syncRates bool, o store.SyncOptions) ([]ownedLimit, []ownedRate, error) {
 	keep := o.KeepOmitted
+	// Owners by name: a fleet may store a per-key limit for every tenant,
+	// and a sync of all of them looks each one up.
+	owner := make(map[string]string, len(oldLs))
+	for _, x := range oldLs {
+		owner[x.Name] = x.namespace
+	}
 	names := slices.Clone(o.RemoveLimits)
 	for _, l := range wantLs {
 		names = append(names, l.Name)
 	}
 	for _, name := range names {
-		if i := slices.IndexFunc(oldLs, func(x ownedLimit) bool { return x.Name == name }); i >= 0 && oldLs[i].namespace != namespace {
-			return nil, nil, fmt.Errorf("limit %q: %w %q", name, store.ErrNamespaceConflict, oldLs[i].namespace)
+		if ns, ok := owner[name]; ok && ns != namespace {
+			return nil, nil, fmt.Errorf("limit %q: %w %q", name, store.ErrNamespaceConflict, ns)
 		}
 	}
+	rateOwner := make(map[string]string, len(oldRs))
+	for _, x := range oldRs {
+		rateOwner[x.Name] = x.namespace
+	}
 	for _, r := range wantRs {
-		if i := slices.IndexFunc(oldRs, func(x ownedRate) bool { return x.Name == r.Name }); i >= 0 && oldRs[i].namespace != namespace {
-			return nil, nil, fmt.Errorf("rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, oldRs[i].namespace)
+		if ns, ok := rateOwner[r.Name]; ok && ns != namespace {
+			return nil, nil, fmt.Errorf("rate limit %q: %w %q", r.Name, store.ErrNamespaceConflict, ns)
 		}
 	}
 	nextLs, nextRs := oldLs, oldRs
@@ -182,7 +194,13 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 		nextLs = desired(oldLs, wantLs, namespace, keep,
 			func(x ownedLimit) (string, string) { return x.Name, x.namespace },
 			func(l gate.Limit) ownedLimit { return ownedLimit{l, namespace} })
-		nextLs = slices.DeleteFunc(nextLs, func(l ownedLimit) bool { return slices.Contains(o.RemoveLimits, l.Name) })
+		if len(o.RemoveLimits) > 0 {
+			remove := make(map[string]bool, len(o.RemoveLimits))
+			for _, name := range o.RemoveLimits {
+				remove[name] = true
+			}
+			nextLs = slices.DeleteFunc(nextLs, func(l ownedLimit) bool { return remove[l.Name] })
+		}
 	}
 	if syncRates {
 		nextRs = desired(oldRs, wantRs, namespace, keep,
@@ -285,6 +303,29 @@ func desired[T, W any](current []T, want []W, namespace string, keep bool, key f
 		out = append(out, c)
 	}
 	return out
+}
+
+// writes is what a sync stores to turn the stored entries old into next
+// (each unique by name): the names of old that next lacks, to delete, and
+// the entries of next that are new or differ from old's, to upsert. A sync
+// writes what it changes, not every stored entry: setting one tenant's
+// limit among many rewrites one row.
+func writes[T comparable](old, next []T, name func(T) string) (gone []string, put []T) {
+	was := make(map[string]T, len(old))
+	for _, x := range old {
+		was[name(x)] = x
+	}
+	for _, x := range next {
+		if w, ok := was[name(x)]; !ok || w != x {
+			put = append(put, x)
+		}
+		delete(was, name(x))
+	}
+	for n := range was {
+		gone = append(gone, n)
+	}
+	slices.Sort(gone)
+	return gone, put
 }
 
 func limitsOf(ls []ownedLimit) []gate.Limit {

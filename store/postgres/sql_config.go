@@ -18,21 +18,24 @@ const (
 	// sqlLimitsOwned reads every key limit with the namespace that owns it.
 	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
 
-	// sqlLimitsReplace makes the stored limits exactly the given list.
-	sqlLimitsReplace = `
-WITH d AS (DELETE FROM {schema}.limits WHERE name <> ALL ($1::text[]))
+	// sqlLimitsApply deletes the limits named $1 and stores the limits
+	// $2..$5 (name, limit, shards, namespace), new or changed: the rows a
+	// sync changes, not every stored limit (see writes).
+	sqlLimitsApply = `
+WITH d AS (DELETE FROM {schema}.limits WHERE name = ANY ($1::text[]))
 INSERT INTO {schema}.limits (name, "limit", shards, namespace)
-SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[])
+SELECT * FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
 ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
 
 	// sqlRatesAll reads every rate limit with the namespace that owns it.
 	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
 
-	// sqlRatesReplace makes the stored rate limits exactly the given list.
-	sqlRatesReplace = `
-WITH d AS (DELETE FROM {schema}.rate_limits WHERE name <> ALL ($1::text[]))
+	// sqlRatesApply deletes the rate limits named $1 and stores the rate
+	// limits $2..$7, new or changed (see sqlLimitsApply).
+	sqlRatesApply = `
+WITH d AS (DELETE FROM {schema}.rate_limits WHERE name = ANY ($1::text[]))
 INSERT INTO {schema}.rate_limits (name, "limit", period_us, burst, per_key, namespace)
-SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::int[], $5::bool[], $6::text[])
+SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], $6::bool[], $7::text[])
 ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", period_us = excluded.period_us,
     burst = excluded.burst, per_key = excluded.per_key, namespace = excluded.namespace`
 
