@@ -137,7 +137,9 @@ func (s *Store) Health(ctx context.Context, now time.Time) (store.Health, error)
 			})
 			return err
 		})
-		b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
+		// Names' limits only: Health reports gates by name and checks
+		// names' intents, whatever per-key limits are stored.
+		b.Queue(s.q(sqlLimitsOfNames)).Query(func(rows pgx.Rows) error {
 			var l gate.Limit
 			_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
 				limits = append(limits, l)

@@ -478,11 +478,15 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 	return nil
 }
 
-// queueLimits queues on b the read of every stored key limit; once the
-// batch has run, the returned function gives them as gate.Limits.
-func (s *Store) queueLimits(b *pgx.Batch) func() (gate.Limits, error) {
+// queueLimitsFor queues on b the read of the stored limits that the keys
+// after `after` up to and including upto (nil: every key after) and the
+// keys of also run under (sqlLimitsFor); once the batch has run, the
+// returned function gives them as gate.Limits, whose For answers for those
+// keys alone. A repair reads these, not every stored limit, since a fleet
+// may store a per-key limit for each of many thousand tenants.
+func (s *Store) queueLimitsFor(b *pgx.Batch, after string, upto *string, also []string) func() (gate.Limits, error) {
 	var stored []gate.Limit
-	b.Queue(s.q(sqlLimitsAll)).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlLimitsFor), after, upto, also).Query(func(rows pgx.Rows) error {
 		var l gate.Limit
 		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &l.Shards}, func() error {
 			stored = append(stored, l)
@@ -519,7 +523,8 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 	} else {
 		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped))
 	}
-	storedLimits := s.queueLimits(b)
+	none := ""
+	storedLimits := s.queueLimitsFor(b, "", &none, keys)
 	if err := t.send(ctx, b, false); err != nil {
 		return err
 	}

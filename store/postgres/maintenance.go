@@ -355,7 +355,11 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		})
 		return err
 	})
-	storedLimits := s.queueLimits(b)
+	var blocked []string // keys of the last chunk outside its range
+	if upto == nil {
+		blocked = mapKeys(gateBlocked)
+	}
+	storedLimits := s.queueLimitsFor(b, after, upto, blocked)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}

@@ -15,6 +15,24 @@ const (
 	// sqlLimitsAll reads every key limit, by name.
 	sqlLimitsAll = `SELECT name, "limit", shards FROM {schema}.limits ORDER BY name`
 
+	// sqlLimitsOfNames reads the limits of key names, no per-key limit,
+	// by name (limits_of_names).
+	sqlLimitsOfNames = `SELECT name, "limit", shards FROM {schema}.limits WHERE strpos(name, ':') = 0 ORDER BY name`
+
+	// sqlLimitsFor reads the limits a set of keys runs under (see
+	// gate.Limits.For): every key name's limit (limits_of_names), the
+	// per-key limits of the keys after $1 up to and including $2 (NULL: no
+	// end; the order of key_slots' keys, which is the primary key's), and
+	// the limits named in $3 (keys outside the range, by primary key). A
+	// per-key limit applies to the key it names only, so these are all
+	// the limits of the range's keys and of $3's.
+	sqlLimitsFor = `
+SELECT name, "limit", shards FROM {schema}.limits WHERE strpos(name, ':') = 0
+UNION
+SELECT name, "limit", shards FROM {schema}.limits WHERE name > $1 AND ($2::text IS NULL OR name <= $2::text)
+UNION
+SELECT name, "limit", shards FROM {schema}.limits WHERE name = ANY ($3::text[])`
+
 	// sqlLimitsOwned reads every key limit with the namespace that owns it.
 	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
 

@@ -1,0 +1,2 @@
+-- godurable:no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.limits_of_names;
