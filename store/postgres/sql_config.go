@@ -25,11 +25,15 @@ const (
 	// end; the order of key_slots' keys, which is the primary key's), and
 	// the limits named in $3 (keys outside the range, by primary key). A
 	// per-key limit applies to the key it names only, so these are all
-	// the limits of the range's keys and of $3's.
+	// the limits of the range's keys and of $3's. The range with an end
+	// and the one without are apart so that the first reads the primary
+	// key on a generic plan too.
 	sqlLimitsFor = `
 SELECT name, "limit", shards FROM {schema}.limits WHERE strpos(name, ':') = 0
 UNION
-SELECT name, "limit", shards FROM {schema}.limits WHERE name > $1 AND ($2::text IS NULL OR name <= $2::text)
+SELECT name, "limit", shards FROM {schema}.limits WHERE name > $1 AND name <= $2::text
+UNION
+SELECT name, "limit", shards FROM {schema}.limits WHERE $2::text IS NULL AND name > $1
 UNION
 SELECT name, "limit", shards FROM {schema}.limits WHERE name = ANY ($3::text[])`
 
