@@ -747,8 +747,8 @@ func (e *Engine) checkKey(k gate.ConcurrencyKey) error {
 	return nil
 }
 
-// storedLimits caches the limits stored for the fleet, which decide every
-// key's K.
+// storedLimits caches the limits stored for the fleet that the key checks
+// read (see readKeyLimits).
 type storedLimits struct {
 	mu     sync.Mutex
 	limits gate.Limits
@@ -797,11 +797,18 @@ func (e *Engine) keyLimits() gate.Limits {
 	return e.limits
 }
 
-// readKeyLimits reads the stored limits with this engine's own over them.
+// readKeyLimits reads the stored limits with this engine's own over them:
+// the names' limits only when the store can read them apart, since the
+// checks look names up (gate.Limits.Check) and the store may hold a
+// per-key limit for each of many thousand tenants.
 func (e *Engine) readKeyLimits() (gate.Limits, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ls, err := e.st.Limits(ctx)
+	read := e.st.Limits
+	if n, ok := e.st.(store.NameLimitsReader); ok {
+		read = n.NameLimits
+	}
+	ls, err := read(ctx)
 	if err == nil {
 		var gl gate.Limits
 		if gl, err = gate.NewLimits(e.withOwnLimits(ls)); err == nil {

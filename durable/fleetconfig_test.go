@@ -2,6 +2,8 @@ package durable_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +136,48 @@ func TestMaintenanceRunsOnOneEngineAtATime(t *testing.T) {
 			"another engine takes the sweeps over once the lease expired")
 		time.Sleep(200 * time.Millisecond)
 		require.Len(t, sweepers(rest), 1, "still one at a time")
+	})
+}
+
+// limitReads counts the engine's reads of the stored limits: every one
+// (Limits) and the names' only (store.NameLimitsReader).
+type limitReads struct {
+	store.Store
+	all, names atomic.Int64
+}
+
+func (l *limitReads) Limits(ctx context.Context) ([]gate.Limit, error) {
+	l.all.Add(1)
+	return l.Store.Limits(ctx)
+}
+
+func (l *limitReads) NameLimits(ctx context.Context) ([]gate.Limit, error) {
+	l.names.Add(1)
+	return l.Store.(store.NameLimitsReader).NameLimits(ctx)
+}
+
+// The key checks read the names' limits only, which is all they look up,
+// when the store reads them apart: a fleet may store a per-key limit for
+// each of many thousand tenants, and every engine reads again every few
+// seconds. They judge keys as before, per-key limits stored or not.
+func TestKeyChecksReadTheNamesLimits(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		limits := []gate.Limit{{Name: "stripe", Limit: 5}}
+		for i := range 300 {
+			limits = append(limits, gate.Limit{Name: fmt.Sprintf("stripe:t%d", i), Limit: 50})
+		}
+		_, err := st.SyncKeyLimits(ctx, "ops", store.KeyLimits{Limits: limits}, store.SyncOptions{})
+		require.NoError(t, err)
+		reads := &limitReads{Store: st}
+		e := newEngine(t, durable.Config{Store: reads, Strict: true}, counterWorkflow())
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("stripe", "t7")})
+		require.NoError(t, err, "stripe is a gate in the fleet")
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Identity("stripe", "t8")})
+		require.ErrorIs(t, err, gate.ErrPrefixCapture, "the stored stripe limit captures the identity")
+		_, err = e.Insert(ctx, "count", counter{}, durable.InsertOptions{Key: gate.Gate("openai", "x")})
+		require.ErrorIs(t, err, gate.ErrPrefixCapture, "openai has no stored limit")
+		require.Positive(t, reads.names.Load(), "the checks read the names' limits")
+		require.Zero(t, reads.all.Load(), "the checks read every stored limit")
 	})
 }

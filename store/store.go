@@ -169,9 +169,10 @@
 //
 // A backend implements Store, and may implement HandOffer (slot hand-off),
 // TxInserter (inserts in a caller's SQL transaction), Notifier (wake-ups
-// without polling) and ClaimChecker (a worker's claims checked without
+// without polling), ClaimChecker (a worker's claims checked without
 // renewing them; the suite's fences/ rules ask for it, as its handoff/
-// rules ask for HandOffer); it is correct when it passes the conformance
+// rules ask for HandOffer) and NameLimitsReader (the names' limits without
+// the per-key ones; a limits/ rule asks for it); it is correct when it passes the conformance
 // suite, storetest.Run, whose subtests are named after the rule they pin
 // ("keys/...", "handoff/..."). docs/backends.md in the repository maps
 // each method to the rules that pin it. The decisions are pure functions in
@@ -202,8 +203,9 @@
 //     signals/ and inbox/.
 //   - Schedule (Epoch), FireRequest, FireResult: SyncSchedules and
 //     FireSchedule. Pinned by schedule/ and schedules/.
-//   - KeyLimits, LimitsResult: SyncKeyLimits and SyncLimits. Pinned by
-//     limits/ and sync/.
+//   - KeyLimits, LimitsResult: SyncKeyLimits and SyncLimits;
+//     NameLimitsReader: what an engine's key checks read. Pinned by limits/
+//     and sync/.
 //   - WorkedQueue, QueuePause: MarkQueuesWorked, WorkedQueues, PauseQueue.
 //     Pinned by queues/ and pause/.
 //   - Instance (Worker, Fence, LeaseExpiresAt, KeyShard, ReadySince),
@@ -1299,6 +1301,16 @@ type ClaimChecker interface {
 	// holds and the held ones whose instance was canceled. It changes
 	// nothing and waits for no row lock.
 	CheckClaims(ctx context.Context, worker string, claims []ClaimRef) (HeartbeatResult, error)
+}
+
+// NameLimitsReader is implemented by stores that can read the limits of
+// key names apart from the per-key limits, which a fleet may store for each
+// of many thousand tenants: an engine's key checks (gate.Limits.Check) look
+// names up only, and read them again every few seconds.
+type NameLimitsReader interface {
+	// NameLimits returns the stored limits of key names, no per-key limit,
+	// sorted by name: Limits without the entries named by a full key.
+	NameLimits(ctx context.Context) ([]gate.Limit, error)
 }
 
 // Notification is one message of a Notifier: at most one field is set

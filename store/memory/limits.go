@@ -195,6 +195,16 @@ func (s *Store) Limits(ctx context.Context) ([]gate.Limit, error) {
 	return s.limits.All(), nil
 }
 
+// NameLimits returns the stored limits of key names, no per-key limit,
+// sorted by name (see store.NameLimitsReader).
+func (s *Store) NameLimits(ctx context.Context) ([]gate.Limit, error) {
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
+	defer s.unlock(nil)
+	return s.limits.Gates(), nil
+}
+
 // RateLimits returns the stored rate limits, sorted by name.
 func (s *Store) RateLimits(ctx context.Context) ([]gate.RateLimit, error) {
 	if err := s.lock(); err != nil {

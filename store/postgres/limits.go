@@ -605,6 +605,19 @@ func (s *Store) Limits(ctx context.Context) ([]gate.Limit, error) {
 	return ls, nil
 }
 
+// NameLimits returns the stored limits of key names, no per-key limit,
+// sorted by name (see store.NameLimitsReader), through limits_of_names.
+func (s *Store) NameLimits(ctx context.Context) ([]gate.Limit, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	ls, err := readLimits(ctx, s.pool, s.q(sqlLimitsOfNames))
+	if err != nil {
+		return nil, fmt.Errorf("name limits: %w", err)
+	}
+	return ls, nil
+}
+
 // RateLimits returns the stored rate limits sorted by name.
 func (s *Store) RateLimits(ctx context.Context) ([]gate.RateLimit, error) {
 	if err := s.check(); err != nil {

@@ -134,6 +134,20 @@ var perKeyTests = []test{
 		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{})
 		require.Empty(h.t, h.limits(), "removed key first, then name")
 	}},
+	{"limits/the names' limits are the stored limits without the per-key ones", func(h *harness) {
+		n, ok := h.s.(store.NameLimitsReader)
+		require.True(h.t, ok, "the store reads the names' limits apart (store.NameLimitsReader)")
+		got, err := n.NameLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Empty(h.t, got)
+		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "stripe:big", Limit: 4},
+			{Name: "stripe:big:eu", Limit: 3}, {Name: "openai", Limit: 3, Shards: 3}}}, store.SyncOptions{})
+		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 5}, {Name: "api:t1", Limit: 50}}}, store.SyncOptions{})
+		got, err = n.NameLimits(h.ctx)
+		require.NoError(h.t, err)
+		require.Equal(h.t, []gate.Limit{{Name: "api", Limit: 5, Shards: 1}, {Name: "openai", Limit: 3, Shards: 3}, {Name: "stripe", Limit: 2, Shards: 1}}, got)
+		require.Equal(h.t, []string{"api", "api:t1", "openai", "stripe", "stripe:big", "stripe:big:eu"}, limitNames(h.limits()))
+	}},
 	{"limits/a sync's RemoveLimits deletes the named entries of its namespace and keeps the rest", func(h *harness) {
 		h.syncKeyLimits("ops", store.KeyLimits{Limits: []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "stripe:big", Limit: 4}, {Name: "openai", Limit: 3}}}, store.SyncOptions{})
 		h.syncKeyLimits("app", store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: 5}}}, store.SyncOptions{})
