@@ -351,3 +351,50 @@ func BenchmarkLimitChange(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/change")
 }
+
+// BenchmarkManyKeyLimits measures the limits of a fleet that stores a
+// per-key limit for each of 100,000 tenants (api:t0 .. api:t99999, under
+// a name limit): setting one of them (`durable limits set`), syncing the
+// whole set with one changed (`durable limits sync`), and a reconciler
+// sweep over 20,000 keys with counters (idle ones: the sweep deletes them)
+// in chunks.
+//
+//	go test ./store/postgres -run '^$' -bench ManyKeyLimits -benchtime 5x
+func BenchmarkManyKeyLimits(b *testing.B) {
+	e := benchStore(b, true)
+	limits := []gate.Limit{{Name: "api", Limit: 5}}
+	for i := range 100_000 {
+		limits = append(limits, gate.Limit{Name: fmt.Sprintf("api:t%d", i), Limit: 5 + i%50})
+	}
+	_, err := e.s.SyncKeyLimits(e.ctx, "ops", store.KeyLimits{Limits: limits}, store.SyncOptions{})
+	require.NoError(b, err)
+	b.Run("set one", func(b *testing.B) {
+		for i := range b.N {
+			one := []gate.Limit{{Name: "api:t7", Limit: 60 + i%2}}
+			_, err := e.s.SyncKeyLimits(e.ctx, "ops", store.KeyLimits{Limits: one}, store.SyncOptions{KeepOmitted: true})
+			require.NoError(b, err)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/set")
+	})
+	b.Run("sync all, one changed", func(b *testing.B) {
+		for i := range b.N {
+			limits[1].Limit = 70 + i%2
+			_, err := e.s.SyncKeyLimits(e.ctx, "ops", store.KeyLimits{Limits: limits}, store.SyncOptions{})
+			require.NoError(b, err)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/sync")
+	})
+	b.Run("reconcile 20,000 keys", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			_, err := e.pool.Exec(e.ctx, `INSERT INTO key_slots (key, shard, capacity, available)
+				SELECT 'api:t' || (i * 5), 0, 5, 5 FROM generate_series(0, 19999) i`)
+			require.NoError(b, err)
+			b.StartTimer()
+			rep, err := e.s.Reconcile(e.ctx, 0, time.Time{})
+			require.NoError(b, err)
+			require.Equal(b, 20_000, rep.CountersDeleted)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/sweep")
+	})
+}
