@@ -9,6 +9,7 @@ import (
 	"github.com/godurable/godurable/durable"
 	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/steps"
+	"github.com/godurable/godurable/store"
 	"github.com/godurable/godurable/store/memory"
 	"github.com/godurable/godurable/transitions"
 )
@@ -240,4 +241,45 @@ func ExampleWorkflow_StepWith() {
 	}
 	fmt.Println(msg)
 	// Output: fetched https://example.com on attempt 3
+}
+
+// Per-key limits set at run time: the engines' configuration gives the
+// stripe gate 5 calls per key, and a billing service sets the limits its
+// tenants pay for, one at a time, as `durable limits set` does: a sync of
+// its own namespace that keeps what it omits (KeepOmitted). Every engine
+// of the fleet runs the next step of a key under the key's stored limit.
+func Example_perKeyLimits() {
+	eng, err := durable.New(durable.Config{
+		Store:  memory.New(memory.Options{}),
+		Limits: []gate.Limit{{Name: "stripe", Limit: 5}},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := eng.Start(ctx); err != nil { // stores the configured limits
+		panic(err)
+	}
+	defer func() { _ = eng.Stop(ctx) }()
+
+	st := eng.Store()
+	for _, tenant := range []gate.Limit{{Name: "stripe:acct_big", Limit: 50, Shards: 5}, {Name: "stripe:acct_mid", Limit: 10}} {
+		_, err := st.SyncKeyLimits(ctx, "billing", store.KeyLimits{Limits: []gate.Limit{tenant}}, store.SyncOptions{KeepOmitted: true})
+		if err != nil {
+			panic(err)
+		}
+	}
+	for _, key := range []string{"stripe:acct_big", "stripe:acct_mid", "stripe:acct_small"} {
+		info, err := st.KeyInfo(ctx, key)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: K = %d (limit %s)\n", key, info.K, info.LimitName)
+	}
+	// Output:
+	// stripe:acct_big: K = 50 (limit stripe:acct_big)
+	// stripe:acct_mid: K = 10 (limit stripe:acct_mid)
+	// stripe:acct_small: K = 5 (limit stripe)
 }
