@@ -166,7 +166,7 @@ func (t *topUp) last(ctx context.Context) error {
 }
 
 // backlogDepth counts the waiting (ready and blocked) rows of the
-// backlogged keys, through instances_live_key_name_c (the live rows of a
+// backlogged keys, through instances_live_key_name_key_c (the live rows of a
 // key name), whose predicate the condition repeats: every live row of the
 // K = 1 keys, a second or so at the default sizes, so it runs only before
 // and after the soak.

@@ -491,7 +491,7 @@ func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int3
 // TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
 // live rows of each changed name and key, in any position (sqlLiveByName,
 // sqlLiveByKey), while it holds the name's counters; the counts read
-// instances_live_key_name_c for the key column and
+// instances_live_key_name_key_c for the key column and
 // instances_live_extra_key_names for the other keys, not the table,
 // analyzed or not, with custom and generic plans.
 func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
@@ -518,10 +518,37 @@ func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 			} {
 				plan := explainPrepared(t, s, mode, false, c.sql, c.args, c.name)
 				text := strings.Join(plan, "\n")
-				require.Contains(t, text, "instances_live_key_name_c", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
+				require.Contains(t, text, "instances_live_key_name_key_c", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
 				require.Contains(t, text, "instances_live_extra_key_names", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
 				require.NotContains(t, text, "Seq Scan on instances", "%s, analyzed %v (%s):\n%s", c.name, analyze, mode, text)
 			}
 		}
 	}
+}
+
+// TestPerKeyLiveCountReadsTheKeysEntries: a per-key limit's change counts
+// the live rows of its key (sqlLiveByKey) by an index condition on the key
+// (instances_live_key_name_key_c, migration 030), whatever the number of
+// live rows of its name: with 30,000 live rows of one name over 1,000 keys
+// (a tenant's gate), reading them through the name took the planner to a
+// sequential scan of the table, each `durable limits set` of a tenant's
+// limit reading every row.
+func TestPerKeyLiveCountReadsTheKeysEntries(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', CASE WHEN i % 31 = 0 THEN 'done' ELSE 'ready' END, 's', now(), i / 1000,
+		       'api:t' || (i % 1000), now(), now()
+		FROM generate_series(1, 31000) i`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE "+s.schema+".instances")
+	require.NoError(t, err)
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		text := strings.Join(explainPrepared(t, s, mode, false, sqlLiveByKey, []any{[]string{"api:t7"}, []string{"api"}}, "live by key"), "\n")
+		require.Regexp(t, `Index (Only )?Scan using instances_live_key_name_key_c on instances[^\n]*\n\s+Index Cond: \(\(key_name = [^\n]*AND \(key = `, text, "%s:\n%s", mode, text)
+		require.NotContains(t, text, "Seq Scan on instances", "%s:\n%s", mode, text)
+	}
+	var n int64
+	require.NoError(t, s.pool.QueryRow(ctx, s.q(sqlLiveByKey), []string{"api:t7"}, []string{"api"}).Scan(new(string), &n))
+	require.Equal(t, int64(30), n, "api:t7's 31 rows, one of them done")
 }

@@ -103,7 +103,7 @@ FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 
 	// sqlLiveByName counts the live rows of each key name of $1 under each
 	// of their keys of that name, in any position, as the memory store
-	// does: the key column from instances_live_key_name_c (migration 021),
+	// does: the key column from instances_live_key_name_key_c (migration 030),
 	// the other keys from instances_live_extra_key_names (migration 028),
 	// whose predicates the conditions repeat.
 	sqlLiveByName = `
@@ -117,8 +117,9 @@ SELECT n, count(*) FROM (
 ) x GROUP BY n`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
-	// whose names are $2, in any position, among the live rows of those
-	// names (the indexes of sqlLiveByName).
+	// whose names are $2, in any position: the key column's by the name and
+	// the key (instances_live_key_name_key_c), the other keys' among the
+	// live rows of those names (instances_live_extra_key_names).
 	sqlLiveByKey = `
 SELECT k, count(*) FROM (
     SELECT key AS k FROM {schema}.instances
