@@ -357,8 +357,8 @@ func BenchmarkLimitChange(b *testing.B) {
 // a name limit), with 200,000 ready rows over 10,000 of those keys:
 // setting the limit of one of them (`durable limits set`), syncing the
 // whole set with one changed (`durable limits sync`), and a reconciler
-// sweep over 20,000 keys with counters (idle ones: the sweep deletes them)
-// in chunks.
+// sweep over 20,000 other keys with counters (idle ones: the sweep deletes
+// them) in chunks.
 //
 //	go test ./store/postgres -run '^$' -bench ManyKeyLimits -benchtime 5x
 func BenchmarkManyKeyLimits(b *testing.B) {
@@ -395,7 +395,7 @@ func BenchmarkManyKeyLimits(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
 			_, err := e.pool.Exec(e.ctx, `INSERT INTO key_slots (key, shard, capacity, available)
-				SELECT 'api:t' || (i * 5), 0, 5, 5 FROM generate_series(0, 19999) i`)
+				SELECT 'api:t' || (10000 + i * 4), 0, 5, 5 FROM generate_series(0, 19999) i`)
 			require.NoError(b, err)
 			b.StartTimer()
 			rep, err := e.s.Reconcile(e.ctx, 0, time.Time{})
