@@ -172,13 +172,13 @@
 // without polling), ClaimChecker (a worker's claims checked without
 // renewing them; the suite's fences/ rules ask for it, as its handoff/
 // rules ask for HandOffer) and NameLimitsReader (the names' limits without
-// the per-key ones; a limits/ rule asks for it); it is correct when it passes the conformance
-// suite, storetest.Run, whose subtests are named after the rule they pin
-// ("keys/...", "handoff/..."). docs/backends.md in the repository maps
-// each method to the rules that pin it. The decisions are pure functions in
-// internal/admission that both backends call with the state they read and
-// locked; NormalizeNewInstance and NormalizeClaim give every request's
-// defaults and error classes.
+// the per-key ones; a limits/ rule asks for it); it is correct when it
+// passes the conformance suite, storetest.Run, whose subtests are named
+// after the rule they pin ("keys/...", "handoff/..."). docs/backends.md in
+// the repository maps each method to the rules that pin it. The decisions
+// are pure functions in internal/admission that both backends call with
+// the state they read and locked; NormalizeNewInstance and NormalizeClaim
+// give every request's defaults and error classes.
 //
 // The engine and a backend speak through these types, which no user of
 // package durable sees:

@@ -523,8 +523,8 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 	} else {
 		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped))
 	}
-	none := ""
-	storedLimits := s.queueLimitsFor(b, "", &none, keys)
+	empty := "" // no range (nothing is after "" and at most ""): the chunk's keys
+	storedLimits := s.queueLimitsFor(b, "", &empty, keys)
 	if err := t.send(ctx, b, false); err != nil {
 		return err
 	}
