@@ -27,6 +27,14 @@
 // (between two report lines); at half, half of the engines restart without
 // the second workflow for -deploy (a rolling deploy), then with it again.
 //
+// The concurrency keys of issue 39, off by default: with -several, that
+// share of the gate's rows also holds a K = 1 key of the load's (one
+// without a backlog), a row of several keys; with -key-limits N, a per-key
+// limit of twice the gate's is stored for api:0 … api:N-1 before the load
+// (the keys with rows come first), and half a report interval after the
+// rolling deploy one of them is set again, as `durable limits set` does,
+// timed.
+//
 // Besides the report lines, the log directory gets activity.tsv (what the
 // server's backends wait for, every 250 ms) and, from a throwaway cluster,
 // server.log (lock waits, statements over a second, checkpoints,
@@ -98,6 +106,8 @@ type options struct {
 	sustain     bool
 	engines     int
 	executors   int
+	several     float64
+	keyLimits   int
 	rate        int
 	retire      int
 	step        time.Duration
@@ -129,6 +139,8 @@ func main() {
 	flag.BoolVar(&o.sustain, "sustain", true, "top the backlogged keys up as they drain, so that their backlog lasts the whole run")
 	flag.IntVar(&o.gateKeys, "gate-keys", 1_000, "keys of the gate \"api\"")
 	flag.IntVar(&o.gateLimit, "gate-limit", 10, "the gate's limit (it changes to limit - 2 at a third of the run)")
+	flag.Float64Var(&o.several, "several", 0, "the share of the gate's rows that also hold a K = 1 key of the load's (rows of several keys)")
+	flag.IntVar(&o.keyLimits, "key-limits", 0, "per-key limits stored for api:0 … api:N-1 (twice the gate's limit), the first -gate-keys of them keys with rows; one is set again after the rolling deploy")
 	flag.IntVar(&o.engines, "engines", 8, "engine processes")
 	flag.IntVar(&o.executors, "executors", 10, "executors per engine (the library's default)")
 	flag.IntVar(&o.rate, "rate", 1_000, "instances inserted per second during the run")

@@ -40,14 +40,14 @@ type interval struct {
 	p50, p99 float64 // insert→start, ms, of the rows created during the load that ended in it
 	p99Fresh float64 // the same p99 without the rows of the backlogged keys
 	// The same p99 by class: keyless rows, rows of the K = 1 keys without
-	// a backlog, rows of the gate's keys.
-	p99Plain, p99Acct, p99Gate float64
-	total, heap, ix            int64 // instances: bytes
-	dead, live                 int64
-	autovacuums                int64
-	locks                      int
-	wait                       time.Duration
-	errors                     int
+	// a backlog, rows of the gate's keys, rows of several keys (-several).
+	p99Plain, p99Acct, p99Gate, p99Several float64
+	total, heap, ix                        int64 // instances: bytes
+	dead, live                             int64
+	autovacuums                            int64
+	locks                                  int
+	wait                                   time.Duration
+	errors                                 int
 }
 
 func newReporter(pool *pgxpool.Pool, schema string, f *fleet, statements bool, backlogged int, sustained bool) *reporter {
@@ -90,7 +90,7 @@ SELECT coalesce((SELECT max(c) FROM (SELECT count(*) c FROM pg_locks
 }
 
 func (r *reporter) loop(ctx context.Context, every time.Duration, inserted, topped *atomic.Int64) {
-	fmt.Println("  min   done/s  ins/s  backlog ins/s  p50 ms  p99 ms  p99 fresh ms (plain/K=1/gate)  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
+	fmt.Println("  min   done/s  ins/s  backlog ins/s  p50 ms  p99 ms  p99 fresh ms (plain/K=1/gate/several)  instances MB (heap+idx)  dead tuples  autovac  max locks/tx  longest lock wait  errors")
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := time.Now()
@@ -114,11 +114,13 @@ SELECT count(*),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
                 FILTER (WHERE created_at >= $3 AND key IS NULL), 0),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
-                FILTER (WHERE created_at >= $3 AND key_name = 'acct' AND split_part(key, ':', 2)::int >= $4), 0),
+                FILTER (WHERE created_at >= $3 AND key_name = 'acct' AND split_part(key, ':', 2)::int >= $4 AND extra_keys IS NULL), 0),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
-                FILTER (WHERE created_at >= $3 AND key_name = 'api'), 0)
+                FILTER (WHERE created_at >= $3 AND key_name = 'api' AND extra_keys IS NULL), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000)
+                FILTER (WHERE created_at >= $3 AND extra_keys IS NOT NULL), 0)
 FROM %s.instances WHERE status = 'done' AND updated_at >= $1 AND updated_at < $2`, r.schema)
-		if err := r.pool.QueryRow(context.Background(), q, last, now, r.start, r.backlogged).Scan(&iv.done, &iv.p50, &iv.p99, &iv.p99Fresh, &iv.p99Plain, &iv.p99Acct, &iv.p99Gate); err != nil {
+		if err := r.pool.QueryRow(context.Background(), q, last, now, r.start, r.backlogged).Scan(&iv.done, &iv.p50, &iv.p99, &iv.p99Fresh, &iv.p99Plain, &iv.p99Acct, &iv.p99Gate, &iv.p99Several); err != nil {
 			r.f.errorf("report: %v", err)
 		}
 		rel := r.schema + ".instances"
@@ -145,9 +147,9 @@ FROM pg_stat_user_tables s WHERE s.relid = $1::regclass`, rel).Scan(&iv.total, &
 		r.intervals = append(r.intervals, iv)
 		r.mu.Unlock()
 		secs := now.Sub(last).Seconds()
-		fmt.Printf("%5.1f  %7.0f  %5.0f  %13.0f  %6.1f  %6.1f  %12.1f (%.0f/%.0f/%.0f)  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
+		fmt.Printf("%5.1f  %7.0f  %5.0f  %13.0f  %6.1f  %6.1f  %12.1f (%.0f/%.0f/%.0f/%.0f)  %6d (%d+%d)  %11d  %7d  %12d  %17v  %6d\n",
 			iv.at.Minutes(), float64(iv.done)/secs, float64(iv.inserted)/secs, float64(iv.topped)/secs, iv.p50, iv.p99, iv.p99Fresh,
-			iv.p99Plain, iv.p99Acct, iv.p99Gate,
+			iv.p99Plain, iv.p99Acct, iv.p99Gate, iv.p99Several,
 			iv.total>>20, iv.heap>>20, iv.ix>>20, iv.dead, iv.autovacuums, iv.locks, iv.wait.Round(time.Millisecond), iv.errors)
 		for _, n := range notes {
 			fmt.Println("      " + n)

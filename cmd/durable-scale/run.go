@@ -55,6 +55,13 @@ func run(ctx context.Context, o options) error {
 	if _, err := st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: o.gateLimit}}}, store.SyncOptions{}); err != nil {
 		return err
 	}
+	if o.keyLimits > 0 {
+		t0 := time.Now()
+		if _, err := st.SyncKeyLimits(ctx, keyLimitsNamespace, store.KeyLimits{Limits: keyLimits(o)}, store.SyncOptions{}); err != nil {
+			return err
+		}
+		fmt.Printf("%d per-key limits stored in %v\n", o.keyLimits, time.Since(t0).Round(time.Millisecond))
+	}
 	ctl, err := durable.New(durable.Config{Store: st, WorkerID: "scale-controller"})
 	if err != nil {
 		return err
@@ -270,6 +277,12 @@ func insertLoad(ctx context.Context, ctl *durable.Engine, o options, inserted, o
 				k = gate.Identity("acct", fmt.Sprint(n))
 			case x == 2:
 				k = gate.Gate("api", fmt.Sprint(r.IntN(o.gateKeys)))
+				if r.Float64() < o.several {
+					// A row of several keys: an account that has no backlog, and the gate.
+					acct := gate.Identity("acct", fmt.Sprint(o.backlogged+r.IntN(max(o.keys-o.backlogged, 1))))
+					reqs[i] = durable.InsertRequest{Workflow: wf, State: struct{}{}, Options: durable.InsertOptions{Keys: []gate.ConcurrencyKey{acct, k}}}
+					continue
+				}
 			}
 			reqs[i] = durable.InsertRequest{Workflow: wf, State: struct{}{}, Options: durable.InsertOptions{Key: k}}
 		}
@@ -356,6 +369,27 @@ func events(ctx context.Context, st *postgres.Store, f *fleet, o options, r *rep
 		f.restart(i, true)
 	}
 	r.note("rolling deploy: done")
+	if o.keyLimits == 0 || !after(o.every/2) {
+		return
+	}
+	// One tenant's limit set among them all, as `durable limits set` does.
+	one := gate.Limit{Name: "api:0", Limit: 3 * o.gateLimit}
+	t0 = time.Now()
+	_, err = st.SyncKeyLimits(ctx, keyLimitsNamespace, store.KeyLimits{Limits: []gate.Limit{one}}, store.SyncOptions{KeepOmitted: true})
+	r.note(fmt.Sprintf("per-key limit set: api:0 → %d among %d took %v (err %v)", one.Limit, o.keyLimits, time.Since(t0).Round(time.Millisecond), err))
+}
+
+// keyLimitsNamespace owns the per-key limits of -key-limits.
+const keyLimitsNamespace = "tenants"
+
+// keyLimits are the per-key limits of -key-limits: api:0 … api:N-1, each
+// twice the gate's limit.
+func keyLimits(o options) []gate.Limit {
+	out := make([]gate.Limit, o.keyLimits)
+	for i := range out {
+		out[i] = gate.Limit{Name: fmt.Sprintf("api:%d", i), Limit: 2 * o.gateLimit}
+	}
+	return out
 }
 
 // fleet is the engine processes.
