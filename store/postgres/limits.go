@@ -218,8 +218,23 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 // commit) before the first claim. A sync that changes something, or finds
 // a name owned by another namespace, or cannot read, takes the locked
 // path.
+//
+// It reads only the entries the sync can change (sqlLimitsOwnedOf): the
+// names it wants or removes and, unless it keeps what it omits, the
+// namespace's own. Every other stored entry is one nextOwned keeps as it
+// is, so the sync changes nothing exactly when it changes none of these;
+// a fleet may store a per-key limit for each of many thousand tenants,
+// which an engine's Start would otherwise read.
 func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) bool {
-	oldLs, oldRs, err := s.readOwned(ctx, s.pool)
+	names := slices.Clone(o.RemoveLimits)
+	for _, l := range wantLs {
+		names = append(names, l.Name)
+	}
+	var rateNames []string
+	for _, r := range wantRs {
+		rateNames = append(rateNames, r.Name)
+	}
+	oldLs, oldRs, err := s.readOwnedOf(ctx, names, rateNames, namespace, o.KeepOmitted || !syncLimits, o.KeepOmitted || !syncRates)
 	if err != nil {
 		return false
 	}
@@ -259,10 +274,25 @@ type batcher interface {
 
 // readOwned reads every stored limit and rate limit with its owner.
 func (s *Store) readOwned(ctx context.Context, tx batcher) ([]ownedLimit, []ownedRate, error) {
+	b := &pgx.Batch{}
+	return s.sendOwned(ctx, tx, b, b.Queue(s.q(sqlLimitsOwned)), b.Queue(s.q(sqlRatesAll)))
+}
+
+// readOwnedOf reads, with their owners, the limits named in names and,
+// unless keepLimits, those namespace owns, and the rate limits named in
+// rateNames and, unless keepRates, those namespace owns (see unchanged).
+func (s *Store) readOwnedOf(ctx context.Context, names, rateNames []string, namespace string, keepLimits, keepRates bool) ([]ownedLimit, []ownedRate, error) {
+	b := &pgx.Batch{}
+	return s.sendOwned(ctx, s.pool, b, b.Queue(s.q(sqlLimitsOwnedOf), names, namespace, keepLimits),
+		b.Queue(s.q(sqlRatesOwnedOf), rateNames, namespace, keepRates))
+}
+
+// sendOwned sends b, whose queued reads limits and rates return limits
+// and rate limits with their owners, and returns what they read.
+func (s *Store) sendOwned(ctx context.Context, tx batcher, b *pgx.Batch, limits, rates *pgx.QueuedQuery) ([]ownedLimit, []ownedRate, error) {
 	var ls []ownedLimit
 	var rs []ownedRate
-	b := &pgx.Batch{}
-	b.Queue(s.q(sqlLimitsOwned)).Query(func(rows pgx.Rows) error {
+	limits.Query(func(rows pgx.Rows) error {
 		var l ownedLimit
 		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit.Limit, &l.Shards, &l.namespace}, func() error {
 			ls = append(ls, l)
@@ -270,7 +300,7 @@ func (s *Store) readOwned(ctx context.Context, tx batcher) ([]ownedLimit, []owne
 		})
 		return err
 	})
-	b.Queue(s.q(sqlRatesAll)).Query(func(rows pgx.Rows) error {
+	rates.Query(func(rows pgx.Rows) error {
 		var r ownedRate
 		var periodUS int64
 		_, err := pgx.ForEachRow(rows, []any{&r.Name, &r.Limit, &periodUS, &r.Burst, &r.PerKey, &r.namespace}, func() error {

@@ -49,6 +49,24 @@ INSERT INTO {schema}.limits (name, "limit", shards, namespace)
 SELECT * FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
 ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
 
+	// sqlLimitsOwnedOf reads, with their owners, the key limits named in $1
+	// and, unless $3, every key limit namespace $2 owns: what a sync of $2
+	// that wants or removes $1 (and, unless it keeps what it omits, drops
+	// the rest of $2's) can change (see unchanged). The names by primary
+	// key; the namespace's by a scan of the table, on the server.
+	sqlLimitsOwnedOf = `
+SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE name = ANY ($1::text[])
+UNION
+SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE NOT $3::bool AND namespace = $2
+ORDER BY name`
+
+	// sqlRatesOwnedOf is sqlLimitsOwnedOf for rate limits.
+	sqlRatesOwnedOf = `
+SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits WHERE name = ANY ($1::text[])
+UNION
+SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits WHERE NOT $3::bool AND namespace = $2
+ORDER BY name`
+
 	// sqlRatesAll reads every rate limit with the namespace that owns it.
 	sqlRatesAll = `SELECT name, "limit", period_us, burst, per_key, namespace FROM {schema}.rate_limits ORDER BY name`
 

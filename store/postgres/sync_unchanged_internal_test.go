@@ -34,18 +34,34 @@ func TestSyncUnchangedTakesNoLock(t *testing.T) {
 	_, err = holder.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits))
 	require.NoError(t, err)
 
-	sync := func(ns string, w store.KeyLimits) error {
+	syncWith := func(ns string, w store.KeyLimits, o store.SyncOptions) error {
 		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		_, err := s.SyncKeyLimits(c, ns, w, store.SyncOptions{})
+		_, err := s.SyncKeyLimits(c, ns, w, o)
 		return err
 	}
+	sync := func(ns string, w store.KeyLimits) error { return syncWith(ns, w, store.SyncOptions{}) }
 	wantLs, wantRs, err := store.ValidateKeyLimits("svc", want.Limits, want.RateLimits)
 	require.NoError(t, err)
 	require.True(t, s.unchanged(ctx, "svc", true, true, wantLs.All(), wantRs.All(), store.SyncOptions{}))
 	require.NoError(t, sync("svc", want), "unchanged: no lock taken")
 	require.NoError(t, sync("svc", store.KeyLimits{Limits: want.Limits}), "unchanged, rate limits not synced")
 	require.NoError(t, sync("svc", store.KeyLimits{RateLimits: want.RateLimits}), "unchanged, limits not synced")
+	keep := store.SyncOptions{KeepOmitted: true}
+	require.NoError(t, syncWith("svc", store.KeyLimits{Limits: want.Limits[1:]}, keep), "unchanged, one limit set as stored")
+	require.NoError(t, syncWith("svc", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{KeepOmitted: true, RemoveLimits: []string{"missing"}}),
+		"unchanged, a missing limit removed")
+	for what, o := range map[string]store.SyncOptions{
+		"one limit set anew":        keep,
+		"one of its limits removed": {KeepOmitted: true, RemoveLimits: []string{"tenant"}},
+		"another's limit removed":   {KeepOmitted: true, RemoveLimits: []string{"theirs"}},
+	} {
+		w := store.KeyLimits{Limits: []gate.Limit{{Name: "tenant", Limit: 2}}}
+		if len(o.RemoveLimits) > 0 {
+			w = store.KeyLimits{Limits: []gate.Limit{}}
+		}
+		require.ErrorIs(t, syncWith("svc", w, o), context.DeadlineExceeded, "%s: the sync must wait for the lock", what)
+	}
 
 	changed := map[string]store.KeyLimits{
 		"a limit":          {Limits: []gate.Limit{{Name: "stripe", Limit: 6, Shards: 2}, {Name: "tenant", Limit: 1}}, RateLimits: want.RateLimits},
