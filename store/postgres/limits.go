@@ -61,6 +61,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o) {
 		return store.LimitsResult{}, nil
 	}
+	names, rateNames := syncNames(wantLs.All(), wantRs.All(), o)
 	var res store.LimitsResult
 	stranded := &strandedKeys{}
 	var changed []string
@@ -68,7 +69,15 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
 			return err
 		}
-		oldLs, oldRs, err := s.readOwned(ctx, tx)
+		// The entries the sync can change, the names' limits and the first
+		// per-key limit of each name (sqlLimitsOwnedFor), not every stored
+		// limit: every other entry is one nextOwned keeps as it is, one
+		// whose K (its own limit) no change of these alters, and one
+		// Validate judges as it judges the first per-key limit of its name.
+		// So the writes, the changes and the checks are those of the whole
+		// set, which a fleet with a per-key limit for each of many thousand
+		// tenants would read at every `durable limits set`.
+		oldLs, oldRs, err := s.readOwned(ctx, tx, names, rateNames, namespace, o.KeepOmitted || limits == nil, o.KeepOmitted || rates == nil, sqlLimitsOwnedFor)
 		if err != nil {
 			return err
 		}
@@ -226,15 +235,8 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 // a fleet may store a per-key limit for each of many thousand tenants,
 // which an engine's Start would otherwise read.
 func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) bool {
-	names := slices.Clone(o.RemoveLimits)
-	for _, l := range wantLs {
-		names = append(names, l.Name)
-	}
-	var rateNames []string
-	for _, r := range wantRs {
-		rateNames = append(rateNames, r.Name)
-	}
-	oldLs, oldRs, err := s.readOwnedOf(ctx, names, rateNames, namespace, o.KeepOmitted || !syncLimits, o.KeepOmitted || !syncRates)
+	names, rateNames := syncNames(wantLs, wantRs, o)
+	oldLs, oldRs, err := s.readOwned(ctx, s.pool, names, rateNames, namespace, o.KeepOmitted || !syncLimits, o.KeepOmitted || !syncRates, sqlLimitsOwnedOf)
 	if err != nil {
 		return false
 	}
@@ -272,27 +274,28 @@ type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// readOwned reads every stored limit and rate limit with its owner.
-func (s *Store) readOwned(ctx context.Context, tx batcher) ([]ownedLimit, []ownedRate, error) {
-	b := &pgx.Batch{}
-	return s.sendOwned(ctx, tx, b, b.Queue(s.q(sqlLimitsOwned)), b.Queue(s.q(sqlRatesAll)))
+// syncNames are the limit names a sync wants or removes, and the rate
+// limit names it wants.
+func syncNames(wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) (names, rateNames []string) {
+	names = slices.Clone(o.RemoveLimits)
+	for _, l := range wantLs {
+		names = append(names, l.Name)
+	}
+	for _, r := range wantRs {
+		rateNames = append(rateNames, r.Name)
+	}
+	return names, rateNames
 }
 
-// readOwnedOf reads, with their owners, the limits named in names and,
-// unless keepLimits, those namespace owns, and the rate limits named in
-// rateNames and, unless keepRates, those namespace owns (see unchanged).
-func (s *Store) readOwnedOf(ctx context.Context, names, rateNames []string, namespace string, keepLimits, keepRates bool) ([]ownedLimit, []ownedRate, error) {
-	b := &pgx.Batch{}
-	return s.sendOwned(ctx, s.pool, b, b.Queue(s.q(sqlLimitsOwnedOf), names, namespace, keepLimits),
-		b.Queue(s.q(sqlRatesOwnedOf), rateNames, namespace, keepRates))
-}
-
-// sendOwned sends b, whose queued reads limits and rates return limits
-// and rate limits with their owners, and returns what they read.
-func (s *Store) sendOwned(ctx context.Context, tx batcher, b *pgx.Batch, limits, rates *pgx.QueuedQuery) ([]ownedLimit, []ownedRate, error) {
+// readOwned reads, with their owners, the limits limitsSQL
+// (sqlLimitsOwnedOf or sqlLimitsOwnedFor) reads for names, namespace and
+// keepLimits, and the rate limits named in rateNames and, unless
+// keepRates, those namespace owns (sqlRatesOwnedOf).
+func (s *Store) readOwned(ctx context.Context, tx batcher, names, rateNames []string, namespace string, keepLimits, keepRates bool, limitsSQL string) ([]ownedLimit, []ownedRate, error) {
 	var ls []ownedLimit
 	var rs []ownedRate
-	limits.Query(func(rows pgx.Rows) error {
+	b := &pgx.Batch{}
+	b.Queue(s.q(limitsSQL), names, namespace, keepLimits).Query(func(rows pgx.Rows) error {
 		var l ownedLimit
 		_, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit.Limit, &l.Shards, &l.namespace}, func() error {
 			ls = append(ls, l)
@@ -300,7 +303,7 @@ func (s *Store) sendOwned(ctx context.Context, tx batcher, b *pgx.Batch, limits,
 		})
 		return err
 	})
-	rates.Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlRatesOwnedOf), rateNames, namespace, keepRates).Query(func(rows pgx.Rows) error {
 		var r ownedRate
 		var periodUS int64
 		_, err := pgx.ForEachRow(rows, []any{&r.Name, &r.Limit, &periodUS, &r.Burst, &r.PerKey, &r.namespace}, func() error {

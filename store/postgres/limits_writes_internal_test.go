@@ -94,3 +94,39 @@ func TestSyncWritesOnlyWhatItChanges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []gate.RateLimit{{Name: "api", Limit: 10, Period: time.Second, Burst: 10}, {Name: "mail", Limit: 4, Period: time.Minute, Burst: 4}}, gotRates)
 }
+
+// TestSyncJudgesTheWholeSetFromWhatItReads: a locked sync reads the
+// entries it can change, the names' limits and the first per-key limit of
+// each name, not every stored limit (sqlLimitsOwnedFor), and judges as if
+// it had read them all: removing a name's limit while another namespace
+// holds per-key limits of it is refused, naming the first of them, and a
+// change of a name's limit reports that name alone, whatever per-key
+// limits of it are stored.
+func TestSyncJudgesTheWholeSetFromWhatItReads(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, err := s.SyncKeyLimits(ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "zz", Limit: 2}, {Name: "aa", Limit: 3}}}, store.SyncOptions{})
+	require.NoError(t, err)
+	var tenants []gate.Limit
+	for i := range 300 {
+		tenants = append(tenants, gate.Limit{Name: fmt.Sprintf("zz:t%03d", 299-i), Limit: 4})
+	}
+	_, err = s.SyncKeyLimits(ctx, "tenants", store.KeyLimits{Limits: tenants}, store.SyncOptions{})
+	require.NoError(t, err)
+
+	_, err = s.SyncKeyLimits(ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "aa", Limit: 3}}}, store.SyncOptions{})
+	require.ErrorIs(t, err, gate.ErrPerKeyWithoutGate)
+	require.ErrorContains(t, err, `"zz:t000"`, "the first per-key limit of the name, as Validate over every stored limit names it")
+	_, err = s.SyncKeyLimits(ctx, "app", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{KeepOmitted: true, RemoveLimits: []string{"zz"}})
+	require.ErrorIs(t, err, gate.ErrPerKeyWithoutGate)
+
+	res, err := s.SyncKeyLimits(ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "zz", Limit: 5}, {Name: "aa", Limit: 3}}}, store.SyncOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Change{{Name: "zz", OldK: 2, NewK: 5, OldSet: true, NewSet: true}}, res.Changes)
+	res, err = s.SyncKeyLimits(ctx, "tenants", store.KeyLimits{Limits: []gate.Limit{}}, store.SyncOptions{KeepOmitted: true, RemoveLimits: []string{"zz:t150"}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Change{{Name: "zz:t150", OldK: 4, NewK: 5, OldSet: true}}, res.Changes, "the key falls back to its name's limit")
+	ls, err := s.Limits(ctx)
+	require.NoError(t, err)
+	require.Len(t, ls, 2+299)
+}

@@ -37,9 +37,6 @@ SELECT name, "limit", shards FROM {schema}.limits WHERE $2::text IS NULL AND nam
 UNION
 SELECT name, "limit", shards FROM {schema}.limits WHERE name = ANY ($3::text[])`
 
-	// sqlLimitsOwned reads every key limit with the namespace that owns it.
-	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
-
 	// sqlLimitsApply deletes the limits named $1 and stores the limits
 	// $2..$5 (name, limit, shards, namespace), new or changed: the rows a
 	// sync changes, not every stored limit (see writes).
@@ -58,6 +55,27 @@ ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.s
 SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE name = ANY ($1::text[])
 UNION
 SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE NOT $3::bool AND namespace = $2
+ORDER BY name`
+
+	// sqlLimitsOwnedFor is what a locked sync reads: sqlLimitsOwnedOf's
+	// limits, every key name's limit (limits_of_names), and for each key
+	// name among them the first per-key limit of that name, if any (a scan
+	// of the primary key in order, filtered on the server): a name's limit
+	// can be removed only while no per-key limit of it remains, and the
+	// first one is the one gate.Limits.Validate names (see syncKeyLimits).
+	sqlLimitsOwnedFor = `
+WITH r AS (
+    SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE name = ANY ($1::text[])
+    UNION
+    SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE NOT $3::bool AND namespace = $2
+    UNION
+    SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE strpos(name, ':') = 0)
+SELECT name, "limit", shards, namespace FROM r
+UNION
+SELECT p.name, p."limit", p.shards, p.namespace FROM r
+CROSS JOIN LATERAL (SELECT l.name, l."limit", l.shards, l.namespace FROM {schema}.limits l
+                    WHERE left(l.name, length(r.name) + 1) = r.name || ':' ORDER BY l.name LIMIT 1) p
+WHERE strpos(r.name, ':') = 0
 ORDER BY name`
 
 	// sqlRatesOwnedOf is sqlLimitsOwnedOf for rate limits.

@@ -79,9 +79,10 @@ func TestSyncUnchangedTakesNoLock(t *testing.T) {
 	require.NoError(t, holder.Rollback(ctx))
 
 	// And what was stored is what the first syncs stored.
-	ls, rs, err := s.readOwned(ctx, s.pool)
+	ls, err := s.Limits(ctx)
 	require.NoError(t, err)
 	require.Len(t, ls, 3)
-	require.Len(t, rs, 1)
-	require.Equal(t, want.RateLimits[0], rs[0].RateLimit)
+	rs, err := s.RateLimits(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want.RateLimits, rs)
 }
