@@ -101,8 +101,20 @@ func TestSyncWritesOnlyWhatItChanges(t *testing.T) {
 // it had read them all: removing a name's limit while another namespace
 // holds per-key limits of it is refused, naming the first of them, and a
 // change of a name's limit reports that name alone, whatever per-key
-// limits of it are stored.
+// limits of it are stored. The same with every sync reading every stored
+// limit (past ownedOfMax names).
 func TestSyncJudgesTheWholeSetFromWhatItReads(t *testing.T) {
+	for _, most := range []int{ownedOfMax, 0} {
+		t.Run(fmt.Sprintf("ownedOfMax %d", most), func(t *testing.T) {
+			old := ownedOfMax
+			ownedOfMax = most
+			defer func() { ownedOfMax = old }()
+			syncJudgesTheWholeSet(t)
+		})
+	}
+}
+
+func syncJudgesTheWholeSet(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
 	_, err := s.SyncKeyLimits(ctx, "app", store.KeyLimits{Limits: []gate.Limit{{Name: "zz", Limit: 2}, {Name: "aa", Limit: 3}}}, store.SyncOptions{})

@@ -46,6 +46,9 @@ INSERT INTO {schema}.limits (name, "limit", shards, namespace)
 SELECT * FROM unnest($2::text[], $3::int[], $4::int[], $5::text[])
 ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.shards, namespace = excluded.namespace`
 
+	// sqlLimitsOwned reads every key limit with the namespace that owns it.
+	sqlLimitsOwned = `SELECT name, "limit", shards, namespace FROM {schema}.limits ORDER BY name`
+
 	// sqlLimitsOwnedOf reads, with their owners, the key limits named in $1
 	// and, unless $3, every key limit namespace $2 owns: what a sync of $2
 	// that wants or removes $1 (and, unless it keeps what it omits, drops

@@ -98,6 +98,7 @@ func init() {
 	pgstatements.Register("sqlLimitsFor", sqlLimitsFor)
 	pgstatements.Register("sqlLimitsLock", sqlLimitsLock)
 	pgstatements.Register("sqlLimitsOfNames", sqlLimitsOfNames)
+	pgstatements.Register("sqlLimitsOwned", sqlLimitsOwned)
 	pgstatements.Register("sqlLimitsOwnedFor", sqlLimitsOwnedFor)
 	pgstatements.Register("sqlLimitsOwnedOf", sqlLimitsOwnedOf)
 	pgstatements.Register("sqlList", sqlList)
