@@ -77,7 +77,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		// So the writes, the changes and the checks are those of the whole
 		// set, which a fleet with a per-key limit for each of many thousand
 		// tenants would read at every `durable limits set`.
-		oldLs, oldRs, err := s.readOwned(ctx, tx, names, rateNames, namespace, o.KeepOmitted || limits == nil, o.KeepOmitted || rates == nil, sqlLimitsOwnedFor)
+		oldLs, oldRs, err := s.readOwned(ctx, tx, names, rateNames, namespace, o.KeepOmitted || limits == nil, o.KeepOmitted || rates == nil, true)
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func nextOwned(oldLs []ownedLimit, oldRs []ownedRate, wantLs []gate.Limit, wantR
 // which an engine's Start would otherwise read.
 func (s *Store) unchanged(ctx context.Context, namespace string, syncLimits, syncRates bool, wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions) bool {
 	names, rateNames := syncNames(wantLs, wantRs, o)
-	oldLs, oldRs, err := s.readOwned(ctx, s.pool, names, rateNames, namespace, o.KeepOmitted || !syncLimits, o.KeepOmitted || !syncRates, sqlLimitsOwnedOf)
+	oldLs, oldRs, err := s.readOwned(ctx, s.pool, names, rateNames, namespace, o.KeepOmitted || !syncLimits, o.KeepOmitted || !syncRates, false)
 	if err != nil {
 		return false
 	}
@@ -294,20 +294,22 @@ func syncNames(wantLs []gate.Limit, wantRs []gate.RateLimit, o store.SyncOptions
 	return names, rateNames
 }
 
-// readOwned reads, with their owners, the limits limitsSQL
-// (sqlLimitsOwnedOf or sqlLimitsOwnedFor) reads for names, namespace and
-// keepLimits (every stored limit past ownedOfMax names), and the rate
-// limits named in rateNames and, unless keepRates, those namespace owns
-// (sqlRatesOwnedOf).
-func (s *Store) readOwned(ctx context.Context, tx batcher, names, rateNames []string, namespace string, keepLimits, keepRates bool, limitsSQL string) ([]ownedLimit, []ownedRate, error) {
+// readOwned reads, with their owners, the limits sqlLimitsOwnedOf reads
+// for names, namespace and keepLimits, or sqlLimitsOwnedFor when locked
+// (every stored limit past ownedOfMax names), and the rate limits named in
+// rateNames and, unless keepRates, those namespace owns (sqlRatesOwnedOf).
+func (s *Store) readOwned(ctx context.Context, tx batcher, names, rateNames []string, namespace string, keepLimits, keepRates, locked bool) ([]ownedLimit, []ownedRate, error) {
 	var ls []ownedLimit
 	var rs []ownedRate
 	b := &pgx.Batch{}
 	var q *pgx.QueuedQuery
-	if len(names) > ownedOfMax {
+	switch {
+	case len(names) > ownedOfMax:
 		q = b.Queue(s.q(sqlLimitsOwned))
-	} else {
-		q = b.Queue(s.q(limitsSQL), names, namespace, keepLimits)
+	case locked:
+		q = b.Queue(s.q(sqlLimitsOwnedFor), names, namespace, keepLimits)
+	default:
+		q = b.Queue(s.q(sqlLimitsOwnedOf), names, namespace, keepLimits)
 	}
 	q.Query(func(rows pgx.Rows) error {
 		var l ownedLimit
