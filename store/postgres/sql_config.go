@@ -64,8 +64,10 @@ ORDER BY name`
 	// limits, every key name's limit (limits_of_names), and for each key
 	// name among them the first per-key limit of that name, if any (a scan
 	// of the primary key in order, filtered on the server): a name's limit
-	// can be removed only while no per-key limit of it remains, and the
-	// first one is the one gate.Limits.Validate names (see syncKeyLimits).
+	// can be removed only while no per-key limit of it remains, which one
+	// of them tells as well as all (see syncKeyLimits). Where the
+	// database's collation sorts as Go does, it is the one
+	// gate.Limits.Validate names.
 	sqlLimitsOwnedFor = `
 WITH r AS (
     SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE name = ANY ($1::text[])
