@@ -27,7 +27,7 @@
 // (between two report lines); at half, half of the engines restart without
 // the second workflow for -deploy (a rolling deploy), then with it again.
 //
-// The concurrency keys of issue 39, off by default: with -several, that
+// Several keys per row and per-key limits, off by default: with -several, that
 // share of the gate's rows also holds a K = 1 key of the load's (one
 // without a backlog), a row of several keys; with -key-limits N, a per-key
 // limit of twice the gate's is stored for api:0 … api:N-1 before the load
