@@ -58,10 +58,11 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		return store.LimitsResult{}, err
 	}
 
-	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantLs.All(), wantRs.All(), o) {
+	wantAll, wantRates := wantLs.All(), wantRs.All() // each sorted once
+	if s.unchanged(ctx, namespace, limits != nil, rates != nil, wantAll, wantRates, o) {
 		return store.LimitsResult{}, nil
 	}
-	names, rateNames := syncNames(wantLs.All(), wantRs.All(), o)
+	names, rateNames := syncNames(wantAll, wantRates, o)
 	var res store.LimitsResult
 	stranded := &strandedKeys{}
 	var changed []string
@@ -81,7 +82,7 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if err != nil {
 			return err
 		}
-		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantLs.All(), wantRs.All(), namespace, limits != nil, rates != nil, o)
+		nextLs, nextRs, err := nextOwned(oldLs, oldRs, wantAll, wantRates, namespace, limits != nil, rates != nil, o)
 		if err != nil {
 			return err
 		}

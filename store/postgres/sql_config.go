@@ -52,8 +52,8 @@ ON CONFLICT (name) DO UPDATE SET "limit" = excluded."limit", shards = excluded.s
 	// sqlLimitsOwnedOf reads, with their owners, the key limits named in $1
 	// and, unless $3, every key limit namespace $2 owns: what a sync of $2
 	// that wants or removes $1 (and, unless it keeps what it omits, drops
-	// the rest of $2's) can change (see unchanged). The names by primary
-	// key; the namespace's by a scan of the table, on the server.
+	// the rest of $2's) can change (see unchanged). No index has the
+	// namespace: the server filters the table for $2's entries.
 	sqlLimitsOwnedOf = `
 SELECT name, "limit", shards, namespace FROM {schema}.limits WHERE name = ANY ($1::text[])
 UNION
@@ -62,8 +62,8 @@ ORDER BY name`
 
 	// sqlLimitsOwnedFor is what a locked sync reads: sqlLimitsOwnedOf's
 	// limits, every key name's limit (limits_of_names), and for each key
-	// name among them the first per-key limit of that name, if any (a scan
-	// of the primary key in order, filtered on the server): a name's limit
+	// name among them the first per-key limit of that name, if any
+	// (filtered on the server): a name's limit
 	// can be removed only while no per-key limit of it remains, which one
 	// of them tells as well as all (see syncKeyLimits). Where the
 	// database's collation sorts as Go does, it is the one
