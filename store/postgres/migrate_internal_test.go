@@ -191,7 +191,7 @@ func TestMigrateBuildsNewIndexesOnALiveSchema(t *testing.T) {
 		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND NOT i.indisvalid`, s.schema).Scan(&invalid))
 	require.Zero(t, invalid)
 	for _, ix := range []string{"instances_pick_free_version", "instances_pick_keyed_version", "instances_live_key_name_key_c",
-		"instances_terminal_workflow", "instances_key_ready_posix", "instances_key_blocked_posix"} {
+		"instances_live_extra_keys", "instances_terminal_workflow", "instances_key_ready_posix", "instances_key_blocked_posix"} {
 		require.True(t, tableExists(t, ctx, s.pool, s.schema, ix), ix)
 	}
 }

@@ -174,10 +174,10 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 // TestKeyWaitingElsewhereReadsLiveRowsOnly: the count of rows that carry a
 // key among their other keys and wait in another key's line (KeyInfo's
 // WaitingElsewhere, which `durable explain` and the ui's key page show)
-// reads the live rows of the key's name, not instances_extra_keys, which
+// reads the live rows that carry the key, not instances_extra_keys, which
 // holds every row that ever carried the key: with 20,000 ended rows of
 // the key beside three waiting ones, custom and generic plans, analyzed,
-// use instances_live_extra_key_names alone, and the count is the three.
+// use instances_live_extra_keys alone, and the count is the three.
 func TestKeyWaitingElsewhereReadsLiveRowsOnly(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
@@ -196,7 +196,7 @@ func TestKeyWaitingElsewhereReadsLiveRowsOnly(t *testing.T) {
 	}
 	for _, mode := range []string{"auto", "force_generic_plan"} {
 		plan := strings.Join(explainPrepared(t, s, mode, false, sqlKeyWaiting, []any{"api:3"}, "key waiting"), "\n")
-		require.Contains(t, plan, "instances_live_extra_key_names", "%s:\n%s", mode, plan)
+		require.Contains(t, plan, "instances_live_extra_keys", "%s:\n%s", mode, plan)
 		require.NotContains(t, plan, "instances_extra_keys", "%s: the read of ended rows is back:\n%s", mode, plan)
 	}
 	info, err := s.KeyInfo(ctx, "api:3")

@@ -145,22 +145,22 @@ FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 	// sqlLiveByName counts the live rows of each key name of $1 under each
 	// of their keys of that name, in any position, as the memory store
 	// does: the key column from instances_live_key_name_key_c (migration 030),
-	// the other keys from instances_live_extra_key_names (migration 028),
-	// whose predicates the conditions repeat.
+	// the other keys by their names from instances_live_extra_keys
+	// (migration 031), whose predicates the conditions repeat.
 	sqlLiveByName = `
 SELECT n, count(*) FROM (
     SELECT key_name AS n FROM {schema}.instances
     WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
     UNION ALL
     SELECT split_part(e.k, ':', 1) FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-    WHERE {schema}.key_names(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
+    WHERE {schema}.key_terms(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
       AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND split_part(e.k, ':', 1) = ANY ($1::text[])
 ) x GROUP BY n`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
 	// whose names are $2, in any position: the key column's by the name and
-	// the key (instances_live_key_name_key_c), the other keys' among the
-	// live rows of those names (instances_live_extra_key_names).
+	// the key (instances_live_key_name_key_c), the other keys' by the keys
+	// (instances_live_extra_keys), not among every live row of their names.
 	sqlLiveByKey = `
 SELECT k, count(*) FROM (
     SELECT key AS k FROM {schema}.instances
@@ -168,7 +168,7 @@ SELECT k, count(*) FROM (
       AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
     UNION ALL
     SELECT e.k FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-    WHERE {schema}.key_names(i.extra_keys) && $2::text[] AND i.extra_keys IS NOT NULL
+    WHERE {schema}.key_terms(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
       AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = ANY ($1::text[])
 ) x GROUP BY k`
 

@@ -147,16 +147,16 @@ ORDER BY started_at, id LIMIT $2`
 	// scheduled rows alone), so that explaining a key never scans the table;
 	// then the rows of several keys that carry the key among their other
 	// keys and wait in another key's line, found among the live rows that
-	// carry a key of its name (instances_live_extra_key_names, whose
-	// predicate the conditions repeat), which are bounded by what waits and
-	// runs: instances_extra_keys holds every row that ever carried the key,
-	// ended ones included, so a read of it grows with the retained history.
+	// carry it (instances_live_extra_keys, whose predicate the conditions
+	// repeat), which are bounded by what waits and runs: instances_extra_keys
+	// holds every row that ever carried the key, ended ones included, so a
+	// read of it grows with the retained history.
 	sqlKeyWaiting = `
 SELECT (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked'))
      + (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status = 'scheduled'),
        (SELECT count(*) FROM {schema}.instances WHERE key = $1 AND status IN ('ready', 'blocked') AND status = 'blocked'),
        (SELECT count(*) FROM {schema}.instances
-        WHERE {schema}.key_names(extra_keys) && ARRAY[split_part($1::text, ':', 1)] AND extra_keys IS NOT NULL
+        WHERE {schema}.key_terms(extra_keys) @> ARRAY[$1::text] AND extra_keys IS NOT NULL
           AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
           AND extra_keys @> ARRAY[$1::text] AND status IN ('ready', 'blocked'))`
 
