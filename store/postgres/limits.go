@@ -23,15 +23,17 @@ func (s *Store) SyncLimits(ctx context.Context, limits []gate.Limit) (store.Limi
 }
 
 // SyncKeyLimits makes the key limits namespace owns equal to want, in one
-// transaction (see store.Store). Existing counters of a changed name, or of
-// a key whose own limit changed, are resized in the same transaction,
-// keeping the slots in use: a key never has more free slots than its new
-// limit minus the rows its counters hold; a key left with free slots has
-// as many of its blocked rows promoted in that transaction.
+// transaction (see store.Store). Buckets of a name whose rate limit changed
+// keep their tokens; they are deleted when it lost its rate limit or
+// changed scope. Once it commits, existing counters of a changed name, or
+// of a key whose own limit changed, are resized a few keys to a
+// transaction, keeping the slots in use: a key never has more free slots
+// than its new limit minus the rows its counters hold; a key left with
+// free slots has as many of its blocked rows promoted in that transaction.
 // Counters of a name that lost its limit are deleted (its keys run at K = 1
-// from the next claim on). Buckets of a name whose rate limit changed keep
-// their tokens; they are deleted when it lost its rate limit or changed
-// scope.
+// from the next claim on). Then the live instances of the changed names
+// and keys are counted (LimitsResult.Live) and the warning for them
+// recorded (see syncKeyLimits).
 func (s *Store) SyncKeyLimits(ctx context.Context, namespace string, want store.KeyLimits, o store.SyncOptions) (store.LimitsResult, error) {
 	return s.syncKeyLimits(ctx, namespace, want.Limits, want.RateLimits, o)
 }
@@ -140,30 +142,55 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 		if o.DryRun {
 			return errDryRun
 		}
-		if ws := store.LiveChangeWarnings(res); len(ws) > 0 {
-			names, messages, live := make([]string, len(ws)), make([]string, len(ws)), make([]int64, len(ws))
-			for i, w := range ws {
-				names[i], messages[i], live[i] = w.Name, w.Message, w.Live
-			}
-			if _, err := tx.Exec(ctx, s.q(sqlLimitChangesRecord), names, messages, live, nil); err != nil {
-				return err
-			}
-		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errDryRun) {
 		return store.LimitsResult{}, fmt.Errorf("sync limits: %w", err)
 	}
-	if err == nil {
+	dryRun := err != nil
+	if !dryRun {
 		err = s.reshapeCounters(ctx, changed, stranded)
 		s.heal(ctx, stranded, time.Time{})
+		if err != nil {
+			// The limits are stored: the reconciler re-shapes the counters
+			// this could not at its next sweep.
+			return res, fmt.Errorf("sync limits: stored, but re-shaping the counters of the changed keys failed (the reconciler repairs them): %w", err)
+		}
 	}
-	if err != nil && !errors.Is(err, errDryRun) {
-		// The limits are stored: the reconciler re-shapes the counters
-		// this could not at its next sweep.
-		return res, fmt.Errorf("sync limits: stored, but re-shaping the counters of the changed keys failed (the reconciler repairs them): %w", err)
+	// The live rows of the changed names and keys are counted once the
+	// change is in force, outside its transaction, and the warning that
+	// names them is recorded then: a name's count reads every live row of
+	// the name (a second or more for a million rows), which would
+	// otherwise hold the sync's lock and delay the new limit by as much.
+	// The warning is advice: a sync that fails after its commit stores the
+	// limits without it.
+	if len(res.Changes)+len(res.RateChanges) == 0 {
+		return res, nil
+	}
+	if err := s.countLive(ctx, &res); err != nil {
+		return res, fmt.Errorf("sync limits: %s, but counting the live instances of the changed names failed: %w", storedOrNot(dryRun), err)
+	}
+	if dryRun {
+		return res, nil
+	}
+	if ws := store.LiveChangeWarnings(res); len(ws) > 0 {
+		names, messages, live := make([]string, len(ws)), make([]string, len(ws)), make([]int64, len(ws))
+		for i, w := range ws {
+			names[i], messages[i], live[i] = w.Name, w.Message, w.Live
+		}
+		if _, err := s.pool.Exec(ctx, s.q(sqlLimitChangesRecord), names, messages, live, nil); err != nil {
+			return res, fmt.Errorf("sync limits: stored, but recording the warning for live instances failed: %w", err)
+		}
 	}
 	return res, nil
+}
+
+// storedOrNot says what a sync that failed after its transaction left.
+func storedOrNot(dryRun bool) string {
+	if dryRun {
+		return "dry run"
+	}
+	return "stored"
 }
 
 // errDryRun rolls back a sync that only reports.
@@ -395,18 +422,13 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 	return out
 }
 
-// applyLimitChanges adjusts the buckets of names whose rate limit changed
-// and counts the live instances of every changed name and key, in the
-// change's transaction, and returns the names and keys whose limit changed:
-// their counters are re-shaped after the commit (see reshapeCounters).
+// applyLimitChanges adjusts the buckets of names whose rate limit changed,
+// in the change's transaction, and returns the names and keys whose limit
+// changed: their counters are re-shaped after the commit (see
+// reshapeCounters).
 func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.LimitsResult) (changed []string, err error) {
-	res.Live = map[string]int64{}
-	var allChanged, keys, keyNames []string
 	for _, c := range res.Changes {
 		changed = append(changed, c.Name)
-		if strings.Contains(c.Name, ":") {
-			keys, keyNames = append(keys, c.Name), append(keyNames, gate.NameOf(c.Name))
-		}
 	}
 	var drop, rescale []string
 	var oldTC, newTC, caps []int64
@@ -419,17 +441,41 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.Lim
 			rescale = append(rescale, c.Name)
 			oldTC, newTC, caps = append(oldTC, c.Old.TokenCredit()), append(newTC, c.New.TokenCredit()), append(caps, c.New.Capacity())
 		}
-		allChanged = append(allChanged, c.Name)
 	}
-	allChanged = append(allChanged, changed...)
-	slices.Sort(allChanged)
-	allChanged = slices.Compact(allChanged)
-	for _, n := range allChanged {
+	b := &pgx.Batch{}
+	if len(drop) > 0 {
+		b.Queue(s.q(sqlBucketsDrop), drop)
+	}
+	if len(rescale) > 0 {
+		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
+	}
+	if b.Len() == 0 {
+		return changed, nil
+	}
+	return changed, tx.SendBatch(ctx, b).Close()
+}
+
+// countLive sets res.Live: the live instances of every name and key whose
+// limit or rate limit changed.
+func (s *Store) countLive(ctx context.Context, res *store.LimitsResult) error {
+	res.Live = map[string]int64{}
+	var all, keys, keyNames []string
+	for _, c := range res.Changes {
+		all = append(all, c.Name)
+		if strings.Contains(c.Name, ":") {
+			keys, keyNames = append(keys, c.Name), append(keyNames, gate.NameOf(c.Name))
+		}
+	}
+	for _, c := range res.RateChanges {
+		all = append(all, c.Name)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	for _, n := range all {
 		res.Live[n] = 0
 	}
-
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlLiveByName), allChanged).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlLiveByName), all).Query(func(rows pgx.Rows) error {
 		var name string
 		var n int64
 		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
@@ -443,13 +489,7 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.Lim
 			return err
 		})
 	}
-	if len(drop) > 0 {
-		b.Queue(s.q(sqlBucketsDrop), drop)
-	}
-	if len(rescale) > 0 {
-		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
-	}
-	return changed, tx.SendBatch(ctx, b).Close()
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // limitChunk is how many keys' counters one transaction of a limit
