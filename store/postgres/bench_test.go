@@ -354,7 +354,8 @@ func BenchmarkLimitChange(b *testing.B) {
 
 // BenchmarkManyKeyLimits measures the limits of a fleet that stores a
 // per-key limit for each of 100,000 tenants (api:t0 .. api:t99999, under
-// a name limit), with 200,000 ready rows over 10,000 of those keys:
+// a name limit), with 200,000 ready rows over 10,000 of those keys and as
+// many holding one of them beside an account's key (rows of several keys):
 // setting the limit of one of them (`durable limits set`), syncing the
 // whole set with one changed (`durable limits sync`), and a reconciler
 // sweep over 20,000 other keys with counters (idle ones: the sweep deletes
@@ -373,7 +374,11 @@ func BenchmarkManyKeyLimits(b *testing.B) {
 		SELECT gen_random_uuid(), 'wf', 'q', 'ready', 's', now(), i / 10000, 'api:t' || (i % 10000), now(), now()
 		FROM generate_series(0, 199999) i`)
 	require.NoError(b, err)
-	_, err = e.pool.Exec(e.ctx, "ANALYZE instances")
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO instances (id, workflow, queue, status, step, run_at, round, key, extra_keys, extra_intents, created_at, updated_at)
+		SELECT gen_random_uuid(), 'wf', 'q', 'ready', 's', now(), 0, 'acct:' || i, ARRAY['api:t' || (i % 10000)], ARRAY[''], now(), now()
+		FROM generate_series(0, 199999) i`)
+	require.NoError(b, err)
+	_, err = e.pool.Exec(e.ctx, "VACUUM ANALYZE instances")
 	require.NoError(b, err)
 	b.Run("set one", func(b *testing.B) {
 		for i := range b.N {
