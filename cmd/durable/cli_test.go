@@ -564,6 +564,56 @@ func TestCLILimitsSetUnset(t *testing.T) {
 	assert.Equal(t, 2, code)
 }
 
+// TestCLILimitsListFilters: `limits ls` prints at most 20 per-key limits
+// of a name and says how to list the rest; with a name it lists that
+// name's limit and all its keys' own, with a key its name's and its own;
+// -json, the file limits sync reads, prints every limit or nothing.
+func TestCLILimitsListFilters(t *testing.T) {
+	t.Parallel()
+	s := migrated(t)
+	ctx := context.Background()
+	ls := []gate.Limit{{Name: "stripe", Limit: 2}, {Name: "mail", Limit: 4}, {Name: "mail:vip", Limit: 8}}
+	for i := range 25 {
+		ls = append(ls, gate.Limit{Name: fmt.Sprintf("stripe:t%02d", i), Limit: 3 + i})
+	}
+	_, err := s.st.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: ls}, store.SyncOptions{})
+	require.NoError(t, err)
+	perKeyLines := func(out, name string) int { return strings.Count(out, "  "+name+":") }
+
+	out := s.ok(t, "limits", "ls")
+	assert.Equal(t, 20, perKeyLines(out, "stripe"), out)
+	assert.Equal(t, []string{"stripe:t19", "(this", "key", "only)", "22", "1"}, line(t, out, "stripe:t19"))
+	assert.NotContains(t, out, "stripe:t20")
+	assert.Contains(t, out, "5 more per-key limits of stripe: durable limits ls stripe\n")
+	assert.Equal(t, 1, perKeyLines(out, "mail"), out)
+	assert.NotContains(t, out, "more per-key limits of mail")
+
+	out = s.ok(t, "limits", "ls", "stripe")
+	assert.Equal(t, 25, perKeyLines(out, "stripe"), out)
+	assert.Equal(t, []string{"stripe", "2", "1"}, line(t, out, "stripe "))
+	assert.NotContains(t, out, "mail")
+	assert.NotContains(t, out, "more per-key")
+
+	out = s.ok(t, "limits", "ls", "stripe:t03")
+	assert.Equal(t, []string{"stripe", "2", "1"}, line(t, out, "stripe "))
+	assert.Equal(t, []string{"stripe:t03", "(this", "key", "only)", "6", "1"}, line(t, out, "stripe:t03"))
+	assert.Equal(t, 1, perKeyLines(out, "stripe"), out)
+
+	out = s.ok(t, "limits", "ls", "stripe:other")
+	assert.Equal(t, []string{"stripe", "2", "1"}, line(t, out, "stripe "))
+	assert.Zero(t, perKeyLines(out, "stripe"), out)
+	assert.Contains(t, out, "stripe:other has no limit of its own: it runs at its name's")
+
+	assert.Contains(t, s.ok(t, "limits", "ls", "account:7"), "no limit for account: its keys run at K = 1")
+
+	var f limitsFile
+	require.NoError(t, json.Unmarshal([]byte(s.ok(t, "limits", "ls", "-json")), &f))
+	assert.Len(t, f.Limits, len(ls), "-json prints every limit")
+	_, errOut, code := s.cli(t, "limits", "ls", "stripe", "-json")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "not one NAME's")
+}
+
 func cliExplainSaturatedKey(t *testing.T, s *seeded) {
 	out := s.ok(t, "explain", "account:7")
 	t.Log("\n" + out)

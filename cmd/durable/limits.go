@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,10 +31,10 @@ type limitsFile struct {
 	RateLimits []gate.RateLimit `json:"rate_limits,omitempty"`
 }
 
-// limits dispatches `limits ls`, `limits sync FILE`, `limits set NAME
+// limits dispatches `limits ls [NAME|KEY]`, `limits sync FILE`, `limits set NAME
 // LIMIT` and `limits unset NAME`.
 func limits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const want = "ls, sync FILE, set NAME LIMIT or unset NAME"
+	const want = "ls [NAME|KEY], sync FILE, set NAME LIMIT or unset NAME"
 	if len(args) == 0 {
 		return usagef("limits: want a subcommand: %s", want)
 	}
@@ -130,13 +132,34 @@ func limitsChange(ctx context.Context, db *dbFlags, cmd, namespace string, want 
 	return nil
 }
 
+// perKeyShown is how many per-key limits of one name `limits ls` prints
+// when no NAME is given: a fleet may store one for each of many thousand
+// tenants.
+const perKeyShown = 20
+
+// limitsList prints the stored limits: `limits ls [NAME|KEY] [-json]`.
+// With a name, that name's limit and every per-key limit of its keys; with
+// a key, its name's limit and its own.
 func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("limits ls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := addDBFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON (the format limits sync reads)")
-	if _, err := parse(fs, args, 0, 0, ""); err != nil {
+	asJSON := fs.Bool("json", false, "print every limit as JSON (the format limits sync reads)")
+	pos, err := parse(fs, args, 0, 1, "[NAME|KEY]")
+	if err != nil {
 		return err
+	}
+	filter := ""
+	if len(pos) == 1 {
+		filter = pos[0]
+		if *asJSON {
+			// A sync deletes what its file omits: a file of one name's
+			// limits would delete every other limit of the namespace.
+			return usagef("limits ls: -json prints every limit (the file limits sync reads, which deletes what it omits), not one NAME's")
+		}
+		if err := (&gate.Limit{Name: filter, Limit: 1}).Validate(); err != nil {
+			return fmt.Errorf("limits ls: %w", err)
+		}
 	}
 	st, closeStore, err := db.open(ctx)
 	if err != nil {
@@ -157,24 +180,52 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return writeJSON(stdout, limitsFile{Limits: ls, RateLimits: rates})
 	}
-	if len(ls) == 0 {
+	if filter != "" {
+		name := gate.NameOf(filter)
+		ls = slices.DeleteFunc(ls, func(l gate.Limit) bool {
+			if filter == name { // a name: it and its keys' own
+				return gate.NameOf(l.Name) != name
+			}
+			return l.Name != name && l.Name != filter // a key: its name's and its own
+		})
+		rates = slices.DeleteFunc(rates, func(r gate.RateLimit) bool { return r.Name != name })
+	}
+	switch {
+	case len(ls) == 0 && filter == "":
 		fmt.Fprintln(stdout, "no limits: every key runs at K = 1 (strict mutual exclusion per key)")
-	} else {
+	case len(ls) == 0:
+		fmt.Fprintf(stdout, "no limit for %s: its keys run at K = 1 (strict mutual exclusion per key)\n", gate.NameOf(filter))
+	default:
 		tw := table(stdout)
 		fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
 		perKey := false
+		shown, hidden := map[string]int{}, map[string]int{}
 		for _, l := range ls {
 			name := l.Name
 			if l.PerKey() {
-				name, perKey = "  "+name+" (this key only)", true
+				perKey = true
+				n := gate.NameOf(name)
+				if filter == "" && shown[n] == perKeyShown {
+					hidden[n]++
+					continue
+				}
+				shown[n]++
+				name = "  " + name + " (this key only)"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\n", name, l.Limit, l.Shards)
 		}
 		tw.Flush()
+		for _, n := range slices.Sorted(maps.Keys(hidden)) {
+			fmt.Fprintf(stdout, "%d more per-key limits of %s: durable limits ls %s\n", hidden[n], n, n)
+		}
 		if perKey {
 			fmt.Fprintln(stdout, "a key with its own limit runs at it; the other keys of its name at the name's")
 		}
-		fmt.Fprintln(stdout, "keys of any other name run at K = 1")
+		if filter == "" {
+			fmt.Fprintln(stdout, "keys of any other name run at K = 1")
+		} else if strings.Contains(filter, ":") && !slices.ContainsFunc(ls, func(l gate.Limit) bool { return l.Name == filter }) {
+			fmt.Fprintf(stdout, "%s has no limit of its own: it runs at its name's\n", filter)
+		}
 	}
 	if len(rates) > 0 {
 		fmt.Fprintln(stdout)

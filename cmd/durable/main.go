@@ -69,7 +69,8 @@ commands:
   signal ID NAME [JSON]  send a signal (-dedup KEY makes a repeat a no-op)
   cancel ID            cancel a non-terminal instance (-children: and every descendant, parents first)
   retry ID             run a failed or canceled instance again from its step
-  limits ls            list the stored key limits
+  limits ls [NAME|KEY]  list the stored key limits (20 per-key limits a name at most; with NAME,
+                       that name's and all its keys'; with KEY, its name's and its own; -json: all)
   limits sync FILE     replace the stored key limits with FILE's (JSON; "-" is stdin;
                        with "rate_limits", the rate limits too; -namespace NS)
   limits set NAME LIMIT  store one limit, leaving the others (-shards N, -namespace NS, -dry-run);
