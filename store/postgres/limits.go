@@ -516,7 +516,13 @@ var reshapeFreePasses = 50
 // until the holder committed. Keys still held after reshapeFreePasses
 // passes (a counter that some transaction holds nearly all the time) are
 // re-shaped one key to a transaction, waiting for its counters, so that
-// the change ends.
+// the change ends. A key of one counter that a pass found held is
+// re-shaped so at the next pass, up to limitChunk such keys a pass:
+// waiting for its one counter holds no other, a claim or a credit of the
+// key waits for the change's statements as it would for another claim's,
+// and a saturated key's counter is one that its claims and step ends hold
+// nearly all the time, which passes without waiting would mostly find
+// held (BenchmarkManyKeyLimits, "set one, its counters busy").
 //
 // A chunk takes the limits lock (as a sync does), then its keys' counters,
 // then reads the limits: a sync that commits meanwhile waits for the
@@ -540,7 +546,8 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 	if err != nil {
 		return err
 	}
-	for pass := 0; len(keys) > 0; pass++ {
+	var lone []string // keys of one counter that a pass found held
+	for pass := 0; len(keys)+len(lone) > 0; pass++ {
 		if pass > 0 {
 			select {
 			case <-ctx.Done():
@@ -548,23 +555,36 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 			case <-time.After(min(time.Millisecond<<min(pass, 5), 20*time.Millisecond)):
 			}
 		}
+		var held, heldLone []string
+		reshape := func(chunk []string, wait bool) error {
+			var stranded strandedKeys
+			if err := s.reshapeChunk(ctx, chunk, wait, &stranded, &held, &heldLone); err != nil {
+				return err
+			}
+			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
+			return nil
+		}
+		// At most a chunk's worth of lone keys waits a pass, one after
+		// another; the others go on without waiting.
+		waitFor := lone[:min(len(lone), limitChunk)]
+		keys = append(keys, lone[len(waitFor):]...)
+		for _, k := range waitFor {
+			if err := reshape([]string{k}, true); err != nil {
+				return err
+			}
+		}
 		wait, size := pass >= reshapeFreePasses, limitChunk
 		if wait {
 			size = 1
 		}
-		var held []string
 		for len(keys) > 0 {
 			chunk := keys[:min(len(keys), size)]
 			keys = keys[len(chunk):]
-			var stranded strandedKeys
-			var skipped []string
-			if err := s.reshapeChunk(ctx, chunk, wait, &stranded, &skipped); err != nil {
+			if err := reshape(chunk, wait); err != nil {
 				return err
 			}
-			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
-			held = append(held, skipped...)
 		}
-		keys = held
+		keys, lone = held, heldLone
 	}
 	return nil
 }
@@ -598,9 +618,10 @@ func (s *Store) queueLimitsFor(b *pgx.Batch, after string, upto *string, also []
 // transaction of two round trips: the first locks the counters, the second
 // writes them and commits, so that the counters stay locked for one turn of
 // this process between two batches. With wait false it locks only the
-// counters no other transaction holds, and adds to skipped the keys of
-// which it could not lock every counter: it re-shapes none of theirs.
-func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *strandedKeys, skipped *[]string) error {
+// counters no other transaction holds, and adds the keys of which it could
+// not lock every counter to skipped, or to lone when a key has one counter:
+// it re-shapes none of theirs.
+func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *strandedKeys, skipped, lone *[]string) error {
 	t, err := s.beginBatch(ctx)
 	if err != nil {
 		return err
@@ -612,7 +633,7 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 	if wait {
 		b.Queue(s.q(sqlSlotsOfKeys), keys).Query(scanCounters(counters))
 	} else {
-		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped))
+		b.Queue(s.q(sqlSlotsOfKeysFree), keys).Query(scanFreeCounters(counters, skipped, lone))
 	}
 	empty := "" // no range (nothing is after "" and at most ""): the chunk's keys
 	storedLimits := s.queueLimitsFor(b, "", &empty, keys)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -149,6 +150,31 @@ func TestLimitChangeWaitsAtLastForAHeldCounter(t *testing.T) {
 	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%FOR UPDATE"), 10*time.Second, 10*time.Millisecond, "after its passes the change waits for the held counter")
 	require.Equal(t, [2]int{2, 2}, counter("api:a", 0))
 	requireFree(t, s, `key = 'api:a'`, "the waiting transaction holds the held key's counters only")
+	release()
+	require.NoError(t, <-done)
+	require.Equal(t, [2]int{2, 1}, counter("api:b", 0))
+}
+
+// TestLimitChangeWaitsAtOnceForALoneHeldCounter checks that a key of one
+// counter that a pass found held is re-shaped at the next pass by a
+// transaction that waits for it, however many passes without waiting the
+// change may make: waiting for a lone counter holds no other, and a
+// saturated key's counter is held by its claims and step ends nearly all
+// the time. A key of several counters keeps its passes
+// (TestLimitChangeReshapesAKeyWhole).
+func TestLimitChangeWaitsAtOnceForALoneHeldCounter(t *testing.T) {
+	s := newInternalStore(t)
+	old := reshapeFreePasses
+	reshapeFreePasses = math.MaxInt
+	t.Cleanup(func() { reshapeFreePasses = old })
+	sync, counter := limitChangeFixture(t, s, `('api:a', 0, 4, 4), ('api:b', 0, 4, 3)`)
+	release := holdCounters(t, s, `key = 'api:b'`)
+
+	done := make(chan error, 1)
+	go func() { done <- sync(2) }()
+	require.Eventually(t, lockWaiting(s, "%{schema}.key_slots%FOR UPDATE"), 10*time.Second, 10*time.Millisecond, "the change waits for the lone held counter")
+	require.Equal(t, [2]int{2, 2}, counter("api:a", 0))
+	requireFree(t, s, `key = 'api:a'`, "the waiting transaction holds the held key's counter only")
 	release()
 	require.NoError(t, <-done)
 	require.Equal(t, [2]int{2, 1}, counter("api:b", 0))

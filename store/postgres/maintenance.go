@@ -516,10 +516,10 @@ func scanCounters(into map[string]map[int]slotTarget) func(pgx.Rows) error {
 }
 
 // scanFreeCounters reads the rows of sqlSlotsOfKeysFree into into: the
-// counters of the keys it locked whole. The keys of which it locked only
-// some counters, or none of several, go to skipped; a key without
-// counters goes nowhere.
-func scanFreeCounters(into map[string]map[int]slotTarget, skipped *[]string) func(pgx.Rows) error {
+// counters of the keys it locked whole. A key of several counters of
+// which it did not lock every one goes to skipped, a key of one counter
+// that it could not lock to lone; a key without counters goes nowhere.
+func scanFreeCounters(into map[string]map[int]slotTarget, skipped, lone *[]string) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		shards := map[string]int{}
 		locked := map[string]map[int]slotTarget{}
@@ -549,6 +549,8 @@ func scanFreeCounters(into map[string]map[int]slotTarget, skipped *[]string) fun
 			case shards[k] == 0:
 			case len(locked[k]) == shards[k]:
 				into[k] = locked[k]
+			case shards[k] == 1:
+				*lone = append(*lone, k)
 			default:
 				*skipped = append(*skipped, k)
 			}
