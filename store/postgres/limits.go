@@ -160,8 +160,8 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	// The live rows of the changed names and keys are counted once the
 	// change is in force, outside its transaction, and the warning that
 	// names them is recorded then: a name's count reads every live row of
-	// the name (a second or more for a million rows), which would
-	// otherwise hold the sync's lock and delay the new limit by as much.
+	// the name, so it grows with the backlog, and in the transaction it
+	// would hold the sync's lock and delay the new limit by as long.
 	// The warning is advice: a sync that fails after its commit stores the
 	// limits without it.
 	if len(res.Changes)+len(res.RateChanges) == 0 {
