@@ -490,7 +490,7 @@ func explainHandOffCandidates(t *testing.T, s *Store, ids []string, wants []int3
 
 // TestLimitChangeCountsLiveRowsThroughAnIndex: a limit change counts the
 // live rows of each changed name and key, in any position (sqlLiveByName,
-// sqlLiveByKey), while it holds the name's counters; the counts read
+// sqlLiveByKey), once the change is in force; the counts read
 // instances_live_key_name_key_c for the key column and
 // instances_live_extra_keys for the other keys, not the table,
 // analyzed or not, with custom and generic plans.
@@ -536,7 +536,7 @@ func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 // the planner to a sequential scan of the table, each `durable limits set`
 // of a tenant's limit reading every row; with as many rows holding the
 // tenant's key beside an account's, reading them through the name read
-// every one of them (on 700,000 such rows, 0.7 s a set).
+// every one of them (0.7 s for one key among 700,000 such rows).
 func TestPerKeyLiveCountReadsTheKeysEntries(t *testing.T) {
 	ctx := context.Background()
 	s := newInternalStore(t)
@@ -560,8 +560,6 @@ func TestPerKeyLiveCountReadsTheKeysEntries(t *testing.T) {
 		require.Regexp(t, `Index (Only )?Scan using instances_live_key_name_key_c on instances[^\n]*\n\s+Index Cond: \(\(key_name = [^\n]*AND \(key = `, text, "%s:\n%s", mode, text)
 		require.Contains(t, text, "instances_live_extra_keys", "%s:\n%s", mode, text)
 		require.NotContains(t, text, "Seq Scan on instances", "%s:\n%s", mode, text)
-		// The key's 60 rows lie on about as many pages; its name's 60,000
-		// on some 900.
 		// The key's 60 live rows lie on as many pages at most, and the index
 		// holds a few; the name's 60,000 live rows fill some 1,600.
 		require.Less(t, explainBuffers(t, s, mode, sqlLiveByKey, args, "live by key"), 200, mode)
