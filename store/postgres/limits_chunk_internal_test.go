@@ -133,17 +133,19 @@ func TestLimitChangeReshapesAKeyWhole(t *testing.T) {
 	require.Equal(t, [2]int{1, 0}, counter("api:a", 1), "api:a's second shard keeps the slot its holder uses")
 }
 
-// TestLimitChangeWaitsAtLastForAHeldCounter checks that a key whose
-// counter stays held through every pass without waiting is then re-shaped
-// by a transaction that waits for it: the change ends when the holder
-// commits, and holds no other key's counter meanwhile.
+// TestLimitChangeWaitsAtLastForAHeldCounter checks that a key of several
+// counters one of which stays held through every pass without waiting is
+// then re-shaped by a transaction that waits for it: the change ends when
+// the holder commits, and holds no other key's counter meanwhile. (A key
+// of one counter is waited for at once:
+// TestLimitChangeWaitsAtOnceForALoneHeldCounter.)
 func TestLimitChangeWaitsAtLastForAHeldCounter(t *testing.T) {
 	s := newInternalStore(t)
 	old := reshapeFreePasses
 	reshapeFreePasses = 2
 	t.Cleanup(func() { reshapeFreePasses = old })
-	sync, counter := limitChangeFixture(t, s, `('api:a', 0, 4, 4), ('api:b', 0, 4, 3)`)
-	release := holdCounters(t, s, `key = 'api:b'`)
+	sync, counter := limitChangeFixture(t, s, `('api:a', 0, 4, 4), ('api:b', 0, 2, 1), ('api:b', 1, 2, 2)`)
+	release := holdCounters(t, s, `key = 'api:b' AND shard = 0`)
 
 	done := make(chan error, 1)
 	go func() { done <- sync(2) }()
@@ -152,7 +154,8 @@ func TestLimitChangeWaitsAtLastForAHeldCounter(t *testing.T) {
 	requireFree(t, s, `key = 'api:a'`, "the waiting transaction holds the held key's counters only")
 	release()
 	require.NoError(t, <-done)
-	require.Equal(t, [2]int{2, 1}, counter("api:b", 0))
+	require.Equal(t, [2]int{2, 1}, counter("api:b", 0), "the limit of 2 in one shard, its used slot kept")
+	require.Equal(t, [2]int{0, 0}, counter("api:b", 1), "the shard the limit no longer has, empty")
 }
 
 // TestLimitChangeWaitsAtOnceForALoneHeldCounter checks that a key of one
