@@ -67,7 +67,6 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	names, rateNames := syncNames(wantAll, wantRates, o)
 	var res store.LimitsResult
 	stranded := &strandedKeys{}
-	var changed []string
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLimitsLock, lockSalt(s.schema, saltLimits)); err != nil {
 			return err
@@ -127,15 +126,10 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 			}
 			b.Queue(s.q(sqlRatesApply), gone, rn, rl, rp, rb, rk, ro)
 			res.RateChanges = gate.DiffRates(rBefore, rAfter)
+			s.queueBucketChanges(b, res.RateChanges)
 		}
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return err
-			}
-		}
-		changed = nil
-		if len(res.Changes)+len(res.RateChanges) > 0 {
-			if changed, err = s.applyLimitChanges(ctx, tx, &res); err != nil {
 				return err
 			}
 		}
@@ -149,6 +143,10 @@ func (s *Store) syncKeyLimits(ctx context.Context, namespace string, limits []ga
 	}
 	dryRun := err != nil
 	if !dryRun {
+		changed := make([]string, len(res.Changes))
+		for i, c := range res.Changes {
+			changed[i] = c.Name
+		}
 		err = s.reshapeCounters(ctx, changed, stranded)
 		s.heal(ctx, stranded, time.Time{})
 		if err != nil {
@@ -422,17 +420,12 @@ func ratesOf(rs []ownedRate) []gate.RateLimit {
 	return out
 }
 
-// applyLimitChanges adjusts the buckets of names whose rate limit changed,
-// in the change's transaction, and returns the names and keys whose limit
-// changed: their counters are re-shaped after the commit (see
-// reshapeCounters).
-func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.LimitsResult) (changed []string, err error) {
-	for _, c := range res.Changes {
-		changed = append(changed, c.Name)
-	}
+// queueBucketChanges queues on b, the change's batch, the adjustment of the
+// buckets of the names whose rate limit changed.
+func (s *Store) queueBucketChanges(b *pgx.Batch, changes []gate.RateChange) {
 	var drop, rescale []string
 	var oldTC, newTC, caps []int64
-	for _, c := range res.RateChanges {
+	for _, c := range changes {
 		switch {
 		case !c.OldSet:
 		case !c.NewSet || c.Old.PerKey != c.New.PerKey:
@@ -442,17 +435,12 @@ func (s *Store) applyLimitChanges(ctx context.Context, tx pgx.Tx, res *store.Lim
 			oldTC, newTC, caps = append(oldTC, c.Old.TokenCredit()), append(newTC, c.New.TokenCredit()), append(caps, c.New.Capacity())
 		}
 	}
-	b := &pgx.Batch{}
 	if len(drop) > 0 {
 		b.Queue(s.q(sqlBucketsDrop), drop)
 	}
 	if len(rescale) > 0 {
 		b.Queue(s.q(sqlBucketsRescale), rescale, oldTC, newTC, caps)
 	}
-	if b.Len() == 0 {
-		return changed, nil
-	}
-	return changed, tx.SendBatch(ctx, b).Close()
 }
 
 // countLive sets res.Live: the live instances of every name and key whose
