@@ -504,13 +504,13 @@ var reshapeFreePasses = 50
 // until the holder committed. Keys still held after reshapeFreePasses
 // passes (a counter that some transaction holds nearly all the time) are
 // re-shaped one key to a transaction, waiting for its counters, so that
-// the change ends. A key of one counter that a pass found held is
-// re-shaped so at the next pass, up to limitChunk such keys a pass:
-// waiting for its one counter holds no other, a claim or a credit of the
-// key waits for the change's statements as it would for another claim's,
-// and a saturated key's counter is one that its claims and step ends hold
-// nearly all the time, which passes without waiting would mostly find
-// held (BenchmarkManyKeyLimits, "set one, its counters busy").
+// the change ends. A key of one counter that a chunk found held is
+// re-shaped so right after that chunk commits: waiting for its one counter
+// holds no other, a claim or a credit of the key waits for the change's
+// statements as it would for another claim's, and a saturated key's
+// counter is one that its claims and step ends hold nearly all the time,
+// which passes without waiting would mostly find held
+// (BenchmarkManyKeyLimits, "set one, its counters busy").
 //
 // A chunk takes the limits lock (as a sync does), then its keys' counters,
 // then reads the limits: a sync that commits meanwhile waits for the
@@ -534,8 +534,7 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 	if err != nil {
 		return err
 	}
-	var lone []string // keys of one counter that a pass found held
-	for pass := 0; len(keys)+len(lone) > 0; pass++ {
+	for pass := 0; len(keys) > 0; pass++ {
 		if pass > 0 {
 			select {
 			case <-ctx.Done():
@@ -543,36 +542,27 @@ func (s *Store) reshapeCounters(ctx context.Context, changed []string, st *stran
 			case <-time.After(min(time.Millisecond<<min(pass, 5), 20*time.Millisecond)):
 			}
 		}
-		var held, heldLone []string
-		reshape := func(chunk []string, wait bool) error {
-			var stranded strandedKeys
-			if err := s.reshapeChunk(ctx, chunk, wait, &stranded, &held, &heldLone); err != nil {
-				return err
-			}
-			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
-			return nil
-		}
-		// At most a chunk's worth of lone keys waits a pass, one after
-		// another; the others go on without waiting.
-		waitFor := lone[:min(len(lone), limitChunk)]
-		keys = append(keys, lone[len(waitFor):]...)
-		for _, k := range waitFor {
-			if err := reshape([]string{k}, true); err != nil {
-				return err
-			}
-		}
 		wait, size := pass >= reshapeFreePasses, limitChunk
 		if wait {
 			size = 1
 		}
+		var held []string
 		for len(keys) > 0 {
 			chunk := keys[:min(len(keys), size)]
 			keys = keys[len(chunk):]
-			if err := reshape(chunk, wait); err != nil {
+			var stranded strandedKeys
+			var lone []string
+			if err := s.reshapeChunk(ctx, chunk, wait, &stranded, &held, &lone); err != nil {
 				return err
 			}
+			for _, k := range lone {
+				if err := s.reshapeChunk(ctx, []string{k}, true, &stranded, nil, nil); err != nil {
+					return err
+				}
+			}
+			st.keys, st.one = append(st.keys, stranded.keys...), append(st.one, stranded.one...)
 		}
-		keys, lone = held, heldLone
+		keys = held
 	}
 	return nil
 }
@@ -608,7 +598,7 @@ func (s *Store) queueLimitsFor(b *pgx.Batch, after string, upto *string, also []
 // this process between two batches. With wait false it locks only the
 // counters no other transaction holds, and adds the keys of which it could
 // not lock every counter to skipped, or to lone when a key has one counter:
-// it re-shapes none of theirs.
+// it re-shapes none of theirs. With wait true it leaves both alone.
 func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *strandedKeys, skipped, lone *[]string) error {
 	t, err := s.beginBatch(ctx)
 	if err != nil {

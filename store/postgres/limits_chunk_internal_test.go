@@ -159,7 +159,7 @@ func TestLimitChangeWaitsAtLastForAHeldCounter(t *testing.T) {
 }
 
 // TestLimitChangeWaitsAtOnceForALoneHeldCounter checks that a key of one
-// counter that a pass found held is re-shaped at the next pass by a
+// counter that a chunk found held is re-shaped right after that chunk by a
 // transaction that waits for it, however many passes without waiting the
 // change may make: waiting for a lone counter holds no other, and a
 // saturated key's counter is held by its claims and step ends nearly all
