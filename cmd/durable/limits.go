@@ -149,9 +149,9 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	filter := ""
+	filter, name := "", "" // a NAME or a KEY, and its name
 	if len(pos) == 1 {
-		filter = pos[0]
+		filter, name = pos[0], gate.NameOf(pos[0])
 		if *asJSON {
 			// A sync deletes what its file omits: a file of one name's
 			// limits would delete every other limit of the namespace.
@@ -181,7 +181,6 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return writeJSON(stdout, limitsFile{Limits: ls, RateLimits: rates})
 	}
 	if filter != "" {
-		name := gate.NameOf(filter)
 		ls = slices.DeleteFunc(ls, func(l gate.Limit) bool {
 			if filter == name { // a name: it and its keys' own
 				return gate.NameOf(l.Name) != name
@@ -194,36 +193,34 @@ func limitsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case len(ls) == 0 && filter == "":
 		fmt.Fprintln(stdout, "no limits: every key runs at K = 1 (strict mutual exclusion per key)")
 	case len(ls) == 0:
-		fmt.Fprintf(stdout, "no limit for %s: its keys run at K = 1 (strict mutual exclusion per key)\n", gate.NameOf(filter))
+		fmt.Fprintf(stdout, "no limit for %s: its keys run at K = 1 (strict mutual exclusion per key)\n", name)
 	default:
 		tw := table(stdout)
 		fmt.Fprintln(tw, "NAME\tLIMIT (K PER KEY)\tSHARDS")
-		perKey := false
-		shown, hidden := map[string]int{}, map[string]int{}
+		shown, hidden := map[string]int{}, map[string]int{} // per-key limits by name
 		for _, l := range ls {
-			name := l.Name
+			label := l.Name
 			if l.PerKey() {
-				perKey = true
-				n := gate.NameOf(name)
+				n := gate.NameOf(l.Name)
 				if filter == "" && shown[n] == perKeyShown {
 					hidden[n]++
 					continue
 				}
 				shown[n]++
-				name = "  " + name + " (this key only)"
+				label = "  " + l.Name + " (this key only)"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", name, l.Limit, l.Shards)
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", label, l.Limit, l.Shards)
 		}
 		tw.Flush()
 		for _, n := range slices.Sorted(maps.Keys(hidden)) {
 			fmt.Fprintf(stdout, "%d more per-key limits of %s: durable limits ls %s\n", hidden[n], n, n)
 		}
-		if perKey {
+		if len(shown) > 0 {
 			fmt.Fprintln(stdout, "a key with its own limit runs at it; the other keys of its name at the name's")
 		}
 		if filter == "" {
 			fmt.Fprintln(stdout, "keys of any other name run at K = 1")
-		} else if strings.Contains(filter, ":") && !slices.ContainsFunc(ls, func(l gate.Limit) bool { return l.Name == filter }) {
+		} else if filter != name && !slices.ContainsFunc(ls, func(l gate.Limit) bool { return l.Name == filter }) {
 			fmt.Fprintf(stdout, "%s has no limit of its own: it runs at its name's\n", filter)
 		}
 	}
