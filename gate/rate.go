@@ -263,7 +263,7 @@ func (c RateChange) LiveWarning(live int64) Warning {
 		to = c.New.String()
 	}
 	return Warning{Kind: LiveKeysChanged, Name: c.Name, Live: live, Message: fmt.Sprintf(
-		"rate limit change for key name %q from %s to %s affects %d live instance(s)", c.Name, from, to, live)}
+		"rate limit change for key name %q from %s to %s affects %s live instance(s)", c.Name, from, to, LiveCount(live))}
 }
 
 // Rescale converts b, a bucket of limit from, into r's credit units keeping

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -31,8 +32,26 @@ type Warning struct {
 	Kind    WarningKind `json:"kind"`
 	Name    string      `json:"name"`
 	Message string      `json:"message"`
-	// Live is the number of live instances affected (LiveKeysChanged only).
+	// Live is the number of live instances affected (LiveKeysChanged
+	// only), counted up to LiveCountCap: a count of LiveCountCap means at
+	// least that many.
 	Live int64 `json:"live,omitempty"`
+}
+
+// LiveCountCap is how far a limit change counts the live instances of each
+// name or key it changes (Warning.Live, store.LimitsResult.Live). The count
+// reads the instances one by one, and a busy name has millions: the count
+// stops here, so that a change (and an engine's Start that makes one)
+// does not wait for it.
+const LiveCountCap = 10_000
+
+// LiveCount is n, a count of live instances up to LiveCountCap, as the
+// warnings print it: "at least 10000" when it reached the cap.
+func LiveCount(n int64) string {
+	if n >= LiveCountCap {
+		return fmt.Sprintf("at least %d", int64(LiveCountCap))
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // Error turns the warning into an error wrapping ErrPrefixCapture.
@@ -103,7 +122,7 @@ func (c Change) LiveWarning(live int64) Warning {
 		what = "key"
 	}
 	return Warning{Kind: LiveKeysChanged, Name: c.Name, Live: live, Message: fmt.Sprintf(
-		"limit change for %s %q alters K from %d to %d for %d live instance(s)", what, c.Name, c.OldK, c.NewK, live)}
+		"limit change for %s %q alters K from %d to %d for %s live instance(s)", what, c.Name, c.OldK, c.NewK, LiveCount(live))}
 }
 
 func sortLimits(ls []Limit) {

@@ -818,8 +818,8 @@ type LimitsResult struct {
 	Changes []gate.Change
 	// RateChanges are the names whose rate limit was added, removed or changed.
 	RateChanges []gate.RateChange
-	// Live counts, per changed name (either kind of change), non-terminal
-	// instances holding such keys.
+	// Live counts, per changed name or key (either kind of change),
+	// non-terminal instances holding such keys, up to gate.LiveCountCap.
 	Live map[string]int64
 }
 

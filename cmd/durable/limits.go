@@ -307,7 +307,7 @@ func printChanges(stdout io.Writer, res store.LimitsResult) {
 			if strings.Contains(c.Name, ":") {
 				what = "this key"
 			}
-			line += fmt.Sprintf("  WARNING: %d live instance(s) hold %s and change semantics", n, what)
+			line += fmt.Sprintf("  WARNING: %s live instance(s) hold %s and change semantics", gate.LiveCount(n), what)
 		}
 		fmt.Fprintln(stdout, line)
 	}

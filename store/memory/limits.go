@@ -97,6 +97,9 @@ func (s *Store) syncKeyLimits(namespace string, limits []gate.Limit, rates []gat
 			res.Live[k] += int64(len(s.keys[k].rows))
 		}
 	}
+	for n, live := range res.Live {
+		res.Live[n] = min(live, gate.LiveCountCap)
+	}
 	if o.DryRun {
 		return res, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -513,8 +514,8 @@ func TestLimitChangeCountsLiveRowsThroughAnIndex(t *testing.T) {
 				name, sql string
 				args      []any
 			}{
-				{"live by name", sqlLiveByName, []any{[]string{"api", "other"}}},
-				{"live by key", sqlLiveByKey, []any{[]string{"api:1", "api:3"}, []string{"api", "api"}}},
+				{"live by name", sqlLiveByName, []any{[]string{"api", "other"}, gate.LiveCountCap}},
+				{"live by key", sqlLiveByKey, []any{[]string{"api:1", "api:3"}, []string{"api", "api"}, gate.LiveCountCap}},
 			} {
 				plan := explainPrepared(t, s, mode, false, c.sql, c.args, c.name)
 				text := strings.Join(plan, "\n")
@@ -554,7 +555,7 @@ func TestPerKeyLiveCountReadsTheKeysEntries(t *testing.T) {
 		_, err := s.pool.Exec(ctx, s.q(q))
 		require.NoError(t, err, q)
 	}
-	args := []any{[]string{"api:t7"}, []string{"api"}}
+	args := []any{[]string{"api:t7"}, []string{"api"}, gate.LiveCountCap}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		text := strings.Join(explainPrepared(t, s, mode, false, sqlLiveByKey, args, "live by key"), "\n")
 		require.Regexp(t, `Index (Only )?Scan using instances_live_key_name_key_c on instances[^\n]*\n\s+Index Cond: \(\(key_name = [^\n]*AND \(key = `, text, "%s:\n%s", mode, text)
@@ -567,4 +568,19 @@ func TestPerKeyLiveCountReadsTheKeysEntries(t *testing.T) {
 	var n int64
 	require.NoError(t, s.pool.QueryRow(ctx, s.q(sqlLiveByKey), args...).Scan(new(string), &n))
 	require.Equal(t, int64(60), n, "api:t7's 31 rows in the key column and 31 among other keys, one of each done")
+
+	// The name's count stops at its cap: with a cap of 100 it reads a few
+	// pages of the name's 60,000 live rows, not their 1,600.
+	for _, c := range []struct {
+		limit   int
+		want    int64
+		buffers int
+	}{{100, 100, 200}, {gate.LiveCountCap, gate.LiveCountCap, 1 << 30}, {100_000, 60_000, 1 << 30}} {
+		args := []any{[]string{"api"}, c.limit}
+		require.NoError(t, s.pool.QueryRow(ctx, s.q(sqlLiveByName), args...).Scan(new(string), &n))
+		require.Equal(t, c.want, n, "cap %d", c.limit)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			require.Less(t, explainBuffers(t, s, mode, sqlLiveByName, args, "live by name"), c.buffers, "cap %d, %s", c.limit, mode)
+		}
+	}
 }

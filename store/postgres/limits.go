@@ -463,14 +463,14 @@ func (s *Store) countLive(ctx context.Context, res *store.LimitsResult) error {
 		res.Live[n] = 0
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q(sqlLiveByName), all).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlLiveByName), all, gate.LiveCountCap).Query(func(rows pgx.Rows) error {
 		var name string
 		var n int64
 		_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { res.Live[name] = n; return nil })
 		return err
 	})
 	if len(keys) > 0 {
-		b.Queue(s.q(sqlLiveByKey), keys, keyNames).Query(func(rows pgx.Rows) error {
+		b.Queue(s.q(sqlLiveByKey), keys, keyNames, gate.LiveCountCap).Query(func(rows pgx.Rows) error {
 			var key string
 			var n int64
 			_, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { res.Live[key] = n; return nil })

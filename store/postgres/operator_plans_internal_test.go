@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godurable/godurable/gate"
 	"github.com/stretchr/testify/require"
 )
 
@@ -116,8 +117,8 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk, now.Add(-2 * time.Hour)}},
 		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000, now.Add(-2 * time.Hour)}},
 		// Limits and policies.
-		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}}},
-		{"limits: live by key", sqlLiveByKey, []any{[]string{"api:1", "acct:1"}, []string{"api", "acct"}}},
+		{"limits: live by name", sqlLiveByName, []any{[]string{"api", "acct"}, gate.LiveCountCap}},
+		{"limits: live by key", sqlLiveByKey, []any{[]string{"api:1", "acct:1"}, []string{"api", "acct"}, gate.LiveCountCap}},
 		{"limits: keys with counters of names and keys", sqlSlotKeysOfNames, []any{[]string{"api", "acct:1"}}},
 		{"limits: counters of keys", sqlSlotsOfKeys, []any{[]string{"api:1", "acct:1"}}},
 		{"limits: free counters of keys", sqlSlotsOfKeysFree, []any{[]string{"api:1", "acct:1"}}},

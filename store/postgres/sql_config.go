@@ -144,33 +144,41 @@ FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 
 	// sqlLiveByName counts the live rows of each key name of $1 under each
 	// of their keys of that name, in any position, as the memory store
-	// does: the key column from instances_live_key_name_key_c (migration 030),
-	// the other keys by their names from instances_live_extra_keys
-	// (migration 031), whose predicates the conditions repeat.
+	// does, up to $2 (gate.LiveCountCap) a name: the key column from
+	// instances_live_key_name_key_c (migration 030), the other keys by their
+	// names from instances_live_extra_keys (migration 031), whose predicates
+	// the conditions repeat. Each part stops at $2 rows: a name's live rows
+	// may be millions, and counting them all read every one (seconds, while
+	// the sync that asked waited).
 	sqlLiveByName = `
-SELECT n, count(*) FROM (
-    SELECT key_name AS n FROM {schema}.instances
-    WHERE key_name = ANY ($1::text[]) AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-    UNION ALL
-    SELECT split_part(e.k, ':', 1) FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-    WHERE {schema}.key_terms(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
-      AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND split_part(e.k, ':', 1) = ANY ($1::text[])
-) x GROUP BY n`
+SELECT n, least(
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances
+                           WHERE key_name = n AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+                           LIMIT $2) a)
+    + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+                             WHERE {schema}.key_terms(i.extra_keys) && ARRAY[n] AND i.extra_keys IS NOT NULL
+                               AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND split_part(e.k, ':', 1) = n
+                             LIMIT $2) b),
+    $2)
+FROM unnest($1::text[]) AS n`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
-	// whose names are $2, in any position: the key column's by the name and
-	// the key (instances_live_key_name_key_c), the other keys' by the keys
+	// whose names are $2, in any position, up to $3 (gate.LiveCountCap) a
+	// key: the key column's by the name and the key
+	// (instances_live_key_name_key_c), the other keys' by the keys
 	// (instances_live_extra_keys), not among every live row of their names.
 	sqlLiveByKey = `
-SELECT k, count(*) FROM (
-    SELECT key AS k FROM {schema}.instances
-    WHERE key_name = ANY ($2::text[]) AND key = ANY ($1::text[]) AND key IS NOT NULL
-      AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-    UNION ALL
-    SELECT e.k FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-    WHERE {schema}.key_terms(i.extra_keys) && $1::text[] AND i.extra_keys IS NOT NULL
-      AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = ANY ($1::text[])
-) x GROUP BY k`
+SELECT x.k, least(
+    (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances
+                           WHERE key_name = x.nm AND key = x.k AND key IS NOT NULL
+                             AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+                           LIMIT $3) a)
+    + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+                             WHERE {schema}.key_terms(i.extra_keys) && ARRAY[x.k] AND i.extra_keys IS NOT NULL
+                               AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = x.k
+                             LIMIT $3) b),
+    $3)
+FROM unnest($1::text[], $2::text[]) AS x(k, nm)`
 
 	// sqlPoliciesAll reads every queue policy with the namespace that owns
 	// it (a policy without a per-key budget reads 0).

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -405,6 +406,38 @@ var policyTests = []test{
 				require.Equal(h.t, int64(3), w.Live, "a dry run records nothing")
 			}
 		}
+	}},
+	{"limits/a change counts the live instances of a name or key up to the cap", func(h *harness) {
+		// Each count stops at gate.LiveCountCap, in either position: half
+		// the rows hold a stripe key in the key column, half beside an
+		// account; stripe:hot alone has one more than the cap, and
+		// stripe:cold a few.
+		half := gate.LiveCountCap / 2
+		var nis []store.NewInstance
+		for i := range half + 1 {
+			nis = append(nis, inst("stripe:hot"))
+			ni := inst(fmt.Sprintf("acct:%d", i))
+			ni.Also = []store.KeyRef{{Key: "stripe:hot", Intent: gate.GateIntent}}
+			nis = append(nis, ni)
+		}
+		nis = append(nis, inst("stripe:cold"), inst("stripe:cold"))
+		for len(nis) > 0 {
+			n := min(len(nis), 1000)
+			h.insert(nis[:n]...)
+			nis = nis[n:]
+		}
+		res := h.syncLimits(gate.Limit{Name: "stripe", Limit: 3}, gate.Limit{Name: "stripe:cold", Limit: 2})
+		require.Equal(h.t, map[string]int64{"stripe": gate.LiveCountCap, "stripe:cold": 2}, res.Live)
+		res = h.syncLimits(gate.Limit{Name: "stripe", Limit: 3}, gate.Limit{Name: "stripe:hot", Limit: 5})
+		require.Equal(h.t, map[string]int64{"stripe:hot": gate.LiveCountCap, "stripe:cold": 2}, res.Live,
+			"stripe:cold's own limit is gone: it runs under its name's again")
+		var msgs []string
+		for _, w := range h.health(time.Time{}).Warnings {
+			if w.Kind == gate.LiveKeysChanged {
+				msgs = append(msgs, w.Message)
+			}
+		}
+		require.Contains(h.t, strings.Join(msgs, "\n"), fmt.Sprintf("for at least %d live instance(s)", gate.LiveCountCap))
 	}},
 	{"rate/sync reports changes and the live instances they affect", func(h *harness) {
 		h.insertKeyed("api:1", 2)
