@@ -106,6 +106,17 @@ func TestLimitsFor(t *testing.T) {
 	assert.Contains(t, Change{Name: "stripe:big", OldK: 5, NewK: 50}.LiveWarning(3).Message, `for key "stripe:big"`)
 }
 
+func TestLiveCountSaysAtLeastAtTheCap(t *testing.T) {
+	assert.Equal(t, "0", LiveCount(0))
+	assert.Equal(t, "9999", LiveCount(LiveCountCap-1))
+	assert.Equal(t, "at least 10000", LiveCount(LiveCountCap))
+	c := Change{Name: "stripe", OldK: 5, NewK: 50}
+	assert.Contains(t, c.LiveWarning(LiveCountCap).Message, "for at least 10000 live instance(s)")
+	assert.Contains(t, c.LiveWarning(12).Message, "for 12 live instance(s)")
+	r := RateChange{Name: "stripe", NewSet: true, New: RateLimit{Name: "stripe", Limit: 1, Period: 1e9}}
+	assert.Contains(t, r.LiveWarning(LiveCountCap).Message, "affects at least 10000 live instance(s)")
+}
+
 func TestShardCapacities(t *testing.T) {
 	assert.Equal(t, []int{3, 3, 2, 2}, Limit{Name: "x", Limit: 10, Shards: 4}.ShardCapacities())
 	assert.Equal(t, []int{5}, Limit{Name: "x", Limit: 5}.ShardCapacities())
