@@ -148,8 +148,8 @@ FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 	// instances_live_key_name_key_c (migration 030), the other keys by their
 	// names from instances_live_extra_keys (migration 031), whose predicates
 	// the conditions repeat. Each part stops at $2 rows: a name's live rows
-	// may be millions, and counting them all read every one (seconds, while
-	// the sync that asked waited).
+	// may be millions, and a count of them all reads every one, for seconds
+	// that the sync (and an engine's Start) would wait.
 	sqlLiveByName = `
 SELECT n, least(
     (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances
