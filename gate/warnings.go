@@ -40,9 +40,9 @@ type Warning struct {
 
 // LiveCountCap is how far a limit change counts the live instances of each
 // name or key it changes (Warning.Live, store.LimitsResult.Live). The count
-// reads the instances one by one, and a busy name has millions: the count
-// stops here, so that a change (and an engine's Start that makes one)
-// does not wait for it.
+// reads the instances one by one, and a busy name has millions: it stops
+// here, so that a change (and an engine's Start that makes one) does not
+// wait for them all.
 const LiveCountCap = 10_000
 
 // LiveCount is n, a count of live instances up to LiveCountCap, as the

@@ -145,40 +145,46 @@ FROM unnest($1::text[]) AS k (key) LEFT JOIN locked l ON l.key = k.key`
 	// sqlLiveByName counts the live rows of each key name of $1 under each
 	// of their keys of that name, in any position, as the memory store
 	// does, up to $2 (gate.LiveCountCap) a name: the key column from
-	// instances_live_key_name_key_c (migration 030), the other keys by their
-	// names from instances_live_extra_keys (migration 031), whose predicates
-	// the conditions repeat. Each part stops at $2 rows: a name's live rows
-	// may be millions, and a count of them all reads every one, for seconds
-	// that the sync (and an engine's Start) would wait.
+	// instances_live_key_name_key_c (migration 030), then, only when those
+	// fall short of $2, the other keys by their names from
+	// instances_live_extra_keys (migration 031), whose predicates the
+	// conditions repeat. A name's live rows may be millions, and a count of
+	// them all reads every one, for seconds that the sync (and an engine's
+	// Start) would wait. The other keys' index keeps the entries of row
+	// versions that vacuum has not removed, and a bitmap read through it
+	// visits their pages in page order, the old versions' first: a name
+	// whose rows hold it mostly as another key, and churn, can still take
+	// as long to count as its versions take to read.
 	sqlLiveByName = `
-SELECT n, least(
-    (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances
-                           WHERE key_name = n AND key IS NOT NULL AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-                           LIMIT $2) a)
-    + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-                             WHERE {schema}.key_terms(i.extra_keys) && ARRAY[n] AND i.extra_keys IS NOT NULL
-                               AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND split_part(e.k, ':', 1) = n
-                             LIMIT $2) b),
-    $2)
-FROM unnest($1::text[]) AS n`
+SELECT x.n, CASE WHEN a.n >= $2 THEN $2
+               ELSE least(a.n + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+                                                      WHERE {schema}.key_terms(i.extra_keys) && ARRAY[x.n] AND i.extra_keys IS NOT NULL
+                                                        AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+                                                        AND split_part(e.k, ':', 1) = x.n
+                                                      LIMIT $2) b), $2) END
+FROM unnest($1::text[]) AS x(n)
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM {schema}.instances
+                                               WHERE key_name = x.n AND key IS NOT NULL
+                                                 AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+                                               LIMIT $2) c) a`
 
 	// sqlLiveByKey counts the live rows of each key of $1 (per-key limits),
 	// whose names are $2, in any position, up to $3 (gate.LiveCountCap) a
-	// key: the key column's by the name and the key
-	// (instances_live_key_name_key_c), the other keys' by the keys
-	// (instances_live_extra_keys), not among every live row of their names.
+	// key, as sqlLiveByName counts a name's: the key column's by the name
+	// and the key (instances_live_key_name_key_c), then the other keys' by
+	// the keys (instances_live_extra_keys), not among every live row of
+	// their names.
 	sqlLiveByKey = `
-SELECT x.k, least(
-    (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances
-                           WHERE key_name = x.nm AND key = x.k AND key IS NOT NULL
-                             AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
-                           LIMIT $3) a)
-    + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
-                             WHERE {schema}.key_terms(i.extra_keys) && ARRAY[x.k] AND i.extra_keys IS NOT NULL
-                               AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = x.k
-                             LIMIT $3) b),
-    $3)
-FROM unnest($1::text[], $2::text[]) AS x(k, nm)`
+SELECT x.k, CASE WHEN a.n >= $3 THEN $3
+                 ELSE least(a.n + (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances i CROSS JOIN LATERAL unnest(i.extra_keys) AS e(k)
+                                                        WHERE {schema}.key_terms(i.extra_keys) && ARRAY[x.k] AND i.extra_keys IS NOT NULL
+                                                          AND i.status COLLATE "C" NOT IN ('done', 'failed', 'canceled') AND e.k = x.k
+                                                        LIMIT $3) b), $3) END
+FROM unnest($1::text[], $2::text[]) AS x(k, nm)
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM {schema}.instances
+                                               WHERE key_name = x.nm AND key = x.k AND key IS NOT NULL
+                                                 AND status COLLATE "C" NOT IN ('done', 'failed', 'canceled')
+                                               LIMIT $3) c) a`
 
 	// sqlPoliciesAll reads every queue policy with the namespace that owns
 	// it (a policy without a per-key budget reads 0).
