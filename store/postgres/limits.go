@@ -444,7 +444,11 @@ func (s *Store) queueBucketChanges(b *pgx.Batch, changes []gate.RateChange) {
 }
 
 // countLive sets res.Live: the live instances of every name and key whose
-// limit or rate limit changed.
+// limit or rate limit changed. The counts run with sequential scans off
+// (sqlNoSeqScan), as the hot paths do: each stops at gate.LiveCountCap
+// rows, and under such a LIMIT a planner that judges the matching rows
+// dense may choose a sequential scan that is to stop early, which on a
+// table of millions of other rows reads far more than the index would.
 func (s *Store) countLive(ctx context.Context, res *store.LimitsResult) error {
 	res.Live = map[string]int64{}
 	var all, keys, keyNames []string
@@ -477,7 +481,12 @@ func (s *Store) countLive(ctx context.Context, res *store.LimitsResult) error {
 			return err
 		})
 	}
-	return s.pool.SendBatch(ctx, b).Close()
+	tx, err := s.beginBatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.end()
+	return tx.send(ctx, b, true)
 }
 
 // limitChunk is how many keys' counters one transaction of a limit
