@@ -182,3 +182,32 @@ func TestLimitChangeWaitsAtOnceForALoneHeldCounter(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, [2]int{2, 1}, counter("api:b", 0))
 }
+
+// TestNameChangePassesOverKeysOfTheirOwnLimit: a change of a name's limit
+// re-shapes the counters of the name's keys that run under it, not those
+// of a key with a limit of its own, which the change leaves as they are:
+// the change does not wait for such a key's counter, held by another
+// transaction (a saturated tenant's claims hold it nearly all the time).
+func TestNameChangePassesOverKeysOfTheirOwnLimit(t *testing.T) {
+	ctx := context.Background()
+	s := newInternalStore(t)
+	_, counter := limitChangeFixture(t, s, `('api:a', 0, 4, 4), ('api:own', 0, 6, 5)`)
+	own := gate.Limit{Name: "api:own", Limit: 6}
+	sync := func(limit int) error {
+		_, err := s.SyncKeyLimits(ctx, store.DefaultNamespace, store.KeyLimits{Limits: []gate.Limit{{Name: "api", Limit: limit}, own}}, store.SyncOptions{})
+		return err
+	}
+	require.NoError(t, sync(4))
+	release := holdCounters(t, s, `key = 'api:own'`)
+	defer release()
+	done := make(chan error, 1)
+	go func() { done <- sync(2) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the name's change waits for the counter of a key of its own limit")
+	}
+	require.Equal(t, [2]int{2, 2}, counter("api:a", 0), "a key under its name's limit is re-shaped")
+	require.Equal(t, [2]int{6, 5}, counter("api:own", 0), "a key of its own limit keeps its counter")
+}

@@ -115,12 +115,19 @@ SET credit = least(d.cap, floor(b.credit::numeric * d.new_tc / d.old_tc))::bigin
 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS d(name, old_tc, new_tc, cap)
 WHERE split_part(b.bucket, ':', 1) = d.name`
 
-	// sqlSlotKeysOfNames lists the keys with counters of the given names,
-	// and the given keys that have counters (per-key limits: a name never
-	// contains ':', so the two never meet), in order, without a lock.
+	// sqlSlotKeysOfNames lists the keys with counters of the given names
+	// that have no limit of their own, and the given keys that have
+	// counters (per-key limits: a name never contains ':', so the two never
+	// meet), in order, without a lock. A key with a limit of its own runs
+	// under it, whatever its name's: a change of the name alone leaves its
+	// counters as they are, and passing over them would only wait for
+	// them (a saturated tenant's counters are held by its claims and step
+	// ends nearly all the time).
 	sqlSlotKeysOfNames = `
-SELECT DISTINCT key FROM {schema}.key_slots
-WHERE split_part(key, ':', 1) = ANY ($1::text[]) OR key = ANY ($1::text[]) ORDER BY key`
+SELECT DISTINCT key FROM {schema}.key_slots s
+WHERE (split_part(s.key, ':', 1) = ANY ($1::text[]) AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = s.key))
+   OR s.key = ANY ($1::text[])
+ORDER BY key`
 
 	// sqlSlotsOfKeys locks the counters of the given keys, in order,
 	// waiting for those another transaction holds.
