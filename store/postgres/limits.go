@@ -499,7 +499,8 @@ var limitChunk = 10
 var reshapeFreePasses = 50
 
 // reshapeCounters re-shapes the counters of the keys of the changed names
-// and keys (a name's or a key's own limit) to the limits stored when it
+// that run under them (not those of a limit of their own: see
+// sqlSlotKeysOfNames) and of the changed keys to the limits stored when it
 // runs, and promotes the blocked rows of the keys that have free slots
 // after it, limitChunk keys to a transaction, after the change committed.
 //
