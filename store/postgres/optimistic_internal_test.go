@@ -135,6 +135,98 @@ func TestOptimisticClaimDebitsLastAndOnlyWhatItRead(t *testing.T) {
 	require.Equal(t, 3, total)
 }
 
+// severalRows inserts a ready row for each of accts, holding the K = 1
+// key acct:<a> and the gate key key, in queue q.
+func severalRows(t *testing.T, s *Store, key string, accts ...int) {
+	t.Helper()
+	var ins []store.NewInstance
+	for _, a := range accts {
+		ins = append(ins, store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s",
+			State: json.RawMessage(`{}`), Key: fmt.Sprintf("acct:%d", a), Also: []store.KeyRef{{Key: key}}})
+	}
+	_, err := s.Insert(context.Background(), ins)
+	require.NoError(t, err)
+}
+
+// gateHeld returns, per shard of gate key, its counter's slots in use
+// (capacity less available) and the holds of rows of several keys that
+// hold the key as another key.
+func gateHeld(t *testing.T, s *Store, key string) (used, holds map[int]int) {
+	t.Helper()
+	ctx := context.Background()
+	used, holds = map[int]int{}, map[int]int{}
+	rows, err := s.pool.Query(ctx, s.q(`SELECT shard, capacity - available FROM {schema}.key_slots WHERE key = $1`), key)
+	require.NoError(t, err)
+	var sh, n int
+	_, err = pgx.ForEachRow(rows, []any{&sh, &n}, func() error { used[sh] = n; return nil })
+	require.NoError(t, err)
+	rows, err = s.pool.Query(ctx, s.q(`SELECT shard, count(*) FROM {schema}.key_holds WHERE key = $1 GROUP BY shard`), key)
+	require.NoError(t, err)
+	_, err = pgx.ForEachRow(rows, []any{&sh, &n}, func() error { holds[sh] = n; return nil })
+	require.NoError(t, err)
+	for sh, n := range used {
+		if n == 0 {
+			delete(used, sh)
+		}
+	}
+	return used, holds
+}
+
+// TestOptimisticClaimOfSeveralKeysDebitsLast: a window of rows of several
+// keys whose gate is settled and not hot is claimed optimistically, as a
+// window of rows of one key is: its gate's counters are read without a
+// lock and locked, waiting, only in its last statement, after the rows'
+// K = 1 keys were locked and their holds written; a transaction holding
+// the counters meanwhile (a flush crediting the slot of a row that ended)
+// makes it wait, and it debits the counters as that commit left them.
+func TestOptimisticClaimOfSeveralKeysDebitsLast(t *testing.T) {
+	ctx := context.Background()
+	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 6, Shards: 2})
+	const key = "api:k"
+	severalRows(t, s, key, 0)
+	first := claimN(t, s, 1)
+	require.Len(t, first, 1)
+	require.True(t, s.settled.has(key), "a claim that locked every counter as the limit makes them settles the key")
+	require.False(t, s.hot.has(key))
+
+	severalRows(t, s, key, 1, 2, 3)
+	tx, got := claimWhileHeld(t, s, key, 3)
+	// The first row ends as a flush ends it: done, its hold deleted and
+	// that shard credited.
+	_, err := tx.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
+		WHERE id = $1`), first[0].ID)
+	require.NoError(t, err)
+	var shard int
+	require.NoError(t, tx.QueryRow(ctx, s.q(`DELETE FROM {schema}.key_holds WHERE instance_id = $1 AND key = $2 RETURNING shard`),
+		first[0].ID, key).Scan(&shard))
+	_, err = tx.Exec(ctx, s.q(`UPDATE {schema}.key_slots SET available = available + 1 WHERE key = $1 AND shard = $2`), key, shard)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	claimed := <-got
+	require.Len(t, claimed, 3)
+	for _, c := range claimed {
+		require.Equal(t, []string{key}, keysOf(c.Also), "row %s holds its gate as another key", c.ID)
+	}
+	require.Zero(t, s.debitsLost.Load())
+	used, holds := gateHeld(t, s, key)
+	require.Equal(t, holds, used, "each shard's slots in use are the holds of the rows that run under it")
+	total := 0
+	for _, n := range holds {
+		total += n
+	}
+	require.Equal(t, 3, total)
+}
+
+// keysOf returns the keys of refs.
+func keysOf(refs []store.KeyRef) []string {
+	var ks []string
+	for _, r := range refs {
+		ks = append(ks, r.Key)
+	}
+	return ks
+}
+
 // TestOptimisticClaimFailsAndLocksWhenALimitChangedUnderIt: a limit change
 // that commits between an optimistic claim's read and its debit rewrites
 // the counters with new epochs. Here it lowers the limit from 4 over two
@@ -208,14 +300,22 @@ func TestOptimisticClaimNeverBlocks(t *testing.T) {
 // settled and race one another for the last slots: some must find a
 // counter changed and be made again with the counters locked. No claim may
 // fail, no more than 6 rows may be in flight at once by the workers' own
-// count, and once everything ran the counters must be whole again.
+// count, and once everything ran the counters must be whole again. The
+// rows hold the gate alone, or (several keys) the gate as another key
+// beside one of ten K = 1 keys, each of which may run one row at a time.
 func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
+	t.Run("one key", func(t *testing.T) { optimisticRace(t, false) })
+	t.Run("several keys", func(t *testing.T) { optimisticRace(t, true) })
+}
+
+func optimisticRace(t *testing.T, several bool) {
 	const (
 		stores   = 4
 		claimers = 2
 		rows     = 300
 		limit    = 6
 		key      = "wide:k"
+		accts    = 10
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -226,12 +326,37 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 		require.NoError(t, err)
 		ss = append(ss, s)
 	}
-	gateRows(t, first, key, rows)
+	if several {
+		ids := make([]int, rows)
+		for i := range ids {
+			ids[i] = i % accts
+		}
+		severalRows(t, first, key, ids...)
+	} else {
+		gateRows(t, first, key, rows)
+	}
 
 	var (
 		inFlight, maxSeen, done atomic.Int64
+		acctMu                  sync.Mutex
+		acctRunning             = map[string]int{}
+		acctOver                []string
 		wg                      sync.WaitGroup
 	)
+	// acctRun records that the claimed rows' K = 1 keys start (d = 1) or
+	// end (d = -1) running, noting any key that runs two rows at once.
+	acctRun := func(cs []store.Claimed, d int) {
+		acctMu.Lock()
+		defer acctMu.Unlock()
+		for _, c := range cs {
+			if !several {
+				continue
+			}
+			if acctRunning[c.Key] += d; acctRunning[c.Key] > 1 {
+				acctOver = append(acctOver, c.Key)
+			}
+		}
+	}
 	errs := make(chan error, stores*claimers+1)
 	for i, s := range ss {
 		for c := range claimers {
@@ -252,11 +377,13 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 					n := inFlight.Add(int64(len(res.Claimed)))
 					for m := maxSeen.Load(); n > m && !maxSeen.CompareAndSwap(m, n); m = maxSeen.Load() {
 					}
+					acctRun(res.Claimed, 1)
 					time.Sleep(time.Millisecond + time.Duration(rng.IntN(3000))*time.Microsecond)
 					outs := make([]store.Outcome, len(res.Claimed))
 					for j, cl := range res.Claimed {
 						outs[j] = store.Outcome{ID: cl.ID, Fence: cl.Fence, Kind: store.OutcomeDone}
 					}
+					acctRun(res.Claimed, -1)
 					inFlight.Add(-int64(len(res.Claimed)))
 					if _, err := s.Complete(ctx, worker, outs, time.Time{}); err != nil {
 						errs <- fmt.Errorf("%s: complete: %w", worker, err)
@@ -283,6 +410,7 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 	}
 	require.EqualValues(t, rows, done.Load(), "every row ran")
 	require.LessOrEqual(t, maxSeen.Load(), int64(limit), "rows in flight at once")
+	require.Empty(t, acctOver, "K = 1 keys that ran two rows at once")
 	lost := int64(0)
 	for _, s := range ss {
 		lost += s.debitsLost.Load()
@@ -293,6 +421,11 @@ func TestOptimisticClaimsOfSeveralStoresNeverExceedK(t *testing.T) {
 	for sh, c := range counters {
 		require.Equal(t, 0, executing[sh])
 		require.Equal(t, c[0], c[1], "shard %d: every slot back", sh)
+	}
+	if several {
+		used, holds := gateHeld(t, first, key)
+		require.Empty(t, used)
+		require.Empty(t, holds, "every hold deleted")
 	}
 }
 
