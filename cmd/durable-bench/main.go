@@ -75,6 +75,8 @@ type options struct {
 	insertBatch int
 	// s11Step is how long each step of scenario 11's comparison sleeps.
 	s11Step time.Duration
+	// s11Limit is the limit of scenario 11's api gate keys.
+	s11Limit int
 	// timeline is the interval of each measured run's timeline (0: none):
 	// how many step bodies ran at once, on average, in each interval from
 	// the engines' start.
@@ -104,11 +106,16 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "scenarios 4, 5, 6 and 11: alternating rounds of the two runs they compare (the ratio is of medians; scenario 11 adds a reference run to each round); scenario 10: rounds of every cell")
 	flag.IntVar(&o.insertBatch, "insert-batch", 1000, "scenario 8: rows per InsertMany call (with -n 2 and 20000, five calls)")
 	flag.DurationVar(&o.s11Step, "s11-step", time.Millisecond, "scenario 11: how long each step of its comparison and reference takes (the issue's figure is 1 ms; the hot-account pair keeps 1 ms)")
+	flag.IntVar(&o.s11Limit, "s11-limit", 10, "scenario 11: the limit of each of its 20 api gate keys in its comparison and reference (the issue's figure is 10, which the 200 executors fill; 1000 never fills: rows whose gate has room)")
 	flag.DurationVar(&o.timeline, "timeline", 0, "print, for every measured run (scenarios 8 and 9 have none), how many step bodies of the \"work\" workflow ran at once, on average, in each interval of this length from the engines' start (sampled every 5 ms; 0: none)")
 	flag.BoolVar(&o.holdSnapshot, "hold-snapshot", false, "keep a REPEATABLE READ transaction open, its snapshot taken, from just before each measured run's engines start to its end (scenarios 8 and 9 have no such run), as a session left idle in a transaction or a long report would (README, Operating it)")
 	flag.Parse()
 	if o.s11Step <= 0 {
 		fmt.Fprintln(os.Stderr, "durable-bench: -s11-step must be positive")
+		os.Exit(2)
+	}
+	if o.s11Limit < 1 {
+		fmt.Fprintln(os.Stderr, "durable-bench: -s11-limit must be 1 or more")
 		os.Exit(2)
 	}
 	if o.insertBatch < 1 {

@@ -263,8 +263,8 @@ func k1Workload(b *bench, name string, d time.Duration) workload {
 }
 
 // scenarioSeveralKeys compares rows holding two keys, scenario 2's K = 1
-// key and a gate key (20 keys of 10 slots), with scenario 2's rows holding
-// the K = 1 key alone, in alternating rounds. A step runs only when both
+// key and a gate key (20 keys of 10 slots, or of -s11-limit), with
+// scenario 2's rows holding the K = 1 key alone, in alternating rounds. A step runs only when both
 // of its keys have room; the recorder counts it under each. The same rows
 // holding the gate key alone run in the same rounds as a reference, not
 // part of the ratio: a row of both keys does all that a row of the gate
@@ -278,7 +278,7 @@ func k1Workload(b *bench, name string, d time.Duration) workload {
 func scenarioSeveralKeys(ctx context.Context, b *bench) (*result, error) {
 	base := k1Workload(b, "s11a", b.o.s11Step)
 	accts, apis := base.keys, 20
-	api := gate.Limit{Name: "api", Limit: 10}
+	api := gate.Limit{Name: "api", Limit: b.o.s11Limit}
 	rows := func(name string, keys func(i int) []gate.ConcurrencyKey) workload {
 		return workload{name: name, workflow: "work", stepsPer: 1, n: base.n,
 			limits: []gate.Limit{api}, keyK: map[string]int{"acct": 1, "api": api.Limit},
