@@ -702,12 +702,16 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		})
 	}
 	cc.busyLocked = st.Busy
-	// A window with rows of several keys is optimistic on the same terms:
-	// their K = 1 keys are locked in this batch, before any counter, and
-	// the holds sqlClaimMulti writes before the debit are new rows that no
-	// freeing transaction waits for (two holds of one K = 1 key never race:
-	// each writer holds the key's lock).
-	if len(gateKeys) > 0 && !lock && s.optimistic(gateKeys, len(bucketCap) > 0) {
+	// A window with rows of several keys is optimistic on the same terms,
+	// unless the unlocked read of their gates' free slots has a gate refuse
+	// one of them (refused): an optimistic claim blocks no row on a gate,
+	// and such a row is to wait in that gate's line, as a row of one key
+	// that finds its gate full at its insert does. Their K = 1 keys are
+	// locked in this batch, before any counter, and the holds sqlClaimMulti
+	// writes before the debit are new rows that no freeing transaction
+	// waits for (two holds of one K = 1 key never race: each writer holds
+	// the key's lock).
+	if len(gateKeys) > 0 && !lock && len(refused) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
