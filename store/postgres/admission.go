@@ -568,7 +568,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	// the limit the key no longer has (limitMoved, as for a limit that
 	// changed after the window: below).
 	limitMoved := map[string]bool{}
-	refused := refusedByFullGates(cc.candidates, cc.free)
+	refused, filled := refusedByFullGates(cc.candidates, cc.free)
 	for _, c := range cc.candidates {
 		if c.Key == "" {
 			continue
@@ -703,15 +703,17 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 	}
 	cc.busyLocked = st.Busy
 	// A window with rows of several keys is optimistic on the same terms,
-	// unless the unlocked read of their gates' free slots has a gate refuse
-	// one of them (refused): an optimistic claim blocks no row on a gate,
-	// and such a row is to wait in that gate's line, as a row of one key
-	// that finds its gate full at its insert does. Their K = 1 keys are
-	// locked in this batch, before any counter, and the holds sqlClaimMulti
-	// writes before the debit are new rows that no freeing transaction
-	// waits for (two holds of one K = 1 key never race: each writer holds
-	// the key's lock).
-	if len(gateKeys) > 0 && !lock && len(refused) == 0 && s.optimistic(gateKeys, len(bucketCap) > 0) {
+	// unless the unlocked read of their gates' free slots has the window
+	// fill a gate (filled): an optimistic claim blocks no row on a gate,
+	// and a row a full gate refuses is to wait in that gate's line, as a
+	// row of one key that finds its gate full at its insert does; and
+	// claims that race for a gate's last slots are better made with its
+	// counters locked (a lost optimistic debit is a claim made twice).
+	// Their K = 1 keys are locked in this batch, before any counter, and
+	// the holds sqlClaimMulti writes before the debit are new rows that no
+	// freeing transaction waits for (two holds of one K = 1 key never race:
+	// each writer holds the key's lock).
+	if len(gateKeys) > 0 && !lock && !filled && s.optimistic(gateKeys, len(bucketCap) > 0) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
@@ -851,13 +853,14 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 // row is decided on its locked counters all the same: one of its gates
 // full, it is blocked on that gate; none full after all, its unlocked key
 // leaves it ready for the next claim (admission.Decide). A gate free does
-// not name has as many free slots as rows ask.
-func refusedByFullGates(window []admission.Candidate, free map[string]int) map[string]bool {
+// not name has as many free slots as rows ask. filled reports whether a
+// gate free names has no slot left once the walk is done: the window's
+// rows would take its last slots, or refused rows want more.
+func refusedByFullGates(window []admission.Candidate, free map[string]int) (refused map[string]bool, filled bool) {
 	if len(free) == 0 {
-		return nil
+		return nil, false
 	}
 	left := maps.Clone(free)
-	var refused map[string]bool
 	var gates []string // the row's gate keys whose free slots were read
 	for _, c := range window {
 		gates = gates[:0]
@@ -883,7 +886,12 @@ func refusedByFullGates(window []admission.Candidate, free map[string]int) map[s
 			}
 		}
 	}
-	return refused
+	for _, n := range left {
+		if n <= 0 {
+			return refused, true
+		}
+	}
+	return refused, false
 }
 
 // anyKeyHot reports whether a key of r was recently found saturated (see

@@ -109,7 +109,8 @@ func TestAdmitLeavesAKeyOfTwoLimitsReady(t *testing.T) {
 // TestRefusedByFullGates: walked in claim order, rows of several keys
 // take their gates' free slots as read; the rows of several keys a gate
 // has no slot left for are refused, a row of one gate key takes a slot
-// too, and a gate with no counters read refuses nothing.
+// too, and a gate with no counters read refuses nothing; the window fills
+// a gate when its rows leave that gate no slot.
 func TestRefusedByFullGates(t *testing.T) {
 	g := &gate.Limit{Name: "api", Limit: 2, Shards: 1}
 	row := func(id, key string, gated bool, also ...string) admission.Candidate {
@@ -134,6 +135,16 @@ func TestRefusedByFullGates(t *testing.T) {
 		row("e", "acct:4", false, "api:y"), // api:y was not read
 		row("f", "acct:5", false),
 	}
-	require.Equal(t, map[string]bool{"c": true, "d": true}, refusedByFullGates(window, map[string]int{"api:x": 2}))
-	require.Nil(t, refusedByFullGates(window, nil), "nothing read, nothing refused")
+	refused, filled := refusedByFullGates(window, map[string]int{"api:x": 2})
+	require.Equal(t, map[string]bool{"c": true, "d": true}, refused)
+	require.True(t, filled)
+	refused, filled = refusedByFullGates(window, nil)
+	require.Nil(t, refused, "nothing read, nothing refused")
+	require.False(t, filled)
+	refused, filled = refusedByFullGates(window, map[string]int{"api:x": 5, "api:y": 1})
+	require.Nil(t, refused)
+	require.True(t, filled, "the window takes api:y's last slot")
+	refused, filled = refusedByFullGates(window, map[string]int{"api:x": 5, "api:y": 2})
+	require.Nil(t, refused)
+	require.False(t, filled, "slots to spare in both")
 }
