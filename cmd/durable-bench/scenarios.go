@@ -264,12 +264,13 @@ func k1Workload(b *bench, name string, d time.Duration) workload {
 
 // scenarioSeveralKeys compares rows holding two keys, scenario 2's K = 1
 // key and a gate key (20 keys of 10 slots, or of -s11-limit), with
-// scenario 2's rows holding the K = 1 key alone, in alternating rounds. A step runs only when both
-// of its keys have room; the recorder counts it under each. The same rows
-// holding the gate key alone run in the same rounds as a reference, not
-// part of the ratio: a row of both keys does all that a row of the gate
-// key does and more, so that run's rate is what the several-keys side
-// could reach with every cost of its own removed.
+// scenario 2's rows holding the K = 1 key alone, in alternating rounds. A
+// step runs only when both of its keys have room; the recorder counts it
+// under each. The same rows holding the gate key alone run in the same
+// rounds as a reference, not part of the ratio: a row of both keys does
+// all that a row of the gate key does and more, so that run's rate is
+// what the several-keys side could reach with every cost of its own
+// removed.
 //
 // A second pair, also not part of the ratio, guards the other shape of
 // the same rows: one hot account, its steps one at a time, with a gate

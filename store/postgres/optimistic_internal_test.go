@@ -173,12 +173,13 @@ func gateHeld(t *testing.T, s *Store, key string) (used, holds map[int]int) {
 }
 
 // TestOptimisticClaimOfSeveralKeysDebitsLast: a window of rows of several
-// keys whose gate is settled and not hot is claimed optimistically, as a
-// window of rows of one key is: its gate's counters are read without a
-// lock and locked, waiting, only in its last statement, after the rows'
-// K = 1 keys were locked and their holds written; a transaction holding
-// the counters meanwhile (a flush crediting the slot of a row that ended)
-// makes it wait, and it debits the counters as that commit left them.
+// keys whose gate is settled, not hot and not filled by them is claimed
+// optimistically, as a window of rows of one key is: its gate's counters
+// are read without a lock and locked, waiting, only in its last
+// statement, after the rows' K = 1 keys were locked and their holds
+// written; a transaction holding the counters meanwhile (a flush crediting
+// the slot of a row that ended) makes it wait, and it debits the counters
+// as that commit left them.
 func TestOptimisticClaimOfSeveralKeysDebitsLast(t *testing.T) {
 	ctx := context.Background()
 	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 6, Shards: 2})
@@ -346,12 +347,12 @@ func optimisticRace(t *testing.T, several bool) {
 	// acctRun records that the claimed rows' K = 1 keys start (d = 1) or
 	// end (d = -1) running, noting any key that runs two rows at once.
 	acctRun := func(cs []store.Claimed, d int) {
+		if !several {
+			return
+		}
 		acctMu.Lock()
 		defer acctMu.Unlock()
 		for _, c := range cs {
-			if !several {
-				continue
-			}
 			if acctRunning[c.Key] += d; acctRunning[c.Key] > 1 {
 				acctOver = append(acctOver, c.Key)
 			}
