@@ -212,7 +212,8 @@ ORDER BY c.priority, c.round, c.run_at, c.seq`
 	// counters), in $1's order: the keys of the rows of several keys in a
 	// claim's window, whose other keys the window statement returns without
 	// their limits (see alsoLimits), and whose gates' free slots tell which
-	// rows a full gate will refuse (see refusedByFullGates).
+	// rows a full gate will refuse and whether the window fills a gate
+	// (see refusedByFullGates).
 	sqlKeyLimits = `
 SELECT k, l."limit", l.shards, r."limit", r.period_us, r.burst, r.per_key,
        CASE WHEN l.name IS NOT NULL THEN (SELECT sum(s.available)::int FROM {schema}.key_slots s WHERE s.key = k) END
