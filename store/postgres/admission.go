@@ -702,18 +702,7 @@ func (s *Store) admit(ctx context.Context, tx querier, cc *claimContext, lock bo
 		})
 	}
 	cc.busyLocked = st.Busy
-	// A window with rows of several keys is optimistic on the same terms,
-	// unless the unlocked read of their gates' free slots has the window
-	// fill a gate (filled): an optimistic claim blocks no row on a gate,
-	// and a row a full gate refuses is to wait in that gate's line, as a
-	// row of one key that finds its gate full at its insert does; and
-	// claims that race for a gate's last slots are better made with its
-	// counters locked (a lost optimistic debit is a claim made twice).
-	// Their K = 1 keys are locked in this batch, before any counter, and
-	// the holds sqlClaimMulti writes before the debit are new rows that no
-	// freeing transaction waits for (two holds of one K = 1 key never race:
-	// each writer holds the key's lock).
-	if len(gateKeys) > 0 && !lock && !filled && s.optimistic(gateKeys, len(bucketCap) > 0) {
+	if len(gateKeys) > 0 && !lock && s.optimistic(gateKeys, len(bucketCap) > 0, filled) {
 		seen = map[shardKey]seenCounter{}
 		b.Queue(s.q(sqlSlotsRead), gateKeys).Query(func(rows pgx.Rows) error {
 			var k string
@@ -926,13 +915,22 @@ func limitDiffers(l gate.Limit, limit, shards *int32) bool {
 // locked so that its rows can be blocked: see
 // admission.GateState.HeldElsewhere; one whose optimistic debit lost a race
 // is marked hot too, so that claims racing for its last slots lock it
-// rather than fail in turn), and it locks no rate bucket. Waiting
-// for counters at its end keeps the lock order of sql.go: the claim holds
-// instance rows and K = 1 advisory locks, which come before counters, and
-// no counter; buckets come after counters, so a claim holding one must not
-// wait for a counter.
-func (s *Store) optimistic(gateKeys []string, buckets bool) bool {
-	if buckets {
+// rather than fail in turn), and it locks no rate bucket. A window with
+// rows of several keys is optimistic on the same terms, unless the unlocked
+// read of their gates' free slots has its rows fill a gate (filled, see
+// refusedByFullGates): an optimistic claim blocks no row on a gate, and a
+// row a full gate refuses is to wait in that gate's line, as a row of one
+// key that finds its gate full at its insert does; and a claim that takes
+// a gate's last slots races the others for them, where a lost optimistic
+// debit is a claim made twice. Waiting for counters at its end keeps the
+// lock order of sql.go: the claim holds instance rows and K = 1 advisory
+// locks, which come before counters, and no counter (the holds
+// sqlClaimMulti writes before the debit are new rows that no freeing
+// transaction waits for: two holds of one K = 1 key never race, as each
+// writer holds the key's lock); buckets come after counters, so a claim
+// holding one must not wait for a counter.
+func (s *Store) optimistic(gateKeys []string, buckets, filled bool) bool {
+	if buckets || filled {
 		return false
 	}
 	for _, k := range gateKeys {
