@@ -300,7 +300,7 @@ func scenarioSeveralKeys(ctx context.Context, b *bench) (*result, error) {
 	r.Note = fmt.Sprintf("%d rows of acct:i%%%d (K=1) + api:i%%%d (gate %d), steps of %v, vs the acct key alone; %s",
 		several.n, accts, apis, api.Limit, b.o.s11Step, r.Note)
 	r.Name = fmt.Sprintf("several keys: K=1 of %d + gate %d of %d", accts, api.Limit, apis)
-	if b.o.s11Step != time.Millisecond {
+	if b.o.s11Step != s11IssueStep {
 		r.Name += fmt.Sprintf(", %v steps", b.o.s11Step)
 	}
 	h, err := b.hotAccount(ctx)
