@@ -319,8 +319,8 @@ func (r *result) check() string {
 	}
 }
 
-// The shape of scenario 11 that its target is for (issue 39): gates of 10
-// and steps of 1 ms. Other shapes (-s11-limit, -s11-step) have no target.
+// The shape of scenario 11 that its target is set for: gates of 10 and
+// steps of 1 ms. Other shapes (-s11-limit, -s11-step) have no target.
 const (
 	s11IssueLimit = 10
 	s11IssueStep  = time.Millisecond
