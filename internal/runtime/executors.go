@@ -133,7 +133,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 				// it had no successor.
 				pred.o.Successor, pred.successor, pred.slot = store.ClaimRef{}, store.ClaimRef{}, true
 			}
-			s.handCh[handRoute(c)] <- *pred
+			s.handCh <- *pred
 			pred = nil
 			return started
 		})
@@ -145,7 +145,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		q.gated.Add(-1)
 	}
 	if pred != nil { // the step did not reach its function (its outcome is a failure to commit)
-		s.handCh[handRoute(c)] <- *pred
+		s.handCh <- *pred
 	}
 	hard := s.runCtx.Err() != nil
 	r.cancel()
@@ -180,7 +180,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 		s.mu.Unlock()
 		s.dropSuccessor(ref, toRelease)
 		out.Contended = true
-		s.handCh[handRoute(c)] <- flushItem{o: out, queue: q.name}
+		s.handCh <- flushItem{o: out, queue: q.name}
 	default:
 		// A step whose key had rows waiting passes its executor slot on:
 		// to the successor reserved for it, which starts now, in the slot
@@ -195,7 +195,7 @@ func (s *Scheduler) run(q *queueRunner, r *running, toRelease *[]store.ClaimRef)
 			next.pred = &flushItem{o: out, queue: q.name, successor: store.ClaimRef{ID: next.c.ID, Fence: next.c.Fence}}
 			return next
 		}
-		s.handCh[handRoute(c)] <- flushItem{o: out, queue: q.name, slot: true}
+		s.handCh <- flushItem{o: out, queue: q.name, slot: true}
 		return nil
 	}
 	q.busy.Add(-1)

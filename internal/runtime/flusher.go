@@ -5,11 +5,9 @@ package runtime
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
 	"time"
 
-	"github.com/godurable/godurable/gate"
 	"github.com/godurable/godurable/store"
 )
 
@@ -46,37 +44,13 @@ func (s *Scheduler) release(refs []store.ClaimRef) {
 // executor waits for its flush to be handed a row, so these flushes are
 // kept apart from plain work's batch (which grows while it is in flight:
 // fewer, larger transactions, what plain throughput needs) and do not wait
-// behind it. One flusher's batches form cohorts: the rows a flush hands
-// slots to run while the next flush is in flight, and their outcomes wait
-// for it, so one flusher bounds a saturated gate's rate at about one over
-// a flush's cost per outcome. Each outcome goes to the flusher of its
-// chain (handRoute): a successor's outcome is sent after the outcome that
-// passes it the slot (see run), and must commit after it, which one
-// flusher's order keeps (built with two flushers fed in turn, make bench's
-// scenario 11 stalled with a row left executing, its outcome never
-// committed).
-const handFlushers = 2
-
-// handRoute is the flusher of contended outcomes that takes the outcomes
-// of claim c: the one of its first gate key, or of its key when it has no
-// gate among its other keys. A chain's rows hold the same keys (a
-// successor is reserved only after a row of its key, or of the same keys
-// for a row of several), so its outcomes share a flusher; and the
-// outcomes of one gate, whose hand-offs read and credit its line and
-// counters, share one too, so that the flushers do not wait for each
-// other's counter locks.
-func handRoute(c store.Claimed) int {
-	route := c.Key
-	for _, k := range c.Also {
-		if k.Intent == gate.GateIntent {
-			route = k.Key
-			break
-		}
-	}
-	h := fnv.New32a()
-	h.Write([]byte(route))
-	return int(h.Sum32() % handFlushers)
-}
+// behind it. There must be one: a successor's outcome is sent after the
+// outcome that passes it the slot (see run), and must commit after it,
+// which one flusher's order keeps (built with two, make bench's scenario
+// 11 stalled with a row left executing, its outcome never committed). A
+// second fed by key, so that a chain's outcomes share one, gave scenario
+// 11's rows of several keys nothing (one ABBA pair, 2026-12-04).
+const handFlushers = 1
 
 // flusher group-commits the outcomes of ch; withSlots says that their
 // executor slots come with them (handCh).

@@ -49,8 +49,8 @@ type Scheduler struct {
 	stopping atomic.Bool
 
 	queues  map[string]*queueRunner
-	flushCh chan flushItem               // outcomes of claims that were not contended
-	handCh  [handFlushers]chan flushItem // outcomes of contended claims, with their executor slots, by handRoute
+	flushCh chan flushItem // outcomes of claims that were not contended
+	handCh  chan flushItem // outcomes of contended claims, with their executor slots
 	// workMu guards sending on the queues' work channels against their
 	// close at stop: the flusher hands rows to executors too.
 	workMu     sync.Mutex
@@ -81,10 +81,7 @@ type Scheduler struct {
 
 func newScheduler(e *Runtime) *Scheduler {
 	s := &Scheduler{e: e, queues: map[string]*queueRunner{}, claims: newClaims(),
-		beat: make(chan struct{}, 1), flushCh: make(chan flushItem, 1024)}
-	for i := range s.handCh {
-		s.handCh[i] = make(chan flushItem, 1024)
-	}
+		beat: make(chan struct{}, 1), flushCh: make(chan flushItem, 1024), handCh: make(chan flushItem, 1024)}
 	_, s.handOffs = e.st.(store.HandOffer)
 	s.runCtx, s.hardStop = context.WithCancel(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
@@ -251,8 +248,8 @@ func (s *Scheduler) Start() {
 	}
 	s.flushWG.Add(1 + handFlushers)
 	go s.flusher(s.flushCh, false)
-	for _, ch := range s.handCh {
-		go s.flusher(ch, true)
+	for range handFlushers {
+		go s.flusher(s.handCh, true)
 	}
 	s.bgWG.Add(3)
 	go s.heartbeatLoop()
@@ -294,9 +291,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		}
 	}
 	close(s.flushCh)
-	for _, ch := range s.handCh {
-		close(ch)
-	}
+	close(s.handCh)
 	// The last outcomes are committed before Stop returns, unless the store
 	// stays unreachable past the deadline: then the flush is abandoned (the
 	// steps run again after their leases expire: at-least-once) rather than
