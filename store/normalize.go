@@ -150,3 +150,23 @@ func NormalizeClaim(req *ClaimRequest) (bool, error) {
 	req.Reserve = max(req.Reserve, 0)
 	return true, nil
 }
+
+// FirstGate returns the gate key an instance of several keys (key, also, in
+// NormalizeKeys' order) waits for first when its gates are full: its key
+// when that is a gate, else the first of also that is one; isGate says
+// which keys are gates (their names or keys have a limit). "" when it has
+// none, or has one key only.
+func FirstGate(key string, also []KeyRef, isGate func(string) bool) string {
+	if len(also) == 0 {
+		return ""
+	}
+	if isGate(key) {
+		return key
+	}
+	for _, k := range also {
+		if isGate(k.Key) {
+			return k.Key
+		}
+	}
+	return ""
+}

@@ -89,3 +89,43 @@ func InsertBlocked(rows []InsertRow, state func(key string) KeyState) []bool {
 func insertOrder(a, b InsertRow) int {
 	return cmp.Or(cmp.Compare(a.Priority, b.Priority), a.At.Compare(b.At), cmp.Compare(a.Seq, b.Seq))
 }
+
+// InsertBlockedAtGate reports, for each row of rows (due rows of several
+// keys, each with Key its first gate key: see store.FirstGate), whether it
+// goes in blocked in that gate's line. free returns the gate's free slots
+// as the insert read them (the sum of its counters' free slots, its limit
+// when it has none yet), and false when it could not read them all (a
+// transaction held one): then the rows go in ready. A gate's rows take its
+// free slots in promotion order (priority, run_at, input order); the rows
+// past them go in blocked. free is called once per gate.
+//
+// A row a full gate would block anyway is then written once until its
+// turn comes: a freed slot of the gate is handed to it (or promotes it)
+// with its other keys, where one inserted ready is first moved by the
+// claim that finds the gate full (a second write, and the indexes the
+// move enters), then handed a slot. Rows of the gate already ready are not
+// counted: the claim that finds the gate full blocks the surplus.
+func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool)) []bool {
+	out := make([]bool, len(rows))
+	byGate := map[string][]int{}
+	var gates []string
+	for i, r := range rows {
+		if _, ok := byGate[r.Key]; !ok {
+			gates = append(gates, r.Key)
+		}
+		byGate[r.Key] = append(byGate[r.Key], i)
+	}
+	for _, g := range gates {
+		n, ok := free(g)
+		idx := byGate[g]
+		if !ok || n >= len(idx) {
+			continue
+		}
+		ranked := slices.Clone(idx)
+		slices.SortFunc(ranked, func(a, b int) int { return insertOrder(rows[a], rows[b]) })
+		for rank, i := range ranked {
+			out[i] = rank >= n
+		}
+	}
+	return out
+}

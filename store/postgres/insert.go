@@ -23,7 +23,9 @@ const DefaultQueue = store.DefaultQueue
 // they would have had ready, when the key is busy or has
 // admission.ReadyCap rows ready (admission.InsertBlocked); once the insert
 // has committed, Insert heals the keys it blocked behind rows already there
-// (see healInserted).
+// (see healInserted). Due rows of several keys go in blocked in the line
+// of their first gate when it has no free slot for them (see
+// blockAtGates), except in a batch with unique keys.
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -38,7 +40,19 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	p.block = true
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
-		err = s.inTx(ctx, func(tx pgx.Tx) error { return s.copyInsert(ctx, tx, p) })
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := s.blockAtGates(ctx, tx, p); err != nil {
+				return err
+			}
+			return s.copyInsert(ctx, tx, p)
+		})
+	case !p.unique && p.several():
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := s.blockAtGates(ctx, tx, p); err != nil {
+				return err
+			}
+			return s.runInsert(ctx, tx, p)
+		})
 	case !p.unique:
 		err = s.runInsert(ctx, s.pool, p)
 	default:
@@ -115,13 +129,96 @@ type insertPlan struct {
 	block   bool
 	blocked []string
 	behind  []string
+	gates   []string // the gates rows went in blocked at (see blockAtGates)
 }
 
 type insertRow struct {
 	idx     int // index in results
 	in      store.NewInstance
 	scope   []string
-	joinGen int // the parent's spawn a child belongs to
+	joinGen int  // the parent's spawn a child belongs to
+	atGate  bool // goes in blocked in its key column's line, a gate's (see blockAtGates)
+}
+
+// several reports whether p has a row of several keys.
+func (p *insertPlan) several() bool {
+	return slices.ContainsFunc(p.rows, func(r insertRow) bool { return len(r.in.Also) > 0 })
+}
+
+// blockAtGates decides, for the due rows of several keys of p (with block),
+// which go in blocked in the line of their first gate (store.FirstGate) as
+// admission.InsertBlockedAtGate decides from the gates' free slots
+// (sqlInsertGates, whose share locks on the counters tx holds to its
+// commit), and puts that gate in their key column (waitIn). A row a full
+// gate would block anyway is then written once until a slot of the gate
+// frees, and its first claim does not move it into the gate's line. A row
+// is due here when it has neither a delay nor a run_at after the clock
+// (the store's, or this host's when it has none: a row that the database
+// finds due a moment later goes in ready).
+func (s *Store) blockAtGates(ctx context.Context, tx pgx.Tx, p *insertPlan) error {
+	if !p.block {
+		return nil
+	}
+	now := time.Now()
+	if t := s.clockNow(); t != nil {
+		now = *t
+	}
+	var idx []int
+	var keys []string
+	for i, r := range p.rows {
+		if len(r.in.Also) == 0 || r.in.Delay > 0 || r.in.RunAt.After(now) {
+			continue
+		}
+		idx = append(idx, i)
+		keys = append(keys, r.in.Key)
+		for _, k := range r.in.Also {
+			keys = append(keys, k.Key)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	type gateRead struct {
+		gate, known bool
+		free        int
+	}
+	read := make(map[string]gateRead, len(keys))
+	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys)
+	if err != nil {
+		return insertError(err)
+	}
+	var k string
+	var g gateRead
+	if _, err := pgx.ForEachRow(rows, []any{&k, &g.gate, &g.free, &g.known}, func() error { read[k] = g; return nil }); err != nil {
+		return insertError(err)
+	}
+	isGate := func(k string) bool { return read[k].gate }
+	var waiting []admission.InsertRow
+	var waitingOf []int
+	for _, i := range idx {
+		in := p.rows[i].in
+		if g := store.FirstGate(in.Key, in.Also, isGate); g != "" {
+			at := in.RunAt
+			if at.IsZero() {
+				at = now
+			}
+			waiting = append(waiting, admission.InsertRow{Key: g, Priority: in.Priority, At: at, Seq: int64(i)})
+			waitingOf = append(waitingOf, i)
+		}
+	}
+	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].free, read[g].known })
+	for j, b := range blocked {
+		if !b {
+			continue
+		}
+		r := &p.rows[waitingOf[j]]
+		waitIn(&r.in, waiting[j].Key)
+		r.atGate = true
+		p.gates = append(p.gates, waiting[j].Key)
+	}
+	return nil
 }
 
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
@@ -351,6 +448,8 @@ func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
 	}
 	slices.Sort(p.behind)
 	s.hot.mark(slices.Compact(p.behind)...) // one entry per key: the COPY path lists one per row
+	slices.Sort(p.gates)
+	s.hot.mark(slices.Compact(p.gates)...) // full: their holders' outcomes may hand their slots to these rows
 	s.healInserted(ctx, p.blocked)
 }
 
@@ -390,6 +489,7 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		joinGens  = make([]int32, n)
 		delays    = make([]int64, n)
 		extras    = make([]string, n)
+		atGates   = make([]bool, n)
 	)
 	for i, r := range rows {
 		in := r.in
@@ -403,9 +503,10 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		joinGens[i] = int32(r.joinGen)
 		delays[i] = micros(in.Delay)
 		extras[i] = keysText(in.Also)
+		atGates[i] = r.atGate
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras, atGates}
 }
 
 func insertError(err error) error {

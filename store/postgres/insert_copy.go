@@ -197,6 +197,9 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 			p.behind = append(p.behind, k) // repeated too: afterInsert compacts
 		}
 	}
+	for i, r := range rows {
+		blocked[i] = blocked[i] || due[i] && r.atGate
+	}
 	src := &copyRows{rows: rows, at: at, due: due, blocked: blocked, round: round, now: now}
 	data, err := src.encode()
 	if err != nil {

@@ -343,3 +343,23 @@ func freedHolds(rows pgx.Rows, freed *[]freedSlot) error {
 func (s *Store) HoldsSeveralKeys() bool { return true }
 
 var _ store.SeveralKeys = (*Store)(nil)
+
+// waitIn puts key k, one of the keys of in, in its key column, with its
+// intent, and the key that was there among its other keys (in key order):
+// the row then waits in k's line, as a claim that blocks it on k leaves it
+// (sqlBlockMulti).
+func waitIn(in *store.NewInstance, k string) {
+	if in.Key == k {
+		return
+	}
+	i := slices.IndexFunc(in.Also, func(r store.KeyRef) bool { return r.Key == k })
+	if i < 0 {
+		return
+	}
+	also := slices.Clone(in.Also)
+	first := store.KeyRef{Key: in.Key, Intent: in.KeyIntent}
+	in.Key, in.KeyIntent = also[i].Key, also[i].Intent
+	also[i] = first
+	slices.SortFunc(also, func(a, b store.KeyRef) int { return strings.Compare(a.Key, b.Key) })
+	in.Also = also
+}

@@ -92,10 +92,21 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	}
 	st := &strandedKeys{}
 	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel, isOne).Query(func(rows pgx.Rows) error {
-		_, err := scanPromoted(rows, func(k string) {
+		n, err := scanPromoted(rows, func(k string) {
 			i, _ := slices.BinarySearch(keys, k)
 			st.keys, st.one = append(st.keys, k), append(st.one, isOne[i])
 		})
+		if n > 0 && len(gates) > 0 {
+			// A credited slot went to a blocked row: its gate had rows
+			// waiting (an insert may have put them in its line: see
+			// blockAtGates). The statement does not say which gate's rows
+			// it promoted, so every gate credited here is marked: one
+			// wrongly marked costs a hand-off read that finds room and
+			// cools it.
+			for k := range gates {
+				s.hot.mark(k.key)
+			}
+		}
 		return err
 	})
 	return st

@@ -23,7 +23,9 @@ const (
 	// batch's own rows (no race to close: they commit together), and a row
 	// (queue, n, '') per notified queue. It takes no row lock on existing
 	// rows: its reads are plain snapshot reads. $20 holds each row's other
-	// keys, when it has several (the other keys' text).
+	// keys, when it has several (the other keys' text), and $21 whether it
+	// goes in blocked in its key column's line, a gate's
+	// (admission.InsertBlockedAtGate, see blockAtGates).
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -31,9 +33,9 @@ x AS (
            coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
                 $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[],
-                $16::bigint[], $20::text[])
+                $16::bigint[], $20::text[], $21::bool[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras, at_gate, ord)
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
@@ -86,6 +88,7 @@ ins AS (
         extra_keys, extra_intents)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN NOT x.due THEN 'scheduled'
+                WHEN x.at_gate THEN 'blocked'
                 WHEN k.k IS NOT NULL AND (k.busy OR k.ready + row_number() OVER (PARTITION BY x.key, x.due, k.k IS NULL
                                                                   ORDER BY x.priority, x.at, x.ord) > $19) THEN 'blocked'
                 ELSE 'ready' END,
@@ -185,6 +188,31 @@ g AS MATERIALIZED (
 ),
 n AS (SELECT count(pg_notify($7, q.queue)) AS n FROM (SELECT DISTINCT queue FROM g WHERE NOT g.busy) q)
 SELECT t.now, g.i, g.head, g.last, g.taken, g.turns, g.one, g.busy, g.ready FROM t CROSS JOIN n LEFT JOIN g ON true`
+
+	// sqlInsertGates reads, for the keys $1 of an insert's due rows of
+	// several keys, whether each is a gate key (the key-limit lookup finds
+	// a limit) and, for a gate, its free slots: the sum of its counters'
+	// free slots, its limit when it has none yet. It locks the counters
+	// FOR SHARE SKIP LOCKED (lock order (3); it never waits) and says
+	// whether it locked them all: a counter another transaction holds may
+	// be having a slot credited, and the gate's rows then go in ready.
+	// Held to the insert's commit, the locks make a transaction that
+	// credits one of them wait for the insert, so that its promotion (a
+	// statement of its own, read after the credit) sees the rows the insert
+	// blocked: no row goes in blocked behind a slot freed unseen.
+	sqlInsertGates = `
+WITH l AS MATERIALIZED (
+    SELECT k, (SELECT lk."limit" FROM {schema}.limits lk
+               WHERE lk.name IN (k, split_part(k, ':', 1)) ORDER BY length(lk.name) DESC LIMIT 1) AS lim
+    FROM unnest($1::text[]) AS k),
+c AS MATERIALIZED (
+    SELECT s.key, s.available FROM {schema}.key_slots s
+    WHERE s.key = ANY (ARRAY(SELECT k FROM l WHERE lim IS NOT NULL))
+    FOR SHARE SKIP LOCKED)
+SELECT l.k, l.lim IS NOT NULL,
+       coalesce((SELECT sum(c.available) FROM c WHERE c.key = l.k), l.lim, 0)::int,
+       l.lim IS NULL OR (SELECT count(*) FROM c WHERE c.key = l.k) = (SELECT count(*) FROM {schema}.key_slots s WHERE s.key = l.k)
+FROM l`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
 	// share 1024 lock buckets, taken in order, so that a batch of any size
