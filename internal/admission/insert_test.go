@@ -58,3 +58,39 @@ func TestInsertBlocked(t *testing.T) {
 		})
 	}
 }
+
+func TestInsertBlockedAtGate(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	row := func(gate string, prio int, at time.Duration, seq int64) InsertRow {
+		return InsertRow{Key: gate, Priority: prio, At: t0.Add(at), Seq: seq}
+	}
+	free := map[string]int{"full:g": 0, "two:g": 2, "held:g": 0}
+	for _, tc := range []struct {
+		name string
+		rows []InsertRow
+		want []bool
+	}{
+		{name: "none", rows: nil, want: []bool{}},
+		{name: "a full gate blocks every row", rows: []InsertRow{row("full:g", 0, 0, 1), row("full:g", 0, 0, 2)}, want: []bool{true, true}},
+		{name: "rows take the free slots, the rest go in blocked",
+			rows: []InsertRow{row("two:g", 0, 0, 1), row("two:g", 0, 0, 2), row("two:g", 0, 0, 3)},
+			want: []bool{false, false, true}},
+		{name: "by priority, then run_at, then sequence, not input order",
+			rows: []InsertRow{row("two:g", 1, 0, 1), row("two:g", 0, time.Second, 2), row("two:g", 0, 0, 4), row("two:g", 0, 0, 3)},
+			want: []bool{true, true, false, false}},
+		{name: "a gate whose counters could not all be read takes every row ready",
+			rows: []InsertRow{row("held:g", 0, 0, 1)}, want: []bool{false}},
+		{name: "gates are independent",
+			rows: []InsertRow{row("full:g", 0, 0, 1), row("two:g", 0, 0, 2), row("held:g", 0, 0, 3)},
+			want: []bool{true, false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := map[string]int{}
+			got := InsertBlockedAtGate(tc.rows, func(g string) (int, bool) { calls[g]++; return free[g], g != "held:g" })
+			require.Equal(t, tc.want, got)
+			for g, n := range calls {
+				require.Equal(t, 1, n, "free(%s) called once", g)
+			}
+		})
+	}
+}

@@ -207,12 +207,15 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	}
 	// Rounds are given to the due rows of the batch together (see
 	// assignRounds); due rows whose key (the first, for a row of several
-	// keys: the line it waits in, as PostgreSQL's key column) is a K = 1
-	// key go in blocked as admission.InsertBlocked decides (see oneState).
-	// Otherwise a row of several keys goes in ready: the claim that finds
-	// one of them full blocks it on that key.
-	var due, waitingRows []*row
-	var waiting []admission.InsertRow
+	// keys) is a K = 1 key go in blocked as admission.InsertBlocked decides
+	// (see oneState). A due row of several keys inserted (not spawned) that
+	// this leaves ready goes in blocked in the line of its first gate when
+	// the gate has no free slot for it, as admission.InsertBlockedAtGate
+	// decides (PostgreSQL's blockAtGates), with the round it has as a row
+	// of its first key. Otherwise a row of several keys goes in ready: the
+	// claim that finds one of its keys full blocks it on that key.
+	var due, waitingRows, gatedRows []*row
+	var waiting, gated []admission.InsertRow
 	for _, r := range rows {
 		if r.inst.RunAt.After(now) {
 			continue
@@ -228,6 +231,22 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	for i, b := range admission.InsertBlocked(waiting, s.oneState) {
 		if b {
 			blocked[waitingRows[i]] = true
+		}
+	}
+	for _, r := range due {
+		if parent != nil || blocked[r] {
+			continue // a child: PostgreSQL's insert of an outcome's children reads no gate
+		}
+		if g := store.FirstGate(r.inst.Key, r.inst.Also, func(k string) bool { return !s.isOne(k) }); g != "" {
+			gated = append(gated, admission.InsertRow{Key: g, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
+			gatedRows = append(gatedRows, r)
+		}
+	}
+	for i, b := range admission.InsertBlockedAtGate(gated, func(g string) (int, bool) { return s.room(g, s.key(g)), true }) {
+		if b {
+			r := gatedRows[i]
+			r.blockedOn = gated[i].Key
+			blocked[r] = true
 		}
 	}
 	for _, r := range rows {

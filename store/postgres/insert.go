@@ -25,7 +25,7 @@ const DefaultQueue = store.DefaultQueue
 // has committed, Insert heals the keys it blocked behind rows already there
 // (see healInserted). Due rows of several keys go in blocked in the line
 // of their first gate when it has no free slot for them (see
-// blockAtGates), except in a batch with unique keys.
+// blockAtGates).
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -136,8 +136,8 @@ type insertRow struct {
 	idx     int // index in results
 	in      store.NewInstance
 	scope   []string
-	joinGen int  // the parent's spawn a child belongs to
-	atGate  bool // goes in blocked in its key column's line, a gate's (see blockAtGates)
+	joinGen int    // the parent's spawn a child belongs to
+	atGate  string // the gate whose line it goes in blocked in (see blockAtGates)
 }
 
 // several reports whether p has a row of several keys.
@@ -148,75 +148,95 @@ func (p *insertPlan) several() bool {
 // blockAtGates decides, for the due rows of several keys of p (with block),
 // which go in blocked in the line of their first gate (store.FirstGate) as
 // admission.InsertBlockedAtGate decides from the gates' free slots
-// (sqlInsertGates, whose share locks on the counters tx holds to its
-// commit), and puts that gate in their key column (waitIn). A row a full
-// gate would block anyway is then written once until a slot of the gate
-// frees, and its first claim does not move it into the gate's line. A row
-// is due here when it has neither a delay nor a run_at after the clock
-// (the store's, or this host's when it has none: a row that the database
-// finds due a moment later goes in ready).
-func (s *Store) blockAtGates(ctx context.Context, tx pgx.Tx, p *insertPlan) error {
-	if !p.block {
+// (sqlInsertGates, whose share locks on the counters the insert's
+// transaction tx holds to its commit), and sets their atGate. A row that
+// the K = 1 rule blocks in its first key's line (admission.InsertBlocked,
+// from the same statement's reads) stays there. They go in with that gate
+// in their key column (waitIn) and the round they would have had ready as
+// rows of their first key. A row a full gate would block anyway is then
+// written once until a slot of the gate frees, and its first claim does
+// not move it into the gate's line. A row is due here when it has neither
+// a delay nor a run_at after the clock (the store's, or this host's when
+// it has none: a row that the database finds due a moment later goes in
+// ready).
+func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) error {
+	if !p.block || !p.several() {
 		return nil
 	}
 	now := time.Now()
 	if t := s.clockNow(); t != nil {
 		now = *t
 	}
-	var idx []int
+	due := func(in store.NewInstance) bool { return in.Delay <= 0 && !in.RunAt.After(now) }
 	var keys []string
-	for i, r := range p.rows {
-		if len(r.in.Also) == 0 || r.in.Delay > 0 || r.in.RunAt.After(now) {
+	for _, r := range p.rows {
+		if len(r.in.Also) == 0 || !due(r.in) {
 			continue
 		}
-		idx = append(idx, i)
 		keys = append(keys, r.in.Key)
 		for _, k := range r.in.Also {
 			keys = append(keys, k.Key)
 		}
 	}
-	if len(idx) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	type gateRead struct {
-		gate, known bool
-		free        int
+	type keyRead struct {
+		gate bool
+		n    int  // a gate's free slots; a K = 1 key's ready rows
+		flag bool // a gate's counters all locked; a K = 1 key busy
 	}
-	read := make(map[string]gateRead, len(keys))
-	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys)
+	read := make(map[string]keyRead, len(keys))
+	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys, admission.ReadyCap)
 	if err != nil {
 		return insertError(err)
 	}
 	var k string
-	var g gateRead
-	if _, err := pgx.ForEachRow(rows, []any{&k, &g.gate, &g.free, &g.known}, func() error { read[k] = g; return nil }); err != nil {
+	var kr keyRead
+	if _, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag}, func() error { read[k] = kr; return nil }); err != nil {
 		return insertError(err)
+	}
+	insertRow := func(i int, key string) admission.InsertRow {
+		in := p.rows[i].in
+		at := in.RunAt
+		if at.IsZero() {
+			at = now
+		}
+		return admission.InsertRow{Key: key, Priority: in.Priority, At: at, Seq: int64(i)}
+	}
+	// The K = 1 rule, for the keys read: every due row of them counts.
+	var ones []admission.InsertRow
+	var onesOf []int
+	for i, r := range p.rows {
+		if kr, ok := read[r.in.Key]; ok && !kr.gate && due(r.in) {
+			ones, onesOf = append(ones, insertRow(i, r.in.Key)), append(onesOf, i)
+		}
+	}
+	oneBlocked := map[int]bool{}
+	for j, b := range admission.InsertBlocked(ones, func(k string) admission.KeyState {
+		return admission.KeyState{Busy: read[k].flag, Ready: read[k].n}
+	}) {
+		oneBlocked[onesOf[j]] = b
 	}
 	isGate := func(k string) bool { return read[k].gate }
 	var waiting []admission.InsertRow
 	var waitingOf []int
-	for _, i := range idx {
-		in := p.rows[i].in
-		if g := store.FirstGate(in.Key, in.Also, isGate); g != "" {
-			at := in.RunAt
-			if at.IsZero() {
-				at = now
-			}
-			waiting = append(waiting, admission.InsertRow{Key: g, Priority: in.Priority, At: at, Seq: int64(i)})
-			waitingOf = append(waitingOf, i)
-		}
-	}
-	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].free, read[g].known })
-	for j, b := range blocked {
-		if !b {
+	for i, r := range p.rows {
+		if len(r.in.Also) == 0 || !due(r.in) || oneBlocked[i] {
 			continue
 		}
-		r := &p.rows[waitingOf[j]]
-		waitIn(&r.in, waiting[j].Key)
-		r.atGate = true
-		p.gates = append(p.gates, waiting[j].Key)
+		if g := store.FirstGate(r.in.Key, r.in.Also, isGate); g != "" {
+			waiting, waitingOf = append(waiting, insertRow(i, g)), append(waitingOf, i)
+		}
+	}
+	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag })
+	for j, b := range blocked {
+		if b {
+			p.rows[waitingOf[j]].atGate = waiting[j].Key
+			p.gates = append(p.gates, waiting[j].Key)
+		}
 	}
 	return nil
 }
@@ -351,6 +371,9 @@ func (s *Store) insertUnique(ctx context.Context, q querier, p *insertPlan) erro
 	p.rows = kept
 	if len(kept) == 0 {
 		return nil
+	}
+	if err := s.blockAtGates(ctx, q, p); err != nil {
+		return err
 	}
 	return s.runInsert(ctx, q, p)
 }
@@ -489,7 +512,8 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		joinGens  = make([]int32, n)
 		delays    = make([]int64, n)
 		extras    = make([]string, n)
-		atGates   = make([]bool, n)
+		atGates   = make([]string, n)
+		atIntents = make([]string, n)
 	)
 	for i, r := range rows {
 		in := r.in
@@ -503,10 +527,14 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		joinGens[i] = int32(r.joinGen)
 		delays[i] = micros(in.Delay)
 		extras[i] = keysText(in.Also)
-		atGates[i] = r.atGate
+		if r.atGate != "" {
+			w := in
+			waitIn(&w, r.atGate)
+			extras[i], atGates[i], atIntents[i] = keysText(w.Also), w.Key, string(w.KeyIntent)
+		}
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras, atGates}
+		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras, atGates, atIntents}
 }
 
 func insertError(err error) error {

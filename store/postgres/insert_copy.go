@@ -174,7 +174,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	var waiting []admission.InsertRow
 	var waitingOf []int
 	for i, r := range rows {
-		if due[i] && one[groupOf[i]] {
+		if due[i] && one[groupOf[i]] && r.atGate == "" {
 			waiting = append(waiting, admission.InsertRow{Key: r.in.Key, Priority: r.in.Priority, At: at[i], Seq: int64(i)})
 			waitingOf = append(waitingOf, i)
 		}
@@ -197,8 +197,13 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 			p.behind = append(p.behind, k) // repeated too: afterInsert compacts
 		}
 	}
-	for i, r := range rows {
-		blocked[i] = blocked[i] || due[i] && r.atGate
+	for i := range rows {
+		if r := &rows[i]; due[i] && r.atGate != "" {
+			// In the gate's line, with the round it has as a row of its
+			// first key (see blockAtGates).
+			blocked[i] = true
+			waitIn(&r.in, r.atGate)
+		}
 	}
 	src := &copyRows{rows: rows, at: at, due: due, blocked: blocked, round: round, now: now}
 	data, err := src.encode()

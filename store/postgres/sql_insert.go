@@ -23,9 +23,11 @@ const (
 	// batch's own rows (no race to close: they commit together), and a row
 	// (queue, n, '') per notified queue. It takes no row lock on existing
 	// rows: its reads are plain snapshot reads. $20 holds each row's other
-	// keys, when it has several (the other keys' text), and $21 whether it
-	// goes in blocked in its key column's line, a gate's
-	// (admission.InsertBlockedAtGate, see blockAtGates).
+	// keys, when it has several (the other keys' text), and $21 the gate
+	// whose line it goes in blocked in ('' for none; admission.InsertBlockedAtGate,
+	// see blockAtGates), in its key column with its intent $22 (its other
+	// keys' text $20 then holds its first key in the gate's place), with
+	// the round it has as a row of its first key.
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -33,9 +35,10 @@ x AS (
            coalesce(x.run_at, t.now + x.delay_us * interval '1 microsecond') <= t.now AS due
     FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::text[],
                 $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::uuid[], $15::int[],
-                $16::bigint[], $20::text[], $21::bool[])
+                $16::bigint[], $20::text[], $21::text[], $22::text[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
-                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras, at_gate, ord)
+                              run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras,
+                              at_gate, at_intent, ord)
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
@@ -79,7 +82,7 @@ k AS MATERIALIZED (
            OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL) AS busy,
            (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
                                   ORDER BY r.priority, r.run_at, r.seq LIMIT $19) r) AS ready
-    FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' GROUP BY key) g
+    FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' AND at_gate = '' GROUP BY key) g
     WHERE $18::bool AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
 ),
 ins AS (
@@ -88,11 +91,12 @@ ins AS (
         extra_keys, extra_intents)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN NOT x.due THEN 'scheduled'
-                WHEN x.at_gate THEN 'blocked'
+                WHEN x.at_gate <> '' THEN 'blocked'
                 WHEN k.k IS NOT NULL AND (k.busy OR k.ready + row_number() OVER (PARTITION BY x.key, x.due, k.k IS NULL
                                                                   ORDER BY x.priority, x.at, x.ord) > $19) THEN 'blocked'
                 ELSE 'ready' END,
-           x.step, x.state::jsonb, nullif(x.key, ''), x.key_intent, x.at,
+           x.step, x.state::jsonb, coalesce(nullif(x.at_gate, ''), nullif(x.key, '')),
+           CASE WHEN x.at_gate <> '' THEN x.at_intent ELSE x.key_intent END, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
                 ELSE greatest(b.base, b.base - (b.base & 1)
@@ -108,7 +112,7 @@ ins AS (
                (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
-    LEFT JOIN k ON x.due AND k.k = x.key
+    LEFT JOIN k ON x.due AND k.k = x.key AND x.at_gate = ''
     ORDER BY x.ord
     RETURNING queue, status
 )
@@ -199,7 +203,10 @@ SELECT t.now, g.i, g.head, g.last, g.taken, g.turns, g.one, g.busy, g.ready FROM
 	// Held to the insert's commit, the locks make a transaction that
 	// credits one of them wait for the insert, so that its promotion (a
 	// statement of its own, read after the credit) sees the rows the insert
-	// blocked: no row goes in blocked behind a slot freed unseen.
+	// blocked: no row goes in blocked behind a slot freed unseen. For a
+	// K = 1 key it reads what sqlInsert's K = 1 rule reads (the K = 1 busy
+	// check, and the ready count up to $2: admission.ReadyCap), so that the
+	// rows that rule blocks in their first key's line are known.
 	sqlInsertGates = `
 WITH l AS MATERIALIZED (
     SELECT k, (SELECT lk."limit" FROM {schema}.limits lk
@@ -210,8 +217,15 @@ c AS MATERIALIZED (
     WHERE s.key = ANY (ARRAY(SELECT k FROM l WHERE lim IS NOT NULL))
     FOR SHARE SKIP LOCKED)
 SELECT l.k, l.lim IS NOT NULL,
-       coalesce((SELECT sum(c.available) FROM c WHERE c.key = l.k), l.lim, 0)::int,
-       l.lim IS NULL OR (SELECT count(*) FROM c WHERE c.key = l.k) = (SELECT count(*) FROM {schema}.key_slots s WHERE s.key = l.k)
+       CASE WHEN l.lim IS NOT NULL THEN coalesce((SELECT sum(c.available) FROM c WHERE c.key = l.k), l.lim)::int
+            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = l.k AND r.status = 'ready' COLLATE "POSIX"
+                                        ORDER BY r.priority, r.run_at, r.seq LIMIT $2) r)::int END,
+       CASE WHEN l.lim IS NOT NULL
+            THEN (SELECT count(*) FROM c WHERE c.key = l.k) = (SELECT count(*) FROM {schema}.key_slots s WHERE s.key = l.k)
+            ELSE ((SELECT true FROM {schema}.instances e
+                   WHERE e.key = l.k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
+                   LIMIT 1) IS NOT NULL
+                  OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = l.k LIMIT 1) IS NOT NULL) END
 FROM l`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys

@@ -210,6 +210,58 @@ var severalKeysTests = []test{
 		h.requireStatus(store.StatusReady, m)
 		require.Equal(h.t, []string{m}, h.claimIDs(at(4*time.Second)))
 	}},
+	{"severalKeys/a row inserted while its gate is full goes in blocked in the gate's line, and the gate's freed slot is handed to it", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
+		gated := func(acct, api string) store.NewInstance {
+			ni := multi(acct, api)
+			ni.Also[0].Intent = gate.GateIntent
+			return ni
+		}
+		holder := h.hold(gated("acct:0", "api:x"))
+		w := h.insert(gated("acct:1", "api:x"))[0]
+		roomy := h.insert(gated("acct:2", "api:y"))[0]
+		h.requireStatus(store.StatusBlocked, w)
+		h.requireStatus(store.StatusReady, roomy)
+		in := h.get(w)
+		require.Equal(h.t, "api:x", in.BlockedOn, "the gate has no free slot")
+		require.Equal(h.t, "acct:1", in.Key, "its keys read in their one order, wherever it waits")
+		info := h.keyInfo("api:x")
+		require.Equal(h.t, [3]int{1, 1, 0}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "api:x's line holds it")
+		require.Equal(h.t, w, info.NextInLine.ID)
+		info = h.keyInfo("acct:1")
+		require.Equal(h.t, [3]int{0, 0, 1}, [3]int{info.Waiting, info.Blocked, info.WaitingElsewhere}, "acct:1's does not: it waits for api:x")
+
+		require.Equal(h.t, []string{roomy}, h.claimIDs(at(time.Second)), "off the pick path: the claim reads the row whose gate has room only")
+		got := h.handOff("w", at(2*time.Second), map[string]int{queue: 1}, done(holder))
+		require.Equal(h.t, []string{w}, claimedIDs(got), "api:x's freed slot goes to its line's head, which takes acct:1 with it")
+		for _, k := range []string{"acct:1", "api:x"} {
+			require.Equal(h.t, []string{w}, idsOf(h.keyInfo(k).Holders), "%s's holders", k)
+		}
+	}},
+	{"severalKeys/the rows an insert puts behind a full gate take its free slots in promotion order, the rest wait in its line for a freed slot", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 3})
+		h.hold(multi("acct:0", "api:x"))
+		batch := make([]store.NewInstance, 4)
+		for i := range batch {
+			batch[i] = multi(fmt.Sprintf("acct:%d", i+1), "api:x")
+		}
+		batch[3].Priority = -1 // first in promotion order
+		ids := h.insert(batch...)
+		h.requireStatus(store.StatusReady, ids[3], ids[0])
+		h.requireStatus(store.StatusBlocked, ids[1], ids[2])
+		cs := h.claim("w", 10, at(time.Second))
+		require.ElementsMatch(h.t, []string{ids[3], ids[0]}, claimedIDs(cs), "off the pick path, the others")
+		require.Equal(h.t, 0, h.slotsFree("api:x"))
+
+		// A slot credited the usual way (an outcome not contended)
+		// promotes the line's head.
+		h.commit("w", at(2*time.Second), done(h.byID(cs, ids[3])))
+		h.requireStatus(store.StatusReady, ids[1])
+		h.requireStatus(store.StatusBlocked, ids[2])
+		require.Equal(h.t, []string{ids[1]}, h.claimIDs(at(3*time.Second)))
+	}},
 	{"severalKeys/a row woken by a key waits in that key's line until a claim takes it", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
