@@ -75,6 +75,7 @@ func init() {
 	pgstatements.Register("sqlHoldsPass", sqlHoldsPass)
 	pgstatements.Register("sqlInbox", sqlInbox)
 	pgstatements.Register("sqlInsert", sqlInsert)
+	pgstatements.Register("sqlInsertGates", sqlInsertGates)
 	pgstatements.Register("sqlInsertRounds", sqlInsertRounds)
 	pgstatements.Register("sqlInstanceRunning", sqlInstanceRunning)
 	pgstatements.Register("sqlJoinParents", sqlJoinParents)
