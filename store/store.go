@@ -102,8 +102,13 @@
 //     takes it; it takes the only-row-in-sight exception (above) for the
 //     key of the line it waits in alone: a busy K = 1 key it holds as
 //     another key blocks it. A due row whose first key is a busy
-//     K = 1 key goes in blocked at insert as a row of that key would.
-//     MaxActivePerKey applies to each of
+//     K = 1 key goes in blocked at insert as a row of that key would;
+//     one inserted (Insert, a schedule's tick) that this leaves ready goes
+//     in blocked in the line of its first gate (its Key, or the first of
+//     its Also with a limit) when the gate has no free slot for it, the
+//     batch's rows of the gate taking its free slots in (priority, run_at,
+//     insertion) order (internal/admission.InsertBlockedAtGate), with the
+//     round it would have had ready. MaxActivePerKey applies to each of
 //     its keys, and it takes a token of each rated key's bucket or none. It
 //     takes turns as a row of its Key (see Order). A freed slot of one of
 //     its keys is handed to it (HandOffer) only with a slot of each of its

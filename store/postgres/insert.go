@@ -37,7 +37,7 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	if len(p.rows) == 0 {
 		return nil, nil
 	}
-	p.block = true
+	p.block, p.atGates = true, true
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -130,6 +130,9 @@ type insertPlan struct {
 	blocked []string
 	behind  []string
 	gates   []string // the gates rows went in blocked at (see blockAtGates)
+	// atGates: with block, due rows of several keys go in as blockAtGates
+	// decides (Insert and a schedule's tick; not an outcome's children).
+	atGates bool
 }
 
 type insertRow struct {
@@ -145,9 +148,10 @@ func (p *insertPlan) several() bool {
 	return slices.ContainsFunc(p.rows, func(r insertRow) bool { return len(r.in.Also) > 0 })
 }
 
-// blockAtGates decides, for the due rows of several keys of p (with block),
-// which go in blocked in the line of their first gate (store.FirstGate) as
-// admission.InsertBlockedAtGate decides from the gates' free slots
+// blockAtGates decides, for the due rows of several keys of p (with block
+// and atGates), which go in blocked in the line of their first gate
+// (store.FirstGate) as admission.InsertBlockedAtGate decides from the
+// gates' free slots
 // (sqlInsertGates, whose share locks on the counters the insert's
 // transaction tx holds to its commit), and sets their atGate. A row that
 // the K = 1 rule blocks in its first key's line (admission.InsertBlocked,
@@ -160,7 +164,10 @@ func (p *insertPlan) several() bool {
 // it has none: a row that the database finds due a moment later goes in
 // ready).
 func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) error {
-	if !p.block || !p.several() {
+	for i := range p.rows {
+		p.rows[i].atGate = ""
+	}
+	if !p.block || !p.atGates || !p.several() {
 		return nil
 	}
 	now := time.Now()
@@ -198,7 +205,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 	if _, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag}, func() error { read[k] = kr; return nil }); err != nil {
 		return insertError(err)
 	}
-	insertRow := func(i int, key string) admission.InsertRow {
+	waitRow := func(i int, key string) admission.InsertRow {
 		in := p.rows[i].in
 		at := in.RunAt
 		if at.IsZero() {
@@ -211,7 +218,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 	var onesOf []int
 	for i, r := range p.rows {
 		if kr, ok := read[r.in.Key]; ok && !kr.gate && due(r.in) {
-			ones, onesOf = append(ones, insertRow(i, r.in.Key)), append(onesOf, i)
+			ones, onesOf = append(ones, waitRow(i, r.in.Key)), append(onesOf, i)
 		}
 	}
 	oneBlocked := map[int]bool{}
@@ -228,7 +235,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 			continue
 		}
 		if g := store.FirstGate(r.in.Key, r.in.Also, isGate); g != "" {
-			waiting, waitingOf = append(waiting, insertRow(i, g)), append(waitingOf, i)
+			waiting, waitingOf = append(waiting, waitRow(i, g)), append(waitingOf, i)
 		}
 	}
 	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag })

@@ -158,10 +158,10 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 		}
 		var inserted any
 		if plan != nil && !res.SkippedRunning {
-			plan.block, plan.blocked = true, nil
+			plan.block, plan.atGates, plan.blocked, plan.gates = true, true, nil, nil
 			if plan.unique {
 				err = s.insertUnique(ctx, tx, plan)
-			} else {
+			} else if err = s.blockAtGates(ctx, tx, plan); err == nil {
 				err = s.runInsert(ctx, tx, plan)
 			}
 			if err != nil {
