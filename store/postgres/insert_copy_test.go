@@ -28,6 +28,12 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	stmt, cp := newEnv(t, clock), newEnv(t, clock)
 	postgres.SetCopyInsertMin(stmt.s, math.MaxInt)
 	postgres.SetCopyInsertMin(cp.s, 0)
+	for _, e := range []*env{stmt, cp} {
+		// A gate of 2 for the api keys of the rows of several keys: past
+		// its free slots they go in blocked in its line (blockAtGates).
+		_, err := e.s.SyncLimits(e.ctx, []gate.Limit{{Name: "api", Limit: 2}})
+		require.NoError(t, err)
+	}
 
 	mk := func(n int, seed string) []store.NewInstance {
 		ins := make([]store.NewInstance, n)
@@ -109,6 +115,8 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	require.EqualValues(t, admission.ReadyCap, cp.scalar(`SELECT max(n) FROM (SELECT count(*) AS n FROM instances
 		WHERE status = 'ready' AND key IS NOT NULL GROUP BY key) k`))
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'scheduled'`))
+	// Past the api gate's free slots, rows of several keys went in blocked in its line.
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked' AND key LIKE 'api:%' AND extra_keys IS NOT NULL`))
 }
 
 // TestInsertCopyAllOrNothing: a COPY batch with one row the database
