@@ -33,7 +33,7 @@ func TestInsertAtAFullGateHoldsOffItsCredit(t *testing.T) {
 
 	p, err := prepareInsert([]store.NewInstance{gatedRow("acct:1")})
 	require.NoError(t, err)
-	p.block = true
+	p.block, p.atGates = true, true // as Insert plans it
 	tx, err := s.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck
