@@ -95,7 +95,7 @@ func TestShortPromotionIsStranded(t *testing.T) {
 	rows, err := s.pool.Query(ctx, s.q(sqlPromote), []string{"api:x"}, []int32{2}, nil, s.channel, []bool{false})
 	require.NoError(t, err)
 	var stranded []string
-	promoted, err := scanPromoted(rows, func(k string) { stranded = append(stranded, k) })
+	promoted, err := scanPromoted(rows, func(k string) { stranded = append(stranded, k) }, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, promoted, "the third blocked row, the others locked")
 	require.Equal(t, []string{"api:x"}, stranded, "a short promotion leaves the key stranded")

@@ -105,7 +105,7 @@ func TestInsertBlockedHealWaitsForTheFreeingTransaction(t *testing.T) {
 	require.NoError(t, err)
 	rows, err := free.Query(ctx, s.q(sqlPromote), []string{"acct:1"}, []int32{1}, nil, s.channel, []bool{true})
 	require.NoError(t, err)
-	promoted, err := scanPromoted(rows, func(string) { t.Error("nothing to strand: the blocked row is not committed") })
+	promoted, err := scanPromoted(rows, func(string) { t.Error("nothing to strand: the blocked row is not committed") }, nil)
 	require.NoError(t, err)
 	require.Zero(t, promoted)
 	commit()

@@ -59,6 +59,7 @@ func TestInsertAtAFullGateHoldsOffItsCredit(t *testing.T) {
 	require.NoError(t, <-completed)
 
 	require.Equal(t, store.StatusReady, statusOf(t, s, id), "the freed slot's promotion saw the row the insert blocked")
+	require.True(t, s.hot.has("api:x"), "a promotion of the gate's blocked rows marks it hot (the insert's own mark is afterInsert's, not run here)")
 	got := claimExactly(t, s, 1)
 	require.Equal(t, id, got[0].ID)
 	require.Equal(t, "acct:1", got[0].Key, "it runs under its first key")

@@ -683,7 +683,7 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
 			_, err := scanPromoted(rows, func(k string) {
 				st.keys, st.one = append(st.keys, k), append(st.one, false)
-			})
+			}, nil)
 			return err
 		})
 	}

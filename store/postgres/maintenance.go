@@ -451,7 +451,7 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 		// Gate keys only; a key this sweep leaves stranded is the next sweep's.
 		gates := make([]bool, len(promoteKeys))
 		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), s.channel, gates).Query(func(rows pgx.Rows) error {
-			n, err := scanPromoted(rows, func(string) {})
+			n, err := scanPromoted(rows, func(string) {}, nil)
 			rep.Promoted += n
 			return err
 		})

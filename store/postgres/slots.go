@@ -92,21 +92,15 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	}
 	st := &strandedKeys{}
 	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel, isOne).Query(func(rows pgx.Rows) error {
-		n, err := scanPromoted(rows, func(k string) {
+		_, err := scanPromoted(rows, func(k string) {
 			i, _ := slices.BinarySearch(keys, k)
 			st.keys, st.one = append(st.keys, k), append(st.one, isOne[i])
+		}, func(k string) {
+			// A credited slot of gate k went to a blocked row: the gate
+			// had rows waiting (an insert may have put them in its line:
+			// see blockAtGates), so its holders' outcomes may hand off.
+			s.hot.mark(k)
 		})
-		if n > 0 && len(gates) > 0 {
-			// A credited slot went to a blocked row: its gate had rows
-			// waiting (an insert may have put them in its line: see
-			// blockAtGates). The statement does not say which gate's rows
-			// it promoted, so every gate credited here is marked: one
-			// wrongly marked costs a hand-off read that finds room and
-			// cools it.
-			for k := range gates {
-				s.hot.mark(k.key)
-			}
-		}
 		return err
 	})
 	return st
@@ -128,15 +122,20 @@ func skipUnwaited(freed []freedSlot) []freedSlot {
 }
 
 // scanPromoted reads sqlPromote's rows: it returns how many rows were
-// promoted and calls stranded with each key left stranded.
-func scanPromoted(rows pgx.Rows, stranded func(key string)) (int, error) {
+// promoted, calls stranded with each key left stranded and, when
+// promotedGate is not nil, with each gate key of which rows were promoted.
+func scanPromoted(rows pgx.Rows, stranded, promotedGate func(key string)) (int, error) {
 	total := 0
 	var q, k string
 	var n int64
 	_, err := pgx.ForEachRow(rows, []any{&q, &n, &k}, func() error {
-		total += int(n)
-		if k != "" {
+		switch {
+		case k == "":
+			total += int(n)
+		case n == 0:
 			stranded(k)
+		case promotedGate != nil:
+			promotedGate(k)
 		}
 		return nil
 	})

@@ -112,7 +112,8 @@ LIMIT 1`
 	// row ready (a claim that found the key busy leaves its only row in
 	// sight ready: see admission.Decide): the queue of that row is notified,
 	// so that an idle engine claims it now rather than at its next poll.
-	// It returns a row (queue, n, '') per notified queue, and a row
+	// It returns a row (queue, n, '') per notified queue, a row ('', n,
+	// key) per gate key of which it promoted n > 0 rows, and a row
 	// ('', 0, key) per key it left stranded (the stranded check, as in
 	// sqlStranded; see sql.go) because it skipped locked rows: a key
 	// ($5[i]: K = 1) of which it promoted nothing, or a gate key of which
@@ -173,7 +174,9 @@ WHERE (NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)
            ELSE (SELECT a.n > (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r
                                                      WHERE r.key = f.key AND r.status = 'ready' COLLATE "POSIX"
                                                      ORDER BY r.priority, r.run_at, r.seq LIMIT a.n) r)
-                 FROM (SELECT coalesce(sum(s.available), 1) AS n FROM {schema}.key_slots s WHERE s.key = f.key) a) END`
+                 FROM (SELECT coalesce(sum(s.available), 1) AS n FROM {schema}.key_slots s WHERE s.key = f.key) a) END
+UNION ALL
+SELECT '', count(*), d.key FROM d JOIN f ON f.key = d.key WHERE NOT f.one GROUP BY d.key`
 )
 
 // Handing freed slots off (see slots.go, handOff). The reads run in the
