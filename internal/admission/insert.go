@@ -56,14 +56,7 @@ type KeyState struct {
 // frees the key promotes it), and never sits in a claim's window.
 func InsertBlocked(rows []InsertRow, state func(key string) KeyState) []bool {
 	out := make([]bool, len(rows))
-	byKey := map[string][]int{}
-	var keys []string
-	for i, r := range rows {
-		if _, ok := byKey[r.Key]; !ok {
-			keys = append(keys, r.Key)
-		}
-		byKey[r.Key] = append(byKey[r.Key], i)
-	}
+	keys, byKey := groupByKey(rows)
 	for _, k := range keys {
 		st := state(k)
 		idx := byKey[k]
@@ -84,6 +77,20 @@ func InsertBlocked(rows []InsertRow, state func(key string) KeyState) []bool {
 		}
 	}
 	return out
+}
+
+// groupByKey returns the keys of rows in the order they first appear, and
+// the indexes of each key's rows.
+func groupByKey(rows []InsertRow) ([]string, map[string][]int) {
+	byKey := map[string][]int{}
+	var keys []string
+	for i, r := range rows {
+		if _, ok := byKey[r.Key]; !ok {
+			keys = append(keys, r.Key)
+		}
+		byKey[r.Key] = append(byKey[r.Key], i)
+	}
+	return keys, byKey
 }
 
 func insertOrder(a, b InsertRow) int {
@@ -107,14 +114,7 @@ func insertOrder(a, b InsertRow) int {
 // counted: the claim that finds the gate full blocks the surplus.
 func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool)) []bool {
 	out := make([]bool, len(rows))
-	byGate := map[string][]int{}
-	var gates []string
-	for i, r := range rows {
-		if _, ok := byGate[r.Key]; !ok {
-			gates = append(gates, r.Key)
-		}
-		byGate[r.Key] = append(byGate[r.Key], i)
-	}
+	gates, byGate := groupByKey(rows)
 	for _, g := range gates {
 		n, ok := free(g)
 		idx := byGate[g]

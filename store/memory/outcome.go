@@ -235,7 +235,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	}
 	for _, r := range due {
 		if parent != nil || blocked[r] {
-			continue // a child: PostgreSQL's insert of an outcome's children reads no gate
+			continue // a child (PostgreSQL's insert of an outcome's children reads no gate), or in its first key's line
 		}
 		if g := store.FirstGate(r.inst.Key, r.inst.Also, func(k string) bool { return !s.isOne(k) }); g != "" {
 			gated = append(gated, admission.InsertRow{Key: g, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
