@@ -129,3 +129,29 @@ func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool)) [
 	}
 	return out
 }
+
+// InsertBehindFirst reports, for each row of rows (the due rows of several
+// keys that InsertBlockedAtGate blocks, each with Key its first key when
+// that is a K = 1 key, "" otherwise, and gates[i] its gate), whether it goes
+// in blocked in its first key's line instead of the gate's: when its first
+// key comes before the gate in key order and a row of that key that goes in
+// ready (ahead, among ahead: the batch's due rows of K = 1 keys that go in
+// ready) comes before it in promotion order. That row, once admitted, holds
+// the key, and a claim blocks a row on the first full key in key order:
+// so a hot key's rows wait in its line, where they can be reserved as
+// successors of the row before them (a row of several keys is reserved
+// only in its first key's line).
+func InsertBehindFirst(rows []InsertRow, gates []string, ahead []InsertRow) []bool {
+	out := make([]bool, len(rows))
+	first := map[string]InsertRow{} // per key, its first row going in ready
+	for _, a := range ahead {
+		if f, ok := first[a.Key]; !ok || insertOrder(a, f) < 0 {
+			first[a.Key] = a
+		}
+	}
+	for i, r := range rows {
+		f, ok := first[r.Key]
+		out[i] = r.Key != "" && ok && r.Key < gates[i] && insertOrder(f, r) < 0
+	}
+	return out
+}

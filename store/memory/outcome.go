@@ -212,8 +212,10 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	// this leaves ready goes in blocked in the line of its first gate when
 	// the gate has no free slot for it, as admission.InsertBlockedAtGate
 	// decides (PostgreSQL's blockAtGates), with the round it has as a row
-	// of its first key. Otherwise a row of several keys goes in ready: the
-	// claim that finds one of its keys full blocks it on that key.
+	// of its first key, unless a row of its first key goes in ready ahead
+	// of it (admission.InsertBehindFirst: then it waits in that key's line).
+	// Otherwise a row of several keys goes in ready: the claim that finds
+	// one of its keys full blocks it on that key.
 	var due, waitingRows, gatedRows []*row
 	var waiting, gated []admission.InsertRow
 	for _, r := range rows {
@@ -242,12 +244,38 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			gatedRows = append(gatedRows, r)
 		}
 	}
+	atGate := map[*row]string{}
 	for i, b := range admission.InsertBlockedAtGate(gated, func(g string) (int, bool) { return s.room(g, s.key(g)), true }) {
 		if b {
-			r := gatedRows[i]
-			r.blockedOn = gated[i].Key
-			blocked[r] = true
+			atGate[gatedRows[i]] = gated[i].Key
 		}
+	}
+	// A row the gate blocks waits in its first key's line instead when a
+	// row of that key goes in ready ahead of it (InsertBehindFirst).
+	var firsts, ahead []admission.InsertRow
+	var firstRows []*row
+	var gates []string
+	for _, r := range gatedRows {
+		if g, ok := atGate[r]; ok {
+			first := ""
+			if s.isOne(r.inst.Key) {
+				first = r.inst.Key
+			}
+			firsts = append(firsts, admission.InsertRow{Key: first, Priority: r.inst.Priority, At: r.inst.RunAt, Seq: r.seq})
+			firstRows, gates = append(firstRows, r), append(gates, g)
+		}
+	}
+	for i, r := range waitingRows {
+		if !blocked[r] && atGate[r] == "" {
+			ahead = append(ahead, waiting[i])
+		}
+	}
+	for i, behind := range admission.InsertBehindFirst(firsts, gates, ahead) {
+		r := firstRows[i]
+		if !behind {
+			r.blockedOn = gates[i]
+		}
+		blocked[r] = true
 	}
 	for _, r := range rows {
 		if blocked[r] {

@@ -140,7 +140,7 @@ type insertRow struct {
 	in      store.NewInstance
 	scope   []string
 	joinGen int    // the parent's spawn a child belongs to
-	atGate  string // the gate whose line it goes in blocked in (see blockAtGates)
+	atGate  string // the key whose line it goes in blocked in (see blockAtGates)
 }
 
 // several reports whether p has a row of several keys.
@@ -239,11 +239,36 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 		}
 	}
 	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag })
+	atGate := map[int]bool{}
+	var gated, ahead []admission.InsertRow
+	var gatedOf []int
+	var gates []string
 	for j, b := range blocked {
 		if b {
-			p.rows[waitingOf[j]].atGate = waiting[j].Key
-			p.gates = append(p.gates, waiting[j].Key)
+			i := waitingOf[j]
+			atGate[i] = true
+			first := ""
+			if kr, ok := read[p.rows[i].in.Key]; ok && !kr.gate {
+				first = p.rows[i].in.Key
+			}
+			gated, gatedOf, gates = append(gated, waitRow(i, first)), append(gatedOf, i), append(gates, waiting[j].Key)
 		}
+	}
+	for j, r := range ones {
+		if i := onesOf[j]; !oneBlocked[i] && !atGate[i] {
+			ahead = append(ahead, r)
+		}
+	}
+	behind := admission.InsertBehindFirst(gated, gates, ahead)
+	for j, i := range gatedOf {
+		r := &p.rows[i]
+		if behind[j] {
+			r.atGate = r.in.Key // blocked in its first key's line
+			p.behind = append(p.behind, r.in.Key)
+			continue
+		}
+		r.atGate = gates[j]
+		p.gates = append(p.gates, gates[j])
 	}
 	return nil
 }

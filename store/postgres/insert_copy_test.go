@@ -51,6 +51,9 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 				if i%14 == 2 {
 					in.Also = append(in.Also, store.KeyRef{Key: `zone:"a,{b}\\c" d`, Intent: gate.IdentityIntent})
 				}
+				if i%14 == 9 { // an account of its own: no row of it ahead
+					in.Key = fmt.Sprintf("acct:u%d:%s", i, seed)
+				}
 			case 3:
 				in.Key = fmt.Sprintf("acct:%d", i%5)
 				in.RunAt = now.Add(-time.Duration(i) * time.Millisecond)
@@ -115,8 +118,10 @@ func TestInsertCopyMatchesStatement(t *testing.T) {
 	require.EqualValues(t, admission.ReadyCap, cp.scalar(`SELECT max(n) FROM (SELECT count(*) AS n FROM instances
 		WHERE status = 'ready' AND key IS NOT NULL GROUP BY key) k`))
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'scheduled'`))
-	// Past the api gate's free slots, rows of several keys went in blocked in its line.
+	// Past the api gate's free slots, rows of several keys went in blocked:
+	// in its line, or in their account's behind a row of it going in ready.
 	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked' AND key LIKE 'api:%' AND extra_keys IS NOT NULL`))
+	require.Positive(t, cp.scalar(`SELECT count(*) FROM instances WHERE status = 'blocked' AND key LIKE 'acct:%' AND extra_keys IS NOT NULL`))
 }
 
 // TestInsertCopyAllOrNothing: a COPY batch with one row the database

@@ -262,6 +262,16 @@ var severalKeysTests = []test{
 		h.requireStatus(store.StatusBlocked, ids[2])
 		require.Equal(h.t, []string{ids[1]}, h.claimIDs(at(3*time.Second)))
 	}},
+	{"severalKeys/rows a full gate would block wait in their first key's line when a row of that key goes in ready ahead of them", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "hot", Limit: 1})
+		ids := h.insert(multi("acct:1", "hot:x"), multi("acct:1", "hot:x"), multi("acct:2", "hot:x"))
+		h.requireStatus(store.StatusReady, ids[0])
+		h.requireStatus(store.StatusBlocked, ids[1], ids[2])
+		require.Equal(h.t, "acct:1", h.get(ids[1]).BlockedOn, "behind the row of its account that takes the gate's slot, as a claim would block it (acct:1 comes first in key order)")
+		require.Equal(h.t, "hot:x", h.get(ids[2]).BlockedOn, "no row of acct:2 ahead: the gate's line")
+		require.Equal(h.t, []string{ids[0]}, h.claimIDs(at(time.Second)))
+	}},
 	{"severalKeys/a row woken by a key waits in that key's line until a claim takes it", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
