@@ -94,3 +94,29 @@ func TestInsertBlockedAtGate(t *testing.T) {
 		})
 	}
 }
+
+func TestInsertBehindFirst(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	row := func(key string, prio int, seq int64) InsertRow {
+		return InsertRow{Key: key, Priority: prio, At: t0, Seq: seq}
+	}
+	ahead := []InsertRow{row("acct:1", 0, 1), row("zz:1", 0, 1), row("acct:3", 0, 9)}
+	for _, tc := range []struct {
+		name  string
+		rows  []InsertRow
+		gates []string
+		want  []bool
+	}{
+		{name: "none", rows: nil, gates: nil, want: []bool{}},
+		{name: "a row of its key goes in ready ahead of it: its key's line", rows: []InsertRow{row("acct:1", 0, 2)}, gates: []string{"hot:x"}, want: []bool{true}},
+		{name: "no row of its key ahead: the gate's line", rows: []InsertRow{row("acct:2", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+		{name: "the row of its key comes after it", rows: []InsertRow{row("acct:3", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+		{name: "... or after it by priority", rows: []InsertRow{row("acct:1", -1, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+		{name: "the gate comes first in key order", rows: []InsertRow{row("zz:1", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+		{name: "a first key that is no K = 1 key", rows: []InsertRow{row("", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, InsertBehindFirst(tc.rows, tc.gates, ahead))
+		})
+	}
+}
