@@ -134,14 +134,17 @@ func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool)) [
 // keys that InsertBlockedAtGate blocks, each with Key its first key when
 // that is a K = 1 key, "" otherwise, and gates[i] its gate), whether it goes
 // in blocked in its first key's line instead of the gate's: when its first
-// key comes before the gate in key order and a row of that key that goes in
+// key comes before the gate in key order, a row of that key that goes in
 // ready (ahead, among ahead: the batch's due rows of K = 1 keys that go in
-// ready) comes before it in promotion order. That row, once admitted, holds
-// the key, and a claim blocks a row on the first full key in key order:
-// so a hot key's rows wait in its line, where they can be reserved as
-// successors of the row before them (a row of several keys is reserved
-// only in its first key's line).
-func InsertBehindFirst(rows []InsertRow, gates []string, ahead []InsertRow) []bool {
+// ready) comes before it in promotion order, and no row waits in the
+// gate's line ahead of it (lined says whether the gate had blocked rows;
+// the rows are taken in promotion order, each that goes in the gate's line
+// lining it). The row of its key, once admitted, holds the key, and a claim
+// blocks a row on the first full key in key order; from that key's line,
+// the row can be reserved as that row's successor, or handed both slots by
+// its outcome, which a gate with rows waiting in its line would not allow
+// (the row would pass them).
+func InsertBehindFirst(rows []InsertRow, gates []string, ahead []InsertRow, lined func(gate string) bool) []bool {
 	out := make([]bool, len(rows))
 	first := map[string]InsertRow{} // per key, its first row going in ready
 	for _, a := range ahead {
@@ -149,9 +152,23 @@ func InsertBehindFirst(rows []InsertRow, gates []string, ahead []InsertRow) []bo
 			first[a.Key] = a
 		}
 	}
-	for i, r := range rows {
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return insertOrder(rows[a], rows[b]) })
+	inLine := map[string]bool{}
+	for _, i := range order {
+		r, g := rows[i], gates[i]
+		if _, seen := inLine[g]; !seen {
+			inLine[g] = lined(g)
+		}
 		f, ok := first[r.Key]
-		out[i] = r.Key != "" && ok && r.Key < gates[i] && insertOrder(f, r) < 0
+		if r.Key != "" && ok && r.Key < g && insertOrder(f, r) < 0 && !inLine[g] {
+			out[i] = true
+			continue
+		}
+		inLine[g] = true
 	}
 	return out
 }

@@ -114,9 +114,13 @@ func TestInsertBehindFirst(t *testing.T) {
 		{name: "... or after it by priority", rows: []InsertRow{row("acct:1", -1, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
 		{name: "the gate comes first in key order", rows: []InsertRow{row("zz:1", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
 		{name: "a first key that is no K = 1 key", rows: []InsertRow{row("", 0, 2)}, gates: []string{"hot:x"}, want: []bool{false}},
+		{name: "rows wait in the gate's line already", rows: []InsertRow{row("acct:1", 0, 2)}, gates: []string{"lined:x"}, want: []bool{false}},
+		{name: "a row of the batch goes in the gate's line ahead of it",
+			rows: []InsertRow{row("acct:1", 0, 5), row("acct:2", 0, 3), row("acct:1", 0, 2)}, gates: []string{"hot:x", "hot:x", "hot:x"},
+			want: []bool{false, false, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, InsertBehindFirst(tc.rows, tc.gates, ahead))
+			require.Equal(t, tc.want, InsertBehindFirst(tc.rows, tc.gates, ahead, func(g string) bool { return g == "lined:x" }))
 		})
 	}
 }

@@ -251,7 +251,8 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 		}
 	}
 	// A row the gate blocks waits in its first key's line instead when a
-	// row of that key goes in ready ahead of it (InsertBehindFirst).
+	// row of that key goes in ready ahead of it and no row waits in the
+	// gate's line ahead of it (InsertBehindFirst).
 	var firsts, ahead []admission.InsertRow
 	var firstRows []*row
 	var gates []string
@@ -270,7 +271,8 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			ahead = append(ahead, waiting[i])
 		}
 	}
-	for i, behind := range admission.InsertBehindFirst(firsts, gates, ahead) {
+	lined := func(g string) bool { ks := s.keys[g]; return ks != nil && ks.blocked.Len() > 0 }
+	for i, behind := range admission.InsertBehindFirst(firsts, gates, ahead, lined) {
 		r := firstRows[i]
 		if !behind {
 			r.blockedOn = gates[i]

@@ -191,9 +191,10 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	type keyRead struct {
-		gate bool
-		n    int  // a gate's free slots; a K = 1 key's ready rows
-		flag bool // a gate's counters all locked; a K = 1 key busy
+		gate  bool
+		n     int  // a gate's free slots; a K = 1 key's ready rows
+		flag  bool // a gate's counters all locked; a K = 1 key busy
+		lined bool // a gate's line holds blocked rows
 	}
 	read := make(map[string]keyRead, len(keys))
 	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys, admission.ReadyCap)
@@ -202,7 +203,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 	}
 	var k string
 	var kr keyRead
-	if _, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag}, func() error { read[k] = kr; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag, &kr.lined}, func() error { read[k] = kr; return nil }); err != nil {
 		return insertError(err)
 	}
 	waitRow := func(i int, key string) admission.InsertRow {
@@ -259,7 +260,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 			ahead = append(ahead, r)
 		}
 	}
-	behind := admission.InsertBehindFirst(gated, gates, ahead)
+	behind := admission.InsertBehindFirst(gated, gates, ahead, func(g string) bool { return read[g].lined })
 	for j, i := range gatedOf {
 		r := &p.rows[i]
 		if behind[j] {

@@ -206,7 +206,8 @@ SELECT t.now, g.i, g.head, g.last, g.taken, g.turns, g.one, g.busy, g.ready FROM
 	// blocked: no row goes in blocked behind a slot freed unseen. For a
 	// K = 1 key it reads what sqlInsert's K = 1 rule reads (the K = 1 busy
 	// check, and the ready count up to $2: admission.ReadyCap), so that the
-	// rows that rule blocks in their first key's line are known.
+	// rows that rule blocks in their first key's line are known; for a
+	// gate, whether rows wait blocked in its line (admission.InsertBehindFirst).
 	sqlInsertGates = `
 WITH l AS MATERIALIZED (
     SELECT k, (SELECT lk."limit" FROM {schema}.limits lk
@@ -225,7 +226,9 @@ SELECT l.k, l.lim IS NOT NULL,
             ELSE ((SELECT true FROM {schema}.instances e
                    WHERE e.key = l.k AND e.status = 'executing' COLLATE "POSIX" AND e.key IS NOT NULL AND e.key_shard IS NULL
                    LIMIT 1) IS NOT NULL
-                  OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = l.k LIMIT 1) IS NOT NULL) END
+                  OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = l.k LIMIT 1) IS NOT NULL) END,
+       l.lim IS NOT NULL AND (SELECT true FROM {schema}.instances b
+                              WHERE b.key = l.k AND b.status = 'blocked' COLLATE "POSIX" LIMIT 1) IS NOT NULL
 FROM l`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
