@@ -108,8 +108,12 @@
 //     its Also with a limit) when the gate has no free slot for it, the
 //     batch's rows of the gate taking its free slots in (priority, run_at,
 //     insertion) order (internal/admission.InsertBlockedAtGate), with the
-//     round it would have had ready. MaxActivePerKey applies to each of
-//     its keys, and it takes a token of each rated key's bucket or none. It
+//     round it would have had ready; in its first key's line instead when
+//     a row of that K = 1 key goes in ready ahead of it, the key comes
+//     before the gate in key order and no row waits in the gate's line
+//     ahead of it (internal/admission.InsertBehindFirst). MaxActivePerKey
+//     applies to each of its keys, and it takes a token of each rated
+//     key's bucket or none. It
 //     takes turns as a row of its Key (see Order). A freed slot of one of
 //     its keys is handed to it (HandOffer) only with a slot of each of its
 //     other keys in the same transaction: one the same batch frees that no
