@@ -24,8 +24,8 @@ const DefaultQueue = store.DefaultQueue
 // admission.ReadyCap rows ready (admission.InsertBlocked); once the insert
 // has committed, Insert heals the keys it blocked behind rows already there
 // (see healInserted). Due rows of several keys go in blocked in the line
-// of their first gate when it has no free slot for them (see
-// blockAtGates).
+// of their first gate when it has no free slot for them, or behind a row
+// of their first key (see blockAtGates).
 func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]store.InsertResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -136,11 +136,11 @@ type insertPlan struct {
 }
 
 type insertRow struct {
-	idx     int // index in results
-	in      store.NewInstance
-	scope   []string
-	joinGen int    // the parent's spawn a child belongs to
-	atGate  string // the key whose line it goes in blocked in (see blockAtGates)
+	idx       int // index in results
+	in        store.NewInstance
+	scope     []string
+	joinGen   int    // the parent's spawn a child belongs to
+	blockedIn string // the key whose line it goes in blocked in: its first gate, or its first key (see blockAtGates)
 }
 
 // several reports whether p has a row of several keys.
@@ -153,7 +153,7 @@ func (p *insertPlan) several() bool {
 // (store.FirstGate) as admission.InsertBlockedAtGate decides from the
 // gates' free slots
 // (sqlInsertGates, whose share locks on the counters the insert's
-// transaction tx holds to its commit), and sets their atGate. A row that
+// transaction tx holds to its commit), and sets their blockedIn. A row that
 // the K = 1 rule blocks in its first key's line (admission.InsertBlocked,
 // from the same statement's reads) stays there. They go in with that gate
 // in their key column (waitIn) and the round they would have had ready as
@@ -165,7 +165,7 @@ func (p *insertPlan) several() bool {
 // ready).
 func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) error {
 	for i := range p.rows {
-		p.rows[i].atGate = ""
+		p.rows[i].blockedIn = ""
 	}
 	if !p.block || !p.atGates || !p.several() {
 		return nil
@@ -240,14 +240,14 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 		}
 	}
 	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag })
-	atGate := map[int]bool{}
+	gateBlocked := map[int]bool{}
 	var gated, ahead []admission.InsertRow
 	var gatedOf []int
 	var gates []string
 	for j, b := range blocked {
 		if b {
 			i := waitingOf[j]
-			atGate[i] = true
+			gateBlocked[i] = true
 			first := ""
 			if kr, ok := read[p.rows[i].in.Key]; ok && !kr.gate {
 				first = p.rows[i].in.Key
@@ -256,7 +256,7 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 		}
 	}
 	for j, r := range ones {
-		if i := onesOf[j]; !oneBlocked[i] && !atGate[i] {
+		if i := onesOf[j]; !oneBlocked[i] && !gateBlocked[i] {
 			ahead = append(ahead, r)
 		}
 	}
@@ -264,11 +264,11 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 	for j, i := range gatedOf {
 		r := &p.rows[i]
 		if behind[j] {
-			r.atGate = r.in.Key // blocked in its first key's line
+			r.blockedIn = r.in.Key // blocked in its first key's line
 			p.behind = append(p.behind, r.in.Key)
 			continue
 		}
-		r.atGate = gates[j]
+		r.blockedIn = gates[j]
 		p.gates = append(p.gates, gates[j])
 	}
 	return nil
@@ -560,9 +560,9 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		joinGens[i] = int32(r.joinGen)
 		delays[i] = micros(in.Delay)
 		extras[i] = keysText(in.Also)
-		if r.atGate != "" {
+		if r.blockedIn != "" {
 			w := in
-			waitIn(&w, r.atGate)
+			waitIn(&w, r.blockedIn)
 			extras[i], atGates[i], atIntents[i] = keysText(w.Also), w.Key, string(w.KeyIntent)
 		}
 	}

@@ -174,7 +174,7 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 	var waiting []admission.InsertRow
 	var waitingOf []int
 	for i, r := range rows {
-		if due[i] && one[groupOf[i]] && r.atGate == "" {
+		if due[i] && one[groupOf[i]] && r.blockedIn == "" {
 			waiting = append(waiting, admission.InsertRow{Key: r.in.Key, Priority: r.in.Priority, At: at[i], Seq: int64(i)})
 			waitingOf = append(waitingOf, i)
 		}
@@ -198,11 +198,11 @@ func (s *Store) copyInsert(ctx context.Context, tx copyer, p *insertPlan) error 
 		}
 	}
 	for i := range rows {
-		if r := &rows[i]; due[i] && r.atGate != "" {
+		if r := &rows[i]; due[i] && r.blockedIn != "" {
 			// In the gate's line, with the round it has as a row of its
 			// first key (see blockAtGates).
 			blocked[i] = true
-			waitIn(&r.in, r.atGate)
+			waitIn(&r.in, r.blockedIn)
 		}
 	}
 	src := &copyRows{rows: rows, at: at, due: due, blocked: blocked, round: round, now: now}

@@ -40,7 +40,7 @@ func TestInsertAtAFullGateHoldsOffItsCredit(t *testing.T) {
 	var insertPID int32
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&insertPID))
 	require.NoError(t, s.blockAtGates(ctx, tx, p))
-	require.Equal(t, "api:x", p.rows[0].atGate, "the gate is full")
+	require.Equal(t, "api:x", p.rows[0].blockedIn, "the gate is full")
 	require.NoError(t, s.runInsert(ctx, tx, p))
 	id := p.rows[0].in.ID
 

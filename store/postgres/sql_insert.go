@@ -23,11 +23,11 @@ const (
 	// batch's own rows (no race to close: they commit together), and a row
 	// (queue, n, '') per notified queue. It takes no row lock on existing
 	// rows: its reads are plain snapshot reads. $20 holds each row's other
-	// keys, when it has several (the other keys' text), and $21 the gate
-	// whose line it goes in blocked in ('' for none; admission.InsertBlockedAtGate,
-	// see blockAtGates), in its key column with its intent $22 (its other
-	// keys' text $20 then holds its first key in the gate's place), with
-	// the round it has as a row of its first key.
+	// keys, when it has several (the other keys' text), and $21 the key
+	// whose line it goes in blocked in ('' for none: its first gate, or its
+	// first key; see blockAtGates), in its key column with its intent $22
+	// (its other keys' text $20 then holds its first key in a gate's
+	// place), with the round it has as a row of its first key.
 	sqlInsert = `
 WITH t AS (SELECT coalesce($17::timestamptz, now()) AS now),
 x AS (
@@ -38,7 +38,7 @@ x AS (
                 $16::bigint[], $20::text[], $21::text[], $22::text[])
          WITH ORDINALITY AS x(id, workflow, version, queue, priority, step, state, key, key_intent,
                               run_at, unique_key, unique_statuses, parent_id, join_gen, delay_us, extras,
-                              at_gate, at_intent, ord)
+                              blocked_in, blocked_intent, ord)
     CROSS JOIN t
 ),
 h AS MATERIALIZED (
@@ -82,7 +82,7 @@ k AS MATERIALIZED (
            OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = k LIMIT 1) IS NOT NULL) AS busy,
            (SELECT count(*) FROM (SELECT 1 FROM {schema}.instances r WHERE r.key = k AND r.status = 'ready' COLLATE "POSIX"
                                   ORDER BY r.priority, r.run_at, r.seq LIMIT $19) r) AS ready
-    FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' AND at_gate = '' GROUP BY key) g
+    FROM (SELECT key AS k, count(*) AS n FROM x WHERE due AND key <> '' AND blocked_in = '' GROUP BY key) g
     WHERE $18::bool AND NOT EXISTS (SELECT 1 FROM {schema}.limits l WHERE l.name = split_part(k, ':', 1))
 ),
 ins AS (
@@ -91,12 +91,12 @@ ins AS (
         extra_keys, extra_intents)
     SELECT x.id, x.workflow, x.version, x.queue, x.priority,
            CASE WHEN NOT x.due THEN 'scheduled'
-                WHEN x.at_gate <> '' THEN 'blocked'
+                WHEN x.blocked_in <> '' THEN 'blocked'
                 WHEN k.k IS NOT NULL AND (k.busy OR k.ready + row_number() OVER (PARTITION BY x.key, x.due, k.k IS NULL
                                                                   ORDER BY x.priority, x.at, x.ord) > $19) THEN 'blocked'
                 ELSE 'ready' END,
-           x.step, x.state::jsonb, coalesce(nullif(x.at_gate, ''), nullif(x.key, '')),
-           CASE WHEN x.at_gate <> '' THEN x.at_intent ELSE x.key_intent END, x.at,
+           x.step, x.state::jsonb, coalesce(nullif(x.blocked_in, ''), nullif(x.key, '')),
+           CASE WHEN x.blocked_in <> '' THEN x.blocked_intent ELSE x.key_intent END, x.at,
            CASE WHEN NOT x.due THEN NULL
                 WHEN x.key = '' THEN b.base
                 ELSE greatest(b.base, b.base - (b.base & 1)
@@ -112,7 +112,7 @@ ins AS (
                (SELECT array_agg(split_part(e, E'\x1e', 2) ORDER BY n) FROM unnest(string_to_array(nullif(x.extras, ''), E'\x1f')) WITH ORDINALITY AS u(e, n)) END
     FROM x CROSS JOIN t
     LEFT JOIN b ON x.due AND b.queue = x.queue AND b.priority = x.priority AND b.key = x.key
-    LEFT JOIN k ON x.due AND k.k = x.key AND x.at_gate = ''
+    LEFT JOIN k ON x.due AND k.k = x.key AND x.blocked_in = ''
     ORDER BY x.ord
     RETURNING queue, status
 )
