@@ -145,6 +145,8 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// The state of an insert's K = 1 keys (sqlInsert, sqlInsertRounds).
 		"insert busy keys": {insertKeyState,
 			[]any{[]string{"acct:abcd"}, 16}},
+		// The reads of an insert with rows of several keys (blockAtGates).
+		"insert gates": {sqlInsertGates, []any{[]string{"acct:abcd", "api:x"}, 16}},
 		// The round query of the COPY insert path: no scan of the table.
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},

@@ -228,7 +228,8 @@ SELECT l.k, l.lim IS NOT NULL,
                    LIMIT 1) IS NOT NULL
                   OR (SELECT true FROM {schema}.key_holds kh WHERE kh.key = l.k LIMIT 1) IS NOT NULL) END,
        l.lim IS NOT NULL AND (SELECT true FROM {schema}.instances b
-                              WHERE b.key = l.k AND b.status = 'blocked' COLLATE "POSIX" LIMIT 1) IS NOT NULL
+                              WHERE b.key = l.k AND b.status = 'blocked' COLLATE "POSIX" AND b.worker IS NULL
+                              LIMIT 1) IS NOT NULL
 FROM l`
 
 	// sqlUniqueLock serializes inserts of the same unique keys ($1). Keys
