@@ -249,7 +249,7 @@ var benchWorkers = func() int {
 //	go test ./store/postgres -run '^$' -bench InsertMany -benchtime 20x
 func BenchmarkInsertMany(b *testing.B) {
 	for _, kind := range []string{"nokey", "key", "several"} {
-		for _, size := range []int{100, 500, 1000, 20_000} {
+		for _, size := range []int{1, 10, 100, 500, 1000, 20_000} {
 			for _, path := range []string{"stmt", "copy"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", kind, size, path), func(b *testing.B) {
 					benchInsertMany(b, kind, size, path == "copy")
@@ -269,15 +269,19 @@ func benchInsertMany(b *testing.B, kind string, size int, copyIn bool) {
 	batches := make([][]store.NewInstance, b.N)
 	for n := range batches {
 		ins := make([]store.NewInstance, size)
+		off := 0
+		if size < 100 {
+			off = n * size // small batches spread over the keys, as separate requests would
+		}
 		for i := range ins {
 			key := ""
 			if kind != "nokey" {
-				key = fmt.Sprintf("acct:%d", i%500)
+				key = fmt.Sprintf("acct:%d", (off+i)%500)
 			}
 			ins[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: "q", Step: "s",
 				State: json.RawMessage(fmt.Sprintf(`{"I":%d,"K":-1}`, i)), Key: key}
 			if kind == "several" {
-				ins[i].Also = []store.KeyRef{{Key: fmt.Sprintf("api:%d", i%20), Intent: gate.GateIntent}}
+				ins[i].Also = []store.KeyRef{{Key: fmt.Sprintf("api:%d", (off+i)%20), Intent: gate.GateIntent}}
 			}
 		}
 		batches[n] = ins

@@ -16,8 +16,10 @@ import (
 const DefaultQueue = store.DefaultQueue
 
 // Insert inserts instances atomically (see store.Store). A batch without
-// unique keys is one statement, or, from copyInsertMin (500) rows on, one
-// transaction that copies the rows in (COPY). Any batch size fits.
+// unique keys is one statement (in a transaction that reads its gates
+// first when it has due rows of several keys: insertSeveral), or, from
+// copyInsertMin (500) rows on, one transaction that copies the rows in
+// (COPY). Any batch size fits.
 //
 // Due rows of a K = 1 key go in blocked, off the pick path, with the rounds
 // they would have had ready, when the key is busy or has
@@ -47,12 +49,7 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 			return s.copyInsert(ctx, tx, p)
 		})
 	case !p.unique && p.several():
-		err = s.inTx(ctx, func(tx pgx.Tx) error {
-			if err := s.blockAtGates(ctx, tx, p); err != nil {
-				return err
-			}
-			return s.runInsert(ctx, tx, p)
-		})
+		err = s.insertSeveral(ctx, p)
 	case !p.unique:
 		err = s.runInsert(ctx, s.pool, p)
 	default:
@@ -164,20 +161,87 @@ func (p *insertPlan) several() bool {
 // it has none: a row that the database finds due a moment later goes in
 // ready).
 func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) error {
+	keys, now := s.gateReadKeys(p)
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys, admission.ReadyCap)
+	if err != nil {
+		return insertError(err)
+	}
+	read, err := scanGateReads(rows)
+	if err != nil {
+		return insertError(err)
+	}
+	p.decideAtGates(read, now)
+	return nil
+}
+
+// insertSeveral inserts p, a batch with rows of several keys, through the
+// single statement: in a transaction of two round trips when blockAtGates
+// has keys to read (its BEGIN travels with the read, its COMMIT with the
+// insert), else in that statement alone.
+func (s *Store) insertSeveral(ctx context.Context, p *insertPlan) error {
+	keys, now := s.gateReadKeys(p)
+	if len(keys) == 0 {
+		return s.runInsert(ctx, s.pool, p)
+	}
+	tx, err := s.beginGeneric(ctx) // the read is planned at every call otherwise (array parameters)
+	if err != nil {
+		return insertError(err)
+	}
+	defer tx.end()
+	var read map[string]gateRead
+	b := &pgx.Batch{}
+	b.Queue(s.q(sqlInsertGates), keys, admission.ReadyCap).Query(func(rows pgx.Rows) (err error) {
+		read, err = scanGateReads(rows)
+		return err
+	})
+	if err := tx.send(ctx, b, false); err != nil {
+		return insertError(err)
+	}
+	p.decideAtGates(read, now)
+	b = &pgx.Batch{}
+	s.queueInsert(b, p)
+	if err := tx.send(ctx, b, true); err != nil {
+		return insertError(err)
+	}
+	return nil
+}
+
+// gateRead is what sqlInsertGates reads of one key.
+type gateRead struct {
+	gate  bool
+	n     int  // a gate's free slots; a K = 1 key's ready rows
+	flag  bool // a gate's counters all locked; a K = 1 key busy
+	lined bool // a gate's line holds blocked rows
+}
+
+func scanGateReads(rows pgx.Rows) (map[string]gateRead, error) {
+	read := map[string]gateRead{}
+	var k string
+	var kr gateRead
+	_, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag, &kr.lined}, func() error { read[k] = kr; return nil })
+	return read, err
+}
+
+// gateReadKeys clears the blockedIn of p's rows and returns the keys
+// blockAtGates reads (sorted, none when p has no due row of several keys
+// or is not to be blocked at gates) and the time rows are due by.
+func (s *Store) gateReadKeys(p *insertPlan) ([]string, time.Time) {
 	for i := range p.rows {
 		p.rows[i].blockedIn = ""
-	}
-	if !p.block || !p.atGates || !p.several() {
-		return nil
 	}
 	now := time.Now()
 	if t := s.clockNow(); t != nil {
 		now = *t
 	}
-	due := func(in store.NewInstance) bool { return in.Delay <= 0 && !in.RunAt.After(now) }
+	if !p.block || !p.atGates || !p.several() {
+		return nil, now
+	}
 	var keys []string
 	for _, r := range p.rows {
-		if len(r.in.Also) == 0 || !due(r.in) {
+		if len(r.in.Also) == 0 || !dueBy(r.in, now) {
 			continue
 		}
 		keys = append(keys, r.in.Key)
@@ -185,27 +249,14 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 			keys = append(keys, k.Key)
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
 	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	type keyRead struct {
-		gate  bool
-		n     int  // a gate's free slots; a K = 1 key's ready rows
-		flag  bool // a gate's counters all locked; a K = 1 key busy
-		lined bool // a gate's line holds blocked rows
-	}
-	read := make(map[string]keyRead, len(keys))
-	rows, err := tx.Query(ctx, s.q(sqlInsertGates), keys, admission.ReadyCap)
-	if err != nil {
-		return insertError(err)
-	}
-	var k string
-	var kr keyRead
-	if _, err := pgx.ForEachRow(rows, []any{&k, &kr.gate, &kr.n, &kr.flag, &kr.lined}, func() error { read[k] = kr; return nil }); err != nil {
-		return insertError(err)
-	}
+	return slices.Compact(keys), now
+}
+
+// decideAtGates sets the blockedIn of p's due rows of several keys from
+// the keys' reads (see blockAtGates).
+func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
+	due := func(in store.NewInstance) bool { return dueBy(in, now) }
 	waitRow := func(i int, key string) admission.InsertRow {
 		in := p.rows[i].in
 		at := in.RunAt
@@ -271,8 +322,10 @@ func (s *Store) blockAtGates(ctx context.Context, tx querier, p *insertPlan) err
 		r.blockedIn = gates[j]
 		p.gates = append(p.gates, gates[j])
 	}
-	return nil
 }
+
+// dueBy reports whether in is due at now: no delay and no run_at after it.
+func dueBy(in store.NewInstance, now time.Time) bool { return in.Delay <= 0 && !in.RunAt.After(now) }
 
 func prepareInsert(instances []store.NewInstance) (*insertPlan, error) {
 	if err := store.CheckBatchConflicts(instances); err != nil {
