@@ -75,6 +75,9 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 	}
 	outcome := store.Outcome{ID: ids[0], Kind: store.OutcomeDone}
 	complete := s.completeArgs("w", []store.Outcome{outcome}, time.Time{}, outcomeChains{})
+	several, err := prepareInsert([]store.NewInstance{{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: "q", Step: "s",
+		State: json.RawMessage(`{}`), Key: "acct:abcd", Also: []store.KeyRef{{Key: "api:x", Intent: gate.GateIntent}}}})
+	require.NoError(t, err)
 	// Statements that do not run in a batchTx, and so without sqlNoSeqScan.
 	outsideBatch := map[string]bool{"heartbeat": true, "check claims": true, "signal wake": true,
 		"key waiting": true, "key next": true, "key oldest": true, "inbox": true, "insert busy keys": true}
@@ -145,8 +148,10 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// The state of an insert's K = 1 keys (sqlInsert, sqlInsertRounds).
 		"insert busy keys": {insertKeyState,
 			[]any{[]string{"acct:abcd"}, 16}},
-		// The reads of an insert with rows of several keys (blockAtGates).
-		"insert gates": {sqlInsertGates, []any{[]string{"acct:abcd", "api:x"}, 16}},
+		// An insert with rows of several keys: its reads (blockAtGates),
+		// then the insert, in one transaction (insertSeveral).
+		"insert gates":   {sqlInsertGates, []any{[]string{"acct:abcd", "api:x"}, 16}},
+		"insert several": {sqlInsert, s.insertArgs(several.rows, true)},
 		// The round query of the COPY insert path: no scan of the table.
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},
