@@ -214,7 +214,7 @@ type gateRead struct {
 	gate  bool
 	n     int  // a gate's free slots; a K = 1 key's ready rows
 	flag  bool // a gate's counters all locked; a K = 1 key busy
-	lined bool // a gate's line holds blocked rows
+	lined bool // rows wait blocked in a gate's line (reserved rows do not wait)
 }
 
 func scanGateReads(rows pgx.Rows) (map[string]gateRead, error) {

@@ -207,7 +207,9 @@ SELECT t.now, g.i, g.head, g.last, g.taken, g.turns, g.one, g.busy, g.ready FROM
 	// K = 1 key it reads what sqlInsert's K = 1 rule reads (the K = 1 busy
 	// check, and the ready count up to $2: admission.ReadyCap), so that the
 	// rows that rule blocks in their first key's line are known; for a
-	// gate, whether rows wait blocked in its line (admission.InsertBehindFirst).
+	// gate, whether rows wait blocked in its line, reserved rows apart
+	// (admission.InsertBehindFirst; through instances_key_blocked_posix,
+	// whose predicate the read repeats).
 	sqlInsertGates = `
 WITH l AS MATERIALIZED (
     SELECT k, (SELECT lk."limit" FROM {schema}.limits lk
