@@ -112,6 +112,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"reserve":                          {sqlReserve, []any{ids, "w", int64(60e6), nil}},
 		"promote":                          {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
 		"stranded":                         {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
+		"paused queues":                    {sqlPausedQueues, nil},
 		"heartbeat":                        {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
 		"check claims":                     {sqlCheckClaims, []any{"w", ids, fences}},
 		"release":                          {sqlRelease, []any{"w", ids, fences, nil}},

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,5 +104,6 @@ func (s *Store) PausedQueues(ctx context.Context) ([]store.QueuePause, error) {
 	if err != nil {
 		return nil, fmt.Errorf("paused queues: %w", err)
 	}
+	slices.SortFunc(out, func(a, b store.QueuePause) int { return strings.Compare(a.Queue, b.Queue) }) // byte order, whatever the database's collation
 	return out, nil
 }

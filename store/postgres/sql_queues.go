@@ -29,6 +29,9 @@ ON CONFLICT (queue) DO NOTHING RETURNING queue`
 	// sqlResumeQueue resumes queue $1 and returns it when it was paused.
 	sqlResumeQueue = `DELETE FROM {schema}.paused_queues WHERE queue = $1 RETURNING queue`
 
-	// sqlPausedQueues reads every paused queue.
-	sqlPausedQueues = `SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue COLLATE "C"`
+	// sqlPausedQueues reads every paused queue, in its primary key's order:
+	// it runs in the hand-off's transaction (see queueHandOffReads), under
+	// sqlNoSeqScan, where another order would leave it no path but a
+	// disabled scan (and a statement JIT-compiled at every flush).
+	sqlPausedQueues = `SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue`
 )
