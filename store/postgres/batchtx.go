@@ -27,8 +27,11 @@ const (
 	// whole table cheaper than one index probe per batch row, which is then
 	// thousands of times slower. Every statement of these transactions has
 	// an index path (TestHotPathPlansUseIndexes checks it, generic plans
-	// included).
-	sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true)`
+	// included). A scan with none still runs, its cost raised by
+	// PostgreSQL's disable cost past jit_above_cost: JIT is off for the
+	// transaction, so that such a statement, short as these are, is not
+	// also compiled at every execution (hundreds of milliseconds each).
+	sqlNoSeqScan = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 	// sqlLockTimeout bounds the rest of the transaction's lock waits ($1,
 	// e.g. '50ms'; see optimisticLockWait).
 	sqlLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
@@ -58,7 +61,8 @@ const (
 	// made at the first execution, when a fresh table's statistics say
 	// little, and make bench's scenario 7 lost about a seventh to
 	// sqlRecheckInbox's.
-	sqlNoSeqScanGeneric = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlNoSeqScanGeneric = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
 	// sqlAutoPlans lets PostgreSQL choose between custom and generic plans
 	// again for the rest of the transaction (its default).
 	sqlAutoPlans = `SELECT set_config('plan_cache_mode', 'auto', true)`
