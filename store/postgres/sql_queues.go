@@ -32,6 +32,6 @@ ON CONFLICT (queue) DO NOTHING RETURNING queue`
 	// sqlPausedQueues reads every paused queue, in its primary key's order:
 	// it runs in the hand-off's transaction (see queueHandOffReads), under
 	// sqlNoSeqScan, where another order would leave it no path but a
-	// disabled scan (and a statement JIT-compiled at every flush).
+	// disabled scan. PausedQueues sorts the list by bytes.
 	sqlPausedQueues = `SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue`
 )
