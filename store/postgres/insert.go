@@ -148,9 +148,9 @@ func (p *insertPlan) several() bool {
 // blockAtGates decides, for the due rows of several keys of p (with block
 // and atGates), which go in blocked in the line of their first gate
 // (store.FirstGate) as admission.InsertBlockedAtGate decides from the
-// gates' free slots
-// (sqlInsertGates, whose share locks on the counters the insert's
-// transaction tx holds to its commit), and sets their blockedIn. A row that
+// gates' free slots (sqlInsertGates, whose share locks on the counters the
+// insert's transaction tx holds to its commit), and sets their blockedIn
+// (decideAtGates; insertSeveral reads and decides the same). A row that
 // the K = 1 rule blocks in its first key's line (admission.InsertBlocked,
 // from the same statement's reads) stays there. They go in with that gate
 // in their key column (waitIn) and the round they would have had ready as
@@ -256,7 +256,6 @@ func (s *Store) gateReadKeys(p *insertPlan) ([]string, time.Time) {
 // decideAtGates sets the blockedIn of p's due rows of several keys from
 // the keys' reads (see blockAtGates).
 func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
-	due := func(in store.NewInstance) bool { return dueBy(in, now) }
 	waitRow := func(i int, key string) admission.InsertRow {
 		in := p.rows[i].in
 		at := in.RunAt
@@ -269,7 +268,7 @@ func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
 	var ones []admission.InsertRow
 	var onesOf []int
 	for i, r := range p.rows {
-		if kr, ok := read[r.in.Key]; ok && !kr.gate && due(r.in) {
+		if kr, ok := read[r.in.Key]; ok && !kr.gate && dueBy(r.in, now) {
 			ones, onesOf = append(ones, waitRow(i, r.in.Key)), append(onesOf, i)
 		}
 	}
@@ -283,7 +282,7 @@ func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
 	var waiting []admission.InsertRow
 	var waitingOf []int
 	for i, r := range p.rows {
-		if len(r.in.Also) == 0 || !due(r.in) || oneBlocked[i] {
+		if len(r.in.Also) == 0 || !dueBy(r.in, now) || oneBlocked[i] {
 			continue
 		}
 		if g := store.FirstGate(r.in.Key, r.in.Also, isGate); g != "" {
