@@ -225,10 +225,13 @@ func scanGateReads(rows pgx.Rows) (map[string]gateRead, error) {
 	return read, err
 }
 
-// gateReadKeys clears the blockedIn of p's rows and returns the keys
-// blockAtGates reads (sorted, none when p has no due row of several keys
-// or is not to be blocked at gates) and the time rows are due by.
+// gateReadKeys clears what the insert of p decides (its rows' blockedIn,
+// and the keys it blocks rows behind or at: blocked, behind, gates), and
+// returns the keys blockAtGates reads (sorted, none when p has no due row
+// of several keys or is not to be blocked at gates) and the time rows are
+// due by.
 func (s *Store) gateReadKeys(p *insertPlan) ([]string, time.Time) {
+	p.blocked, p.behind, p.gates = nil, nil, nil
 	for i := range p.rows {
 		p.rows[i].blockedIn = ""
 	}
