@@ -99,38 +99,3 @@ func TestInsertAtAGateWhoseCounterIsHeldGoesInReady(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusBlocked, statusOf(t, s, row2.ID))
 }
-
-// TestInsertBehindFirstCountsNoReservedRowAsWaiting: a row a full gate
-// would block waits in its first key's line when a row of that key goes in
-// ready ahead of it and no row waits in the gate's line
-// (admission.InsertBehindFirst). A reserved row, blocked in the gate's line
-// with its worker set, does not wait there: the memory store keeps it off
-// the key's blocked rows, and the gates' read skips it as the promotions
-// do (instances_key_blocked_posix).
-func TestInsertBehindFirstCountsNoReservedRowAsWaiting(t *testing.T) {
-	ctx := context.Background()
-	s := storeWithLimits(t, gate.Limit{Name: "api", Limit: 1})
-	_, err := s.Insert(ctx, []store.NewInstance{gatedRow("acct:0")})
-	require.NoError(t, err)
-	claimExactly(t, s, 1) // the gate is full
-	waiting := gatedRow("acct:9")
-	_, err = s.Insert(ctx, []store.NewInstance{waiting})
-	require.NoError(t, err)
-	require.Equal(t, store.StatusBlocked, statusOf(t, s, waiting.ID))
-
-	plan := func() *insertPlan {
-		ahead := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: "acct:1"}
-		p, err := prepareInsert([]store.NewInstance{ahead, gatedRow("acct:1")})
-		require.NoError(t, err)
-		p.block, p.atGates = true, true // as Insert plans it
-		require.NoError(t, s.blockAtGates(ctx, s.pool, p))
-		return p
-	}
-	require.Equal(t, "api:x", plan().rows[1].blockedIn, "a row waits in the gate's line: it goes in behind it")
-
-	// The same row, reserved by a worker (as sqlReserve leaves it).
-	_, err = s.pool.Exec(ctx, s.q(`UPDATE {schema}.instances SET worker = 'w2', fence = fence + 1,
-		lease_expires_at = now() + interval '1 minute' WHERE id = $1`), waiting.ID)
-	require.NoError(t, err)
-	require.Equal(t, "acct:1", plan().rows[1].blockedIn, "only a reserved row is in the gate's line: behind its first key")
-}

@@ -272,6 +272,21 @@ var severalKeysTests = []test{
 		require.Equal(h.t, "hot:x", h.get(ids[2]).BlockedOn, "no row of acct:2 ahead: the gate's line")
 		require.Equal(h.t, []string{ids[0]}, h.claimIDs(at(time.Second)))
 	}},
+	{"severalKeys/a reservation in a full gate's line is no row waiting there: an insert's row still waits in its first key's line", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "hot", Limit: 1})
+		_, reserved, x := h.chainStart("hot:x", 2, 1)
+		require.Equal(h.t, []string{x[1]}, claimedIDs(reserved), "hot:x's line holds a reservation only")
+		h.holdKey("hot:y")
+		y := h.insert(multi("acct:5", "hot:y"))[0]
+		require.Equal(h.t, "hot:y", h.get(y).BlockedOn, "it waits in hot:y's line")
+
+		ids := h.insert(dueNow("acct:1"), multi("acct:1", "hot:x"), multi("acct:1", "hot:y"))
+		h.requireStatus(store.StatusReady, ids[0])
+		h.requireStatus(store.StatusBlocked, ids[1], ids[2])
+		require.Equal(h.t, "acct:1", h.get(ids[1]).BlockedOn, "no row waits in hot:x's line: behind the row of its account that goes in ready")
+		require.Equal(h.t, "hot:y", h.get(ids[2]).BlockedOn, "a row waits in hot:y's line: in that line, behind it")
+	}},
 	{"severalKeys/a row woken by a key waits in that key's line until a claim takes it", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "api", Limit: 1})
