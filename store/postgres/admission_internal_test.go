@@ -92,10 +92,10 @@ func TestShortPromotionIsStranded(t *testing.T) {
 	_, err = holder.Exec(ctx, `SELECT id FROM `+s.schema+`.instances WHERE key = 'api:x' AND status = 'blocked' ORDER BY priority, run_at, seq LIMIT 2 FOR UPDATE`)
 	require.NoError(t, err)
 
-	rows, err := s.pool.Query(ctx, s.q(sqlPromote), []string{"api:x"}, []int32{2}, nil, s.channel, []bool{false})
+	rows, err := s.pool.Query(ctx, s.q(sqlPromote), []string{"api:x"}, []int32{2}, nil, []bool{false})
 	require.NoError(t, err)
 	var stranded []string
-	promoted, err := scanPromoted(rows, func(k string) { stranded = append(stranded, k) }, nil)
+	promoted, err := scanPromoted(rows, &strandedKeys{}, func(k string) { stranded = append(stranded, k) }, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, promoted, "the third blocked row, the others locked")
 	require.Equal(t, []string{"api:x"}, stranded, "a short promotion leaves the key stranded")

@@ -110,7 +110,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"successors lock":                  {sqlSuccessorsLock, []any{ids, fences, "w"}},
 		"succeed":                          {sqlSucceed, []any{ids, "w", int64(60e6), shards, nil}},
 		"reserve":                          {sqlReserve, []any{ids, "w", int64(60e6), nil}},
-		"promote":                          {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, "c", []bool{true}}},
+		"promote":                          {sqlPromote, []any{[]string{"acct:abcd"}, []int32{1}, nil, []bool{true}}},
 		"stranded":                         {sqlStranded, []any{[]string{"acct:abcd"}, []bool{true}}},
 		"paused queues":                    {sqlPausedQueues, nil},
 		"heartbeat":                        {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
@@ -353,7 +353,7 @@ func TestKeyProbesReadTheirIndexWithoutStatistics(t *testing.T) {
 		args  []any
 		wants []string
 	}{
-		"promote":         {sqlPromote, []any{keys, []int32{1}, nil, "c", one}, []string{"instances_key_blocked", "instances_key_ready"}},
+		"promote":         {sqlPromote, []any{keys, []int32{1}, nil, one}, []string{"instances_key_blocked", "instances_key_ready"}},
 		"stranded":        {sqlStranded, []any{keys, one}, []string{"instances_key_blocked", "instances_key_ready"}},
 		"promote if room": {sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}, []string{"instances_key_blocked", "instances_key_ready"}},
 		"block backlog":   {sqlBlockBacklog, []any{keys, 1000, nil, 64, []string{}}, []string{"instances_key_ready"}},

@@ -103,9 +103,9 @@ func TestInsertBlockedHealWaitsForTheFreeingTransaction(t *testing.T) {
 	_, err = free.Exec(ctx, s.q(`UPDATE {schema}.instances SET status = 'done', worker = NULL, lease_expires_at = NULL
 		WHERE id = $1 AND status = 'executing'`), holder.ID)
 	require.NoError(t, err)
-	rows, err := free.Query(ctx, s.q(sqlPromote), []string{"acct:1"}, []int32{1}, nil, s.channel, []bool{true})
+	rows, err := free.Query(ctx, s.q(sqlPromote), []string{"acct:1"}, []int32{1}, nil, []bool{true})
 	require.NoError(t, err)
-	promoted, err := scanPromoted(rows, func(string) { t.Error("nothing to strand: the blocked row is not committed") }, nil)
+	promoted, err := scanPromoted(rows, &strandedKeys{}, func(string) { t.Error("nothing to strand: the blocked row is not committed") }, nil)
 	require.NoError(t, err)
 	require.Zero(t, promoted)
 	commit()

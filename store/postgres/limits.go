@@ -680,8 +680,8 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 		// reconciler's next sweep; the rows are locked after the counters,
 		// SKIP LOCKED, as a freeing transaction promotes them, and the keys
 		// left stranded by skipped rows are healed after the change.
-		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, s.channel, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
-			_, err := scanPromoted(rows, func(k string) {
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
+			_, err := scanPromoted(rows, st, func(k string) {
 				st.keys, st.one = append(st.keys, k), append(st.one, false)
 			}, nil)
 			return err

@@ -317,11 +317,13 @@ func (s *Store) reconcileAllGates(ctx context.Context, now time.Time, gateBlocke
 		if n < reconcileChunk {
 			upto = nil // the last chunk: every key after, with a counter or not
 		}
+		woken := &strandedKeys{}
 		if err := s.inTx(ctx, func(tx pgx.Tx) error {
-			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, rep)
+			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, rep, woken)
 		}); err != nil {
 			return err
 		}
+		s.wakeAfterCommit(woken.queues)
 		if upto == nil {
 			return nil
 		}
@@ -336,8 +338,9 @@ var reconcileChunk = 500
 // including upto (nil: every key after), in the database's key order, and
 // promotes the blocked rows of the keys it repaired (removing them from
 // gateBlocked); the last chunk (upto nil) also promotes the blocked rows of
-// the gateBlocked keys no chunk had.
-func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport) error {
+// the gateBlocked keys no chunk had. The queues of the rows it promotes go
+// to woken.queues, to be notified once tx has committed.
+func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport, woken *strandedKeys) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
 	b := &pgx.Batch{}
@@ -450,8 +453,8 @@ func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upt
 	if len(promoteKeys) > 0 {
 		// Gate keys only; a key this sweep leaves stranded is the next sweep's.
 		gates := make([]bool, len(promoteKeys))
-		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), s.channel, gates).Query(func(rows pgx.Rows) error {
-			n, err := scanPromoted(rows, func(string) {}, nil)
+		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, tsArg(now), gates).Query(func(rows pgx.Rows) error {
+			n, err := scanPromoted(rows, woken, func(string) {}, nil)
 			rep.Promoted += n
 			return err
 		})

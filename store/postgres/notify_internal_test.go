@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -116,4 +118,67 @@ func TestFirstListenWaitsForTheFirstClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFreeingTransactionsDoNotNotify: no statement a freeing transaction
+// queues (queueFree, for a K = 1 key and a credited gate shard) calls
+// pg_notify. A NOTIFY in a transaction holds PostgreSQL's notification
+// lock from its pre-commit to the end of its commit, WAL flush included,
+// so every outcome flush that promotes a row would commit one at a time
+// with every other notifying transaction (see wakeSender); the queues of
+// the rows it makes ready are notified after its commit (heal).
+func TestFreeingTransactionsDoNotNotify(t *testing.T) {
+	s := &Store{schema: "t_free"}
+	var b pgx.Batch
+	s.queueFree(&b, []freedSlot{{key: "acct:1", shard: -1, waiters: true}, {key: "hot:1", shard: 0, waiters: true}}, true, time.Time{})
+	require.NotEmpty(t, batchSQL(&b))
+	for _, sql := range batchSQL(&b) {
+		require.NotContains(t, sql, "pg_notify", "a statement of a freeing transaction notifies")
+	}
+}
+
+// TestPromotionNotifiesItsQueueAfterTheCommit: the row an outcome promotes
+// (its K = 1 key's next blocked row) wakes its queue's listeners, though
+// the outcome's transaction no longer notifies (see
+// TestFreeingTransactionsDoNotNotify), and the row is ready when the
+// notification arrives.
+func TestPromotionNotifiesItsQueueAfterTheCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := newInternalStore(t)
+	listener, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer func() { _ = listener.Close(context.Background()) }()
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
+	require.NoError(t, err)
+
+	row := func() store.NewInstance {
+		return store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`), Key: "acct:1"}
+	}
+	holder := row()
+	_, err = s.Insert(ctx, []store.NewInstance{holder})
+	require.NoError(t, err)
+	res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	next := row()
+	_, err = s.Insert(ctx, []store.NewInstance{next})
+	require.NoError(t, err)
+	require.Equal(t, store.StatusBlocked, statusOf(t, s, next.ID), "behind its key's running row")
+	for { // the inserts' own notifications
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := listener.WaitForNotification(wctx)
+		wcancel()
+		if err != nil {
+			break
+		}
+	}
+
+	c := res.Claimed[0]
+	_, err = s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
+	require.NoError(t, err)
+	n, err := listener.WaitForNotification(ctx)
+	require.NoError(t, err, "the promoted row's queue was not notified")
+	require.Equal(t, "q", n.Payload)
+	require.Equal(t, store.StatusReady, statusOf(t, s, next.ID))
 }

@@ -112,7 +112,7 @@ func TestOperatorPlansUseIndexes(t *testing.T) {
 		{"reconcile: slots delete idle", sqlSlotsDeleteIdle, []any{keys}},
 		{"reconcile: blocked keys", sqlBlockedKeys, []any{"", reconcileKeyChunk}},
 		{"reconcile: promote if room", sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}},
-		{"reconcile: promote", sqlPromote, []any{keys, []int32{1, 1}, nil, "c", one}},
+		{"reconcile: promote", sqlPromote, []any{keys, []int32{1, 1}, nil, one}},
 		{"stranded", sqlStranded, []any{keys, one}},
 		{"retention", sqlDeleteTerminal, []any{now.Add(-time.Hour), sweepChunk, now.Add(-2 * time.Hour)}},
 		{"retention of a workflow", sqlDeleteTerminalOf, []any{"wf", now.Add(-time.Hour), 1000, now.Add(-2 * time.Hour)}},

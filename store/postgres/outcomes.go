@@ -851,6 +851,6 @@ func (s *Store) queueFreeing(b *pgx.Batch) {
 	b.Queue(s.q(sqlSlotsLockExisting), none, noShards)
 	b.Queue(s.q(sqlCredit), none, noShards, noShards)
 	b.Queue(s.q(sqlSlotsDropEmpty), none, noShards)
-	b.Queue(s.q(sqlPromote), none, noShards, nil, s.channel, []bool{})
+	b.Queue(s.q(sqlPromote), none, noShards, nil, []bool{})
 	b.Queue(s.q(sqlKeysWaiting), none)
 }

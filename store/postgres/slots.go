@@ -91,8 +91,8 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 		_, isOne[i] = slices.BinarySearch(one, k)
 	}
 	st := &strandedKeys{}
-	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), s.channel, isOne).Query(func(rows pgx.Rows) error {
-		_, err := scanPromoted(rows, func(k string) {
+	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), isOne).Query(func(rows pgx.Rows) error {
+		_, err := scanPromoted(rows, st, func(k string) {
 			i, _ := slices.BinarySearch(keys, k)
 			st.keys, st.one = append(st.keys, k), append(st.one, isOne[i])
 		}, func(k string) {
@@ -122,9 +122,10 @@ func skipUnwaited(freed []freedSlot) []freedSlot {
 }
 
 // scanPromoted reads sqlPromote's rows: it returns how many rows were
-// promoted, calls stranded with each key left stranded and, when
-// promotedGate is not nil, with each gate key of which rows were promoted.
-func scanPromoted(rows pgx.Rows, stranded, promotedGate func(key string)) (int, error) {
+// promoted, adds the queues to notify to st.queues, calls stranded with
+// each key left stranded and, when promotedGate is not nil, with each gate
+// key of which rows were promoted.
+func scanPromoted(rows pgx.Rows, st *strandedKeys, stranded, promotedGate func(key string)) (int, error) {
 	total := 0
 	var q, k string
 	var n int64
@@ -132,6 +133,9 @@ func scanPromoted(rows pgx.Rows, stranded, promotedGate func(key string)) (int, 
 		switch {
 		case k == "":
 			total += int(n)
+			if !slices.Contains(st.queues, q) {
+				st.queues = append(st.queues, q)
+			}
 		case n == 0:
 			stranded(k)
 		case promotedGate != nil:
@@ -148,6 +152,9 @@ func scanPromoted(rows pgx.Rows, stranded, promotedGate func(key string)) (int, 
 type strandedKeys struct {
 	keys []string
 	one  []bool // K = 1 key
+	// queues are the queues of the rows the transaction made ready
+	// (sqlPromote), notified once it has committed (heal).
+	queues []string
 }
 
 func (s *Store) queueStranded(b *pgx.Batch, keys []string, one []bool, st *strandedKeys) {
@@ -182,6 +189,7 @@ func (s *Store) heal(ctx context.Context, st *strandedKeys, now time.Time) {
 	if st == nil {
 		return
 	}
+	s.wakeAfterCommit(st.queues)
 	keys, one := st.keys, st.one
 	wait := time.Millisecond
 attempts:

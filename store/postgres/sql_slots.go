@@ -101,7 +101,12 @@ LIMIT 1`
 
 	// sqlPromote makes the first $2[i] blocked rows of each key $1[i]
 	// (priority, then FIFO; reserved rows are not waiting: see
-	// sqlReserve) ready and notifies their queues. It must not wait
+	// sqlReserve) ready and returns their queues, which the caller
+	// notifies once its transaction has committed (strandedKeys.queues):
+	// a NOTIFY in a freeing transaction would hold PostgreSQL's
+	// notification lock from its pre-commit to the end of its commit,
+	// and every other notifying transaction would wait for it (see
+	// wakeSender). It must not wait
 	// for row locks, so it skips locked rows: under READ COMMITTED a row lock
 	// is also left on rows that failed a locking statement's recheck (a
 	// claim's window keeps the lock of a row it saw ready but found blocked;
@@ -110,13 +115,13 @@ LIMIT 1`
 	// It locks FOR NO KEY UPDATE, which a signal's FOR KEY SHARE does not
 	// block. A K = 1 key with no blocked row to promote may have its next
 	// row ready (a claim that found the key busy leaves its only row in
-	// sight ready: see admission.Decide): the queue of that row is notified,
-	// so that an idle engine claims it now rather than at its next poll.
-	// It returns a row (queue, n, '') per notified queue, a row ('', n,
+	// sight ready: see admission.Decide): the queue of that row is returned
+	// too, so that an idle engine claims it now rather than at its next poll.
+	// It returns a row (queue, n, '') per queue to notify, a row ('', n,
 	// key) per gate key of which it promoted n > 0 rows, and a row
 	// ('', 0, key) per key it left stranded (the stranded check, as in
 	// sqlStranded; see sql.go) because it skipped locked rows: a key
-	// ($5[i]: K = 1) of which it promoted nothing, or a gate key of which
+	// ($4[i]: K = 1) of which it promoted nothing, or a gate key of which
 	// it promoted fewer than $2[i] rows while a blocked row it did not
 	// promote is left (its free slots would otherwise wait, every row
 	// behind them blocked, for the reconciler's sweep). In this statement's snapshot the rows
@@ -126,7 +131,7 @@ LIMIT 1`
 	// commit (see heal). The promoted rows are read through instances_key_blocked_posix and
 	// locked SKIP LOCKED (lock order (4)).
 	sqlPromote = `
-WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $5::bool[]) AS f(key, n, one)),
+WITH f AS (SELECT * FROM unnest($1::text[], $2::int[], $4::bool[]) AS f(key, n, one)),
 d AS MATERIALIZED (
     SELECT f.key, b.id FROM f
     CROSS JOIN LATERAL (SELECT id FROM {schema}.instances
@@ -138,7 +143,6 @@ p AS (
     RETURNING i.queue
 )
 SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM p GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x
 UNION ALL
 SELECT r.queue, 0, '' FROM (
     SELECT DISTINCT r.queue FROM f
@@ -146,7 +150,6 @@ SELECT r.queue, 0, '' FROM (
                         WHERE key = f.key AND status = 'ready' COLLATE "POSIX" AND key IS NOT NULL
                         ORDER BY priority, run_at, seq LIMIT 1) r
     WHERE f.one AND NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)) r
-CROSS JOIN LATERAL (SELECT pg_notify($4, r.queue)) x
 UNION ALL
 SELECT '', 0, f.key FROM f
 WHERE (NOT EXISTS (SELECT 1 FROM d WHERE d.key = f.key)

@@ -137,7 +137,7 @@ FROM generate_series(1, $1) i`, n)
 		{"insert", sqlInsert, s.insertArgs(p.rows, true)},
 		{"insert rounds", sqlInsertRounds, []any{nil, qs, prios, keys, runAts, delays, s.channel, true, 64}},
 		{"block backlog", sqlBlockBacklog, []any{keys, 1000, nil, 64, []string{}}},
-		{"promote", sqlPromote, []any{keys, []int32{1, 1, 1}, nil, "c", one}},
+		{"promote", sqlPromote, []any{keys, []int32{1, 1, 1}, nil, one}},
 		{"stranded", sqlStranded, []any{keys, one}},
 		{"promote if room", sqlPromoteIfRoom, []any{keys, 1, nil, "c", true}},
 		{"keys waiting", sqlKeysWaiting, []any{[]string{"acct:new", "acct:none"}}},
