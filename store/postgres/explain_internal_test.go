@@ -152,7 +152,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		// An insert with rows of several keys: its reads (blockAtGates),
 		// then the insert, in one transaction (insertSeveral).
 		"insert gates":   {sqlInsertGates, []any{[]string{"acct:abcd", "api:x"}, 16}},
-		"insert several": {sqlInsert, s.insertArgs(several.rows, true)},
+		"insert several": {sqlInsert, s.insertArgs(&insertPlan{rows: several.rows, block: true, wakeAfter: true})},
 		// The round query of the COPY insert path: no scan of the table.
 		"insert rounds": {sqlInsertRounds, []any{nil, []string{"q", "q"}, []int32{0, 0}, []string{"", "acct:abcd"},
 			[]*time.Time{nil, nil}, []int64{0, 0}, "c", true, 16}},

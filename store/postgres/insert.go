@@ -39,7 +39,12 @@ func (s *Store) Insert(ctx context.Context, instances []store.NewInstance) ([]st
 	if len(p.rows) == 0 {
 		return nil, nil
 	}
-	p.block, p.atGates = true, true
+	// Alone, the insert notifies in its statement, which wakes an idle
+	// engine a round trip sooner; beside another, after its commit, so
+	// that the two do not commit one at a time (see sqlInsert).
+	concurrent := s.inserting.Add(1) > 1
+	defer s.inserting.Add(-1)
+	p.block, p.atGates, p.wakeAfter = true, true, concurrent
 	switch {
 	case !p.unique && len(p.rows) >= s.copyMin:
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -130,6 +135,13 @@ type insertPlan struct {
 	// atGates: with block, due rows of several keys go in as blockAtGates
 	// decides (Insert and a schedule's tick; not an outcome's children).
 	atGates bool
+	// wakeAfter: the store owns the insert's transaction and notifies the
+	// queues that received ready rows (queues) once it has committed
+	// (afterInsert), not in the statement (see sqlInsert): an outcome's
+	// children, a schedule's tick, and an Insert made while another of the
+	// store's is in flight.
+	wakeAfter bool
+	queues    []string
 }
 
 type insertRow struct {
@@ -532,7 +544,7 @@ func holderIn(byStatus map[string]holder, scope []string) (holder, bool) {
 
 // runInsert inserts p.rows in one statement.
 func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
-	rows, err := q.Query(ctx, s.q(sqlInsert), s.insertArgs(p.rows, p.block)...)
+	rows, err := q.Query(ctx, s.q(sqlInsert), s.insertArgs(p)...)
 	if err == nil {
 		err = scanInserted(rows, p)
 	}
@@ -544,18 +556,22 @@ func (s *Store) runInsert(ctx context.Context, q querier, p *insertPlan) error {
 
 // queueInsert queues the insert of p.rows on b, a batch of a transaction.
 func (s *Store) queueInsert(b *pgx.Batch, p *insertPlan) {
-	b.Queue(s.q(sqlInsert), s.insertArgs(p.rows, p.block)...).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(sqlInsert), s.insertArgs(p)...).Query(func(rows pgx.Rows) error {
 		return scanInserted(rows, p)
 	})
 }
 
-// afterInsert runs once a batch with block has committed: it heals the busy
-// keys that received blocked rows (healInserted) and marks hot the keys
-// whose rows went in blocked behind their own first row, so that its
-// outcome may hand its slot off (see recentKeys).
+// afterInsert runs once a batch with block has committed: it notifies the
+// queues that received ready rows (with wakeAfter), heals the busy keys
+// that received blocked rows (healInserted) and marks hot the keys whose
+// rows went in blocked behind their own first row, so that its outcome may
+// hand its slot off (see recentKeys).
 func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
 	if p == nil {
 		return
+	}
+	if p.wakeAfter {
+		s.wakeAfterCommit(p.queues)
 	}
 	slices.Sort(p.behind)
 	s.hot.mark(slices.Compact(p.behind)...) // one entry per key: the COPY path lists one per row
@@ -564,13 +580,17 @@ func (s *Store) afterInsert(ctx context.Context, p *insertPlan) {
 	s.healInserted(ctx, p.blocked)
 }
 
-// scanInserted reads sqlInsert's rows: it fills p.blocked and p.behind.
+// scanInserted reads sqlInsert's rows: it fills p.queues, p.blocked and
+// p.behind.
 func scanInserted(rows pgx.Rows, p *insertPlan) error {
 	var q, k string
 	var n int64
 	_, err := pgx.ForEachRow(rows, []any{&q, &n, &k}, func() error {
 		switch {
 		case k == "":
+			if !slices.Contains(p.queues, q) {
+				p.queues = append(p.queues, q)
+			}
 		case n == 1:
 			p.blocked = append(p.blocked, k)
 		default:
@@ -581,7 +601,12 @@ func scanInserted(rows pgx.Rows, p *insertPlan) error {
 	return err
 }
 
-func (s *Store) insertArgs(rows []insertRow, block bool) []any {
+func (s *Store) insertArgs(p *insertPlan) []any {
+	rows, block := p.rows, p.block
+	channel := s.channel
+	if p.wakeAfter {
+		channel = "" // notified after the commit (afterInsert)
+	}
 	n := len(rows)
 	var (
 		ids       = make([]string, n)
@@ -622,7 +647,7 @@ func (s *Store) insertArgs(rows []insertRow, block bool) []any {
 		}
 	}
 	return []any{ids, workflows, versions, queues, prios, steps, states, keys, intents, runAts,
-		uniques, scopes, parents, s.channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras, atGates, atIntents}
+		uniques, scopes, parents, channel, joinGens, delays, s.clockNow(), block, admission.ReadyCap, extras, atGates, atIntents}
 }
 
 func insertError(err error) error {

@@ -43,7 +43,7 @@ func TestExplainInsert(t *testing.T) {
 		return p.rows
 	}
 	for round := 0; round < 3; round++ {
-		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q(sqlInsert), s.insertArgs(batch(), true)...)
+		rows, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q(sqlInsert), s.insertArgs(&insertPlan{rows: batch(), block: true, wakeAfter: true})...)
 		require.NoError(t, err)
 		for rows.Next() {
 			var line string

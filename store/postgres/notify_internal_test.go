@@ -3,13 +3,16 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/godurable/godurable/internal/pgtest"
 	"github.com/godurable/godurable/store"
 )
 
@@ -181,4 +184,88 @@ func TestPromotionNotifiesItsQueueAfterTheCommit(t *testing.T) {
 	require.NoError(t, err, "the promoted row's queue was not notified")
 	require.Equal(t, "q", n.Payload)
 	require.Equal(t, store.StatusReady, statusOf(t, s, next.ID))
+}
+
+// argsRecorder records the arguments of every query of a pool whose text
+// is one of the statements it watches (a pgx.QueryTracer).
+type argsRecorder struct {
+	mu    sync.Mutex
+	watch map[string]string // text -> name
+	seen  map[string][][]any
+}
+
+func (r *argsRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name, ok := r.watch[d.SQL]; ok {
+		r.seen[name] = append(r.seen[name], d.Args)
+	}
+	return ctx
+}
+
+func (r *argsRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// calls returns the arguments of the calls of statement name so far, and
+// forgets them.
+func (r *argsRecorder) calls(name string) [][]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.seen[name]
+	delete(r.seen, name)
+	return c
+}
+
+// TestInsertBesideAnotherNotifiesAfterItsCommit: an Insert made while
+// another of the store's is in flight leaves its statement's notification
+// out (an empty channel: see sqlInsert) and notifies the queue once it
+// has committed, so that concurrent inserts do not commit one at a time
+// behind PostgreSQL's notification lock; one made alone notifies in its
+// statement. Either way the queue's listeners hear of the row.
+func TestInsertBesideAnotherNotifiesAfterItsCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(base)
+	rec := &argsRecorder{seen: map[string][][]any{}}
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	s, err := New(ctx, pool, Options{Schema: schema})
+	require.NoError(t, err)
+	rec.mu.Lock()
+	rec.watch = map[string]string{s.q(sqlInsert): "insert", s.q(sqlNotifyQueues): "notify"}
+	rec.mu.Unlock()
+
+	listener, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer func() { _ = listener.Close(context.Background()) }()
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
+	require.NoError(t, err)
+	insert := func() {
+		t.Helper()
+		in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+		_, err := s.Insert(ctx, []store.NewInstance{in})
+		require.NoError(t, err)
+		n, err := listener.WaitForNotification(ctx)
+		require.NoError(t, err, "the queue was not notified")
+		require.Equal(t, "q", n.Payload)
+	}
+
+	insert()
+	calls := rec.calls("insert")
+	require.Len(t, calls, 1)
+	require.Equal(t, s.channel, calls[0][13], "alone: the statement notifies")
+	require.Empty(t, rec.calls("notify"))
+
+	s.inserting.Add(1) // another Insert in flight
+	insert()
+	s.inserting.Add(-1)
+	calls = rec.calls("insert")
+	require.Len(t, calls, 1)
+	require.Equal(t, "", calls[0][13], "beside another: the statement does not notify")
+	require.Len(t, rec.calls("notify"), 1, "the queue is notified after the commit")
 }

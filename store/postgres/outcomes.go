@@ -395,7 +395,7 @@ func (s *Store) queueChildren(ctx context.Context, tx querier, b *pgx.Batch, chi
 	if err != nil {
 		return nil, nil, fmt.Errorf("spawn: %w", err)
 	}
-	p.block = true
+	p.block, p.wakeAfter = true, true
 	for i := range p.rows {
 		p.rows[i].joinGen = gens[p.rows[i].in.ParentID]
 	}

@@ -106,6 +106,8 @@ type Store struct {
 	closed     atomic.Bool
 	stmts      sync.Map // statement constant -> rendered text
 	wakes      wakeSender
+	// inserting counts the Insert calls in flight (see insertPlan.wakeAfter).
+	inserting  atomic.Int32
 	hot        recentKeys   // keys recently found saturated (see recentKeys)
 	late       lateHeal     // stranded keys heal gave up on (see lateHeal)
 	settled    recentKeys   // gate keys whose counters were recently found as their limits make them

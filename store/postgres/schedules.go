@@ -158,7 +158,7 @@ func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (store.
 		}
 		var inserted any
 		if plan != nil && !res.SkippedRunning {
-			plan.block, plan.atGates = true, true
+			plan.block, plan.atGates, plan.wakeAfter = true, true, true
 			if plan.unique {
 				err = s.insertUnique(ctx, tx, plan)
 			} else if err = s.blockAtGates(ctx, tx, plan); err == nil {

@@ -6,8 +6,14 @@ package postgres
 
 // Insert.
 const (
-	// sqlInsert inserts a batch in input order and notifies the queues that
-	// received ready rows. $14 is the notification channel, $17 the store's
+	// sqlInsert inserts a batch in input order and returns the queues that
+	// received ready rows, which it notifies on channel $14 unless $14 is
+	// '': an insert whose caller owns the transaction notifies them once
+	// it has committed (insertPlan.wakeAfter), since a NOTIFY holds
+	// PostgreSQL's notification lock through the commit, WAL flush
+	// included, and concurrent inserts would commit one at a time (see
+	// wakeSender); one in the caller's transaction (InsertTx) notifies
+	// in the statement. $17 is the store's
 	// clock (Options.Clock; null: the database's). With $18, due rows of K =
 	// 1 keys go in as admission.InsertBlocked decides (this is its SQL form;
 	// $19 is admission.ReadyCap): blocked, with the rounds they would have
@@ -21,7 +27,7 @@ const (
 	// there, for the caller to heal once it has committed (see
 	// healInserted), a row ('', 0, key) per key blocked only behind the
 	// batch's own rows (no race to close: they commit together), and a row
-	// (queue, n, '') per notified queue. It takes no row lock on existing
+	// (queue, n, '') per queue that received n ready rows. It takes no row lock on existing
 	// rows: its reads are plain snapshot reads. $20 holds each row's other
 	// keys, when it has several (the other keys' text), and $21 the key
 	// whose line it goes in blocked in ('' for none: its first gate, or its
@@ -117,7 +123,7 @@ ins AS (
     RETURNING queue, status
 )
 SELECT q.queue, q.n, '' FROM (SELECT queue, count(*) AS n FROM ins WHERE status = 'ready' GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($14, q.queue)) x
+LEFT JOIN LATERAL (SELECT pg_notify($14, q.queue) WHERE $14 <> '') x ON true
 UNION ALL
 SELECT '', CASE WHEN k.busy OR k.ready > 0 THEN 1 ELSE 0 END, k.k FROM k
 WHERE k.busy OR k.ready + k.n > $19`

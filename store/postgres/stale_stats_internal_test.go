@@ -134,7 +134,7 @@ FROM generate_series(1, $1) i`, n)
 		sql  string
 		args []any
 	}{
-		{"insert", sqlInsert, s.insertArgs(p.rows, true)},
+		{"insert", sqlInsert, s.insertArgs(&insertPlan{rows: p.rows, block: true, wakeAfter: true})},
 		{"insert rounds", sqlInsertRounds, []any{nil, qs, prios, keys, runAts, delays, s.channel, true, 64}},
 		{"block backlog", sqlBlockBacklog, []any{keys, 1000, nil, 64, []string{}}},
 		{"promote", sqlPromote, []any{keys, []int32{1, 1, 1}, nil, one}},
