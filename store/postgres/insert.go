@@ -139,7 +139,8 @@ type insertPlan struct {
 	// queues that received ready rows (queues) once it has committed
 	// (afterInsert), not in the statement (see sqlInsert): an outcome's
 	// children, a schedule's tick, and an Insert made while another of the
-	// store's is in flight.
+	// store's is in flight. The COPY path (sqlInsertRounds) notifies in
+	// its transaction whatever this says.
 	wakeAfter bool
 	queues    []string
 }
