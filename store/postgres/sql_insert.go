@@ -27,8 +27,8 @@ const (
 	// there, for the caller to heal once it has committed (see
 	// healInserted), a row ('', 0, key) per key blocked only behind the
 	// batch's own rows (no race to close: they commit together), and a row
-	// (queue, n, '') per queue that received n ready rows. It takes no row lock on existing
-	// rows: its reads are plain snapshot reads. $20 holds each row's other
+	// (queue, n, '') per queue that received n ready rows. It takes no row
+	// lock on existing rows: its reads are plain snapshot reads. $20 holds each row's other
 	// keys, when it has several (the other keys' text), and $21 the key
 	// whose line it goes in blocked in ('' for none: its first gate, or its
 	// first key; see blockAtGates), in its key column with its intent $22
