@@ -95,7 +95,7 @@ func TestShortPromotionIsStranded(t *testing.T) {
 	rows, err := s.pool.Query(ctx, s.q(sqlPromote), []string{"api:x"}, []int32{2}, nil, []bool{false})
 	require.NoError(t, err)
 	var stranded []string
-	promoted, err := scanPromoted(rows, &strandedKeys{}, func(k string) { stranded = append(stranded, k) }, nil)
+	promoted, err := scanPromoted(rows, new([]string), func(k string) { stranded = append(stranded, k) }, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, promoted, "the third blocked row, the others locked")
 	require.Equal(t, []string{"api:x"}, stranded, "a short promotion leaves the key stranded")

@@ -105,7 +105,7 @@ func TestInsertBlockedHealWaitsForTheFreeingTransaction(t *testing.T) {
 	require.NoError(t, err)
 	rows, err := free.Query(ctx, s.q(sqlPromote), []string{"acct:1"}, []int32{1}, nil, []bool{true})
 	require.NoError(t, err)
-	promoted, err := scanPromoted(rows, &strandedKeys{}, func(string) { t.Error("nothing to strand: the blocked row is not committed") }, nil)
+	promoted, err := scanPromoted(rows, new([]string), func(string) { t.Error("nothing to strand: the blocked row is not committed") }, nil)
 	require.NoError(t, err)
 	require.Zero(t, promoted)
 	commit()

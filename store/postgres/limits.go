@@ -681,7 +681,7 @@ func (s *Store) reshapeChunk(ctx context.Context, keys []string, wait bool, st *
 		// SKIP LOCKED, as a freeing transaction promotes them, and the keys
 		// left stranded by skipped rows are healed after the change.
 		b.Queue(s.q(sqlPromote), promoteKeys, promoteNs, nil, make([]bool, len(promoteKeys))).Query(func(rows pgx.Rows) error {
-			_, err := scanPromoted(rows, st, func(k string) {
+			_, err := scanPromoted(rows, &st.queues, func(k string) {
 				st.keys, st.one = append(st.keys, k), append(st.one, false)
 			}, nil)
 			return err

@@ -317,13 +317,13 @@ func (s *Store) reconcileAllGates(ctx context.Context, now time.Time, gateBlocke
 		if n < reconcileChunk {
 			upto = nil // the last chunk: every key after, with a counter or not
 		}
-		woken := &strandedKeys{}
+		var woken []string
 		if err := s.inTx(ctx, func(tx pgx.Tx) error {
-			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, rep, woken)
+			return s.reconcileGates(ctx, tx, after, upto, gateBlocked, now, rep, &woken)
 		}); err != nil {
 			return err
 		}
-		s.wakeAfterCommit(woken.queues)
+		s.wakeAfterCommit(woken)
 		if upto == nil {
 			return nil
 		}
@@ -339,8 +339,8 @@ var reconcileChunk = 500
 // promotes the blocked rows of the keys it repaired (removing them from
 // gateBlocked); the last chunk (upto nil) also promotes the blocked rows of
 // the gateBlocked keys no chunk had. The queues of the rows it promotes go
-// to woken.queues, to be notified once tx has committed.
-func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport, woken *strandedKeys) error {
+// to woken, to be notified once tx has committed.
+func (s *Store) reconcileGates(ctx context.Context, tx pgx.Tx, after string, upto *string, gateBlocked map[string]bool, now time.Time, rep *store.ReconcileReport, woken *[]string) error {
 	counters := map[string]map[int]slotTarget{} // key -> shard -> counter
 	inUse := map[string]map[int]int{}           // key -> shard (-1: admitted at K = 1) -> executing rows
 	b := &pgx.Batch{}

@@ -92,7 +92,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	}
 	st := &strandedKeys{}
 	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), isOne).Query(func(rows pgx.Rows) error {
-		_, err := scanPromoted(rows, st, func(k string) {
+		_, err := scanPromoted(rows, &st.queues, func(k string) {
 			i, _ := slices.BinarySearch(keys, k)
 			st.keys, st.one = append(st.keys, k), append(st.one, isOne[i])
 		}, func(k string) {
@@ -122,10 +122,10 @@ func skipUnwaited(freed []freedSlot) []freedSlot {
 }
 
 // scanPromoted reads sqlPromote's rows: it returns how many rows were
-// promoted, adds the queues to notify to st.queues, calls stranded with
-// each key left stranded and, when promotedGate is not nil, with each gate
-// key of which rows were promoted.
-func scanPromoted(rows pgx.Rows, st *strandedKeys, stranded, promotedGate func(key string)) (int, error) {
+// promoted, appends the queues to notify to queues (wakeAfterCommit drops
+// repeats), calls stranded with each key left stranded and, when
+// promotedGate is not nil, with each gate key of which rows were promoted.
+func scanPromoted(rows pgx.Rows, queues *[]string, stranded, promotedGate func(key string)) (int, error) {
 	total := 0
 	var q, k string
 	var n int64
@@ -133,9 +133,7 @@ func scanPromoted(rows pgx.Rows, st *strandedKeys, stranded, promotedGate func(k
 		switch {
 		case k == "":
 			total += int(n)
-			if !slices.Contains(st.queues, q) {
-				st.queues = append(st.queues, q)
-			}
+			*queues = append(*queues, q)
 		case n == 0:
 			stranded(k)
 		case promotedGate != nil:
