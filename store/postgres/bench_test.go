@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,6 +317,60 @@ func BenchmarkInsertConcurrent(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkChildCompletionsConcurrent measures the outcomes of last
+// children, each waking its parent, made by 16 goroutines at once (8 per
+// core on this machine), one child an outcome: the joins of many fan-outs
+// on a fleet.
+//
+//	go test ./store/postgres -run '^$' -bench ChildCompletionsConcurrent -benchtime 2000x
+func BenchmarkChildCompletionsConcurrent(b *testing.B) {
+	e := benchStore(b, false)
+	ctx := context.Background()
+	parents := make([]store.NewInstance, b.N)
+	for i := range parents {
+		parents[i] = store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+	}
+	_, err := e.s.Insert(ctx, parents)
+	require.NoError(b, err)
+	claimAll := func(queue string) []store.Claimed {
+		var all []store.Claimed
+		for len(all) < b.N {
+			res, err := e.s.Claim(ctx, store.ClaimRequest{Queue: queue, Worker: "w", Limit: 1000})
+			require.NoError(b, err)
+			require.NotEmpty(b, res.Claimed)
+			all = append(all, res.Claimed...)
+		}
+		return all
+	}
+	var spawns []store.Outcome
+	for _, c := range claimAll("q") {
+		kid := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Version: 1, Queue: "kids", Step: "s", State: json.RawMessage(`{}`)}
+		spawns = append(spawns, store.Outcome{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeSpawn, Step: "joined", Children: []store.NewInstance{kid}})
+	}
+	for chunk := range slices.Chunk(spawns, 500) {
+		_, err := e.s.Complete(ctx, "w", chunk, time.Time{})
+		require.NoError(b, err)
+	}
+	kids := make(chan store.Claimed, b.N)
+	for _, c := range claimAll("kids") {
+		kids <- c
+	}
+	close(kids)
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c := <-kids
+			if _, err := e.s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "outcomes/s")
 }
 
 // BenchmarkReconcileBacklog measures one reconciler sweep over 12,000 K =

@@ -116,7 +116,7 @@ func checkHotPathPlans(t *testing.T, analyze bool, n int) {
 		"heartbeat":                        {sqlHeartbeat, []any{"w", ids, fences, nil, int64(1)}},
 		"check claims":                     {sqlCheckClaims, []any{"w", ids, fences}},
 		"release":                          {sqlRelease, []any{"w", ids, fences, nil}},
-		"recheck inbox":                    {sqlRecheckInbox, []any{ids, nil, "c"}},
+		"recheck inbox":                    {sqlRecheckInbox, []any{ids, nil}},
 		"reap":                             {sqlReap, []any{nil, 1000}},
 		"reclaim worker":                   {sqlReclaimWorker, []any{nil, "w"}},
 		"signal wake":                      {sqlSignalWake, []any{ids[0], nil}},

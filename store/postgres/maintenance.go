@@ -140,7 +140,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	stranded := s.queueFree(b, freed, false, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
 	if len(ended) > 0 {
-		s.queueJoins(b, ended, now)
+		s.queueJoins(b, ended, now, &stranded.queues)
 	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err

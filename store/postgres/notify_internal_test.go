@@ -187,7 +187,8 @@ func TestPromotionNotifiesItsQueueAfterTheCommit(t *testing.T) {
 }
 
 // argsRecorder records the arguments of every query of a pool whose text
-// is one of the statements it watches (a pgx.QueryTracer).
+// is one of the statements it watches (a pgx.QueryTracer and
+// pgx.BatchTracer).
 type argsRecorder struct {
 	mu    sync.Mutex
 	watch map[string]string // text -> name
@@ -204,6 +205,18 @@ func (r *argsRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.T
 }
 
 func (r *argsRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// The statements of a batch, recorded as the queries above (a
+// pgx.BatchTracer).
+func (r *argsRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *argsRecorder) TraceBatchQuery(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.TraceQueryStart(ctx, c, pgx.TraceQueryStartData{SQL: d.SQL, Args: d.Args})
+}
+
+func (r *argsRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // calls returns the arguments of the calls of statement name so far, and
 // forgets them.
@@ -268,4 +281,69 @@ func TestInsertBesideAnotherNotifiesAfterItsCommit(t *testing.T) {
 	require.Len(t, calls, 1)
 	require.Equal(t, "", calls[0][13], "beside another: the statement does not notify")
 	require.Len(t, rec.calls("notify"), 1, "the queue is notified after the commit")
+}
+
+// TestParentWokenByItsLastChildIsNotifiedAfterTheCommit: the outcome of a
+// parent's last child wakes the parent without a NOTIFY in the outcome's
+// transaction (sqlJoinParents runs with an empty channel: a NOTIFY holds
+// PostgreSQL's notification lock through the commit, see wakeSender), and
+// the parent's queue is notified once the outcome has committed, the parent
+// ready by then.
+func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(base)
+	rec := &argsRecorder{seen: map[string][][]any{}}
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	s, err := New(ctx, pool, Options{Schema: schema})
+	require.NoError(t, err)
+	rec.mu.Lock()
+	rec.watch = map[string]string{s.q(sqlJoinParents): "join"}
+	rec.mu.Unlock()
+
+	claimOf := func(queue string) store.Claimed {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: queue, Worker: "w", Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1)
+		return res.Claimed[0]
+	}
+	parent := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+	_, err = s.Insert(ctx, []store.NewInstance{parent})
+	require.NoError(t, err)
+	p := claimOf("q")
+	child := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "kids", Step: "s", State: json.RawMessage(`{}`)}
+	res, err := s.Complete(ctx, "w", []store.Outcome{{ID: p.ID, Fence: p.Fence, Kind: store.OutcomeSpawn, Step: "joined",
+		Children: []store.NewInstance{child}}}, time.Time{})
+	require.NoError(t, err)
+	require.False(t, res[0].Stale)
+	c := claimOf("kids")
+
+	listener, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	defer func() { _ = listener.Close(context.Background()) }()
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
+	require.NoError(t, err)
+	_, err = s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
+	require.NoError(t, err)
+	calls := rec.calls("join")
+	require.Len(t, calls, 1)
+	require.Equal(t, "", calls[0][3], "the outcome's transaction notifies")
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	for { // the child's queue may be notified too
+		n, err := listener.WaitForNotification(wctx)
+		require.NoError(t, err, "the parent's queue was not notified")
+		if n.Payload == "q" {
+			break
+		}
+	}
+	require.Equal(t, store.StatusReady, statusOf(t, s, parent.ID))
 }

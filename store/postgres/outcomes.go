@@ -290,14 +290,14 @@ func (s *Store) complete(ctx context.Context, worker string, outcomes []store.Ou
 			}
 		}
 		if len(ids) > 0 {
-			b.Queue(s.q(sqlSetPending), ids, ns, tsArg(now), s.channel)
+			b.Queue(s.q(sqlSetPending), ids, ns, tsArg(now), "").Query(scanWoken(&stranded.queues))
 		}
 	}
 	if len(terminalChildren) > 0 {
-		s.queueJoins(b, terminalChildren, now)
+		s.queueJoins(b, terminalChildren, now, &stranded.queues)
 	}
 	if len(parked) > 0 {
-		b.Queue(s.q(sqlRecheckInbox), parked, tsArg(now), s.channel)
+		b.Queue(s.q(sqlRecheckInbox), parked, tsArg(now)).Query(scanWoken(&stranded.queues))
 	}
 	if len(histIDs) > 0 {
 		b.Queue(s.q(sqlHistoryInsert), histIDs, histSteps, histAttempts, histKeys, histWorker,
@@ -362,8 +362,11 @@ func hasRoom(room map[string]int) bool {
 }
 
 // queueJoins queues the counting of ended children against their parents'
-// joins, parents locked in id order.
-func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
+// joins, parents locked in id order. The queues of the parents it wakes
+// are appended to *woken, for the caller to notify once it has committed
+// (wakeAfterCommit); with woken nil, the statement notifies them itself
+// (see sqlJoinParents).
+func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time, woken *[]string) {
 	joins := make([]join, 0, len(ended))
 	for j := range ended {
 		joins = append(joins, j)
@@ -376,7 +379,22 @@ func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time) {
 		ids[i], ns[i], gens[i] = j.parentID, int32(ended[j]), int32(j.gen)
 	}
 	b.Queue(s.q(sqlLockParents), ids)
-	b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), s.channel, gens)
+	if woken == nil {
+		b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), s.channel, gens)
+		return
+	}
+	b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), "", gens).Query(scanWoken(woken))
+}
+
+// scanWoken appends to *queues the queues of the rows a statement woke
+// (its rows: queue, count), to be notified after the commit.
+func scanWoken(queues *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var q string
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&q, &n}, func() error { *queues = append(*queues, q); return nil })
+		return err
+	}
 }
 
 // queueChildren inserts spawned children: queued on b when none has a
@@ -690,7 +708,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	stranded := s.queueFree(b, freed, true, now)
 	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
 	if len(ended) > 0 {
-		s.queueJoins(b, ended, now)
+		s.queueJoins(b, ended, now, &stranded.queues)
 	}
 	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -749,7 +767,7 @@ func (s *Store) cancelIn(ctx context.Context, q querier, id string, now time.Tim
 		b.Queue(s.q(sqlPromoteIfRoom), []string{oldKey}, 1, tsArg(now), s.channel, false)
 	}
 	if parentID != "" && oldStatus != "executing" && oldStatus != "reserved" {
-		s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now)
+		s.queueJoins(b, map[join]int{{parentID, joinGen}: 1}, now, nil)
 	}
 	if b.Len() > 0 {
 		if err := q.SendBatch(ctx, b).Close(); err != nil {

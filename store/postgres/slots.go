@@ -43,7 +43,8 @@ type freedSlot struct {
 // direction; the reconciler repairs it) and so promote only K = 1 keys.
 // The returned keys, filled when b runs, are the ones the promotion left
 // stranded (see sqlStranded): the caller passes them to heal once it has
-// committed.
+// committed, and adds to their queues those of the rows its later
+// statements wake.
 func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time.Time) *strandedKeys {
 	var one []string
 	gates := map[shardKey]int{}
@@ -59,7 +60,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	slices.Sort(one)
 	one = slices.Compact(one)
 	if len(one) == 0 && len(gates) == 0 {
-		return nil
+		return &strandedKeys{} // for the queues the caller's later statements wake
 	}
 	if len(one) > 0 {
 		b.Queue(s.q(sqlKeyLock), one, s.keySalt)
@@ -151,7 +152,8 @@ type strandedKeys struct {
 	keys []string
 	one  []bool // K = 1 key
 	// queues are the queues of the rows the transaction made ready
-	// (sqlPromote), notified once it has committed (heal).
+	// (sqlPromote; a parent its last child woke, sqlJoinParents), notified
+	// once it has committed (heal).
 	queues []string
 }
 

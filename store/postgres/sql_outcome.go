@@ -166,7 +166,13 @@ ORDER BY id FOR UPDATE`
 	// its spawn $5[i]) against their parents' joins and wakes a parent whose
 	// last child finished, at its fresh round (see sql.go). A child of an
 	// earlier spawn does not count. The parents are locked already
-	// (sqlLockParents, lock order (4)).
+	// (sqlLockParents, lock order (4)). It returns the queues of the parents
+	// it woke, and notifies them on channel $4 unless $4 is empty: an
+	// outcome, a release and a reap leave it empty and notify the queues
+	// once they have committed (wakeAfterCommit), since a NOTIFY holds
+	// PostgreSQL's notification lock from its transaction's pre-commit to
+	// the end of its commit (see wakeSender); a cancel, which may run in
+	// its caller's transaction, notifies in the statement.
 	sqlJoinParents = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -204,11 +210,12 @@ w AS (
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+LEFT JOIN LATERAL (SELECT pg_notify($4, q.queue) WHERE $4 <> '') x ON true`
 
 	// sqlSetPending corrects a spawn's join counter when some children were
 	// duplicates (not inserted), waking the parent when none was, at its
-	// fresh round (see sql.go).
+	// fresh round (see sql.go). It returns and notifies the queues of the
+	// parents it woke as sqlJoinParents does ($4).
 	sqlSetPending = `
 WITH t AS (SELECT coalesce($3::timestamptz, now()) AS now),
 w AS (
@@ -245,11 +252,12 @@ w AS (
     RETURNING p.queue, p.status
 )
 SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w WHERE status = 'ready' GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($4, q.queue)) x`
+LEFT JOIN LATERAL (SELECT pg_notify($4, q.queue) WHERE $4 <> '') x ON true`
 
 	// sqlRecheckInbox wakes rows that just parked on a signal already in
 	// their inbox (the signal committed between the claim and the park),
-	// each at its fresh round (see sql.go).
+	// each at its fresh round (see sql.go), and returns their queues, which
+	// the outcome notifies once it has committed.
 	sqlRecheckInbox = `
 WITH w AS (
     UPDATE {schema}.instances i
@@ -283,8 +291,7 @@ WITH w AS (
                   WHERE s.instance_id = i.id AND s.name = i.await_signal AND s.consumed_at IS NULL)
     RETURNING i.queue
 )
-SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q
-CROSS JOIN LATERAL (SELECT pg_notify($3, q.queue)) x`
+SELECT q.queue, q.n FROM (SELECT queue, count(*) AS n FROM w GROUP BY queue) q`
 
 	// sqlHistoryInsert records step runs; a run's start defaults to its
 	// claim's and its end to now.
