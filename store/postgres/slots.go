@@ -152,8 +152,9 @@ type strandedKeys struct {
 	keys []string
 	one  []bool // K = 1 key
 	// queues are the queues of the rows the transaction made ready
-	// (sqlPromote; a parent its last child woke, sqlJoinParents), notified
-	// once it has committed (heal).
+	// (sqlPromote, and the statements whose rows scanWoken reads: a parent
+	// woken by its children, a row woken by its inbox), notified once it
+	// has committed (heal).
 	queues []string
 }
 
