@@ -228,6 +228,36 @@ func (r *argsRecorder) calls(name string) [][]any {
 	return c
 }
 
+// tracedStore is a store on a pool of its own whose calls of the
+// statements of watch (statement -> name) rec records, and a connection
+// listening on the store's channel; both close with the test.
+func tracedStore(ctx context.Context, t *testing.T, watch map[string]string) (*Store, *argsRecorder, *pgx.Conn) {
+	t.Helper()
+	base := pgtest.Pool(t)
+	schema := pgtest.SchemaOf(base)
+	rec := &argsRecorder{seen: map[string][][]any{}, watch: map[string]string{}}
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = Migrate(ctx, pool, schema)
+	require.NoError(t, err)
+	s, err := New(ctx, pool, Options{Schema: schema})
+	require.NoError(t, err)
+	rec.mu.Lock()
+	for stmt, name := range watch {
+		rec.watch[s.q(stmt)] = name
+	}
+	rec.mu.Unlock()
+	listener, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
+	require.NoError(t, err)
+	return s, rec, listener
+}
+
 // TestInsertBesideAnotherNotifiesAfterItsCommit: an Insert made while
 // another of the store's is in flight leaves its statement's notification
 // out (an empty channel: see sqlInsert) and notifies the queue once it
@@ -237,27 +267,7 @@ func (r *argsRecorder) calls(name string) [][]any {
 func TestInsertBesideAnotherNotifiesAfterItsCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	base := pgtest.Pool(t)
-	schema := pgtest.SchemaOf(base)
-	rec := &argsRecorder{seen: map[string][][]any{}}
-	cfg := base.Config().Copy()
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = Migrate(ctx, pool, schema)
-	require.NoError(t, err)
-	s, err := New(ctx, pool, Options{Schema: schema})
-	require.NoError(t, err)
-	rec.mu.Lock()
-	rec.watch = map[string]string{s.q(sqlInsert): "insert", s.q(sqlNotifyQueues): "notify"}
-	rec.mu.Unlock()
-
-	listener, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer func() { _ = listener.Close(context.Background()) }()
-	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
-	require.NoError(t, err)
+	s, rec, listener := tracedStore(ctx, t, map[string]string{sqlInsert: "insert", sqlNotifyQueues: "notify"})
 	insert := func() {
 		t.Helper()
 		in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
@@ -292,21 +302,7 @@ func TestInsertBesideAnotherNotifiesAfterItsCommit(t *testing.T) {
 func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	base := pgtest.Pool(t)
-	schema := pgtest.SchemaOf(base)
-	rec := &argsRecorder{seen: map[string][][]any{}}
-	cfg := base.Config().Copy()
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = Migrate(ctx, pool, schema)
-	require.NoError(t, err)
-	s, err := New(ctx, pool, Options{Schema: schema})
-	require.NoError(t, err)
-	rec.mu.Lock()
-	rec.watch = map[string]string{s.q(sqlJoinParents): "join"}
-	rec.mu.Unlock()
+	s, rec, listener := tracedStore(ctx, t, map[string]string{sqlJoinParents: "join"})
 
 	claimOf := func(queue string) store.Claimed {
 		t.Helper()
@@ -316,7 +312,7 @@ func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
 		return res.Claimed[0]
 	}
 	parent := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
-	_, err = s.Insert(ctx, []store.NewInstance{parent})
+	_, err := s.Insert(ctx, []store.NewInstance{parent})
 	require.NoError(t, err)
 	p := claimOf("q")
 	child := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "kids", Step: "s", State: json.RawMessage(`{}`)}
@@ -325,12 +321,14 @@ func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res[0].Stale)
 	c := claimOf("kids")
-
-	listener, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	defer func() { _ = listener.Close(context.Background()) }()
-	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize())
-	require.NoError(t, err)
+	for { // the notifications so far
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := listener.WaitForNotification(wctx)
+		wcancel()
+		if err != nil {
+			break
+		}
+	}
 	_, err = s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
 	require.NoError(t, err)
 	calls := rec.calls("join")
