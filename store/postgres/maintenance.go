@@ -138,7 +138,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 	}
 	b = &pgx.Batch{}
 	stranded := s.queueFree(b, freed, false, now)
-	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	stranded.queues = append(stranded.queues, mapKeys(queues)...) // the rows made ready: notified after the commit (heal)
 	if len(ended) > 0 {
 		s.queueJoins(b, ended, now, &stranded.queues)
 	}

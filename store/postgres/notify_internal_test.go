@@ -193,13 +193,18 @@ type argsRecorder struct {
 	mu    sync.Mutex
 	watch map[string]string // text -> name
 	seen  map[string][][]any
+	inTx  map[string][]bool // name -> for each call, whether its connection was in a transaction
 }
 
-func (r *argsRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+func (r *argsRecorder) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if name, ok := r.watch[d.SQL]; ok {
 		r.seen[name] = append(r.seen[name], d.Args)
+		if r.inTx == nil {
+			r.inTx = map[string][]bool{}
+		}
+		r.inTx[name] = append(r.inTx[name], c.PgConn().TxStatus() != 'I')
 	}
 	return ctx
 }
@@ -225,6 +230,20 @@ func (r *argsRecorder) calls(name string) [][]any {
 	defer r.mu.Unlock()
 	c := r.seen[name]
 	delete(r.seen, name)
+	delete(r.inTx, name)
+	return c
+}
+
+// inTransaction returns, for each call of statement name so far, whether
+// its connection was in a transaction when it was sent (a statement of a
+// batch: when its result was read, before the batch's end), and forgets
+// the calls.
+func (r *argsRecorder) inTransaction(name string) []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.inTx[name]
+	delete(r.seen, name)
+	delete(r.inTx, name)
 	return c
 }
 
@@ -344,4 +363,61 @@ func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
 		}
 	}
 	require.Equal(t, store.StatusReady, statusOf(t, s, parent.ID))
+}
+
+// TestReleaseAndReapNotifyAfterTheirCommit: a release of a claim and a
+// reap of an expired one make the row ready again and notify its queue
+// once their transaction has committed, not inside it (see
+// TestFreeingTransactionsDoNotNotify): the queue's listeners hear of the
+// row, and no notification is sent from a connection in a transaction.
+func TestReleaseAndReapNotifyAfterTheirCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, rec, listener := tracedStore(ctx, t, map[string]string{sqlNotifyQueues: "notify"})
+	heard := func(what string) {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		for {
+			n, err := listener.WaitForNotification(wctx)
+			require.NoError(t, err, "%s: the queue was not notified", what)
+			if n.Payload == "q" {
+				break
+			}
+		}
+		calls := rec.inTransaction("notify")
+		require.NotEmpty(t, calls, what)
+		require.NotContains(t, calls, true, "%s: notified inside its transaction", what)
+	}
+	in := store.NewInstance{ID: uuid.NewString(), Workflow: "wf", Queue: "q", Step: "s", State: json.RawMessage(`{}`)}
+	_, err := s.Insert(ctx, []store.NewInstance{in})
+	require.NoError(t, err)
+	claim := func() store.Claimed {
+		t.Helper()
+		for { // the insert's own notifications
+			wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, err := listener.WaitForNotification(wctx)
+			wcancel()
+			if err != nil {
+				break
+			}
+		}
+		rec.calls("notify")
+		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Second})
+		require.NoError(t, err)
+		require.Len(t, res.Claimed, 1)
+		return res.Claimed[0]
+	}
+
+	c := claim()
+	require.NoError(t, s.Release(ctx, "w", []store.ClaimRef{{ID: c.ID, Fence: c.Fence}}, time.Time{}))
+	heard("release")
+	require.Equal(t, store.StatusReady, statusOf(t, s, in.ID))
+
+	c = claim()
+	n, err := s.Reap(ctx, c.LeaseExpiresAt.Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	heard("reap")
+	require.Equal(t, store.StatusReady, statusOf(t, s, in.ID))
 }

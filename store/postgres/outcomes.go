@@ -706,7 +706,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 	}
 	b = &pgx.Batch{}
 	stranded := s.queueFree(b, freed, true, now)
-	b.Queue(s.q(sqlNotifyQueues), mapKeys(queues), s.channel)
+	stranded.queues = append(stranded.queues, mapKeys(queues)...) // the rows made ready: notified after the commit (heal)
 	if len(ended) > 0 {
 		s.queueJoins(b, ended, now, &stranded.queues)
 	}
