@@ -223,28 +223,30 @@ func (r *argsRecorder) TraceBatchQuery(ctx context.Context, c *pgx.Conn, d pgx.T
 
 func (r *argsRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// calls returns the arguments of the calls of statement name so far, and
-// forgets them.
-func (r *argsRecorder) calls(name string) [][]any {
+// take returns, for the calls of statement name so far, their arguments
+// and whether each call's connection was in a transaction when it was sent
+// (a statement of a batch: when its result was read, before the batch's
+// end), and forgets them.
+func (r *argsRecorder) take(name string) ([][]any, []bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := r.seen[name]
+	args, inTx := r.seen[name], r.inTx[name]
 	delete(r.seen, name)
 	delete(r.inTx, name)
-	return c
+	return args, inTx
 }
 
-// inTransaction returns, for each call of statement name so far, whether
-// its connection was in a transaction when it was sent (a statement of a
-// batch: when its result was read, before the batch's end), and forgets
-// the calls.
+// calls returns the arguments of the calls of statement name so far (see take).
+func (r *argsRecorder) calls(name string) [][]any {
+	args, _ := r.take(name)
+	return args
+}
+
+// inTransaction returns, for the calls of statement name so far, whether
+// each call's connection was in a transaction (see take).
 func (r *argsRecorder) inTransaction(name string) []bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.inTx[name]
-	delete(r.seen, name)
-	delete(r.inTx, name)
-	return c
+	_, inTx := r.take(name)
+	return inTx
 }
 
 // tracedStore is a store on a pool of its own whose calls of the
