@@ -43,8 +43,8 @@ type freedSlot struct {
 // direction; the reconciler repairs it) and so promote only K = 1 keys.
 // The returned keys, filled when b runs, are the ones the promotion left
 // stranded (see sqlStranded): the caller passes them to heal once it has
-// committed, and adds to their queues those of the rows its later
-// statements wake.
+// committed, having added to their queues those of the other rows its
+// transaction makes ready, which heal notifies after the commit.
 func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time.Time) *strandedKeys {
 	var one []string
 	gates := map[shardKey]int{}
@@ -60,7 +60,7 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	slices.Sort(one)
 	one = slices.Compact(one)
 	if len(one) == 0 && len(gates) == 0 {
-		return &strandedKeys{} // for the queues the caller's later statements wake
+		return &strandedKeys{} // for the queues of the other rows the caller makes ready
 	}
 	if len(one) > 0 {
 		b.Queue(s.q(sqlKeyLock), one, s.keySalt)
