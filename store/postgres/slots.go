@@ -59,8 +59,9 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	}
 	slices.Sort(one)
 	one = slices.Compact(one)
+	st := &strandedKeys{} // returned even when nothing is freed: the caller may add queues
 	if len(one) == 0 && len(gates) == 0 {
-		return &strandedKeys{} // for the queues of the other rows the caller makes ready
+		return st
 	}
 	if len(one) > 0 {
 		b.Queue(s.q(sqlKeyLock), one, s.keySalt)
@@ -91,7 +92,6 @@ func (s *Store) queueFree(b *pgx.Batch, freed []freedSlot, credit bool, now time
 	for i, k := range keys {
 		_, isOne[i] = slices.BinarySearch(one, k)
 	}
-	st := &strandedKeys{}
 	b.Queue(s.q(sqlPromote), keys, ns, tsArg(now), isOne).Query(func(rows pgx.Rows) error {
 		_, err := scanPromoted(rows, &st.queues, func(k string) {
 			i, _ := slices.BinarySearch(keys, k)
