@@ -8,13 +8,13 @@ package postgres
 const (
 	// sqlInsert inserts a batch in input order and returns the queues that
 	// received ready rows, which it notifies on channel $14 unless $14 is
-	// '': an insert whose caller owns the transaction notifies them once
-	// it has committed (insertPlan.wakeAfter), since a NOTIFY holds
-	// PostgreSQL's notification lock through the commit, WAL flush
-	// included, and concurrent inserts would commit one at a time (see
-	// wakeSender); one in the caller's transaction (InsertTx) notifies
-	// in the statement. $17 is the store's
-	// clock (Options.Clock; null: the database's). With $18, due rows of K =
+	// '': a store-owned insert with insertPlan.wakeAfter (an Insert beside
+	// another, an outcome's children, a schedule's tick) notifies them once
+	// it has committed, since a NOTIFY holds PostgreSQL's notification lock
+	// through the commit, WAL flush included, and concurrent inserts would
+	// commit one at a time (see wakeSender); a lone Insert and one in the
+	// caller's transaction (InsertTx) notify in the statement. $17 is the
+	// store's clock (Options.Clock; null: the database's). With $18, due rows of K =
 	// 1 keys go in as admission.InsertBlocked decides (this is its SQL form;
 	// $19 is admission.ReadyCap): blocked, with the rounds they would have
 	// had ready, when the key is busy (the K = 1 busy check) or already has
@@ -28,8 +28,8 @@ const (
 	// healInserted), a row ('', 0, key) per key blocked only behind the
 	// batch's own rows (no race to close: they commit together), and a row
 	// (queue, n, '') per queue that received n ready rows. It takes no row
-	// lock on existing rows: its reads are plain snapshot reads. $20 holds each row's other
-	// keys, when it has several (the other keys' text), and $21 the key
+	// lock on existing rows: its reads are plain snapshot reads. $20 holds
+	// each row's other keys, when it has several (the other keys' text), and $21 the key
 	// whose line it goes in blocked in ('' for none: its first gate, or its
 	// first key; see blockAtGates), in its key column with its intent $22
 	// (its other keys' text $20 then holds its first key in a gate's
