@@ -107,7 +107,8 @@
 //     in blocked in the line of its first gate (its Key, or the first of
 //     its Also with a limit) when the gate has no free slot for it, the
 //     batch's rows of the gate taking its free slots in (priority, run_at,
-//     insertion) order (internal/admission.InsertBlockedAtGate), with the
+//     insertion) order, none while rows wait in the gate's line
+//     (internal/admission.InsertBlockedAtGate), with the
 //     round it would have had ready; in its first key's line instead when
 //     a row of that K = 1 key goes in ready ahead of it, the key comes
 //     before the gate in key order and no row waits in the gate's line

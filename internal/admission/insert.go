@@ -104,21 +104,33 @@ func insertOrder(a, b InsertRow) int {
 // when it has none yet), and false when it could not read them all (a
 // transaction held one): then the rows go in ready. A gate's rows take its
 // free slots in promotion order (priority, run_at, input order); the rows
-// past them go in blocked. free is called once per gate.
+// past them go in blocked. A gate whose line holds waiting rows (lined)
+// gives the batch no free slot: its rows go in blocked behind them, as a
+// row taking a free slot would pass them (its free slots are then those
+// its promoted or inserted ready rows will take, or, stranded, the
+// promotion's to give: see heal). free and lined are called once per gate.
 //
 // A row a full gate would block anyway is then written once until its
 // turn comes: a freed slot of the gate is handed to it (or promotes it)
 // with its other keys, where one inserted ready is first moved by the
 // claim that finds the gate full (a second write, and the indexes the
 // move enters), then handed a slot. Rows of the gate already ready are not
-// counted: the claim that finds the gate full blocks the surplus.
-func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool)) []bool {
+// counted: the claim that finds the gate full blocks the surplus. So a
+// backlog inserted in several batches while no claim runs leaves ready
+// the first batch's rows that take the free slots, not each batch's.
+func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool), lined func(gate string) bool) []bool {
 	out := make([]bool, len(rows))
 	gates, byGate := groupByKey(rows)
 	for _, g := range gates {
 		n, ok := free(g)
 		idx := byGate[g]
-		if !ok || n >= len(idx) {
+		if !ok {
+			continue
+		}
+		if lined(g) {
+			n = 0
+		}
+		if n >= len(idx) {
 			continue
 		}
 		ranked := slices.Clone(idx)

@@ -64,7 +64,8 @@ func TestInsertBlockedAtGate(t *testing.T) {
 	row := func(gate string, prio int, at time.Duration, seq int64) InsertRow {
 		return InsertRow{Key: gate, Priority: prio, At: t0.Add(at), Seq: seq}
 	}
-	free := map[string]int{"full:g": 0, "two:g": 2, "held:g": 0}
+	free := map[string]int{"full:g": 0, "two:g": 2, "held:g": 0, "lined:g": 2, "heldlined:g": 2}
+	lined := map[string]bool{"lined:g": true, "heldlined:g": true}
 	for _, tc := range []struct {
 		name string
 		rows []InsertRow
@@ -83,13 +84,23 @@ func TestInsertBlockedAtGate(t *testing.T) {
 		{name: "gates are independent",
 			rows: []InsertRow{row("full:g", 0, 0, 1), row("two:g", 0, 0, 2), row("held:g", 0, 0, 3)},
 			want: []bool{true, false, false}},
+		{name: "rows waiting in a gate's line keep its free slots: the batch goes in behind them",
+			rows: []InsertRow{row("lined:g", -1, 0, 1), row("lined:g", 0, 0, 2), row("two:g", 0, 0, 3)},
+			want: []bool{true, true, false}},
+		{name: "a gate whose counters could not all be read takes every row ready, lined or not",
+			rows: []InsertRow{row("heldlined:g", 0, 0, 1)}, want: []bool{false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls := map[string]int{}
-			got := InsertBlockedAtGate(tc.rows, func(g string) (int, bool) { calls[g]++; return free[g], g != "held:g" })
+			calls, lines := map[string]int{}, map[string]int{}
+			got := InsertBlockedAtGate(tc.rows,
+				func(g string) (int, bool) { calls[g]++; return free[g], g != "held:g" && g != "heldlined:g" },
+				func(g string) bool { lines[g]++; return lined[g] })
 			require.Equal(t, tc.want, got)
 			for g, n := range calls {
 				require.Equal(t, 1, n, "free(%s) called once", g)
+			}
+			for g, n := range lines {
+				require.Equal(t, 1, n, "lined(%s) called once", g)
 			}
 		})
 	}

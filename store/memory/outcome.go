@@ -210,7 +210,7 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	// keys) is a K = 1 key go in blocked as admission.InsertBlocked decides
 	// (see oneState). A due row of several keys inserted (not spawned) that
 	// this leaves ready goes in blocked in the line of its first gate when
-	// the gate has no free slot for it, as admission.InsertBlockedAtGate
+	// the gate has no free slot for it or rows wait in its line, as admission.InsertBlockedAtGate
 	// decides (PostgreSQL's blockAtGates), with the round it has as a row
 	// of its first key, unless a row of its first key goes in ready ahead
 	// of it (admission.InsertBehindFirst: then it waits in that key's line).
@@ -244,8 +244,9 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			gatedRows = append(gatedRows, r)
 		}
 	}
+	lined := func(g string) bool { ks := s.keys[g]; return ks != nil && ks.blocked.Len() > 0 }
 	atGate := map[*row]string{}
-	for i, b := range admission.InsertBlockedAtGate(gated, func(g string) (int, bool) { return s.room(g, s.key(g)), true }) {
+	for i, b := range admission.InsertBlockedAtGate(gated, func(g string) (int, bool) { return s.room(g, s.key(g)), true }, lined) {
 		if b {
 			atGate[gatedRows[i]] = gated[i].Key
 		}
@@ -271,7 +272,6 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 			ahead = append(ahead, waiting[i])
 		}
 	}
-	lined := func(g string) bool { ks := s.keys[g]; return ks != nil && ks.blocked.Len() > 0 }
 	for i, behind := range admission.InsertBehindFirst(firsts, gates, ahead, lined) {
 		r := firstRows[i]
 		if !behind {

@@ -163,8 +163,9 @@ func (p *insertPlan) several() bool {
 // blockAtGates decides, for the due rows of several keys of p (with block
 // and atGates), which go in blocked in the line of their first gate
 // (store.FirstGate) as admission.InsertBlockedAtGate decides from the
-// gates' free slots (sqlInsertGates, whose share locks on the counters the
-// insert's transaction tx holds to its commit), and sets their blockedIn
+// gates' free slots and whether rows wait in their lines (sqlInsertGates,
+// whose share locks on the counters the insert's transaction tx holds to
+// its commit), and sets their blockedIn
 // (decideAtGates; insertSeveral reads and decides the same). A row that
 // the K = 1 rule blocks in its first key's line (admission.InsertBlocked,
 // from the same statement's reads) stays there. They go in with that gate
@@ -307,7 +308,8 @@ func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
 			waiting, waitingOf = append(waiting, waitRow(i, g)), append(waitingOf, i)
 		}
 	}
-	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag })
+	lined := func(g string) bool { return read[g].lined }
+	blocked := admission.InsertBlockedAtGate(waiting, func(g string) (int, bool) { return read[g].n, read[g].flag }, lined)
 	gateBlocked := map[int]bool{}
 	var gated, ahead []admission.InsertRow
 	var gatedOf []int
@@ -328,7 +330,7 @@ func (p *insertPlan) decideAtGates(read map[string]gateRead, now time.Time) {
 			ahead = append(ahead, r)
 		}
 	}
-	behind := admission.InsertBehindFirst(gated, gates, ahead, func(g string) bool { return read[g].lined })
+	behind := admission.InsertBehindFirst(gated, gates, ahead, lined)
 	for j, i := range gatedOf {
 		r := &p.rows[i]
 		if behind[j] {

@@ -262,6 +262,28 @@ var severalKeysTests = []test{
 		h.requireStatus(store.StatusBlocked, ids[2])
 		require.Equal(h.t, []string{ids[1]}, h.claimIDs(at(3*time.Second)))
 	}},
+	{"severalKeys/an insert's rows of a gate go in behind the rows waiting in its line, even while it has free slots", func(h *harness) {
+		h.severalKeys()
+		h.syncLimits(gate.Limit{Name: "api", Limit: 2})
+		first := h.insert(multi("acct:1", "api:x"), multi("acct:2", "api:x"), multi("acct:3", "api:x"))
+		h.requireStatus(store.StatusReady, first[0], first[1])
+		h.requireStatus(store.StatusBlocked, first[2])
+		require.Equal(h.t, 2, h.slotsFree("api:x"), "no claim yet: the ready rows have not taken the free slots")
+
+		// A second batch while no claim has run: taking the free slots, its
+		// rows would pass the row waiting in the gate's line.
+		second := h.insert(multi("acct:4", "api:x"), multi("acct:5", "api:x"))
+		h.requireStatus(store.StatusBlocked, second...)
+		for _, id := range second {
+			require.Equal(h.t, "api:x", h.get(id).BlockedOn, "behind the row waiting in api:x's line")
+		}
+		cs := h.claim("w", 10, at(time.Second))
+		require.ElementsMatch(h.t, first[:2], claimedIDs(cs), "the first batch's ready rows take the slots; nothing is left to block")
+		h.commit("w", at(2*time.Second), done(h.byID(cs, first[0])))
+		h.requireStatus(store.StatusReady, first[2])
+		h.requireStatus(store.StatusBlocked, second...)
+		require.Equal(h.t, []string{first[2]}, h.claimIDs(at(3*time.Second)), "the line's head first")
+	}},
 	{"severalKeys/rows a full gate would block wait in their first key's line when a row of that key goes in ready ahead of them", func(h *harness) {
 		h.severalKeys()
 		h.syncLimits(gate.Limit{Name: "hot", Limit: 1})
