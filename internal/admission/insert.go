@@ -107,17 +107,19 @@ func insertOrder(a, b InsertRow) int {
 // past them go in blocked. A gate whose line holds waiting rows (lined)
 // gives the batch no free slot: its rows go in blocked behind them, as a
 // row taking a free slot would pass them (its free slots are then those
-// its promoted or inserted ready rows will take, or, stranded, the
-// promotion's to give: see heal). free and lined are called once per gate.
+// its promoted or inserted ready rows will take, or, while the gate is
+// stranded, its next promotion's to give). free and lined are called once
+// per gate.
 //
 // A row a full gate would block anyway is then written once until its
 // turn comes: a freed slot of the gate is handed to it (or promotes it)
 // with its other keys, where one inserted ready is first moved by the
 // claim that finds the gate full (a second write, and the indexes the
 // move enters), then handed a slot. Rows of the gate already ready are not
-// counted: the claim that finds the gate full blocks the surplus. So a
-// backlog inserted in several batches while no claim runs leaves ready
-// the first batch's rows that take the free slots, not each batch's.
+// counted: the claim that finds the gate full blocks the surplus. So once
+// a batch has put a row in the gate's line, the batches after it put
+// theirs behind it, where each took the free slots again; batches that
+// each fit in the free slots still leave the surplus ready.
 func InsertBlockedAtGate(rows []InsertRow, free func(gate string) (int, bool), lined func(gate string) bool) []bool {
 	out := make([]bool, len(rows))
 	gates, byGate := groupByKey(rows)
