@@ -108,8 +108,8 @@ func insertOrder(a, b InsertRow) int {
 // gives the batch no free slot: its rows go in blocked behind them, as a
 // row taking a free slot would pass them (its free slots are then those
 // its promoted or inserted ready rows will take, or, while the gate is
-// stranded, its next promotion's to give). free and lined are called once
-// per gate.
+// stranded, its next promotion's to give). free is called once per gate,
+// lined at most once (not for a gate free could not read).
 //
 // A row a full gate would block anyway is then written once until its
 // turn comes: a freed slot of the gate is handed to it (or promotes it)

@@ -210,10 +210,11 @@ func (s *Store) insert(instances []store.NewInstance, parent *row, now time.Time
 	// keys) is a K = 1 key go in blocked as admission.InsertBlocked decides
 	// (see oneState). A due row of several keys inserted (not spawned) that
 	// this leaves ready goes in blocked in the line of its first gate when
-	// the gate has no free slot for it or rows wait in its line, as admission.InsertBlockedAtGate
-	// decides (PostgreSQL's blockAtGates), with the round it has as a row
-	// of its first key, unless a row of its first key goes in ready ahead
-	// of it (admission.InsertBehindFirst: then it waits in that key's line).
+	// the gate has no free slot for it or rows wait in its line, as
+	// admission.InsertBlockedAtGate decides (PostgreSQL's blockAtGates),
+	// with the round it has as a row of its first key, unless a row of its
+	// first key goes in ready ahead of it (admission.InsertBehindFirst:
+	// then it waits in that key's line).
 	// Otherwise a row of several keys goes in ready: the claim that finds
 	// one of its keys full blocks it on that key.
 	var due, waitingRows, gatedRows []*row
