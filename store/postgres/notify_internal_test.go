@@ -168,14 +168,7 @@ func TestPromotionNotifiesItsQueueAfterTheCommit(t *testing.T) {
 	_, err = s.Insert(ctx, []store.NewInstance{next})
 	require.NoError(t, err)
 	require.Equal(t, store.StatusBlocked, statusOf(t, s, next.ID), "behind its key's running row")
-	for { // the inserts' own notifications
-		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := listener.WaitForNotification(wctx)
-		wcancel()
-		if err != nil {
-			break
-		}
-	}
+	drainNotifications(ctx, listener) // the inserts' own
 
 	c := res.Claimed[0]
 	_, err = s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
@@ -201,9 +194,6 @@ func (r *argsRecorder) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.T
 	defer r.mu.Unlock()
 	if name, ok := r.watch[d.SQL]; ok {
 		r.seen[name] = append(r.seen[name], d.Args)
-		if r.inTx == nil {
-			r.inTx = map[string][]bool{}
-		}
 		r.inTx[name] = append(r.inTx[name], c.PgConn().TxStatus() != 'I')
 	}
 	return ctx
@@ -256,7 +246,7 @@ func tracedStore(ctx context.Context, t *testing.T, watch map[string]string) (*S
 	t.Helper()
 	base := pgtest.Pool(t)
 	schema := pgtest.SchemaOf(base)
-	rec := &argsRecorder{seen: map[string][][]any{}, watch: map[string]string{}}
+	rec := &argsRecorder{seen: map[string][][]any{}, inTx: map[string][]bool{}, watch: map[string]string{}}
 	cfg := base.Config().Copy()
 	cfg.ConnConfig.Tracer = rec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -342,28 +332,13 @@ func TestParentWokenByItsLastChildIsNotifiedAfterTheCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res[0].Stale)
 	c := claimOf("kids")
-	for { // the notifications so far
-		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := listener.WaitForNotification(wctx)
-		wcancel()
-		if err != nil {
-			break
-		}
-	}
+	drainNotifications(ctx, listener) // the notifications so far
 	_, err = s.Complete(ctx, "w", []store.Outcome{{ID: c.ID, Fence: c.Fence, Kind: store.OutcomeDone}}, time.Time{})
 	require.NoError(t, err)
 	calls := rec.calls("join")
 	require.Len(t, calls, 1)
-	require.Equal(t, "", calls[0][3], "the outcome's transaction notifies")
-	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer wcancel()
-	for { // the child's queue may be notified too
-		n, err := listener.WaitForNotification(wctx)
-		require.NoError(t, err, "the parent's queue was not notified")
-		if n.Payload == "q" {
-			break
-		}
-	}
+	require.Equal(t, "", calls[0][3], "the outcome's transaction does not notify")
+	awaitQueue(ctx, t, listener, "q", "the parent's queue was not notified") // the child's queue may be notified too
 	require.Equal(t, store.StatusReady, statusOf(t, s, parent.ID))
 }
 
@@ -378,15 +353,7 @@ func TestReleaseAndReapNotifyAfterTheirCommit(t *testing.T) {
 	s, rec, listener := tracedStore(ctx, t, map[string]string{sqlNotifyQueues: "notify"})
 	heard := func(what string) {
 		t.Helper()
-		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer wcancel()
-		for {
-			n, err := listener.WaitForNotification(wctx)
-			require.NoError(t, err, "%s: the queue was not notified", what)
-			if n.Payload == "q" {
-				break
-			}
-		}
+		awaitQueue(ctx, t, listener, "q", what+": the queue was not notified")
 		calls := rec.inTransaction("notify")
 		require.NotEmpty(t, calls, what)
 		require.NotContains(t, calls, true, "%s: notified inside its transaction", what)
@@ -396,14 +363,7 @@ func TestReleaseAndReapNotifyAfterTheirCommit(t *testing.T) {
 	require.NoError(t, err)
 	claim := func() store.Claimed {
 		t.Helper()
-		for { // the insert's own notifications
-			wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			_, err := listener.WaitForNotification(wctx)
-			wcancel()
-			if err != nil {
-				break
-			}
-		}
+		drainNotifications(ctx, listener) // the insert's own
 		rec.calls("notify")
 		res, err := s.Claim(ctx, store.ClaimRequest{Queue: "q", Worker: "w", Limit: 1, Lease: time.Second})
 		require.NoError(t, err)
@@ -422,4 +382,32 @@ func TestReleaseAndReapNotifyAfterTheirCommit(t *testing.T) {
 	require.Equal(t, 1, n)
 	heard("reap")
 	require.Equal(t, store.StatusReady, statusOf(t, s, in.ID))
+}
+
+// drainNotifications reads conn's notifications until none comes for 200
+// ms, so that a test's next wait hears only what follows.
+func drainNotifications(ctx context.Context, conn *pgx.Conn) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// awaitQueue waits up to 5 s for a notification of queue on conn, passing
+// over those of other queues, and fails with msg when none comes.
+func awaitQueue(ctx context.Context, t *testing.T, conn *pgx.Conn, queue, msg string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		require.NoError(t, err, msg)
+		if n.Payload == queue {
+			return
+		}
+	}
 }
