@@ -137,11 +137,7 @@ func (s *Store) takeBack(ctx context.Context, now time.Time, stmt string, args .
 		return 0, nil
 	}
 	b = &pgx.Batch{}
-	stranded := s.queueFree(b, freed, false, now)
-	stranded.queues = append(stranded.queues, mapKeys(queues)...) // the rows made ready: notified after the commit (heal)
-	if len(ended) > 0 {
-		s.queueJoins(b, ended, now, &stranded.queues)
-	}
+	stranded := s.queueTakenBack(b, freed, false, queues, ended, now)
 	if err := tx.send(ctx, b, true); err != nil {
 		return 0, err
 	}

@@ -386,6 +386,21 @@ func (s *Store) queueJoins(b *pgx.Batch, ended map[join]int, now time.Time, woke
 	b.Queue(s.q(sqlJoinParents), ids, ns, tsArg(now), "", gens).Query(scanWoken(woken))
 }
 
+// queueTakenBack queues on b what follows claims taken back to ready (a
+// release, a reap): the freeing of their slots (queueFree; credit: whether
+// their gate shards are credited) and the counting of the ended children
+// against their parents' joins. The queues of the rows made ready (queues)
+// and of the parents woken go to the returned keys' queues, which heal
+// notifies once the caller has committed.
+func (s *Store) queueTakenBack(b *pgx.Batch, freed []freedSlot, credit bool, queues map[string]bool, ended map[join]int, now time.Time) *strandedKeys {
+	stranded := s.queueFree(b, freed, credit, now)
+	stranded.queues = append(stranded.queues, mapKeys(queues)...)
+	if len(ended) > 0 {
+		s.queueJoins(b, ended, now, &stranded.queues)
+	}
+	return stranded
+}
+
 // scanWoken appends to *queues the queues of the rows a statement woke
 // (its rows: queue, count), to be notified after the commit.
 func scanWoken(queues *[]string) func(pgx.Rows) error {
@@ -705,11 +720,7 @@ func (s *Store) Release(ctx context.Context, worker string, claims []store.Claim
 		return nil
 	}
 	b = &pgx.Batch{}
-	stranded := s.queueFree(b, freed, true, now)
-	stranded.queues = append(stranded.queues, mapKeys(queues)...) // the rows made ready: notified after the commit (heal)
-	if len(ended) > 0 {
-		s.queueJoins(b, ended, now, &stranded.queues)
-	}
+	stranded := s.queueTakenBack(b, freed, true, queues, ended, now)
 	if err := tx.send(ctx, b, true); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
